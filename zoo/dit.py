@@ -1,0 +1,53 @@
+"""The contract every family's diffusion transformer follows, and the block runner.
+
+A family transformer is split into three parts so that the runtime, not the family, decides how
+the repeated blocks run (scanned resident weights, streamed offload chunks, tensor/sequence
+parallel):
+
+    hidden, ctx = model.embed(params, *inputs)        # patchify, time/text embeddings, RoPE tables
+    hidden = run_blocks(model.block, params["blocks"], hidden, ctx)
+    out = model.head(params, hidden, ctx)             # final norm/modulation, unpatchify
+
+`params["blocks"]` holds every block's weights stacked on a leading layer axis (the spec's
+`stack` op writes them that way); `model.block` is a single-block linen module whose params are
+one slice of that stack. `ctx` is any pytree the blocks need besides the hidden state
+(timestep modulation, text tokens, RoPE tables, masks); it is broadcast to every block.
+Families with two block kinds (HunyuanVideo 1.0: dual then single) expose `block_groups`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import flax.linen as nn
+import jax
+
+Params = dict[str, Any]
+
+
+class StackedDiT(Protocol):
+    block: nn.Module
+
+    def embed(self, params: Params, *inputs: Any) -> tuple[jax.Array, Any]: ...
+
+    def head(self, params: Params, hidden: jax.Array, ctx: Any) -> jax.Array: ...
+
+
+def scan_blocks(block: nn.Module, stacked: Params, hidden: jax.Array, ctx: Any) -> jax.Array:
+    """Run `block` once per slice of `stacked` (leading axis = layer) with `lax.scan`.
+
+    Compiles one block body whatever the depth.
+    """
+
+    def body(h, layer_params):
+        return block.apply({"params": layer_params}, h, ctx), None
+
+    hidden, _ = jax.lax.scan(body, hidden, stacked)
+    return hidden
+
+
+def forward(model: StackedDiT, params: Params, *inputs: Any, run_blocks=scan_blocks) -> jax.Array:
+    """Whole-model forward pass; `run_blocks` is swapped for the offload runner when streaming."""
+    hidden, ctx = model.embed(params, *inputs)
+    hidden = run_blocks(model.block, params["blocks"], hidden, ctx)
+    return model.head(params, hidden, ctx)
