@@ -1,0 +1,97 @@
+"""Configs of the HunyuanVideo-1.5 transformer and VAE, read field by field from diffusers' config.json."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+from typing import Any, Mapping
+
+
+def _pick(cls, hf: Mapping[str, Any], renames: Mapping[str, str] = {}) -> dict[str, Any]:
+    """Keep the config.json entries `cls` declares (diffusers' `_class_name`, `_diffusers_version` go)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    out = {}
+    for key, value in hf.items():
+        key = renames.get(key, key)
+        if key in names:
+            out[key] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    """Follows diffusers `HunyuanVideo15Transformer3DModel`'s constructor arguments and defaults."""
+
+    in_channels: int = 65
+    out_channels: int = 32
+    num_attention_heads: int = 16
+    attention_head_dim: int = 128
+    num_layers: int = 54
+    num_refiner_layers: int = 2
+    mlp_ratio: float = 4.0
+    patch_size: int = 1
+    patch_size_t: int = 1
+    qk_norm: str = "rms_norm"
+    text_embed_dim: int = 3584
+    text_embed_2_dim: int = 1472
+    image_embed_dim: int = 1152
+    rope_theta: float = 256.0
+    rope_axes_dim: tuple[int, int, int] = (16, 56, 56)
+    target_size: int = 640
+    task_type: str = "i2v"
+    use_meanflow: bool = False
+
+    def __post_init__(self):
+        if self.qk_norm != "rms_norm":
+            raise ValueError(f"HunyuanVideo-1.5 transformer: qk_norm {self.qk_norm!r} is not supported (only 'rms_norm')")
+        if sum(self.rope_axes_dim) != self.attention_head_dim:
+            raise ValueError(
+                f"HunyuanVideo-1.5 transformer: rope_axes_dim {self.rope_axes_dim} must sum to "
+                f"attention_head_dim {self.attention_head_dim}"
+            )
+
+    @cached_property
+    def inner_dim(self) -> int:
+        return self.num_attention_heads * self.attention_head_dim
+
+    @cached_property
+    def mlp_dim(self) -> int:
+        return int(self.inner_dim * self.mlp_ratio)
+
+    @cached_property
+    def byt5_hidden(self) -> int:
+        # diffusers hard-codes the ByT5 projection's hidden width.
+        return 2048
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
+        """Build from a diffusers `transformer/config.json` dict."""
+        return cls(**_pick(cls, hf))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VAEConfig:
+    """Follows diffusers `AutoencoderKLHunyuanVideo15`'s constructor arguments and defaults."""
+
+    in_channels: int = 3
+    out_channels: int = 3
+    latent_channels: int = 32
+    block_out_channels: tuple[int, ...] = (128, 256, 512, 1024, 1024)
+    layers_per_block: int = 2
+    spatial_compression_ratio: int = 16
+    temporal_compression_ratio: int = 4
+    downsample_match_channel: bool = True
+    upsample_match_channel: bool = True
+    scaling_factor: float = 1.03682
+    # Tiling as diffusers' `enable_tiling()` defaults it (pixels; the latent tile is this / 16).
+    tile_sample_min_size: int = 256
+    tile_overlap_factor: float = 0.25
+
+    @cached_property
+    def tile_latent_min_size(self) -> int:
+        return self.tile_sample_min_size // self.spatial_compression_ratio
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "VAEConfig":
+        """Build from a diffusers `vae/config.json` dict."""
+        return cls(**_pick(cls, hf))

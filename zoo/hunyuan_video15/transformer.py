@@ -1,0 +1,486 @@
+"""HunyuanVideo-1.5 diffusion transformer (follows diffusers `HunyuanVideo15Transformer3DModel`).
+
+Split per `vidax.zoo.dit`: `embed` builds the video tokens, the joint text tokens (token refiner on
+the Qwen2.5-VL features, ByT5 projection, SigLIP image tokens, each tagged by the
+conditioning-type embedding), the timestep embedding and the RoPE tables; `block` is one
+dual-stream block whose hidden state is the pair `(video, text)`; `head` is the final AdaLN and
+the unpatchify. Module names mirror diffusers' so that the conversion specs stay short.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from vidax.zoo.attention import attention, joint_attention
+from vidax.zoo.dit import Params, forward, scan_blocks
+from vidax.zoo.hunyuan_video15.config import TransformerConfig
+from vidax.zoo.layers import Dense, LayerNorm, RMSNorm, gelu_exact, gelu_tanh, logical_param
+
+# diffusers' `cond_type_embed` rows: which source a joint text token came from.
+COND_MLLM, COND_BYT5, COND_IMAGE = 0, 1, 2
+
+
+@struct.dataclass
+class Context:
+    """What every dual-stream block needs besides `(video, text)`."""
+
+    temb: jax.Array  # [B, D] timestep embedding
+    text_mask: jax.Array  # [B, T] bool, valid joint text tokens first
+    rope_cos: jax.Array  # [S, head_dim]
+    rope_sin: jax.Array  # [S, head_dim]
+    grid: tuple[int, int, int] = struct.field(pytree_node=False, default=(0, 0, 0))  # post-patch (F, H, W)
+
+
+# ---------------------------------------------------------------------------------------------
+# Small pieces
+
+
+def timestep_sinusoid(t: jax.Array, dim: int = 256, max_period: float = 10000.0) -> jax.Array:
+    """diffusers `Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)`: `[cos, sin]`."""
+    half = dim // 2
+    freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
+    args = t.astype(jnp.float32)[:, None] * freqs[None, :]
+    return jnp.concatenate([jnp.cos(args), jnp.sin(args)], axis=-1)
+
+
+def rope_tables(cfg: TransformerConfig, frames: int, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin `[F*H*W, head_dim]` per token (t, h, w order), pairs interleaved (diffusers `use_real`)."""
+    sizes = (frames // cfg.patch_size_t, height // cfg.patch_size, width // cfg.patch_size)
+    grid = np.meshgrid(*[np.arange(n, dtype=np.float32) for n in sizes], indexing="ij")
+    cos, sin = [], []
+    for axis_dim, pos in zip(cfg.rope_axes_dim, grid):
+        inv = 1.0 / (cfg.rope_theta ** (np.arange(0, axis_dim, 2, dtype=np.float32) / axis_dim))
+        angles = np.outer(pos.reshape(-1), inv).astype(np.float32)  # [S, axis_dim/2]
+        cos.append(np.repeat(np.cos(angles), 2, axis=1))
+        sin.append(np.repeat(np.sin(angles), 2, axis=1))
+    return np.concatenate(cos, axis=1), np.concatenate(sin, axis=1)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate interleaved pairs of `x` `[B, S, H, D]` (diffusers `apply_rotary_emb`, unbind dim -1)."""
+    pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], -1, 2)
+    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
+    out = x.astype(jnp.float32) * cos[None, :, None, :] + rotated * sin[None, :, None, :]
+    return out.astype(x.dtype)
+
+
+def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
+    return x * (1 + scale[:, None]) + shift[:, None]
+
+
+class MLPEmbedder(nn.Module):
+    """`linear_1 -> act -> linear_2` (diffusers `TimestepEmbedding`, `PixArtAlphaTextProjection`)."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = nn.silu(Dense(self.features, axes=(None, "embed"), name="linear_1")(x))
+        return Dense(self.features, axes=("embed", None), name="linear_2")(x)
+
+
+class TimeEmbedding(nn.Module):
+    """diffusers `HunyuanVideo15TimeEmbedding`; the meanflow variant adds an embedding of `timestep_r`."""
+
+    features: int
+    use_meanflow: bool = False
+
+    @nn.compact
+    def __call__(self, timestep: jax.Array, timestep_r: jax.Array | None = None) -> jax.Array:
+        temb = MLPEmbedder(self.features, name="timestep_embedder")(timestep_sinusoid(timestep))
+        if self.use_meanflow:
+            r = timestep if timestep_r is None else timestep_r
+            embedder_r = MLPEmbedder(self.features, name="timestep_embedder_r")
+            if timestep_r is not None:
+                temb = temb + embedder_r(timestep_sinusoid(r))
+            else:  # still create the params so that `init` matches the checkpoint
+                embedder_r(timestep_sinusoid(r))
+        return temb
+
+
+class Linear(nn.Module):
+    """A `Dense` one level down (`norm1.linear`, `ff.net.0.proj`): keeps diffusers' nesting in param paths."""
+
+    features: int
+    axes: tuple = ("embed", None)
+    child: str = "linear"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return Dense(self.features, axes=self.axes, name=self.child)(x)
+
+
+class FeedForward(nn.Module):
+    """diffusers `FeedForward`: `net.0.proj` (then its activation) and `net.2`."""
+
+    dim: int
+    hidden: int
+    activation: Any = gelu_tanh
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = self.activation(Linear(self.hidden, ("embed", "mlp"), child="proj", name="net_0")(x))
+        return Dense(self.dim, axes=("mlp", "embed"), name="net_2")(x)
+
+
+def split_heads(x: jax.Array, heads: int) -> jax.Array:
+    return x.reshape(*x.shape[:-1], heads, -1)  # [B, S, H, Dh]
+
+
+# ---------------------------------------------------------------------------------------------
+# Text conditioning: token refiner, ByT5 projection, image projection
+
+
+class RefinerAttention(nn.Module):
+    """diffusers `Attention` (plain self-attention, biased projections) inside the token refiner."""
+
+    heads: int
+    dim: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array, mask: jax.Array | None) -> jax.Array:
+        q, k, v = (
+            split_heads(Dense(self.dim, axes=("embed", "heads"), name=n)(x), self.heads)
+            for n in ("to_q", "to_k", "to_v")
+        )
+        out = attention(q, k, v, kv_mask=mask)
+        return Dense(self.dim, axes=("heads", "embed"), name="to_out_0")(out.reshape(*x.shape[:-1], -1))
+
+
+class RefinerBlock(nn.Module):
+    """diffusers `HunyuanVideo15IndividualTokenRefinerBlock`."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array, temb: jax.Array, mask: jax.Array | None) -> jax.Array:
+        cfg = self.cfg
+        attn = RefinerAttention(cfg.num_attention_heads, cfg.inner_dim, name="attn")
+        attn_out = attn(LayerNorm(eps=1e-6, name="norm1")(x), mask)
+        gates = Linear(2 * cfg.inner_dim, name="norm_out")(nn.silu(temb))
+        gate_msa, gate_mlp = jnp.split(gates[:, None], 2, axis=-1)
+        x = x + attn_out * gate_msa
+        ff = FeedForward(cfg.inner_dim, cfg.mlp_dim, activation=nn.silu, name="ff")
+        return x + ff(LayerNorm(eps=1e-6, name="norm2")(x)) * gate_mlp
+
+
+class TokenRefiner(nn.Module):
+    """diffusers `HunyuanVideo15TokenRefiner`: refines the Qwen2.5-VL features, conditioned on t and their mean."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, text: jax.Array, timestep: jax.Array, mask: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        weights = mask.astype(jnp.float32)[..., None]
+        pooled = (text.astype(jnp.float32) * weights).sum(1) / weights.sum(1)
+        time_text = _TimeTextEmbed(cfg.inner_dim, name="time_text_embed")
+        temb = time_text(timestep, pooled.astype(text.dtype))
+        x = Dense(cfg.inner_dim, axes=(None, "embed"), name="proj_in")(text)
+        refiner = _RefinerStack(cfg, name="token_refiner")
+        return refiner(x, temb, mask.astype(bool))
+
+
+class _TimeTextEmbed(nn.Module):
+    """diffusers `CombinedTimestepTextProjEmbeddings`."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, timestep: jax.Array, pooled: jax.Array) -> jax.Array:
+        temb = MLPEmbedder(self.features, name="timestep_embedder")(timestep_sinusoid(timestep).astype(pooled.dtype))
+        return temb + MLPEmbedder(self.features, name="text_embedder")(pooled)
+
+
+class _RefinerStack(nn.Module):
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, x, temb, mask):
+        for i in range(self.cfg.num_refiner_layers):
+            x = RefinerBlock(self.cfg, name=f"refiner_blocks_{i}")(x, temb, mask)
+        return x
+
+
+class ByT5Projection(nn.Module):
+    """diffusers `HunyuanVideo15ByT5TextProjection`."""
+
+    hidden: int
+    features: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = LayerNorm(eps=1e-5, name="norm")(x)
+        x = gelu_exact(Dense(self.hidden, axes=(None, "mlp"), name="linear_1")(x))
+        x = gelu_exact(Dense(self.hidden, axes=("mlp", None), name="linear_2")(x))
+        return Dense(self.features, axes=(None, "embed"), name="linear_3")(x)
+
+
+class ImageProjection(nn.Module):
+    """diffusers `HunyuanVideo15ImageProjection` (SigLIP tokens into the model width)."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = LayerNorm(eps=1e-5, name="norm_in")(x)
+        x = gelu_exact(Dense(x.shape[-1], axes=(None, None), name="linear_1")(x))
+        x = Dense(self.features, axes=(None, "embed"), name="linear_2")(x)
+        return LayerNorm(eps=1e-5, name="norm_out")(x)
+
+
+def valid_tokens_first(tokens: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Move each row's valid tokens to the front, order kept (diffusers' per-sample reorder)."""
+    order = jnp.argsort(~mask, axis=1, stable=True)  # [B, T]
+    return jnp.take_along_axis(tokens, order[..., None], axis=1), jnp.take_along_axis(mask, order, axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Embed / block / head
+
+
+class Embedder(nn.Module):
+    """Everything before the dual-stream blocks; param names are diffusers' top-level modules."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, latents, timestep, text, text_mask, text_2, text_mask_2, image_embeds, timestep_r=None):
+        cfg = self.cfg
+        temb = TimeEmbedding(cfg.inner_dim, cfg.use_meanflow, name="time_embed")(timestep, timestep_r)
+        video = _XEmbedder(cfg, name="x_embedder")(latents)
+        cond_type = _CondTypeEmbed(cfg.inner_dim, name="cond_type_embed")()
+
+        # 1. Qwen2.5-VL tokens through the refiner, ByT5 tokens through their projection.
+        mllm = TokenRefiner(cfg, name="context_embedder")(text, timestep, text_mask) + cond_type[COND_MLLM]
+        byt5 = ByT5Projection(cfg.byt5_hidden, cfg.inner_dim, name="context_embedder_2")(text_2)
+        byt5 = byt5 + cond_type[COND_BYT5]
+
+        # 2. SigLIP tokens; all-zero image embeds mean text-to-video: zeroed and masked out.
+        image = ImageProjection(cfg.inner_dim, name="image_embedder")(image_embeds)
+        is_t2v = jnp.all(image_embeds == 0)
+        image = jnp.where(is_t2v, 0.0, image).astype(image.dtype) + cond_type[COND_IMAGE]
+        image_mask = jnp.broadcast_to(~is_t2v, image.shape[:2])
+
+        # 3. One joint text sequence [image, byt5, mllm], valid tokens first; invalid text zeroed.
+        text_mask, text_mask_2 = text_mask.astype(bool), text_mask_2.astype(bool)
+        mllm = jnp.where(text_mask[..., None], mllm, 0)
+        byt5 = jnp.where(text_mask_2[..., None], byt5, 0)
+        joint = jnp.concatenate([image, byt5, mllm], axis=1).astype(video.dtype)
+        joint_mask = jnp.concatenate([image_mask, text_mask_2, text_mask], axis=1)
+        joint, joint_mask = valid_tokens_first(joint, joint_mask)
+        return video, joint, joint_mask, temb
+
+
+class PatchEmbed(nn.Module):
+    """diffusers `HunyuanVideo15PatchEmbed`: a strided Conv3d, written as patchify + matmul."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        pt, p = cfg.patch_size_t, cfg.patch_size
+        b, c, f, h, w = x.shape
+        kernel = logical_param(self, "kernel", (pt, p, p, c, cfg.inner_dim), (None, None, None, "conv_in", "embed"))
+        bias = logical_param(self, "bias", (cfg.inner_dim,), ("embed",), nn.initializers.zeros)
+        x = x.reshape(b, c, f // pt, pt, h // p, p, w // p, p)
+        x = x.transpose(0, 2, 4, 6, 3, 5, 7, 1).reshape(b, -1, pt * p * p * c)  # [B, S, pt*p*p*C]
+        return jnp.dot(x, kernel.reshape(-1, cfg.inner_dim).astype(x.dtype)) + bias.astype(x.dtype)
+
+
+class _XEmbedder(nn.Module):
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, x):
+        return PatchEmbed(self.cfg, name="proj")(x)
+
+
+class _CondTypeEmbed(nn.Module):
+    """diffusers `cond_type_embed` (`nn.Embedding(3, D)`): rows COND_MLLM, COND_BYT5, COND_IMAGE."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self):
+        return logical_param(self, "embedding", (3, self.features), ("vocab", "embed"))
+
+
+class JointAttention(nn.Module):
+    """diffusers `Attention` with `HunyuanVideo15AttnProcessor2_0`: video and text share one softmax."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, video, text, ctx: Context):
+        cfg = self.cfg
+        heads, dim = cfg.num_attention_heads, cfg.inner_dim
+
+        def project(x, names, norms):
+            q, k, v = (split_heads(Dense(dim, axes=("embed", "heads"), name=n)(x), heads) for n in names)
+            q = RMSNorm(eps=1e-6, name=norms[0])(q)
+            k = RMSNorm(eps=1e-6, name=norms[1])(k)
+            return q, k, v
+
+        q, k, v = project(video, ("to_q", "to_k", "to_v"), ("norm_q", "norm_k"))
+        q, k = apply_rope(q, ctx.rope_cos, ctx.rope_sin), apply_rope(k, ctx.rope_cos, ctx.rope_sin)
+        tq, tk, tv = project(text, ("add_q_proj", "add_k_proj", "add_v_proj"), ("norm_added_q", "norm_added_k"))
+        out, out_text = joint_attention(q, k, v, tq, tk, tv, txt_mask=ctx.text_mask)
+        out = Dense(dim, axes=("heads", "embed"), name="to_out_0")(out.reshape(*video.shape[:-1], -1))
+        out_text = Dense(dim, axes=("heads", "embed"), name="to_add_out")(out_text.reshape(*text.shape[:-1], -1))
+        return out, out_text
+
+
+class DualStreamBlock(nn.Module):
+    """diffusers `HunyuanVideo15TransformerBlock`; hidden state is `(video, text)`."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, hidden: tuple[jax.Array, jax.Array], ctx: Context) -> tuple[jax.Array, jax.Array]:
+        cfg = self.cfg
+        video, text = hidden
+        act = nn.silu(ctx.temb)
+        mod = Linear(6 * cfg.inner_dim, name="norm1")(act).astype(video.dtype)
+        c_mod = Linear(6 * cfg.inner_dim, name="norm1_context")(act).astype(text.dtype)
+        shift, scale, gate, shift_mlp, scale_mlp, gate_mlp = jnp.split(mod, 6, axis=-1)
+        c_shift, c_scale, c_gate, c_shift_mlp, c_scale_mlp, c_gate_mlp = jnp.split(c_mod, 6, axis=-1)
+        norm = LayerNorm(eps=1e-6, use_scale=False, use_bias=False)
+
+        # 1. Joint attention on the AdaLN-modulated streams.
+        attn_out, text_attn_out = JointAttention(cfg, name="attn")(
+            modulate(norm(video), shift, scale), modulate(norm(text), c_shift, c_scale), ctx
+        )
+        video = video + attn_out * gate[:, None]
+        text = text + text_attn_out * c_gate[:, None]
+
+        # 2. Feed-forward per stream.
+        ff = FeedForward(cfg.inner_dim, cfg.mlp_dim, name="ff")
+        ff_text = FeedForward(cfg.inner_dim, cfg.mlp_dim, name="ff_context")
+        video = video + gate_mlp[:, None] * ff(modulate(norm(video), shift_mlp, scale_mlp))
+        text = text + c_gate_mlp[:, None] * ff_text(modulate(norm(text), c_shift_mlp, c_scale_mlp))
+        return video, text
+
+
+class Head(nn.Module):
+    """diffusers `AdaLayerNormContinuous` (`norm_out`, scale before shift) then `proj_out`."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, video: jax.Array, temb: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        emb = Linear(2 * cfg.inner_dim, name="norm_out")(nn.silu(temb))
+        scale, shift = jnp.split(emb.astype(video.dtype), 2, axis=-1)
+        video = modulate(LayerNorm(eps=1e-6, use_scale=False, use_bias=False)(video), shift, scale)
+        out = cfg.patch_size_t * cfg.patch_size**2 * cfg.out_channels
+        return Dense(out, axes=("embed", None), name="proj_out")(video)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+
+
+EMBED_MODULES = ("time_embed", "x_embedder", "cond_type_embed", "context_embedder", "context_embedder_2", "image_embedder")
+HEAD_MODULES = ("norm_out", "proj_out")
+
+
+class HunyuanVideo15Transformer:
+    """HunyuanVideo-1.5 DiT in the `vidax.zoo.dit.StackedDiT` shape.
+
+    Args:
+        cfg: the transformer config (`TransformerConfig.from_hf_config(config_json)`).
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        self.cfg = cfg
+        self.embedder = Embedder(cfg)
+        self.block = DualStreamBlock(cfg)
+        self.head_module = Head(cfg)
+
+    def embed(
+        self,
+        params: Params,
+        latents: jax.Array,
+        timestep: jax.Array,
+        text: jax.Array,
+        text_mask: jax.Array,
+        text_2: jax.Array,
+        text_mask_2: jax.Array,
+        image_embeds: jax.Array,
+        timestep_r: jax.Array | None = None,
+    ) -> tuple[tuple[jax.Array, jax.Array], Context]:
+        """Tokens and context from the diffusers forward's inputs.
+
+        Args:
+            params: the full parameter tree (only the embedders are read).
+            latents: `[B, in_channels, F, H, W]` (I2V: latent, condition latent and mask, concatenated).
+            timestep: `[B]` in the scheduler's 0..1000 scale.
+            text: Qwen2.5-VL features `[B, T1, text_embed_dim]`; text_mask `[B, T1]`.
+            text_2: ByT5 features `[B, T2, text_embed_2_dim]`; text_mask_2 `[B, T2]`.
+            image_embeds: SigLIP tokens `[B, N, image_embed_dim]`, all zeros for text-to-video.
+            timestep_r: `[B]`, the meanflow (step-distilled) models' second time; ignored otherwise.
+        """
+        cfg = self.cfg
+        sub = {name: params[name] for name in EMBED_MODULES if name in params}
+        video, joint, joint_mask, temb = self.embedder.apply(
+            {"params": sub}, latents, timestep, text, text_mask, text_2, text_mask_2, image_embeds, timestep_r
+        )
+        f, h, w = latents.shape[2:]
+        cos, sin = rope_tables(cfg, f, h, w)
+        grid = (f // cfg.patch_size_t, h // cfg.patch_size, w // cfg.patch_size)
+        return (video, joint), Context(temb, joint_mask, jnp.asarray(cos), jnp.asarray(sin), grid)
+
+    def head(self, params: Params, hidden: tuple[jax.Array, jax.Array], ctx: Context) -> jax.Array:
+        """Final AdaLN, projection and unpatchify to `[B, out_channels, F, H, W]`."""
+        cfg = self.cfg
+        sub = {name: params[name] for name in HEAD_MODULES}
+        out = self.head_module.apply({"params": sub}, hidden[0], ctx.temb)
+        (f, h, w), pt, p = ctx.grid, cfg.patch_size_t, cfg.patch_size
+        out = out.reshape(out.shape[0], f, h, w, cfg.out_channels, pt, p, p)
+        out = out.transpose(0, 4, 1, 5, 2, 6, 3, 7)  # [B, C, F, pt, H, p, W, p]
+        return out.reshape(out.shape[0], cfg.out_channels, f * pt, h * p, w * p)
+
+    def __call__(self, params: Params, *inputs: Any, run_blocks=scan_blocks) -> jax.Array:
+        return forward(self, params, *inputs, run_blocks=run_blocks)
+
+    def init_params(self, rng: jax.Array, batch: int = 1, frames: int = 1, size: int = 2, text_len: int = 2) -> Params:
+        """Random parameters of the full tree (blocks stacked), for shapes and tests of the runtime."""
+        cfg = self.cfg
+        inputs = _dummy_inputs(cfg, batch, frames, size, text_len)
+        k_embed, k_blocks, k_head = jax.random.split(rng, 3)
+        params = dict(nn.unbox(self.embedder.init(k_embed, *inputs)["params"]))
+        (video, joint), ctx = self.embed(params, *inputs)
+        keys = jax.random.split(k_blocks, cfg.num_layers)
+        params["blocks"] = jax.vmap(lambda k: nn.unbox(self.block.init(k, (video, joint), ctx)["params"]))(keys)
+        params.update(nn.unbox(self.head_module.init(k_head, video, ctx.temb)["params"]))
+        return params
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree."""
+        tree = jax.eval_shape(self.init_params, jax.random.key(0))
+        flat = flax.traverse_util.flatten_dict(tree, sep="/")
+        return {path: tuple(leaf.shape) for path, leaf in flat.items()}
+
+
+def _dummy_inputs(cfg: TransformerConfig, batch: int, frames: int, size: int, text_len: int):
+    f32 = jnp.float32
+    return (
+        jnp.zeros((batch, cfg.in_channels, frames * cfg.patch_size_t, size * cfg.patch_size, size * cfg.patch_size), f32),
+        jnp.zeros((batch,), f32),
+        jnp.zeros((batch, text_len, cfg.text_embed_dim), f32),
+        jnp.ones((batch, text_len), bool),
+        jnp.zeros((batch, text_len, cfg.text_embed_2_dim), f32),
+        jnp.ones((batch, text_len), bool),
+        jnp.zeros((batch, 1, cfg.image_embed_dim), f32),
+        jnp.zeros((batch,), f32) if cfg.use_meanflow else None,
+    )
