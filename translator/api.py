@@ -1,0 +1,76 @@
+"""The public entry points: convert a checkpoint through a spec into a host tree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from vidax.translator import executor, sources
+from vidax.translator.dtypes import policy_dtype
+from vidax.translator.executor import LeafPlan
+from vidax.translator.spec import Spec, load_spec
+
+
+class LazyTree(Mapping):
+    """A planned, fully accounted conversion whose leaves are computed when accessed.
+
+    `save_tree` streams it chunk by chunk, so a whole model never sits in memory at once.
+    """
+
+    def __init__(self, spec: Spec, source: sources.Source, leaves: list[LeafPlan]):
+        self.spec, self.source = spec, source
+        self.leaves = {leaf.path: leaf for leaf in leaves}
+
+    def __getitem__(self, path: str) -> np.ndarray:
+        return executor.materialize(self.leaves[path], self.source.checkpoint)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.leaves)
+
+    def __len__(self) -> int:
+        return len(self.leaves)
+
+    def chunks(self, path: str) -> Iterator[np.ndarray]:
+        return executor.chunks(self.leaves[path], self.source.checkpoint)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {p: leaf.shape for p, leaf in self.leaves.items()}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(leaf.nbytes for leaf in self.leaves.values())
+
+
+def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, tuple[int, ...]] | None = None, *,
+            layout: str | None = None, dtype: str | None = None, revision: str | None = None,
+            subfolder: str | None = None, lazy: bool = False) -> dict[str, np.ndarray] | LazyTree:
+    """Convert a PyTorch checkpoint into a flat host tree ``{"a/b/kernel": np.ndarray}``.
+
+    Args:
+      spec: a loaded `Spec`, a shipped spec name (``"wan/transformer"``) or a spec file path.
+      source: a checkpoint file, a model folder, or a Hub repo id (``"Wan-AI/Wan2.1-T2V-1.3B"``).
+      expected: optional flat mapping path -> shape; every produced leaf must appear with that
+        shape and every expected leaf must be produced.
+      layout: force one of the spec's layouts instead of detecting it from the key signature.
+      dtype: override the spec's default dtype (``float32``, ``bfloat16``, ``float16``, ``keep``);
+        the spec's path rules (e.g. fp32 norms) still apply.
+      revision: Hub revision (branch, tag or commit) when `source` is a repo id.
+      subfolder: folder inside the repo or local folder that holds the model root.
+      lazy: return a `LazyTree` (leaves computed on access) instead of a dict.
+
+    Returns:
+      The host tree. Leaves whose layout and dtype already match are zero-copy read-only views of
+      the memory-mapped file; the others are fresh arrays.
+
+    Raises:
+      TranslatorError: SpecError, SourceError, FormatError, or AccountingError listing every
+        unaccounted key, unfired rule and missing or misshapen leaf at once.
+    """
+    spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    opened = sources.resolve(spec, source, revision=revision, subfolder=subfolder, layout=layout)
+    override = policy_dtype(dtype, "dtype") if dtype is not None else "spec"
+    leaves = executor.plan(spec, opened.layout, opened.checkpoint, expected, override)
+    tree = LazyTree(spec, opened, leaves)
+    return tree if lazy else {path: tree[path] for path in tree}

@@ -1,0 +1,67 @@
+"""A checkpoint as one key space over its files (safetensors shards, index.json, PyTorch zip)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from vidax.translator.errors import FormatError
+from vidax.translator.safetensors_io import SafetensorsFile, TensorInfo, read_index
+
+TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
+
+
+def open_file(path: Path):
+    """Open one checkpoint file by its suffix; both readers expose `tensors`, `array`, `release`."""
+    if path.name.endswith(".safetensors"):
+        return SafetensorsFile(path)
+    if path.suffix in TORCH_SUFFIXES:
+        from vidax.translator.torch_zip import TorchZipFile
+
+        return TorchZipFile(path)
+    raise FormatError(f"{path}: unsupported checkpoint file type (want .safetensors, index.json, {', '.join(TORCH_SUFFIXES)})")
+
+
+def expand_files(paths: list[Path]) -> list[Path]:
+    """Replace index.json files by their shards, keeping order and dropping duplicates."""
+    out: dict[Path, None] = {}
+    for path in paths:
+        if path.name.endswith(".index.json"):
+            for shard in read_index(path).values():
+                out[shard] = None
+        else:
+            out[path] = None
+    return list(out)
+
+
+class Checkpoint:
+    """Every tensor of a set of files, addressed by key; arrays are zero-copy views."""
+
+    def __init__(self, paths: list[Path]):
+        self.paths = expand_files([Path(p) for p in paths])
+        self._owner: dict[str, object] = {}
+        self.metadata: dict[str, str] = {}
+        for path in self.paths:
+            reader = open_file(path)
+            self.metadata.update(getattr(reader, "metadata", {}))
+            for key in reader.tensors:
+                if key in self._owner:
+                    raise FormatError(f"{path}: tensor {key!r} also appears in {self._owner[key].path}")
+                self._owner[key] = reader
+
+    def keys(self) -> list[str]:
+        return list(self._owner)
+
+    def info(self, key: str) -> TensorInfo:
+        return self._owner[key].tensors[key]
+
+    def array(self, key: str) -> np.ndarray:
+        return self._owner[key].array(key)
+
+    def release(self, key: str) -> None:
+        self._owner[key].release(key)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.info(k).nbytes for k in self._owner)

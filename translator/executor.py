@@ -1,0 +1,258 @@
+"""Plan a conversion from headers alone (strict accounting), then stream it leaf by leaf.
+
+Planning reads no tensor data: every violation is collected and raised as one AccountingError
+before any byte is copied. Execution fills each leaf with one fused transform+cast copy per source
+tensor (none when layout and dtype already match), stacked leaves into one preallocated buffer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vidax.translator import ops
+from vidax.translator.checkpoint import Checkpoint
+from vidax.translator.errors import AccountingError
+from vidax.translator.spec import _LEAF_PATH, Layout, Rule, Spec
+
+_BLOCK_ROWS = 256  # rows per block when copying a transposed view (keeps source reads cache-friendly)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One source tensor's contribution to a leaf."""
+
+    key: str
+    rule: Rule
+    shape: tuple[int, ...]  # after op and split
+    layer: int | None = None
+    part: str | None = None  # fuse part name
+    src_range: tuple[int, int] | None = None  # split range along rule.split.axis
+
+
+@dataclass
+class LeafPlan:
+    path: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    pieces: list[Piece]
+    stacked: bool
+    fuse_offsets: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def _claims(layout: Layout, keys: list[str], problems: list[str]) -> dict[str, tuple[Rule, re.Match]]:
+    claimed = {}
+    for key in keys:
+        rules = [(r, m) for r in layout.rules if (m := r.pattern.fullmatch(key))]
+        ignored = [p.pattern for p in layout.ignore if p.fullmatch(key)]
+        if len(rules) + bool(ignored) > 1:
+            names = [r.label for r, _ in rules] + [f"ignore {p!r}" for p in ignored[:1]]
+            problems.append(f"source key {key!r} claimed by {' and '.join(names)}")
+        elif rules:
+            claimed[key] = rules[0]
+        elif not ignored:
+            problems.append(f"source key {key!r} matched by no rule or ignore pattern")
+    return claimed
+
+
+
+def _pieces(key: str, rule: Rule, match, ckpt: Checkpoint, spec: Spec) -> list[tuple[str, Piece]]:
+    groups = match.groupdict()
+    shape = ops.out_shape(rule, ckpt.info(key).shape)
+    layer = None
+    if rule.stack:
+        if not groups[rule.stack].isdigit():
+            raise ValueError(f"stack group {rule.stack!r} is {groups[rule.stack]!r}, not a layer number")
+        layer = int(groups[rule.stack])
+    part = groups[rule.fuse.group] if rule.fuse else None
+    if part is not None and part not in rule.fuse.order:
+        raise ValueError(f"fuse part {part!r} is not in the declared order {list(rule.fuse.order)}")
+    if not rule.split:
+        return [(rule.target.render(groups, spec.renames), Piece(key, rule, shape, layer, part))]
+    out = []
+    for name, (start, stop) in zip(rule.split.parts, ops.split_bounds(rule, shape)):
+        part_shape = list(shape)
+        part_shape[rule.split.axis] = stop - start
+        target = rule.target.render({**groups, "part": name}, spec.renames)
+        out.append((target, Piece(key, rule, tuple(part_shape), layer, None, (start, stop))))
+    return out
+
+
+def _leaf(path: str, pieces: list[Piece]) -> tuple[LeafPlan | None, list[str]]:
+    rules = {p.rule.label for p in pieces}
+    if len(rules) > 1:
+        return None, [f"leaf {path!r} produced by several rules: {', '.join(sorted(rules))}"]
+    rule = pieces[0].rule
+    by_layer: dict[int | None, list[Piece]] = defaultdict(list)
+    for piece in pieces:
+        by_layer[piece.layer].append(piece)
+    problems: list[str] = []
+    if rule.stack and sorted(by_layer) != list(range(len(by_layer))):
+        problems.append(f"leaf {path!r}: stacked layers {sorted(by_layer)} are not 0..{len(by_layer) - 1}")
+    shapes, offsets = set(), {}
+    for layer, group in sorted(by_layer.items(), key=lambda kv: kv[0] or 0):
+        shape, offsets, problem = _combine(path, rule, group)
+        if problem:
+            problems.append(problem)
+        shapes.add(shape)
+    if len(shapes) > 1:
+        problems.append(f"leaf {path!r}: stacked layers disagree on shape {sorted(shapes)}")
+    if problems:
+        return None, problems
+    shape = shapes.pop()
+    if rule.stack:
+        shape = (len(by_layer), *shape)
+    return LeafPlan(path, shape, None, pieces, bool(rule.stack), offsets), []
+
+
+def _combine(path: str, rule: Rule, group: list[Piece]) -> tuple[tuple[int, ...], dict, str | None]:
+    """Shape of one (layer's) leaf from its pieces: exactly one piece, or every fuse part once."""
+    keys = ", ".join(sorted(p.key for p in group))
+    if not rule.fuse:
+        if len(group) > 1:
+            return group[0].shape, {}, f"leaf {path!r} produced by several source keys: {keys}"
+        return group[0].shape, {}, None
+    parts = {p.part: p for p in group}
+    if len(parts) != len(group) or set(parts) != set(rule.fuse.order):
+        return (), {}, f"leaf {path!r}: fuse needs each of {list(rule.fuse.order)} once, got {keys}"
+    axis = rule.fuse.axis
+    first = parts[rule.fuse.order[0]].shape
+    offsets, cursor = {}, 0
+    for name in rule.fuse.order:
+        shape = parts[name].shape
+        if len(shape) != len(first) or any(a != b for i, (a, b) in enumerate(zip(shape, first)) if i != axis % len(first)):
+            return (), {}, f"leaf {path!r}: fuse parts have incompatible shapes ({keys})"
+        offsets[name] = (cursor, cursor + shape[axis])
+        cursor += shape[axis]
+    fused = list(first)
+    fused[axis] = cursor
+    return tuple(fused), offsets, None
+
+
+def plan(spec: Spec, layout: Layout, ckpt: Checkpoint, expected: Mapping[str, tuple[int, ...]] | None = None,
+         dtype: np.dtype | None | str = "spec") -> list[LeafPlan]:
+    """Every leaf of the converted tree with its shape, dtype and pieces; raises AccountingError."""
+    problems: list[str] = []
+    claimed = _claims(layout, ckpt.keys(), problems)
+    by_target: dict[str, list[Piece]] = defaultdict(list)
+    fired: set[int] = set()
+    for key, (rule, match) in claimed.items():
+        fired.add(rule.index)
+        try:
+            for target, piece in _pieces(key, rule, match, ckpt, spec):
+                by_target[target].append(piece)
+        except (ValueError, KeyError) as err:
+            problems.append(f"source key {key!r} ({rule.label}): {err.args[0]}")
+    problems += [f"{r.label} matched no source key" for r in layout.rules if r.index not in fired and not r.optional]
+    default = spec.dtype.default if isinstance(dtype, str) else dtype
+    leaves = []
+    for path, pieces in by_target.items():
+        if not _LEAF_PATH.fullmatch(path):
+            problems.append(f"target {path!r} (from {pieces[0].key!r}) is not a valid tree path")
+            continue
+        leaf, leaf_problems = _leaf(path, pieces)
+        problems += leaf_problems
+        if leaf:
+            # "keep" (None) means the source's own dtype
+            policy = spec.dtype.for_leaf(path, default)
+            leaf.dtype = ckpt.info(pieces[0].key).dtype if policy is None else policy
+            leaves.append(leaf)
+    problems += _expected_problems(leaves, expected)
+    if problems:
+        raise AccountingError(problems)
+    return leaves
+
+
+def _expected_problems(leaves: list[LeafPlan], expected: Mapping[str, tuple[int, ...]] | None) -> list[str]:
+    if expected is None:
+        return []
+    produced = {leaf.path: leaf.shape for leaf in leaves}
+    problems = [f"expected leaf {p!r} not produced" for p in expected if p not in produced]
+    problems += [f"leaf {p!r} produced but not expected" for p in produced if p not in expected]
+    problems += [f"leaf {p!r} has shape {list(s)}, expected {list(expected[p])}"
+                 for p, s in produced.items() if p in expected and tuple(expected[p]) != s]
+    return problems
+
+
+# ----------------------------------------------------------------------------- execution
+
+
+def _source_view(piece: Piece, ckpt: Checkpoint) -> np.ndarray:
+    view = ops.apply(piece.rule, ckpt.array(piece.key))
+    if piece.src_range is not None:
+        index = [slice(None)] * view.ndim
+        index[piece.rule.split.axis] = slice(*piece.src_range)
+        view = view[tuple(index)]
+    return view
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src with the cast fused in; transposed sources go in row blocks for cache locality."""
+    if src.ndim >= 2 and not src.flags.c_contiguous and dst.shape[0] > _BLOCK_ROWS:
+        for start in range(0, dst.shape[0], _BLOCK_ROWS):
+            np.copyto(dst[start:start + _BLOCK_ROWS], src[start:start + _BLOCK_ROWS], casting="unsafe")
+    else:
+        np.copyto(dst, src, casting="unsafe")
+
+
+def _fill(leaf: LeafPlan, pieces: list[Piece], dst: np.ndarray, ckpt: Checkpoint) -> None:
+    for piece in pieces:
+        region = dst
+        if piece.part is not None:
+            start, stop = leaf.fuse_offsets[piece.part]
+            index = [slice(None)] * dst.ndim
+            index[piece.rule.fuse.axis] = slice(start, stop)
+            region = dst[tuple(index)]
+        _copy(region, _source_view(piece, ckpt))
+        ckpt.release(piece.key)
+
+
+def zero_copy_view(leaf: LeafPlan, ckpt: Checkpoint) -> np.ndarray | None:
+    """The source view itself when it already is the leaf (one piece, same dtype, C-contiguous)."""
+    if leaf.stacked or len(leaf.pieces) != 1 or leaf.pieces[0].part is not None:
+        return None
+    view = _source_view(leaf.pieces[0], ckpt)
+    return view if view.dtype == leaf.dtype and view.flags.c_contiguous else None
+
+
+def materialize(leaf: LeafPlan, ckpt: Checkpoint) -> np.ndarray:
+    """The leaf as an array: a zero-copy view when possible, else one preallocated buffer."""
+    view = zero_copy_view(leaf, ckpt)
+    if view is not None:
+        return view
+    out = np.empty(leaf.shape, leaf.dtype)
+    if leaf.stacked:
+        for layer, pieces in _by_layer(leaf).items():
+            _fill(leaf, pieces, out[layer], ckpt)
+    else:
+        _fill(leaf, leaf.pieces, out, ckpt)
+    return out
+
+
+def chunks(leaf: LeafPlan, ckpt: Checkpoint) -> Iterator[np.ndarray]:
+    """The leaf's bytes in C order as a few arrays (one per layer when stacked), for streaming writes."""
+    if not leaf.stacked:
+        yield materialize(leaf, ckpt)
+        return
+    buffer = np.empty(leaf.shape[1:], leaf.dtype)
+    for _, pieces in sorted(_by_layer(leaf).items()):
+        _fill(leaf, pieces, buffer, ckpt)
+        yield buffer
+
+
+def _by_layer(leaf: LeafPlan) -> dict[int, list[Piece]]:
+    out: dict[int, list[Piece]] = defaultdict(list)
+    for piece in leaf.pieces:
+        out[piece.layer].append(piece)
+    return out
