@@ -1,0 +1,80 @@
+"""T5 / ByT5 / UMT5 encoders against transformers, through the shipped specs (both UMT5 layouts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from tests.encoders.oracle import assert_close, converted_params, perturb
+from vidax.translator.errors import TranslatorError
+from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel, relative_position_buckets
+
+SIZES = dict(vocab_size=64, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4)
+VARIANTS = {
+    # name: (transformers config class, model class, spec, extra config)
+    "t5_v1_1": (transformers.T5Config, transformers.T5EncoderModel, "encoders/t5", {"feed_forward_proj": "gated-gelu"}),
+    "t5_v1_0": (transformers.T5Config, transformers.T5EncoderModel, "encoders/t5", {"feed_forward_proj": "relu"}),
+    "umt5": (transformers.UMT5Config, transformers.UMT5EncoderModel, "encoders/umt5", {"feed_forward_proj": "gated-gelu"}),
+}
+# one padded and one full row: masking of padded keys must matter
+IDS = np.array([[5, 17, 33, 9, 41, 1, 0, 0, 0, 0], [3, 60, 2, 11, 29, 8, 50, 44, 7, 1]], np.int32)
+MASK = (np.arange(IDS.shape[1])[None] < np.array([[6], [10]])).astype(np.int32)
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def variant(request, tmp_path_factory):
+    config_cls, model_cls, spec, extra = VARIANTS[request.param]
+    reference = perturb(model_cls(config_cls(**SIZES, **extra)))
+    folder = tmp_path_factory.mktemp(request.param)
+    reference.save_pretrained(folder / "text_encoder")
+    config = T5Config.from_hf_config(reference.config.to_dict())
+    ours = T5EncoderModel(config)
+    params = converted_params(spec, folder, ours, IDS, MASK)
+    with torch.no_grad():
+        ref_out = reference(torch.from_numpy(IDS).long(), attention_mask=torch.from_numpy(MASK), output_hidden_states=True)
+    return reference, ours, params, ref_out, spec, folder
+
+
+def test_config_matches_reference(variant):
+    reference, ours, *_ = variant
+    assert ours.config.is_gated == reference.config.is_gated_act
+    assert ours.config.act_name == reference.config.dense_act_fn
+    assert ours.config.per_layer_position_bias == (reference.config.model_type == "umt5")
+
+
+def test_per_layer_and_end_to_end(variant):
+    _, ours, params, ref_out, *_ = variant
+    last, hidden = ours.apply(params, IDS, MASK)
+    for i, ref_hidden in enumerate(ref_out.hidden_states[:-1]):
+        assert_close(hidden[i], ref_hidden, what=f"hidden state {i}")
+    assert_close(last, ref_out.last_hidden_state, what="last_hidden_state")
+
+
+def test_buckets_match_reference():
+    attn = transformers.UMT5EncoderModel(transformers.UMT5Config(**SIZES)).encoder.block[0].layer[0].SelfAttention
+    length = 300  # past max_distance=128: the logarithmic and clamped buckets are exercised
+    relative = torch.arange(length)[None, :] - torch.arange(length)[:, None]
+    expected = attn._relative_position_bucket(relative).numpy()
+    np.testing.assert_array_equal(relative_position_buckets(length, 32, 128), expected)
+
+
+def test_padding_changes_output(variant):
+    # the mask must reach the attention: unmasking the padding changes the valid tokens' outputs
+    _, ours, params, *_ = variant
+    masked, _ = ours.apply(params, IDS, MASK)
+    unmasked, _ = ours.apply(params, IDS, np.ones_like(MASK))
+    assert np.abs(np.asarray(masked[0, :6]) - np.asarray(unmasked[0, :6])).max() > 1e-4
+
+
+def test_spec_rejects_missing_tensor(variant, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    reference, ours, _, _, spec, folder = variant
+    state = load_file(folder / "text_encoder" / "model.safetensors")
+    del state["encoder.block.1.layer.1.layer_norm.weight"]
+    (tmp_path / "text_encoder").mkdir()
+    save_file(state, tmp_path / "text_encoder" / "model.safetensors")
+    with pytest.raises(TranslatorError, match="layer_norm"):
+        converted_params(spec, tmp_path, ours, IDS, MASK)

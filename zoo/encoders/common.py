@@ -1,0 +1,121 @@
+"""Pieces every encoder shares: embedding tables, activations, short-sequence attention, configs.
+
+Text and image encoders run once per prompt over at most a few hundred tokens, so their attention
+is the plain softmax(QKᵀ) here: it takes what `vidax.zoo.attention.attention` does not (an
+additive bias for T5, a causal mask for the decoders). Video self-attention never comes here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vidax.zoo.layers import logical_param
+
+# The mesh placement of every encoder's logical axes: Megatron tensor parallel over attention
+# heads and feed-forward features, the batch (classifier-free guidance's two prompts) over data.
+ENCODER_SHARDING_RULES = (
+    ("batch", "data"),
+    ("heads", "tensor"),
+    ("mlp", "tensor"),
+    ("embed", None),
+    ("vocab", None),
+    ("layers", None),
+    ("norm", None),
+    ("conv_in", None),
+    ("conv_out", None),
+)
+
+
+def quick_gelu(x: jax.Array) -> jax.Array:
+    return x * jax.nn.sigmoid(1.702 * x)
+
+
+# transformers' ACT2FN names -> functions (only those the supported encoders use)
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "relu": jax.nn.relu,
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "quick_gelu": quick_gelu,
+    "silu": jax.nn.silu,
+}
+
+
+def activation(name: str, where: str) -> Callable[[jax.Array], jax.Array]:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"{where}: activation {name!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
+    return ACTIVATIONS[name]
+
+
+def pick_fields(cls, hf: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The entries of an HF config.json that dataclass `cls` declares, renamed where asked."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    out = {}
+    for key, value in hf.items():
+        key = (renames or {}).get(key, key)
+        if key in names:
+            out[key] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+class Embed(nn.Module):
+    """A lookup table `embedding` `[num, features]` (a torch `nn.Embedding`'s weight)."""
+
+    num: int
+    features: int
+    axes: tuple[str | None, str | None] = ("vocab", "embed")
+
+    @nn.compact
+    def __call__(self, ids: jax.Array) -> jax.Array:
+        table = logical_param(self, "embedding", (self.num, self.features), self.axes)
+        return jnp.take(table, ids, axis=0)
+
+
+def dense_attention(q, k, v, *, scale: float, bias=None, mask=None):
+    """softmax(q kᵀ · scale + bias) v over short sequences, in fp32.
+
+    Args:
+      q, k, v: `[B, S, H, D]` (k/v may have fewer heads: grouped-query attention repeats them).
+      scale: logit scale (T5 uses 1.0).
+      bias: additive logits bias broadcastable to `[B, H, Sq, Sk]`, or None.
+      mask: bool, broadcastable to `[B, H, Sq, Sk]`, True = attend; masked logits get the
+        dtype's lowest value (as transformers does), so a fully masked row stays finite.
+    """
+    if k.shape[2] != q.shape[2]:
+        k = jnp.repeat(k, q.shape[2] // k.shape[2], axis=2)
+        v = jnp.repeat(v, q.shape[2] // v.shape[2], axis=2)
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32)) * scale
+    if bias is not None:
+        logits = logits + bias.astype(jnp.float32)
+    if mask is not None:
+        logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, v.astype(jnp.float32)).astype(q.dtype)
+
+
+def padding_mask(attention_mask: jax.Array | None) -> jax.Array | None:
+    """`[B, S]` 0/1 mask -> bool `[B, 1, 1, S]` over keys (None stays None)."""
+    if attention_mask is None:
+        return None
+    return attention_mask.astype(bool)[:, None, None, :]
+
+
+def scanned(block_cls, length: int, name: str, **kwargs):
+    """`length` copies of `block_cls` as one `nn.scan`: params stacked on a leading `layers` axis.
+
+    The block's `__call__(carry, *broadcast)` returns `(carry, per_layer_output)`.
+    """
+    stack = nn.scan(
+        block_cls,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        in_axes=nn.broadcast,
+        length=length,
+        metadata_params={nn.PARTITION_NAME: "layers"},
+    )
+    return stack(name=name, **kwargs)
