@@ -371,16 +371,32 @@ class DualStreamBlock(nn.Module):
         return video, text
 
 
+class _AdaNormOut(nn.Module):
+    """diffusers `norm_out.linear` kept as its two halves, `linear_scale` and `linear_shift`.
+
+    diffusers orders the halves (scale, shift), the official checkpoint (shift, scale): named halves
+    let both layouts' specs say which is which by a split, with no reordering op.
+    """
+
+    features: int
+
+    @nn.compact
+    def __call__(self, temb: jax.Array) -> tuple[jax.Array, jax.Array]:
+        act = nn.silu(temb)
+        scale = Dense(self.features, axes=("embed", None), name="linear_scale")(act)
+        return scale, Dense(self.features, axes=("embed", None), name="linear_shift")(act)
+
+
 class Head(nn.Module):
-    """diffusers `AdaLayerNormContinuous` (`norm_out`, scale before shift) then `proj_out`."""
+    """diffusers `AdaLayerNormContinuous` (`norm_out`) then `proj_out`."""
 
     cfg: TransformerConfig
 
     @nn.compact
     def __call__(self, video: jax.Array, temb: jax.Array) -> jax.Array:
         cfg = self.cfg
-        emb = Linear(2 * cfg.inner_dim, name="norm_out")(nn.silu(temb))
-        scale, shift = jnp.split(emb.astype(video.dtype), 2, axis=-1)
+        scale, shift = _AdaNormOut(cfg.inner_dim, name="norm_out")(temb)
+        scale, shift = scale.astype(video.dtype), shift.astype(video.dtype)
         video = modulate(LayerNorm(eps=1e-6, use_scale=False, use_bias=False)(video), shift, scale)
         out = cfg.patch_size_t * cfg.patch_size**2 * cfg.out_channels
         return Dense(out, axes=("embed", None), name="proj_out")(video)
