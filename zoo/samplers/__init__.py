@@ -1,0 +1,59 @@
+"""Samplers: pure schedule functions, jittable steppers, guidance, and the sampling loop.
+
+    schedule = flow_match_schedule(30, shift=7.0)
+    stepper = FlowEuler.from_schedule(schedule)
+    latents = sample(model_fn, stepper, initial_noise(key, shape))
+"""
+
+from vidax.zoo.samplers.base import initial_noise, step_noise
+from vidax.zoo.samplers.errors import NonFiniteLatentsError, SamplerConfigError, SamplerError
+from vidax.zoo.samplers.flow_euler import FlowEuler, FlowEulerAncestral
+from vidax.zoo.samplers.loop import jitted_step, sample
+from vidax.zoo.samplers.schedules import (
+    Schedule,
+    calculate_shift,
+    cogvideox_alphas_cumprod,
+    ddim_timesteps,
+    dpm_flow_schedule,
+    flow_match_schedule,
+    karras_sigmas,
+    linear_quadratic_sigmas,
+    rescale_zero_terminal_snr,
+    scaled_linear_betas,
+    snr_shift,
+    static_shift,
+    stretch_to_terminal,
+    time_shift,
+    unipc_flow_schedule,
+    unipc_karras_flow_schedule,
+)
+from vidax.zoo.samplers.unipc import UniPC
+
+__all__ = [
+    "FlowEuler",
+    "FlowEulerAncestral",
+    "NonFiniteLatentsError",
+    "SamplerConfigError",
+    "SamplerError",
+    "Schedule",
+    "UniPC",
+    "calculate_shift",
+    "cogvideox_alphas_cumprod",
+    "ddim_timesteps",
+    "dpm_flow_schedule",
+    "flow_match_schedule",
+    "initial_noise",
+    "jitted_step",
+    "karras_sigmas",
+    "linear_quadratic_sigmas",
+    "rescale_zero_terminal_snr",
+    "sample",
+    "scaled_linear_betas",
+    "snr_shift",
+    "static_shift",
+    "step_noise",
+    "stretch_to_terminal",
+    "time_shift",
+    "unipc_flow_schedule",
+    "unipc_karras_flow_schedule",
+]

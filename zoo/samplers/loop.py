@@ -1,0 +1,62 @@
+"""The sampling loop: a short host loop over one jitted step, with a NaN/Inf stop after each step."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.zoo.samplers.base import State, Stepper
+from vidax.zoo.samplers.errors import NonFiniteLatentsError
+
+# model_fn(latents, step_index, timestep) -> model output with the latents' shape.
+ModelFn = Callable[[jax.Array, int, float], jax.Array]
+Callback = Callable[[int, jax.Array], None]
+
+
+def _step_and_check(stepper: Stepper, state: State, model_output: jax.Array, step_index: jax.Array):
+    state, latents = stepper.step(state, model_output, step_index)
+    return state, latents, jnp.all(jnp.isfinite(latents))
+
+
+# The stepper is a pytree argument (schedule as data, configuration as static structure) and the
+# step index is traced, so a whole trajectory — and every trajectory of the same configuration
+# and shapes — reuses one compiled step.
+jitted_step = jax.jit(_step_and_check)
+
+
+def sample(
+    model_fn: ModelFn,
+    stepper: Stepper,
+    latents: jax.Array,
+    *,
+    key: jax.Array | None = None,
+    callback: Callback | None = None,
+) -> jax.Array:
+    """Run `stepper` from `latents` to the end of its schedule.
+
+    Args:
+        model_fn: `model_fn(latents, step_index, timestep)` returns the model's prediction
+            (velocity, v or noise, as the stepper expects), guidance already applied.
+        stepper: a configured stepper (`FlowEuler`, `UniPC`, ...).
+        latents: initial latents (given, or from `initial_noise(key, shape)`).
+        key: random key for stochastic steppers (ancestral Euler, CogVideoX DPM).
+        callback: called as `callback(step_index, latents)` after each step.
+
+    Raises:
+        NonFiniteLatentsError: a step produced NaN or Inf; names the step and its timestep.
+    """
+    state = stepper.init(latents, key)
+    timesteps = np.asarray(stepper.timesteps)
+    for i in range(stepper.num_steps):
+        model_output = model_fn(state["latents"], i, float(timesteps[i]))
+        state, latents, finite = jitted_step(stepper, state, model_output, jnp.int32(i))
+        if not bool(finite):
+            raise NonFiniteLatentsError(
+                f"sampling step {i + 1}/{stepper.num_steps} (timestep {timesteps[i]:g}) produced NaN or Inf latents"
+            )
+        if callback is not None:
+            callback(i, latents)
+    return state["latents"]
