@@ -168,10 +168,26 @@ def plan(spec: Spec, layout: Layout, ckpt: Checkpoint, expected: Mapping[str, tu
             policy = spec.dtype.for_leaf(path, default)
             leaf.dtype = ckpt.info(pieces[0].key).dtype if policy is None else policy
             leaves.append(leaf)
+    problems += _layer_count_problems(leaves)
     problems += _expected_problems(leaves, expected)
     if problems:
         raise AccountingError(problems)
     return leaves
+
+
+def _layer_count_problems(leaves: list[LeafPlan]) -> list[str]:
+    """Stacked leaves under one top-level name (`blocks/...`) must agree on their layer count."""
+    counts: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for leaf in leaves:
+        if leaf.stacked:
+            counts[leaf.path.split("/", 1)[0]][leaf.shape[0]].append(leaf.path)
+    problems = []
+    for prefix, by_count in counts.items():
+        if len(by_count) > 1:
+            usual = max(by_count, key=lambda n: len(by_count[n]))
+            odd = [f"{p} has {n}" for n, paths in by_count.items() if n != usual for p in paths]
+            problems.append(f"stacked leaves under {prefix!r} have {usual} layers but {', '.join(odd)}")
+    return problems
 
 
 def _expected_problems(leaves: list[LeafPlan], expected: Mapping[str, tuple[int, ...]] | None) -> list[str]:
