@@ -78,3 +78,45 @@ def test_spec_rejects_missing_tensor(variant, tmp_path):
     save_file(state, tmp_path / "text_encoder" / "model.safetensors")
     with pytest.raises(TranslatorError, match="layer_norm"):
         converted_params(spec, tmp_path, ours, IDS, MASK)
+
+
+# transformers UMT5 key -> the official Wan T5Encoder key (Wan-Video/Wan2.1 wan/modules/t5.py)
+OFFICIAL_UMT5_NAMES = {
+    r"shared\.weight": "token_embedding.weight",
+    r"encoder\.block\.(\d+)\.layer\.0\.SelfAttention\.relative_attention_bias\.weight": r"blocks.\1.pos_embedding.embedding.weight",
+    r"encoder\.block\.(\d+)\.layer\.0\.SelfAttention\.([qkvo])\.weight": r"blocks.\1.attn.\2.weight",
+    r"encoder\.block\.(\d+)\.layer\.0\.layer_norm\.weight": r"blocks.\1.norm1.weight",
+    r"encoder\.block\.(\d+)\.layer\.1\.layer_norm\.weight": r"blocks.\1.norm2.weight",
+    r"encoder\.block\.(\d+)\.layer\.1\.DenseReluDense\.wi_0\.weight": r"blocks.\1.ffn.gate.0.weight",
+    r"encoder\.block\.(\d+)\.layer\.1\.DenseReluDense\.wi_1\.weight": r"blocks.\1.ffn.fc1.weight",
+    r"encoder\.block\.(\d+)\.layer\.1\.DenseReluDense\.wo\.weight": r"blocks.\1.ffn.fc2.weight",
+    r"encoder\.final_layer_norm\.weight": "norm.weight",
+}
+
+
+def to_official(state: dict, table: dict) -> dict:
+    import re
+
+    out = {}
+    for key, value in state.items():
+        names = [re.sub(p, r, key) for p, r in table.items() if re.fullmatch(p, key)]
+        assert len(names) == 1, f"{key}: {names}"
+        out[names[0]] = value
+    return out
+
+
+@pytest.fixture(scope="module")
+def umt5_reference():
+    config = transformers.UMT5Config(**SIZES, feed_forward_proj="gated-gelu")
+    return perturb(transformers.UMT5EncoderModel(config), seed=1)
+
+
+def test_official_wan_umt5_round_trip(umt5_reference, tmp_path):
+    # tiny transformers weights -> official key names -> a torch zip .pth as Wan ships it -> our spec
+    state = {k: v for k, v in umt5_reference.state_dict().items() if k != "encoder.embed_tokens.weight"}
+    torch.save(to_official(state, OFFICIAL_UMT5_NAMES), tmp_path / "models_t5_umt5-xxl-enc-bf16.pth")
+    ours = T5EncoderModel(T5Config.from_hf_config(umt5_reference.config.to_dict()))
+    params = converted_params("encoders/umt5", tmp_path, ours, IDS, MASK)
+    with torch.no_grad():
+        expected = umt5_reference(torch.from_numpy(IDS).long(), attention_mask=torch.from_numpy(MASK)).last_hidden_state
+    assert_close(ours.apply(params, IDS, MASK)[0], expected)
