@@ -1,0 +1,167 @@
+"""Every attention kernel, and the sharded entry point, equals naive softmax attention."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vidax.zoo import attention as attn_mod
+from vidax.zoo.attention import attention, choose_kernel, joint_attention
+from vidax.zoo.kernels.blockwise import blockwise_attention
+from vidax.zoo.mesh import MeshError, make_mesh
+from vidax.zoo.runtime import use_mesh
+
+
+def naive(q, k, v, mask=None, scale=None):
+    """Reference: softmax(q kᵀ) v in float64 NumPy."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    logits = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if mask is not None:
+        logits = np.where(np.asarray(mask)[:, None, None, :], logits, -np.inf)
+    with np.errstate(invalid="ignore"):
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs = probs / probs.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def make(rng, b, s, h, d):
+    return jnp.asarray(rng.normal(size=(b, s, h, d)).astype(np.float32))
+
+
+CASES = {  # (Sq, Skv): self, ragged (not a block multiple), cross attention shapes
+    "self": (16, 16),
+    "ragged": (37, 37),
+    "cross": (29, 11),
+}
+KERNELS = ["plain", "blockwise", "pallas_interpret"]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
+def test_kernel_matches_naive(rng, kernel, case, masked):
+    sq, skv = CASES[case]
+    q, k, v = make(rng, 2, sq, 3, 8), make(rng, 2, skv, 3, 8), make(rng, 2, skv, 3, 8)
+    mask = jnp.asarray(rng.random((2, skv)) > 0.4) if masked else None
+    out = attention(q, k, v, kv_mask=mask, scale=0.3, implementation=kernel)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    np.testing.assert_allclose(np.asarray(out), naive(q, k, v, mask, 0.3), atol=2e-6, rtol=1e-5)
+
+
+def test_blockwise_folds_many_blocks(rng):
+    """Small blocks force several query blocks and a multi-step scan with a padded last block."""
+    q, k, v = make(rng, 1, 45, 2, 4), make(rng, 1, 45, 2, 4), make(rng, 1, 45, 2, 4)
+    mask = jnp.asarray(rng.random((1, 45)) > 0.3)
+    out = blockwise_attention(q, k, v, mask, 0.5, block_q=8, block_kv=8)
+    np.testing.assert_allclose(np.asarray(out), naive(q, k, v, mask, 0.5), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_fully_masked_rows_are_zero_not_nan(rng, kernel):
+    q, k, v = make(rng, 2, 9, 2, 8), make(rng, 2, 9, 2, 8), make(rng, 2, 9, 2, 8)
+    mask = jnp.asarray(np.stack([np.zeros(9, bool), np.arange(9) < 4]))  # batch 0: nothing to attend
+    out = np.asarray(attention(q, k, v, kv_mask=mask, implementation=kernel))
+    assert np.isfinite(out).all()
+    np.testing.assert_array_equal(out[0], 0.0)
+    np.testing.assert_allclose(out[1], naive(q, k, v, mask)[1], atol=2e-6, rtol=1e-5)
+
+
+def test_long_self_attention_never_builds_the_s_by_s_matrix():
+    s = 4096
+    x = jax.ShapeDtypeStruct((1, s, 2, 8), jnp.float32)
+    assert choose_kernel(x, x, None) == "blockwise"  # CPU, above the plain threshold
+    jaxpr = jax.make_jaxpr(lambda q, k, v: attention(q, k, v))(x, x, x)
+    sizes = [np.prod(var.aval.shape) for eqn in _all_eqns(jaxpr.jaxpr) for var in eqn.outvars]
+    assert max(sizes) < s * s  # largest temporary is a tile, not [S, S]
+
+
+def _all_eqns(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():  # scan / map / pjit bodies
+            inner = getattr(value, "jaxpr", value)
+            if hasattr(inner, "eqns"):
+                yield from _all_eqns(inner)
+
+
+def test_short_cross_attention_takes_the_plain_path():
+    q, t = jax.ShapeDtypeStruct((1, 256, 2, 8), jnp.float32), jax.ShapeDtypeStruct((1, 64, 2, 8), jnp.float32)
+    assert choose_kernel(q, t, None) == "plain"
+
+
+def test_bad_inputs_are_clear_errors(rng):
+    q = make(rng, 1, 4, 2, 8)
+    with pytest.raises(ValueError, match="kv_mask must be"):
+        attention(q, q, q, kv_mask=jnp.ones((1, 5), bool))
+    with pytest.raises(ValueError, match="unknown attention implementation"):
+        attention(q, q, q, implementation="magic")
+    with pytest.raises(ValueError, match=r"\[B, S, H, D\]"):
+        attention(q[0], q[0], q[0])
+
+
+# --- under a mesh: Ulysses, query-split cross attention, joint attention ------------------------
+
+MESHES = [(1, 1, 2), (2, 2, 2), (1, 2, 4), (1, 1, 8)]
+
+
+@pytest.fixture(scope="module")
+def qkv():
+    rng = np.random.default_rng(3)
+    return {
+        "video": [make(rng, 2, 13, 8, 4) for _ in range(3)],  # 13: padded for every sp > 1
+        "text": [make(rng, 2, 5, 8, 4) for _ in range(3)],
+        "video_mask": jnp.asarray(rng.random((2, 13)) > 0.3),
+        "text_mask": jnp.asarray([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool),
+    }
+
+
+@pytest.mark.parametrize("dp,tp,sp", MESHES)
+def test_sharded_entry_point_equals_one_device(qkv, dp, tp, sp):
+    (q, k, v), (tq, tk, tv) = qkv["video"], qkv["text"]
+    vmask, tmask = qkv["video_mask"], qkv["text_mask"]
+
+    def run(q, k, v, tq, tk, tv):
+        return (
+            attention(q, k, v, kv_mask=vmask),
+            attention(q, tk, tv, kv_mask=tmask),
+            *joint_attention(q, k, v, tq, tk, tv, txt_mask=tmask),
+        )
+
+    with use_mesh(make_mesh(dp, tp, sp)):
+        sharded = jax.jit(run)(q, k, v, tq, tk, tv)
+    expected = [
+        naive(q, k, v, vmask),
+        naive(q, tk, tv, tmask),
+    ]
+    joint = naive(jnp.concatenate([q, tq], 1), jnp.concatenate([k, tk], 1), jnp.concatenate([v, tv], 1),
+                  jnp.concatenate([jnp.ones((2, 13), bool), tmask], 1))
+    expected += [joint[:, :13], joint[:, 13:]]
+    for got, want in zip(sharded, expected):
+        np.testing.assert_allclose(np.asarray(got), want, atol=2e-6, rtol=1e-5)
+
+
+def test_ulysses_really_exchanges_heads(qkv, monkeypatch):
+    """Under sp the kernel sees the whole sequence with H/sp heads (not a local sequence slice)."""
+    seen = []
+    original = attn_mod._local_attention
+
+    def spy(q, k, v, kv_mask, **kw):
+        seen.append(q.shape)
+        return original(q, k, v, kv_mask, **kw)
+
+    monkeypatch.setattr(attn_mod, "_local_attention", spy)
+    q, k, v = qkv["video"]
+    with use_mesh(make_mesh(1, 2, 4)):
+        jax.jit(lambda q, k, v: attention(q, k, v))(q, k, v)
+    assert seen == [(2, 16, 1, 4)]  # 13 padded to 16 tokens; 8 heads / (tp 2 · sp 4)
+
+
+def test_heads_the_mesh_cannot_split_name_valid_degrees(rng):
+    q = make(rng, 1, 8, 6, 4)
+    with use_mesh(make_mesh(1, 4, 1)):
+        with pytest.raises(MeshError, match=r"6 attention heads cannot be split over tp=4; valid tp degrees: 1, 2, 3, 6"):
+            attention(q, q, q)
+    with use_mesh(make_mesh(1, 2, 2)):
+        with pytest.raises(MeshError, match=r"leave 3 per device.*valid sp degrees at tp=2: 1, 3"):
+            attention(q, q, q)
