@@ -86,21 +86,22 @@ def looks_like_repo(source: str) -> bool:
     return bool(_REPO_ID.fullmatch(source)) and not Path(source).exists()
 
 
-def download(repo: str, patterns: list[str], revision: str | None = None, subfolder: str | None = None) -> Path:
-    """Snapshot the files matching `patterns` of a Hub model repo; returns the local model root."""
+def download(repo: str, patterns: list[str], revision: str | None = None, subfolder: str | None = None) -> tuple[Path, str]:
+    """Snapshot the files matching `patterns` of a Hub model repo; returns (model root, commit)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     prefix = f"{subfolder.strip('/')}/" if subfolder else ""
     try:
-        root = Path(snapshot_download(repo, revision=revision, allow_patterns=[prefix + p for p in patterns]))
+        snapshot = Path(snapshot_download(repo, revision=revision, allow_patterns=[prefix + p for p in patterns]))
     except LocalEntryNotFoundError:
         raise SourceError(f"{repo}: not in the local Hugging Face cache and the Hub is unreachable or offline (HF_HUB_OFFLINE)") from None
     except HfHubHTTPError as err:
         raise SourceError(f"{repo}: Hub download failed ({str(err).splitlines()[0]})") from None
     except ValueError as err:  # bad repo id or revision
         raise SourceError(f"{repo}: {err}") from None
-    return root / prefix if prefix else root
+    commit = snapshot.name if snapshot.parent.name == "snapshots" else (revision or "main")
+    return (snapshot / prefix if prefix else snapshot), commit
 
 
 def resolve(spec: Spec, source: str | Path, *, revision: str | None = None, subfolder: str | None = None,
@@ -114,9 +115,7 @@ def resolve(spec: Spec, source: str | Path, *, revision: str | None = None, subf
         return open_local(spec, path, layout)
     layouts = [spec.layouts[layout]] if layout else list(spec.layouts.values())
     patterns = sorted({g for l in layouts for g in l.files} | {g + ".index.json" for l in layouts for g in l.files})
-    root = download(text, patterns, revision, subfolder)
+    root, commit = download(text, patterns, revision, subfolder)
     opened = open_local(spec, root, layout)
-    opened.repo, opened.revision, opened.origin = text, revision or "main", f"hf://{text}"
-    if root.parent.parent.name == "snapshots":  # the resolved commit hash from the cache path
-        opened.revision = root.name
+    opened.repo, opened.revision, opened.origin = text, commit, f"hf://{text}"
     return opened
