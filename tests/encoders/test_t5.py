@@ -47,7 +47,8 @@ def test_config_matches_reference(variant):
 def test_per_layer_and_end_to_end(variant):
     _, ours, params, ref_out, *_ = variant
     last, hidden = ours.apply(params, IDS, MASK)
-    for i, ref_hidden in enumerate(ref_out.hidden_states[:-1]):
+    assert len(hidden) == len(ref_out.hidden_states)
+    for i, ref_hidden in enumerate(ref_out.hidden_states):
         assert_close(hidden[i], ref_hidden, what=f"hidden state {i}")
     assert_close(last, ref_out.last_hidden_state, what="last_hidden_state")
 

@@ -182,18 +182,18 @@ class T5Stack(nn.Module):
             shared_bias = RelativeBias(c.relative_attention_num_buckets, c.num_heads, name="relative_attention_bias")(buckets)
         blocks = scanned(T5Block, c.num_layers, "block", config=c)
         last, per_layer = blocks(x, padding_mask(attention_mask), buckets, shared_bias)
-        hidden_states = jnp.concatenate([x[None], per_layer[:-1]], axis=0)
-        return RMSNorm(c.layer_norm_epsilon, name="final_layer_norm")(last), hidden_states
+        last = RMSNorm(c.layer_norm_epsilon, name="final_layer_norm")(last)
+        return last, jnp.concatenate([x[None], per_layer[:-1], last[None]], axis=0)
 
 
 class T5EncoderModel(nn.Module):
     """The T5 / UMT5 / ByT5 encoder.
 
     `__call__(input_ids [B, S] int, attention_mask [B, S] 0/1 or None)` returns
-    `(last_hidden_state [B, S, d_model], hidden_states [L+1, B, S, d_model])`: the embeddings and
-    each block's output before the final norm, i.e. transformers' `hidden_states[:-1]`
-    (its last entry is `last_hidden_state`). Padded keys are masked; padded queries still produce
-    outputs, as in the reference.
+    `(last_hidden_state [B, S, d_model], hidden_states [L+1, B, S, d_model])`; `hidden_states[i]`
+    is transformers' `hidden_states[i]` (the embeddings, each block's output, and last the
+    final-normed output). Padded keys are masked; padded queries still produce outputs, as in the
+    reference.
 
     Attributes:
       config: the encoder's sizes.

@@ -1,0 +1,169 @@
+"""A Llama / Qwen2-style causal decoder used as a text tower (transformers `LlamaModel`, `Qwen2Model`,
+`Qwen2_5_VLTextModel`), returning every hidden state.
+
+The families differ by data: Qwen2 gives q/k/v a bias and o none, Llama biases all four or none
+(`attention_bias`) and may bias its MLP. Text-only Qwen2.5-VL input has the same position on its
+three M-RoPE axes, which makes M-RoPE the plain 1-D RoPE implemented here. Positions are
+`0..S-1` whatever the padding, as in the references when `position_ids` is not given.
+
+Parameter paths mirror the transformers module names (`layers/self_attn/q_proj`,
+`layers/mlp/gate_proj`, `embed_tokens`, `norm`), layers stacked on a leading axis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.zoo.encoders.common import ENCODER_SHARDING_RULES, Embed, activation, dense_attention, pick_fields, scanned
+from vidax.zoo.layers import Dense, RMSNorm
+
+SHARDING_RULES = ENCODER_SHARDING_RULES
+
+# transformers rope types whose text-only frequencies are the default ones
+_PLAIN_ROPE_TYPES = ("default", "mrope")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DecoderConfig:
+    """Follows transformers `LlamaConfig` / `Qwen2Config` / `Qwen2_5_VLTextConfig` field names."""
+
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    hidden_act: str = "silu"
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> DecoderConfig:
+        """From a transformers config dict: Llama, Qwen2, Qwen2.5-VL (full or `text_config`)."""
+        hf = dict(hf.get("text_config", hf))
+        model_type = hf.get("model_type", "llama")
+        rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in _PLAIN_ROPE_TYPES:
+            raise ValueError(f"decoder text tower: rope type {rope_type!r} is not supported (supported: {_PLAIN_ROPE_TYPES})")
+        theta = rope.get("rope_theta", hf.get("rope_theta", cls.rope_theta))
+        if model_type.startswith("qwen2"):
+            biases = dict(qkv_bias=True, o_bias=False, mlp_bias=False)
+        elif model_type == "llama":
+            biases = dict(qkv_bias=hf.get("attention_bias", False), o_bias=hf.get("attention_bias", False),
+                          mlp_bias=hf.get("mlp_bias", False))
+        else:
+            raise ValueError(f"decoder text tower: model_type {model_type!r} is not a Llama/Qwen2 config")
+        fields = pick_fields(cls, hf)
+        fields.update(rope_theta=float(theta), **biases)
+        return cls(**fields)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+
+class DecoderOutput(NamedTuple):
+    last_hidden_state: jax.Array  # [B, S, D], after the final norm
+    hidden_states: jax.Array  # [L+1, B, S, D]: transformers' tuple (embeddings, layer outputs, last normed)
+
+
+def rope_tables(length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin `[S, head_dim]` in transformers' half-split layout (`cat(freqs, freqs)`)."""
+    inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    freqs = np.arange(length, dtype=np.float32)[:, None] * inv_freq[None]
+    angles = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(angles), np.sin(angles)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """`x [B, S, H, D]` rotated as transformers' `apply_rotary_pos_emb` (rotate_half convention)."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return (x * cos[:, None] + rotated * sin[:, None]).astype(x.dtype)
+
+
+class DecoderAttention(nn.Module):
+    """transformers `LlamaAttention` / `Qwen2Attention` (grouped-query, causal)."""
+
+    config: DecoderConfig
+
+    @nn.compact
+    def __call__(self, x, mask, cos, sin):
+        c = self.config
+        b, s, _ = x.shape
+        d = c.dim_per_head
+        q = Dense(c.num_attention_heads * d, ("embed", "heads"), c.qkv_bias, name="q_proj")(x).reshape(b, s, -1, d)
+        k = Dense(c.kv_heads * d, ("embed", "heads"), c.qkv_bias, name="k_proj")(x).reshape(b, s, -1, d)
+        v = Dense(c.kv_heads * d, ("embed", "heads"), c.qkv_bias, name="v_proj")(x).reshape(b, s, -1, d)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = dense_attention(q, k, v, scale=d**-0.5, mask=mask).reshape(b, s, -1)  # [B, S, H*D]
+        return Dense(c.hidden_size, ("heads", "embed"), c.o_bias, name="o_proj")(out)
+
+
+class DecoderMLP(nn.Module):
+    """transformers `LlamaMLP`: down(act(gate(x)) * up(x))."""
+
+    config: DecoderConfig
+
+    @nn.compact
+    def __call__(self, x):
+        c = self.config
+        gate = Dense(c.intermediate_size, ("embed", "mlp"), c.mlp_bias, name="gate_proj")(x)
+        up = Dense(c.intermediate_size, ("embed", "mlp"), c.mlp_bias, name="up_proj")(x)
+        return Dense(c.hidden_size, ("mlp", "embed"), c.mlp_bias, name="down_proj")(activation(c.hidden_act, "decoder MLP")(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    config: DecoderConfig
+
+    @nn.compact
+    def __call__(self, x, mask, cos, sin):
+        eps = self.config.rms_norm_eps
+        x = x + DecoderAttention(self.config, name="self_attn")(RMSNorm(eps, name="input_layernorm")(x), mask, cos, sin)
+        x = x + DecoderMLP(self.config, name="mlp")(RMSNorm(eps, name="post_attention_layernorm")(x))
+        return x, x
+
+
+class DecoderTextModel(nn.Module):
+    """The decoder text tower.
+
+    `__call__(input_ids [B, S], attention_mask [B, S] 0/1 or None)` returns a `DecoderOutput`
+    whose `hidden_states[i]` is transformers' `hidden_states[i]` (HunyuanVideo-1.5 takes `[-3]`).
+    Attention is causal and masks padded keys, left or right padding alike; rows of padded
+    queries carry no meaning (as in the reference) and are for the caller to drop.
+
+    Attributes:
+      config: the decoder's sizes and bias switches.
+      dtype: compute dtype.
+    """
+
+    config: DecoderConfig
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, input_ids, attention_mask=None) -> DecoderOutput:
+        c = self.config
+        s = input_ids.shape[1]
+        x = Embed(c.vocab_size, c.hidden_size, name="embed_tokens")(input_ids).astype(self.dtype)
+        mask = jnp.tril(jnp.ones((s, s), bool))[None, None]  # [1, 1, Sq, Sk]
+        if attention_mask is not None:
+            mask = mask & attention_mask.astype(bool)[:, None, None, :]
+        cos, sin = (jnp.asarray(t) for t in rope_tables(s, c.dim_per_head, c.rope_theta))
+        last, per_layer = scanned(DecoderLayer, c.num_hidden_layers, "layers", config=c)(x, mask, cos, sin)
+        last = RMSNorm(c.rms_norm_eps, name="norm")(last)
+        return DecoderOutput(last, jnp.concatenate([x[None], per_layer[:-1], last[None]], axis=0))
