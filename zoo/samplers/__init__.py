@@ -6,6 +6,8 @@
 """
 
 from vidax.zoo.samplers.base import initial_noise, step_noise
+from vidax.zoo.samplers.ddim import DDIM, CogVideoXDPM
+from vidax.zoo.samplers.dpm import DPMSolverPP
 from vidax.zoo.samplers.errors import NonFiniteLatentsError, SamplerConfigError, SamplerError
 from vidax.zoo.samplers.flow_euler import FlowEuler, FlowEulerAncestral
 from vidax.zoo.samplers.loop import jitted_step, sample
@@ -30,6 +32,9 @@ from vidax.zoo.samplers.schedules import (
 from vidax.zoo.samplers.unipc import UniPC
 
 __all__ = [
+    "CogVideoXDPM",
+    "DDIM",
+    "DPMSolverPP",
     "FlowEuler",
     "FlowEulerAncestral",
     "NonFiniteLatentsError",
