@@ -23,9 +23,14 @@ from vidax.zoo.attention import attention, joint_attention
 from vidax.zoo.dit import Params, forward, scan_blocks
 from vidax.zoo.hunyuan_video15.config import TransformerConfig
 from vidax.zoo.layers import Dense, LayerNorm, RMSNorm, gelu_exact, gelu_tanh, logical_param
+from vidax.zoo.sharding import constrain
 
 # diffusers' `cond_type_embed` rows: which source a joint text token came from.
 COND_MLLM, COND_BYT5, COND_IMAGE = 0, 1, 2
+
+# Sequence parallel splits the video tokens and never the (short, replicated) joint text tokens.
+VIDEO_AXES = ("batch", "seq", "act_embed")
+TEXT_AXES = ("batch", "text_seq", "act_embed")
 
 
 @struct.dataclass
@@ -277,7 +282,7 @@ class Embedder(nn.Module):
         joint = jnp.concatenate([image, byt5, mllm], axis=1).astype(video.dtype)
         joint_mask = jnp.concatenate([image_mask, text_mask_2, text_mask], axis=1)
         joint, joint_mask = valid_tokens_first(joint, joint_mask)
-        return video, joint, joint_mask, temb
+        return constrain(video, VIDEO_AXES), constrain(joint, TEXT_AXES), joint_mask, temb
 
 
 class PatchEmbed(nn.Module):
@@ -368,7 +373,7 @@ class DualStreamBlock(nn.Module):
         ff_text = FeedForward(cfg.inner_dim, cfg.mlp_dim, name="ff_context")
         video = video + gate_mlp[:, None] * ff(modulate(norm(video), shift_mlp, scale_mlp))
         text = text + c_gate_mlp[:, None] * ff_text(modulate(norm(text), c_shift_mlp, c_scale_mlp))
-        return video, text
+        return constrain(video, VIDEO_AXES), constrain(text, TEXT_AXES)
 
 
 class _AdaNormOut(nn.Module):
@@ -461,6 +466,7 @@ class HunyuanVideo15Transformer:
         cfg = self.cfg
         sub = {name: params[name] for name in HEAD_MODULES}
         out = self.head_module.apply({"params": sub}, hidden[0], ctx.temb)
+        out = constrain(out, ("batch", None, None))  # sequence parallel gathers here
         (f, h, w), pt, p = ctx.grid, cfg.patch_size_t, cfg.patch_size
         out = out.reshape(out.shape[0], f, h, w, cfg.out_channels, pt, p, p)
         out = out.transpose(0, 4, 1, 5, 2, 6, 3, 7)  # [B, C, F, pt, H, p, W, p]
@@ -480,6 +486,24 @@ class HunyuanVideo15Transformer:
         params["blocks"] = jax.vmap(lambda k: nn.unbox(self.block.init(k, (video, joint), ctx)["params"]))(keys)
         params.update(nn.unbox(self.head_module.init(k_head, video, ctx.temb)["params"]))
         return params
+
+    def logical_specs(self) -> Params:
+        """Logical PartitionSpecs of the full tree (blocks with their leading "layers" axis)."""
+        cfg = self.cfg
+        inputs = _dummy_inputs(cfg, 1, 1, 2, 2)
+        key = jax.random.key(0)
+        embed = jax.eval_shape(self.embedder.init, key, *inputs)["params"]
+        (video, joint), ctx = jax.eval_shape(lambda p: self.embed(p, *inputs), nn.unbox(embed))
+        block = jax.eval_shape(self.block.init, key, (video, joint), ctx)["params"]
+        head = jax.eval_shape(self.head_module.init, key, video, ctx.temb)["params"]
+        specs = dict(nn.get_partition_spec(embed))
+        specs["blocks"] = jax.tree.map(
+            lambda s: jax.sharding.PartitionSpec("layers", *s),
+            nn.get_partition_spec(block),
+            is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
+        )
+        specs.update(nn.get_partition_spec(head))
+        return specs
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree."""
