@@ -9,6 +9,7 @@ from vidax.zoo.samplers.base import initial_noise, step_noise
 from vidax.zoo.samplers.ddim import DDIM, CogVideoXDPM
 from vidax.zoo.samplers.dpm import DPMSolverPP
 from vidax.zoo.samplers.errors import NonFiniteLatentsError, SamplerConfigError, SamplerError
+from vidax.zoo.samplers.guidance import TwoExperts, cfg, expert_for_timestep, guide, guide_batched, rescale_guidance
 from vidax.zoo.samplers.flow_euler import FlowEuler, FlowEulerAncestral
 from vidax.zoo.samplers.loop import jitted_step, sample
 from vidax.zoo.samplers.schedules import (
@@ -41,16 +42,22 @@ __all__ = [
     "SamplerConfigError",
     "SamplerError",
     "Schedule",
+    "TwoExperts",
     "UniPC",
     "calculate_shift",
+    "cfg",
     "cogvideox_alphas_cumprod",
     "ddim_timesteps",
     "dpm_flow_schedule",
+    "expert_for_timestep",
     "flow_match_schedule",
+    "guide",
+    "guide_batched",
     "initial_noise",
     "jitted_step",
     "karras_sigmas",
     "linear_quadratic_sigmas",
+    "rescale_guidance",
     "rescale_zero_terminal_snr",
     "sample",
     "scaled_linear_betas",

@@ -1,0 +1,93 @@
+"""The sampling loop: one compiled step per configuration, NaN/Inf stops naming the step, noise from keys."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vidax.zoo.samplers import (
+    DDIM,
+    CogVideoXDPM,
+    DPMSolverPP,
+    FlowEuler,
+    FlowEulerAncestral,
+    NonFiniteLatentsError,
+    UniPC,
+    cogvideox_alphas_cumprod,
+    ddim_timesteps,
+    dpm_flow_schedule,
+    flow_match_schedule,
+    initial_noise,
+    jitted_step,
+    sample,
+    unipc_flow_schedule,
+    unipc_karras_flow_schedule,
+)
+
+SHAPE = (1, 2, 2, 3, 5)  # unlike any other test's, so the first trajectory must compile afresh
+
+
+def _model(x, i, t):
+    return 0.5 * x + 0.1 * i
+
+
+# Two steppers per family: same configuration, different schedules (so different data, same program).
+PAIRS = {
+    "flow-euler": lambda: [FlowEuler.from_schedule(flow_match_schedule(8, shift=s)) for s in (5.0, 7.0)],
+    "ancestral": lambda: [FlowEulerAncestral.from_schedule(flow_match_schedule(8, shift=s), eta=0.5) for s in (1.0, 3.0)],
+    "unipc": lambda: [
+        UniPC.from_schedule(unipc_flow_schedule(8, shift=3.0), order=3),
+        UniPC.from_schedule(unipc_karras_flow_schedule(8, sigma_min=0.01, sigma_max=200.0), order=3),
+    ],
+    "dpm": lambda: [DPMSolverPP.from_schedule(dpm_flow_schedule(8, shift=s)) for s in (3.0, 5.0)],
+    "ddim": lambda: [DDIM.create(cogvideox_alphas_cumprod(snr_shift_scale=s), ddim_timesteps(8, "trailing")) for s in (3.0, 1.0)],
+    "cogvideox-dpm": lambda: [
+        CogVideoXDPM.create(cogvideox_alphas_cumprod(snr_shift_scale=s), ddim_timesteps(8, "trailing")) for s in (3.0, 1.0)
+    ],
+}
+
+
+@pytest.mark.parametrize("family", sorted(PAIRS))
+def test_a_trajectory_compiles_the_step_once(family):
+    first, second = PAIRS[family]()
+    latents = initial_noise(jax.random.key(0), SHAPE)
+    key = jax.random.key(1)
+    before = jitted_step._cache_size()
+    out_first = sample(_model, first, latents, key=key)
+    assert jitted_step._cache_size() == before + 1, "the step recompiled within one trajectory"
+    out_second = sample(_model, second, latents, key=key)
+    assert jitted_step._cache_size() == before + 1, "a new schedule of the same configuration recompiled"
+    assert np.all(np.isfinite(out_first)) and np.abs(np.asarray(out_first) - np.asarray(out_second)).max() > 1e-4
+
+
+def test_nan_stops_with_the_step_named():
+    stepper = FlowEuler.from_schedule(flow_match_schedule(8, shift=5.0))
+
+    def model(x, i, t):
+        return jnp.full_like(x, jnp.nan) if i == 3 else x
+
+    seen = []
+    with pytest.raises(NonFiniteLatentsError, match=r"step 4/8 \(timestep [0-9.]+\) produced NaN or Inf"):
+        sample(model, stepper, jnp.ones(SHAPE), callback=lambda i, x: seen.append(i))
+    assert seen == [0, 1, 2]
+
+
+def test_inf_stops_too():
+    stepper = UniPC.from_schedule(unipc_flow_schedule(8, shift=5.0))
+    with pytest.raises(NonFiniteLatentsError, match="step 1/8"):
+        sample(lambda x, i, t: jnp.full_like(x, jnp.inf), stepper, jnp.ones(SHAPE))
+
+
+def test_noise_comes_from_keys_and_given_latents_are_used_as_is():
+    a = initial_noise(jax.random.key(5), SHAPE)
+    np.testing.assert_array_equal(a, initial_noise(jax.random.key(5), SHAPE))
+    assert np.abs(np.asarray(a) - np.asarray(initial_noise(jax.random.key(6), SHAPE))).max() > 0.1
+    stepper = FlowEulerAncestral.from_schedule(flow_match_schedule(4), eta=1.0)
+    run = lambda key: np.asarray(sample(_model, stepper, a, key=key))  # noqa: E731
+    np.testing.assert_array_equal(run(jax.random.key(1)), run(jax.random.key(1)))
+    assert np.abs(run(jax.random.key(1)) - run(jax.random.key(2))).max() > 1e-3
+
+
+def test_stochastic_steppers_demand_a_key():
+    with pytest.raises(ValueError, match="key"):
+        sample(_model, FlowEulerAncestral.from_schedule(flow_match_schedule(4), eta=1.0), jnp.ones(SHAPE))
