@@ -1,0 +1,152 @@
+"""vidax-convert end to end (subprocesses) and Hub sources through a huggingface_hub-shaped cache, offline."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import save_file
+
+import wan_transformer_spec_fixtures as wan
+from vidax.translator import SourceError, load, load_spec, sources
+from vidax.translator.output import read_manifest
+from vidax.translator.registry import get_model, load_registry
+from vidax.translator.testing import mismatches
+
+REPO = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def make_hub_cache(cache: Path, repo: str, files: dict[str, Path], commit: str = COMMIT) -> Path:
+    """Lay files out as huggingface_hub does: blobs/<sha256>, snapshots/<commit>/<path> -> blob, refs/main."""
+    storage = cache / f"models--{repo.replace('/', '--')}"
+    for rel, src in files.items():
+        data = src.read_bytes()
+        blob = storage / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = storage / "snapshots" / commit / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (storage / "refs").mkdir(exist_ok=True)
+    (storage / "refs" / "main").write_text(commit)
+    return storage / "snapshots" / commit
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hub")
+    state = wan.reference_state_dict("t2v")
+    local = wan.save_diffusers(state, tmp / "local")
+    readme = tmp / "README.md"
+    readme.write_text("not needed")
+    files = {"transformer/diffusion_pytorch_model.safetensors": local / "transformer/diffusion_pytorch_model.safetensors",
+             "transformer/config.json": local / "transformer/config.json", "README.md": readme}
+    snapshot = make_hub_cache(tmp / "cache", REPO, files)
+    return tmp / "cache", snapshot, local, wan.expected_tree(state)
+
+
+def _cli(*args, cache: Path | None = None, cwd: Path | None = None):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200")
+    if cache is not None:
+        env["HF_HUB_CACHE"] = str(cache)
+    return subprocess.run([sys.executable, "-m", "vidax.cli.convert", *args], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def test_hub_repo_offline_from_cache_end_to_end(hub, tmp_path):
+    cache, _, _, expected = hub
+    out = tmp_path / "out"
+    proc = _cli("wan2.1-t2v-1.3b", "--out", str(out), "--dtype", "float32", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert mismatches(load(out / "transformer"), expected) == []
+    manifest = read_manifest(out / "transformer")
+    assert manifest["source"]["repo"] == REPO and manifest["source"]["revision"] == COMMIT
+    assert manifest["source"]["files"][0]["digest"].startswith("hub-blob:")
+    assert manifest["spec_digest"] == load_spec("wan/transformer").digest
+    again = _cli("wan2.1-t2v-1.3b", "--out", str(out), "--dtype", "float32", cache=cache)
+    assert again.returncode == 0 and "up to date" in again.stderr
+
+
+def test_hub_download_asks_only_for_the_component_files(hub, monkeypatch):
+    _, snapshot, _, _ = hub
+    calls = []
+
+    def fake_snapshot_download(repo, revision=None, allow_patterns=None):
+        calls.append((repo, revision, allow_patterns))
+        return str(snapshot)
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    opened = sources.resolve(load_spec("wan/transformer"), REPO, revision="v1", layout="diffusers")
+    assert calls == [(REPO, "v1", ["diffusion_pytorch_model*.safetensors", "diffusion_pytorch_model*.safetensors.index.json",
+                                   "transformer/diffusion_pytorch_model*.safetensors",
+                                   "transformer/diffusion_pytorch_model*.safetensors.index.json"])]
+    assert opened.layout.name == "diffusers" and opened.revision == COMMIT
+    calls.clear()
+    sources.resolve(load_spec("wan/transformer"), REPO, subfolder="transformer", layout="diffusers")
+    assert all(p.startswith("transformer/") for p in calls[0][2])
+
+
+def test_hub_repo_missing_from_offline_cache(hub):
+    cache, _, _, _ = hub
+    proc = _cli("wan2.1-t2v-14b", "--check", cache=cache)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error: Wan-AI/Wan2.1-T2V-14B-Diffusers: not in the local Hugging Face cache")
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_check_reports_coverage_without_writing(hub, tmp_path):
+    _, _, local, _ = hub
+    proc = _cli("wan2.1-t2v-1.3b", "--source", str(local), "--check", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "all accounted for" in proc.stderr and "diffusers layout" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,message", [
+    (["wan2.1-t2v-1.3", "--check"], "error: unknown model 'wan2.1-t2v-1.3' (did you mean wan2.1-t2v-1.3b"),
+    (["wan2.1-t2v-1.3b", "--source", "/nonexistent/folder", "--check"], "no such file or folder"),
+    (["wan2.1-t2v-1.3b", "--components", "vae", "--check"], "has no component(s) vae"),
+])
+def test_user_errors_are_one_line(args, message):
+    proc = _cli(*args)
+    assert proc.returncode == 1
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_accounting_failure_is_one_line_and_debug_shows_traceback(tmp_path):
+    state = wan.reference_state_dict("t2v")
+    state["blocks.0.attn1.unexpected.weight"] = state["proj_out.weight"].clone()
+    (tmp_path / "m").mkdir()
+    save_file(state, tmp_path / "m" / "diffusion_pytorch_model.safetensors")
+    proc = _cli("wan2.1-t2v-1.3b", "--source", str(tmp_path / "m"), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "accounting problem(s)" in proc.stderr and "blocks.0.attn1.unexpected.weight" in proc.stderr
+    assert not (tmp_path / "o").exists()
+    debug = _cli("wan2.1-t2v-1.3b", "--source", str(tmp_path / "m"), "--debug", "--check")
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "AccountingError" in debug.stderr
+
+
+def test_list_shows_models_and_default_repos():
+    proc = _cli("--list")
+    assert proc.returncode == 0
+    assert "wan2.1-t2v-1.3b" in proc.stdout and REPO in proc.stdout
+
+
+def test_registry_entries_are_valid():
+    registry = load_registry()
+    assert {"wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.1-i2v-14b-480p", "wan2.1-i2v-14b-720p", "wan2.2-ti2v-5b",
+            "wan2.2-t2v-a14b", "wan2.2-i2v-a14b"} <= registry.keys()
+    a14b = get_model("wan2.2-t2v-a14b")
+    assert a14b.components["transformer_2"].subfolder == {"diffusers": "transformer_2", "official": "low_noise_model"}
+    for entry in registry.values():
+        for component in entry.components.values():
+            load_spec(component.spec)
+    with pytest.raises(SourceError, match="unknown model 'nope'"):
+        get_model("nope")
