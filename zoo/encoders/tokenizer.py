@@ -1,0 +1,227 @@
+"""Tokenizers loaded from a model folder, without transformers: `tokenizer.json` through the
+`tokenizers` library, a byte-level ByT5 tokenizer, or a T5-style sentencepiece `.model`.
+
+    tok = load_tokenizer("Wan2.1-T2V-1.3B-Diffusers/tokenizer")
+    batch = tok(["a red kite"], max_length=512)          # padding="max_length", truncation on
+    batch.input_ids, batch.attention_mask                 # int32 [B, 512] each
+
+Padding side, pad token and special-token handling come from the folder's
+`tokenizer_config.json` / `special_tokens_map.json` as transformers' `AutoTokenizer` reads them,
+so ids and masks equal what the reference pipelines feed their encoders.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+
+class TokenizerError(ValueError):
+    """A tokenizer folder that cannot be loaded (missing files, unknown tokenizer kind)."""
+
+
+class Batch(NamedTuple):
+    input_ids: np.ndarray  # int32 [B, L]
+    attention_mask: np.ndarray  # int32 [B, L], 1 = real token
+
+
+def _token_text(value: Any) -> str | None:
+    # tokenizer_config.json stores special tokens as strings or AddedToken dicts
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+@dataclass(frozen=True)
+class TokenizerSettings:
+    """What the folder's configs say about special tokens and padding."""
+
+    pad_token: str | None
+    eos_token: str | None
+    padding_side: str
+    added_tokens: dict[int, dict]  # id -> {content, lstrip, rstrip, ...}
+    tokenizer_class: str
+
+    @classmethod
+    def read(cls, folder: Path) -> TokenizerSettings:
+        config = _read_json(folder / "tokenizer_config.json")
+        special = _read_json(folder / "special_tokens_map.json")
+        pick = lambda name: _token_text(config.get(name)) or _token_text(special.get(name))  # noqa: E731
+        added = {int(k): v for k, v in config.get("added_tokens_decoder", {}).items()}
+        return cls(pick("pad_token"), pick("eos_token"), config.get("padding_side", "right"), added,
+                   config.get("tokenizer_class", ""))
+
+
+class Tokenizer:
+    """Batch tokenisation with transformers' `padding` / `truncation` semantics.
+
+    Subclasses implement `encode(text, add_special_tokens, max_length)`: ids already truncated to
+    `max_length` the way the reference does it (special tokens kept).
+    """
+
+    def __init__(self, settings: TokenizerSettings, pad_id: int):
+        self.settings, self.pad_id = settings, pad_id
+
+    def encode(self, text: str, add_special_tokens: bool, max_length: int | None) -> list[int]:
+        raise NotImplementedError
+
+    def __call__(self, texts: str | Sequence[str], *, max_length: int | None = None, padding: str = "max_length",
+                 truncation: bool = True, add_special_tokens: bool = True, padding_side: str | None = None) -> Batch:
+        """Tokenise, truncate and pad a batch.
+
+        Args:
+          texts: one string or a list of strings.
+          max_length: the padded length (`padding="max_length"`) and the truncation length.
+          padding: "max_length" or "longest".
+          truncation: cut sequences longer than `max_length` (special tokens are kept).
+          add_special_tokens: add the tokenizer's EOS/BOS template.
+          padding_side: "left" or "right"; default the folder's own setting.
+        """
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if padding not in ("max_length", "longest"):
+            raise TokenizerError(f"padding must be 'max_length' or 'longest', got {padding!r}")
+        if padding == "max_length" and max_length is None:
+            raise TokenizerError("padding='max_length' needs max_length")
+        ids = [self.encode(t, add_special_tokens, max_length if truncation else None) for t in texts]
+        length = max_length if padding == "max_length" else max(len(i) for i in ids)
+        length = max(length, max(len(i) for i in ids))
+        side = padding_side or self.settings.padding_side
+        out = np.full((len(ids), length), self.pad_id, np.int32)
+        mask = np.zeros((len(ids), length), np.int32)
+        for row, seq in enumerate(ids):
+            span = slice(length - len(seq), length) if side == "left" else slice(0, len(seq))
+            out[row, span], mask[row, span] = seq, 1
+        return Batch(out, mask)
+
+
+class FastTokenizer(Tokenizer):
+    """A `tokenizer.json` run by the `tokenizers` library (its post-processor adds special tokens)."""
+
+    def __init__(self, path: Path, settings: TokenizerSettings):
+        from tokenizers import Tokenizer as RustTokenizer
+
+        self.backend = RustTokenizer.from_file(str(path))
+        self.backend.no_padding()
+        self.backend.no_truncation()
+        pad = settings.pad_token
+        pad_id = self.backend.token_to_id(pad) if pad is not None else None
+        super().__init__(settings, 0 if pad_id is None else pad_id)
+
+    def encode(self, text, add_special_tokens, max_length):
+        if max_length is None:
+            self.backend.no_truncation()
+        else:
+            self.backend.enable_truncation(max_length)
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+
+class _SpecialSplitter:
+    """Splits text around added tokens, honouring their lstrip/rstrip flags (longest match first)."""
+
+    def __init__(self, added: dict[str, tuple[int, bool, bool]]):
+        self.added = added
+        names = sorted(added, key=len, reverse=True)
+        self.pattern = re.compile("|".join(map(re.escape, names))) if names else None
+
+    def split(self, text: str) -> list[str | int]:
+        if self.pattern is None:
+            return [text]
+        pieces: list[str | int] = []
+        pos = 0
+        for m in self.pattern.finditer(text):
+            token_id, lstrip, rstrip = self.added[m.group()]
+            before = text[pos:m.start()]
+            pieces += [before.rstrip() if lstrip else before, token_id]
+            pos = m.end()
+            if rstrip:
+                while pos < len(text) and text[pos].isspace():
+                    pos += 1
+        return [p for p in pieces + [text[pos:]] if p != ""]
+
+
+class ByteTokenizer(Tokenizer):
+    """ByT5: UTF-8 bytes offset by 3 (pad 0, eos 1, unk 2), EOS appended; added tokens by name."""
+
+    OFFSET = 3
+
+    def __init__(self, settings: TokenizerSettings):
+        added = {v["content"]: (k, bool(v.get("lstrip")), bool(v.get("rstrip"))) for k, v in settings.added_tokens.items()}
+        added = added or {"<pad>": (0, True, True), "</s>": (1, True, True), "<unk>": (2, True, True)}
+        self.splitter = _SpecialSplitter(added)
+        self.eos_id = added.get(settings.eos_token or "</s>", (1,))[0]
+        super().__init__(settings, added.get(settings.pad_token or "<pad>", (0,))[0])
+
+    def encode(self, text, add_special_tokens, max_length):
+        ids: list[int] = []
+        for piece in self.splitter.split(text):
+            ids += [piece] if isinstance(piece, int) else [b + self.OFFSET for b in piece.encode("utf-8")]
+        return _truncate_then_eos(ids, self.eos_id if add_special_tokens else None, max_length)
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A T5-style sentencepiece model (`spiece.model`): pieces, then EOS (no BOS)."""
+
+    def __init__(self, path: Path, settings: TokenizerSettings):
+        import sentencepiece
+
+        self.backend = sentencepiece.SentencePieceProcessor(model_file=str(path))
+        self.eos_id = self.backend.piece_to_id(settings.eos_token or "</s>")
+        super().__init__(settings, self.backend.piece_to_id(settings.pad_token or "<pad>"))
+
+    def encode(self, text, add_special_tokens, max_length):
+        ids = self.backend.encode(text)
+        return _truncate_then_eos(ids, self.eos_id if add_special_tokens else None, max_length)
+
+
+def _truncate_then_eos(ids: list[int], eos: int | None, max_length: int | None) -> list[int]:
+    if eos is not None and (not ids or ids[-1] != eos):
+        budget = None if max_length is None else max_length - 1
+        return ids[:budget] + [eos]
+    return ids if max_length is None else ids[:max_length]
+
+
+_SENTENCEPIECE_FILES = ("spiece.model", "tokenizer.model", "sentencepiece.bpe.model")
+
+
+def load_tokenizer(folder: str | Path, subfolder: str | None = None) -> Tokenizer:
+    """The tokenizer stored in a model folder.
+
+    `tokenizer.json` wins when present; a `ByT5Tokenizer` config selects the byte tokenizer; a
+    lone sentencepiece model is read as T5 reads it.
+
+    Args:
+      folder: the tokenizer folder, or a model root with `subfolder`.
+      subfolder: e.g. "tokenizer" or "tokenizer_2" in a diffusers repo.
+
+    Raises:
+      TokenizerError: nothing loadable in the folder.
+    """
+    root = Path(folder) / subfolder if subfolder else Path(folder)
+    if not root.is_dir():
+        raise TokenizerError(f"{root}: tokenizer folder not found")
+    settings = TokenizerSettings.read(root)
+    if (root / "tokenizer.json").is_file():
+        return FastTokenizer(root / "tokenizer.json", settings)
+    if settings.tokenizer_class.startswith("ByT5"):
+        return ByteTokenizer(settings)
+    for name in _SENTENCEPIECE_FILES:
+        if (root / name).is_file():
+            return SentencePieceTokenizer(root / name, settings)
+    raise TokenizerError(f"{root}: no tokenizer.json, ByT5 tokenizer_config.json or sentencepiece model found")
+
+
+# Qwen2.5's chat template rendered for the (system, user) messages the video pipelines send,
+# with the generation prompt appended (transformers' apply_chat_template(add_generation_prompt=True)).
+QWEN_CHAT = "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def qwen_chat_prompt(system: str, user: str) -> str:
+    """The text Qwen2.5's chat template makes of one system and one user message (empty user -> " ")."""
+    return QWEN_CHAT.format(system=system, user=user or " ")
