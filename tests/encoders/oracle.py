@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import jax
+import pytest
 import numpy as np
 import torch
 from flax import traverse_util
 
 from vidax.translator.api import convert
+
+
+# the translator's torch-zip (.pth) reader lands separately; the official-layout round trips run once it exists
+requires_pth_reader = pytest.mark.skipif(importlib.util.find_spec("vidax.translator.torch_zip") is None,
+                                         reason="vidax.translator.torch_zip (.pth reader) not available yet")
 
 
 def perturb(model: torch.nn.Module, seed: int = 0, std: float = 0.02) -> torch.nn.Module:

@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers
 
-from tests.encoders.oracle import assert_close, converted_params, perturb
+from tests.encoders.oracle import assert_close, converted_params, perturb, requires_pth_reader
 from vidax.translator.errors import TranslatorError
 from vidax.zoo.encoders.clip import CLIPVisionModelWithProjection, clip_preprocess, clip_vision_config
 
@@ -62,6 +62,7 @@ def to_official(reference) -> dict:
     return out
 
 
+@requires_pth_reader
 def test_official_wan_clip_round_trip(clip, tmp_path):
     reference, ours, _, ref_out = clip
     torch.save(to_official(reference), tmp_path / "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth")
@@ -70,6 +71,7 @@ def test_official_wan_clip_round_trip(clip, tmp_path):
     assert_close(out.image_embeds, ref_out.image_embeds)
 
 
+@requires_pth_reader
 def test_spec_rejects_unknown_tensor(clip, tmp_path):
     reference, ours, *_ = clip
     state = to_official(reference)

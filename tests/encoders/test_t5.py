@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers
 
-from tests.encoders.oracle import assert_close, converted_params, perturb
+from tests.encoders.oracle import assert_close, converted_params, perturb, requires_pth_reader
 from vidax.translator.errors import TranslatorError
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel, relative_position_buckets
 
@@ -112,6 +112,7 @@ def umt5_reference():
     return perturb(transformers.UMT5EncoderModel(config), seed=1)
 
 
+@requires_pth_reader
 def test_official_wan_umt5_round_trip(umt5_reference, tmp_path):
     # tiny transformers weights -> official key names -> a torch zip .pth as Wan ships it -> our spec
     state = {k: v for k, v in umt5_reference.state_dict().items() if k != "encoder.embed_tokens.weight"}
