@@ -4,12 +4,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh
 
 from vidax.zoo.dit import forward
 from vidax.zoo.offload import StreamedDiT, chunk_bounds
 
-from .toy_dit import ToyDiT
+from .toy_dit import ToyDiT, block_shardings
 
 
 @pytest.fixture(scope="module")
@@ -45,21 +45,8 @@ def test_streamed_under_tensor_parallel_mesh(toy):
     model, params, x, t, resident = toy
     params = dict(params)
     mesh = Mesh(np.array(jax.devices()[:4]).reshape(1, 4), ("data", "tensor"))
-    column, row = NamedSharding(mesh, P(None, None, "tensor")), NamedSharding(mesh, P(None, "tensor", None))
-    replicated = NamedSharding(mesh, P())
-
-    def sharding_of(path, leaf):
-        names = [k.key for k in path]
-        if names[-1] == "kernel" and names[0] in ("to_q", "to_k", "to_v", "fc1"):
-            return column
-        if names[-1] == "kernel" and names[0] in ("to_out_0", "fc2"):
-            return row
-        if names[-1] == "bias" and names[0] in ("to_q", "to_k", "to_v", "fc1"):
-            return NamedSharding(mesh, P(None, "tensor"))
-        return replicated
-
     blocks = jax.tree.map(np.asarray, params.pop("blocks"))
-    shardings = jax.tree_util.tree_map_with_path(sharding_of, blocks)
+    shardings = block_shardings(mesh, blocks)
     streamed = StreamedDiT(model, 2, device_shardings=shardings)
     host = streamed.offload(blocks)
     fetched = streamed._fetch(host.chunks[0])

@@ -69,3 +69,18 @@ class ToyDiT:
         blocks = jax.vmap(lambda k: nn.unbox(self.block.init(k, hidden, ctx)["params"]))(keys)
         head = ToyHead(self.channels).init(k3, hidden)["params"]
         return {**nn.unbox(embed), **nn.unbox(head), "blocks": blocks}
+
+
+def block_shardings(mesh, blocks):
+    """Megatron shardings for the toy's stacked block params (layer axis unsharded)."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    column = {"kernel": P(None, None, "tensor"), "bias": P(None, "tensor")}
+    row = {"kernel": P(None, "tensor", None), "bias": P()}
+    specs = {"to_q": column, "to_k": column, "to_v": column, "fc1": column, "to_out_0": row, "fc2": row}
+
+    def one(path, _leaf):
+        module, name = path[0].key, path[-1].key
+        return NamedSharding(mesh, specs[module][name] if module in specs else P())
+
+    return jax.tree_util.tree_map_with_path(one, blocks)

@@ -1,0 +1,172 @@
+"""Memory planner: predicted bytes per device for a (model, resolution, frames, mesh, offload) choice.
+
+The prediction is arithmetic over the sizes that drive memory — parameter counts, the token
+count, widths — so it runs in microseconds for every candidate layout, and a test checks it
+against XLA's own compiled memory analysis on models small enough to compile here.
+
+Stages run one after another (text encode, denoise, decode); with `release_stages` a finished
+stage's weights leave the device before the next stage starts, so the peak is the largest stage
+rather than their sum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from vidax.zoo.kernels.blockwise import BLOCK_KV, BLOCK_Q
+
+GIB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class DiTSizes:
+    """What a family's transformer config contributes to memory (see each family's `dit_sizes`)."""
+
+    depth: int
+    dim: int
+    ffn_dim: int
+    heads: int
+    block_params: int  # parameters in one block
+    other_params: int  # embeddings, head, everything outside the blocks
+    text_dim: int = 0  # width of the text tokens the blocks cross-attend to (0 = joint or none)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One generation: the model's sizes, the token counts, and the dtypes it runs with."""
+
+    dit: DiTSizes
+    tokens: int  # video tokens per sample
+    text_tokens: int = 512
+    batch: int = 2  # 2 with classifier-free guidance
+    weight_bytes: int = 2
+    activation_bytes: int = 2
+    residual_bytes: int = 4  # Wan keeps an fp32 residual stream
+    text_encoder_params: int = 0
+    text_encoder_bytes: int = 2
+    vae_params: int = 0
+    vae_peak_activation_bytes: int = 0  # the decoder's largest per-chunk working set
+    blockwise_attention: bool = True  # the CPU / fallback kernel; False for cuDNN or Pallas flash
+    q_block: int = BLOCK_Q  # the blockwise kernel's tile
+    kv_block: int = BLOCK_KV
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    dp: int = 1
+    tp: int = 1
+    sp: int = 1
+    offload_chunk: int | None = None  # blocks per streamed chunk; None = all resident
+
+    @property
+    def devices(self) -> int:
+        return self.dp * self.tp * self.sp
+
+    def describe(self) -> str:
+        offload = f"offload {self.offload_chunk}" if self.offload_chunk else "resident"
+        return f"dp={self.dp} tp={self.tp} sp={self.sp} {offload}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    weights: int
+    activations: int
+    text_encoder: int
+    vae: int
+    release_stages: bool
+
+    @property
+    def denoise_peak(self) -> int:
+        resident_text = 0 if self.release_stages else self.text_encoder
+        return self.weights + self.activations + resident_text
+
+    @property
+    def total(self) -> int:
+        if self.release_stages:
+            return max(self.text_encoder, self.denoise_peak, self.vae)
+        return self.weights + self.text_encoder + max(self.activations, self.vae)
+
+
+def dit_weight_bytes(job: Job, layout: Layout) -> int:
+    """Resident DiT weights per device: TP splits every block; offload keeps two chunks on device."""
+    d = job.dit
+    resident_blocks = d.depth if layout.offload_chunk is None else min(d.depth, 2 * layout.offload_chunk)
+    block = d.block_params * job.weight_bytes / layout.tp
+    return int(resident_blocks * block + d.other_params * job.weight_bytes)
+
+
+def dit_activation_bytes(job: Job, layout: Layout) -> int:
+    """Peak activations of one block's forward per device (inference: nothing kept for backward).
+
+    Counted in units of the hidden state `[batch, tokens, dim]`: the residual stream plus one
+    activation-sized buffer that follows the heads' split (XLA's buffer assignment on CPU keeps
+    the normalised input only in that form; the coefficients were checked against
+    `compiled.memory_analysis()` across widths, lengths, tp and sp), then the larger of the attention phase (q, k, v and the output,
+    split over heads by TP; Ulysses trades sequence for heads, so the total stays) and the MLP
+    phase (hidden before and after the nonlinearity). The blockwise kernel adds its score tiles
+    (logits and probabilities, `[batch, heads, q_block, kv_block]` fp32); flash kernels keep theirs
+    in on-chip memory.
+    """
+    d = job.dit
+    batch = math.ceil(job.batch / layout.dp)
+    seq = math.ceil(job.tokens / layout.sp)
+    act, res = job.activation_bytes, job.residual_bytes
+    unit = batch * seq * d.dim
+    residual = unit * (res + act / layout.tp)
+    attention = unit * 4 * act / layout.tp
+    if job.blockwise_attention:
+        heads_local = max(d.heads // (layout.tp * layout.sp), 1)
+        tile = min(job.q_block, job.tokens) * min(job.kv_block, job.tokens)
+        attention += 2 * batch * heads_local * tile * 4
+    mlp = unit * (d.ffn_dim / d.dim) * 2 * act / layout.tp
+    text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
+    modulation = batch * 6 * d.dim * 4
+    return int(residual + max(attention, mlp) + text + modulation)
+
+
+def predict(job: Job, layout: Layout, release_stages: bool = True) -> Prediction:
+    text_encoder = int(job.text_encoder_params * job.text_encoder_bytes / layout.tp)
+    vae = int(job.vae_params * job.weight_bytes + job.vae_peak_activation_bytes / max(layout.sp, 1))
+    return Prediction(dit_weight_bytes(job, layout), dit_activation_bytes(job, layout), text_encoder, vae, release_stages)
+
+
+def candidate_layouts(devices: int, heads: int, depth: int) -> list[Layout]:
+    """Every (dp, tp, sp, offload) whose mesh fits `devices` and whose tp divides the heads."""
+    out = []
+    for dp in (1, 2):
+        for tp in _powers_of_two(devices):
+            for sp in _powers_of_two(devices):
+                if dp * tp * sp > devices or heads % tp:
+                    continue
+                for chunk in (None, *_offload_chunks(depth)):
+                    out.append(Layout(dp, tp, sp, chunk))
+    return out
+
+
+def relative_step_time(job: Job, layout: Layout) -> float:
+    """A coarse cost model for ranking layouts: compute split over devices, plus communication and
+    offload penalties. Only the order matters; it is not a time prediction."""
+    compute = job.batch * job.tokens * job.dit.depth / layout.devices
+    communication = 1 + 0.08 * (layout.tp - 1) + 0.04 * (layout.sp - 1)
+    offload = 1.0 if layout.offload_chunk is None else 1 + 0.25 / layout.offload_chunk
+    return compute * communication * offload
+
+
+def plan(job: Job, devices: int, device_bytes: int, release_stages: bool = True):
+    """All candidate layouts with their predictions, fastest first; and the fastest that fits (or None)."""
+    rows = []
+    for layout in candidate_layouts(devices, job.dit.heads, job.dit.depth):
+        prediction = predict(job, layout, release_stages)
+        rows.append((layout, prediction, prediction.total <= device_bytes))
+    rows.sort(key=lambda row: (relative_step_time(job, row[0]), row[1].total))
+    chosen = next((row for row in rows if row[2]), None)
+    return rows, chosen
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [1 << i for i in range(int(math.log2(limit)) + 1)] if limit >= 1 else [1]
+
+
+def _offload_chunks(depth: int) -> list[int]:
+    return sorted({c for c in (1, 2, 4, 8) if 2 * c < depth})  # two chunks resident: larger is all
