@@ -28,7 +28,7 @@ def test_cfg_is_the_pipelines_formula(predictions):
 @pytest.mark.parametrize("phi", [0.0, 0.7, 1.0])
 def test_rescale_matches_diffusers_rescale_noise_cfg(predictions, phi):
     cond, uncond = predictions
-    guided = np.asarray(cfg(jnp.asarray(cond), jnp.asarray(uncond), 6.0))
+    guided = np.array(cfg(jnp.asarray(cond), jnp.asarray(uncond), 6.0))  # writable, for torch
     ref = rescale_noise_cfg(torch.from_numpy(guided), torch.from_numpy(cond), guidance_rescale=phi).numpy()
     ours = rescale_guidance(jnp.asarray(guided), jnp.asarray(cond), phi)
     np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
