@@ -153,3 +153,17 @@ def test_rename_table_is_a_whitelist(tmp_path):
     text = SPEC.replace('k = "key"\n', "")
     with pytest.raises(AccountingError, match="rename table 'proj' has no entry for 'k'"):
         convert(parse_spec(text, "t"), _save(tmp_path, _state()))
+
+
+@pytest.mark.parametrize("source_dtype", [ml_dtypes.bfloat16, np.float32, np.float16])
+@pytest.mark.parametrize("target", ["keep", "float32", "bfloat16", "float16"])
+def test_large_transposes_and_casts_are_exact(tmp_path, source_dtype, target):
+    # big enough for the tiled path, with edges that are not tile multiples
+    weight = rng.standard_normal((300, 700)).astype(source_dtype)
+    text = SPEC.split("[[layouts.t.rules]]")[0] + "[[layouts.t.rules]]\nmatch = 'blk\\.0\\.q\\.weight'\ntarget = 'w'\nop = 'linear'\n"
+    (tmp_path / "m").mkdir()
+    save_file({"blk.0.q.weight": weight}, tmp_path / "m" / "model.safetensors")
+    tree = convert(parse_spec(text, "t"), tmp_path / "m", dtype=target)
+    want = weight.T.astype(weight.dtype if target == "keep" else np.dtype(getattr(ml_dtypes, target, None) or target))
+    assert tree["w"].dtype == want.dtype
+    np.testing.assert_array_equal(tree["w"], want)
