@@ -4,10 +4,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from vidax.zoo.dit import forward
+from vidax.zoo.mesh import make_mesh
 from vidax.zoo.offload import StreamedDiT, chunk_bounds
+from vidax.zoo.runtime import use_mesh
 
 from .toy_dit import ToyDiT, block_shardings
 
@@ -40,17 +42,21 @@ def test_streamed_equals_resident(toy, chunk):
     np.testing.assert_array_equal(np.asarray(out), resident)
 
 
-def test_streamed_under_tensor_parallel_mesh(toy):
-    """Each chunk is placed with tensor-parallel shardings: devices receive only their shard."""
-    model, params, x, t, resident = toy
-    params = dict(params)
-    mesh = Mesh(np.array(jax.devices()[:4]).reshape(1, 4), ("data", "tensor"))
-    blocks = jax.tree.map(np.asarray, params.pop("blocks"))
+@pytest.mark.parametrize("tp, sp", [(2, 1), (1, 2), (2, 2)])
+def test_streamed_equals_resident_under_a_mesh(toy, tp, sp):
+    """Each chunk arrives with its tensor-parallel shardings (devices get only their shard), the
+    hidden state stays sequence-split, and the result is bit-identical to the resident run."""
+    model, params, x, t, _ = toy
+    mesh = make_mesh(dp=1, tp=tp, sp=sp, devices=jax.devices()[: tp * sp])
+    blocks = jax.tree.map(np.asarray, params["blocks"])
+    others = {k: v for k, v in params.items() if k != "blocks"}
     shardings = block_shardings(mesh, blocks)
-    streamed = StreamedDiT(model, 2, device_shardings=shardings)
-    host = streamed.offload(blocks)
-    fetched = streamed._fetch(host.chunks[0])
-    q = fetched["to_q"]["kernel"]
-    assert {s.data.shape for s in q.addressable_shards} == {(2, model.dim, model.dim // 4)}
-    out = streamed(params, host, x, t)
-    np.testing.assert_allclose(np.asarray(out), resident, rtol=1e-5, atol=1e-5)
+    x = jax.device_put(x, NamedSharding(mesh, P(None, "sequence")))
+    with use_mesh(mesh):
+        resident = jax.jit(lambda p, x, t: forward(model, p, x, t))({**others, "blocks": jax.device_put(blocks, shardings)}, x, t)
+        streamed = StreamedDiT(model, 2, device_shardings=shardings)
+        host = streamed.offload(blocks)
+        q = streamed._fetch(host.chunks[0])["to_q"]["kernel"]
+        assert {s.data.shape for s in q.addressable_shards} == {(2, model.dim, model.dim // tp)}
+        out = streamed(others, host, x, t)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(resident))
