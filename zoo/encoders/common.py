@@ -15,19 +15,15 @@ import jax
 import jax.numpy as jnp
 
 from vidax.zoo.layers import logical_param
+from vidax.zoo.mesh import DATA, TENSOR
 
-# The mesh placement of every encoder's logical axes: Megatron tensor parallel over attention
-# heads and feed-forward features, the batch (classifier-free guidance's two prompts) over data.
+# The mesh placement of every encoder's logical axes (names absent here are replicated): Megatron
+# tensor parallel over attention heads and feed-forward features, the batch (classifier-free
+# guidance's two prompts) over data. Text tokens are never split: sequences are short.
 ENCODER_SHARDING_RULES = (
-    ("batch", "data"),
-    ("heads", "tensor"),
-    ("mlp", "tensor"),
-    ("embed", None),
-    ("vocab", None),
-    ("layers", None),
-    ("norm", None),
-    ("conv_in", None),
-    ("conv_out", None),
+    ("batch", DATA),
+    ("heads", TENSOR),
+    ("mlp", TENSOR),
 )
 
 
