@@ -1,0 +1,159 @@
+"""Weight translation of a Wan2.1-T2V-1.3B-shaped bf16 checkpoint (2.84 GB): vidax vs diffusers vs naive.
+
+The checkpoint has the real diffusers key names and shapes, random bf16 values, and is generated
+without torch once into .bench/ (git-ignored). Every contender runs in its own subprocess so that
+wall time and peak RSS (ru_maxrss of that child) are its own:
+
+- raw read: reading the file's bytes (the hardware floor; page cache warm after generation)
+- vidax-convert: the CLI end to end (plan, transpose+cast, write safetensors shards + manifest, fsync)
+- vidax convert() to memory: the library call materialising the whole host tree
+- diffusers: WanTransformer3DModel.from_pretrained(torch_dtype=bfloat16)
+- naive: safetensors.torch.load_file -> .float().numpy() -> transpose copies
+
+Set VIDAX_BENCH_LAYERS (default 30) for a smaller checkpoint on a busy machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+DIM, FFN, TEXT, FREQ, IN, OUT, PATCH = 1536, 8960, 4096, 256, 16, 16, (1, 2, 2)
+
+
+def wan_shapes(layers: int) -> dict[str, tuple[int, ...]]:
+    """diffusers WanTransformer3DModel key -> shape for the Wan2.1-T2V-1.3B config."""
+    shapes = {"patch_embedding.weight": (DIM, IN, *PATCH), "patch_embedding.bias": (DIM,),
+              "condition_embedder.time_embedder.linear_1.weight": (DIM, FREQ),
+              "condition_embedder.time_embedder.linear_2.weight": (DIM, DIM),
+              "condition_embedder.time_proj.weight": (6 * DIM, DIM),
+              "condition_embedder.text_embedder.linear_1.weight": (DIM, TEXT),
+              "condition_embedder.text_embedder.linear_2.weight": (DIM, DIM),
+              "proj_out.weight": (OUT * 4, DIM), "proj_out.bias": (OUT * 4,), "scale_shift_table": (1, 2, DIM)}
+    for name in ("time_embedder.linear_1", "time_embedder.linear_2", "time_proj", "text_embedder.linear_1", "text_embedder.linear_2"):
+        shapes[f"condition_embedder.{name}.bias"] = (shapes[f"condition_embedder.{name}.weight"][0],)
+    for i in range(layers):
+        b = f"blocks.{i}"
+        shapes[f"{b}.scale_shift_table"] = (1, 6, DIM)
+        for attn in ("attn1", "attn2"):
+            for proj in ("to_q", "to_k", "to_v", "to_out.0"):
+                shapes[f"{b}.{attn}.{proj}.weight"] = (DIM, DIM)
+                shapes[f"{b}.{attn}.{proj}.bias"] = (DIM,)
+            shapes[f"{b}.{attn}.norm_q.weight"] = shapes[f"{b}.{attn}.norm_k.weight"] = (DIM,)
+        shapes[f"{b}.norm2.weight"] = shapes[f"{b}.norm2.bias"] = (DIM,)
+        shapes[f"{b}.ffn.net.0.proj.weight"], shapes[f"{b}.ffn.net.0.proj.bias"] = (FFN, DIM), (FFN,)
+        shapes[f"{b}.ffn.net.2.weight"], shapes[f"{b}.ffn.net.2.bias"] = (DIM, FFN), (DIM,)
+    return shapes
+
+
+def config(layers: int) -> dict:
+    return {"_class_name": "WanTransformer3DModel", "patch_size": list(PATCH), "num_attention_heads": 12,
+            "attention_head_dim": 128, "in_channels": IN, "out_channels": OUT, "text_dim": TEXT, "freq_dim": FREQ,
+            "ffn_dim": FFN, "num_layers": layers, "cross_attn_norm": True, "qk_norm": "rms_norm_across_heads",
+            "eps": 1e-6, "image_dim": None, "added_kv_proj_dim": None, "rope_max_seq_len": 1024}
+
+
+def make_checkpoint(layers: int) -> Path:
+    """Write the synthetic checkpoint (diffusers repo layout) once; returns the model root."""
+    import ml_dtypes
+
+    from vidax.translator.safetensors_io import header_bytes
+
+    root = ROOT / ".bench" / f"wan2.1-t2v-1.3b-l{layers}"
+    path = root / "transformer" / "diffusion_pytorch_model.safetensors"
+    if path.exists():
+        return root
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / "config.json").write_text(json.dumps(config(layers)))
+    shapes = wan_shapes(layers)
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    rng = np.random.default_rng(0)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(header_bytes(((k, bf16, s) for k, s in shapes.items()), {"format": "pt"}))
+        for shape in shapes.values():
+            # bit patterns of bf16 values in about [-1, 1): cheap to draw, realistic magnitudes
+            bits = rng.integers(0x3C00, 0x3F80, int(np.prod(shape)), dtype=np.uint16)
+            bits |= (rng.integers(0, 2, bits.size, dtype=np.uint16) << 15)
+            fh.write(bits)
+    os.replace(tmp, path)
+    return root
+
+
+_RAW = """
+import sys
+buf = bytearray(64 << 20)
+with open(sys.argv[1], 'rb', buffering=0) as fh:
+    while fh.readinto(buf): pass
+"""
+_DIFFUSERS = """
+import sys, torch
+from diffusers import WanTransformer3DModel
+torch.set_num_threads(2)
+WanTransformer3DModel.from_pretrained(sys.argv[1], subfolder='transformer', torch_dtype=torch.bfloat16)
+"""
+_NAIVE = """
+import sys, numpy as np
+from safetensors.torch import load_file
+state = load_file(sys.argv[1])
+out = {}
+for k, t in state.items():
+    a = t.float().numpy()
+    out[k] = np.ascontiguousarray(a.T) if a.ndim == 2 else a
+"""
+_VIDAX_MEMORY = """
+import sys
+from vidax.translator import convert
+tree = convert('wan/transformer', sys.argv[1])
+"""
+
+
+def measure(argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS bytes) of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if status != 0:
+        raise RuntimeError(f"{argv[:3]} failed: {proc.stderr.read().decode()[-2000:]}")
+    return wall, usage.ru_maxrss * 1024
+
+
+def main() -> None:
+    layers = int(os.environ.get("VIDAX_BENCH_LAYERS", "30"))
+    root = make_checkpoint(layers)
+    file = root / "transformer" / "diffusion_pytorch_model.safetensors"
+    size = file.stat().st_size
+    out = ROOT / ".bench" / "out"
+    py = sys.executable
+    rows = [("raw read (page cache warm)", [py, "-c", _RAW, str(file)]),
+            ("vidax-convert end to end", None),
+            ("vidax convert() into memory", [py, "-c", _VIDAX_MEMORY, str(root)]),
+            ("diffusers from_pretrained", [py, "-c", _DIFFUSERS, str(root)]),
+            ("naive safetensors.torch->numpy->T", [py, "-c", _NAIVE, str(file)])]
+    print(f"checkpoint: {file.relative_to(ROOT)} ({size / 1e9:.2f} GB bf16, {layers} layers), {os.cpu_count()} CPUs, "
+          f"load avg {os.getloadavg()[0]:.1f}")
+    print(f"{'contender':36} {'wall s':>8} {'GB/s':>7} {'peak RSS GB':>12} {'RSS/ckpt':>9}")
+    results = {}
+    for name, argv in rows:
+        if argv is None:
+            shutil.rmtree(out, ignore_errors=True)
+            argv = [py, "-m", "vidax.cli.convert", "wan2.1-t2v-1.3b", "--source", str(root), "--out", str(out)]
+        wall, rss = measure(argv)
+        results[name] = wall
+        print(f"{name:36} {wall:8.2f} {size / wall / 1e9:7.2f} {rss / 1e9:12.2f} {rss / size:9.2f}", flush=True)
+    ratio = results["vidax-convert end to end"] / results["diffusers from_pretrained"]
+    print(f"vidax-convert / diffusers wall time: {ratio:.2f} (target <= 0.5); RSS target < 0.25 of the checkpoint")
+    shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
