@@ -24,7 +24,7 @@ from vidax.zoo.samplers import (
     unipc_karras_flow_schedule,
 )
 
-SHAPE = (1, 2, 2, 3, 5)  # unlike any other test's, so the first trajectory must compile afresh
+SHAPE = (1, 2, 2, 3, 8)  # unlike any other test's, so the first trajectory must compile afresh
 
 
 def _model(x, i, t):
@@ -91,3 +91,16 @@ def test_noise_comes_from_keys_and_given_latents_are_used_as_is():
 def test_stochastic_steppers_demand_a_key():
     with pytest.raises(ValueError, match="key"):
         sample(_model, FlowEulerAncestral.from_schedule(flow_match_schedule(4), eta=1.0), jnp.ones(SHAPE))
+
+
+def test_sharded_latents_keep_their_sharding_and_values():
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:8]), ("sequence",))
+    sharding = NamedSharding(mesh, P(None, None, None, None, "sequence"))
+    latents = initial_noise(jax.random.key(0), SHAPE)
+    stepper = UniPC.from_schedule(unipc_flow_schedule(8, shift=5.0), order=3)  # compiled above already
+    single = sample(_model, stepper, latents)
+    sharded = sample(_model, stepper, jax.device_put(latents, sharding))
+    assert sharded.sharding.is_equivalent_to(sharding, sharded.ndim)
+    np.testing.assert_allclose(sharded, single, rtol=1e-6, atol=1e-6)
