@@ -1,4 +1,4 @@
-"""Shared pieces of the HunyuanVideo-1.5 parity tests: perturbed tiny references saved as checkpoints."""
+"""Shared pieces of the HunyuanVideo-1.5 parity tests: saving references, tree and tensor helpers."""
 
 from __future__ import annotations
 
@@ -10,15 +10,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
-
-
-def perturb(module, seed: int = 0, std: float = 0.02):
-    """Add N(0, std) to every float parameter, so zero-initialised biases and tables are exercised."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * std)
-    return module.eval()
 
 
 def save_diffusers(module, folder: Path) -> Path:

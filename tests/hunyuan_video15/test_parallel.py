@@ -13,19 +13,14 @@ from vidax.zoo.hunyuan_video15.sharding import DIT_RULES, place_transformer
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.runtime import use_mesh
 
-from .helpers import perturb, save_diffusers, torch, unflatten
-from .test_transformer import TINY, make_inputs, our_inputs
-
-# 4 heads so that tp * sp = 4 splits them; 72 video tokens, 3 + 5 + 7 joint text tokens.
-TINY_4_HEADS = {**TINY, "num_attention_heads": 4}
+from .helpers import save_diffusers, unflatten
+from .hunyuan_spec_fixtures import dit_reference
+from .test_transformer import make_inputs, our_inputs
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from diffusers import HunyuanVideo15Transformer3DModel
-
-    torch.manual_seed(0)
-    ref = perturb(HunyuanVideo15Transformer3DModel(**TINY_4_HEADS))
+    ref = dit_reference(num_attention_heads=4)  # tp * sp = 4 splits the heads; 72 video tokens
     root = save_diffusers(ref, tmp_path_factory.mktemp("hv15_parallel") / "transformer").parent
     model = HunyuanVideo15Transformer(TransformerConfig.from_hf_config(dict(ref.config)))
     tree = convert(load_spec("hunyuan_video15/transformer"), root, model.param_shapes())

@@ -16,22 +16,14 @@ from vidax.translator import AccountingError, convert, load_spec
 from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
 from vidax.zoo.hunyuan_video15.transformer import Context
 
-from .helpers import perturb, save_diffusers, to_np, torch, unflatten
-
-TINY = dict(
-    in_channels=5, out_channels=4, num_attention_heads=2, attention_head_dim=16, num_layers=2,
-    num_refiner_layers=2, text_embed_dim=24, text_embed_2_dim=20, image_embed_dim=12,
-    rope_axes_dim=(4, 6, 6), use_meanflow=True,
-)
+from .helpers import save_diffusers, to_np, torch, unflatten
+from .hunyuan_spec_fixtures import dit_reference
 ATOL = 2e-5  # fp32 through ~10 matmul layers and two softmaxes; observed max error ~5e-7
 
 
 @pytest.fixture(scope="module")
 def reference():
-    from diffusers import HunyuanVideo15Transformer3DModel
-
-    torch.manual_seed(0)
-    return perturb(HunyuanVideo15Transformer3DModel(**TINY))
+    return dit_reference()
 
 
 @pytest.fixture(scope="module")

@@ -14,19 +14,16 @@ from vidax.translator import convert, load_spec
 from vidax.zoo.hunyuan_video15 import VAEConfig
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
 
-from .helpers import perturb, save_diffusers, to_np, torch, unflatten
+from .helpers import save_diffusers, to_np, torch, unflatten
+from .hunyuan_spec_fixtures import vae_reference
 
-TINY = dict(block_out_channels=(8, 16, 16, 16, 16), latent_channels=4, layers_per_block=1)
 TILE = 32  # pixels: latent tiles of 2 with stride 1, so a 3x4 latent decodes as 12 blended tiles
 ATOL = 2e-5  # fp32 through ~30 convolutions; observed max error ~3e-6
 
 
 @pytest.fixture(scope="module")
 def reference():
-    from diffusers import AutoencoderKLHunyuanVideo15
-
-    torch.manual_seed(0)
-    return perturb(AutoencoderKLHunyuanVideo15(**TINY), seed=3)
+    return vae_reference()
 
 
 @pytest.fixture(scope="module")
