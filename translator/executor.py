@@ -172,7 +172,7 @@ def plan(spec: Spec, layout: Layout, ckpt: Checkpoint, expected: Mapping[str, tu
             leaf.dtype = ckpt.info(pieces[0].key).dtype if policy is None else policy
             leaves.append(leaf)
     problems += _layer_count_problems(leaves)
-    problems += _expected_problems(leaves, expected)
+    problems += _expected_problems(leaves, expected if expected is not None else spec.shapes)
     if problems:
         raise AccountingError(problems)
     return leaves
@@ -193,9 +193,22 @@ def _layer_count_problems(leaves: list[LeafPlan]) -> list[str]:
     return problems
 
 
-def _expected_problems(leaves: list[LeafPlan], expected: Mapping[str, tuple[int, ...]] | None) -> list[str]:
+def flat_shapes(expected: Mapping, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    """Flatten an expected tree: "/"-joined paths or nested dicts, leaves as shapes or objects with `.shape`
+    (e.g. the ShapeDtypeStructs of `jax.eval_shape`)."""
+    out = {}
+    for key, value in expected.items():
+        if isinstance(value, Mapping):
+            out.update(flat_shapes(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = tuple(int(d) for d in getattr(value, "shape", value))
+    return out
+
+
+def _expected_problems(leaves: list[LeafPlan], expected: Mapping | None) -> list[str]:
     if expected is None:
         return []
+    expected = flat_shapes(expected)
     produced = {leaf.path: leaf.shape for leaf in leaves}
     problems = [f"expected leaf {p!r} not produced" for p in expected if p not in produced]
     problems += [f"leaf {p!r} produced but not expected" for p in produced if p not in expected]

@@ -23,7 +23,7 @@ _OP_ARGS = {"identity": (), "linear": (), "conv": (), "transpose": ("perm",), "r
             "squeeze": ("axis",), "expand": ("axis",)}
 _RULE_KEYS = {"match", "target", "op", "stack", "split", "fuse", "optional", "perm", "shape", "axis"}
 _LAYOUT_KEYS = {"files", "signature", "ignore", "rules"}
-_TOP_KEYS = {"spec", "dtype", "rename", "layouts"}
+_TOP_KEYS = {"spec", "dtype", "rename", "layouts", "shapes"}
 _FIELD = re.compile(r"\{(\w+)(?::(\w+))?\}")
 _PATH_LITERAL = re.compile(r"[A-Za-z0-9_/]*")
 _LEAF_PATH = re.compile(r"[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*")
@@ -133,6 +133,7 @@ class Spec:
     layouts: dict = field(hash=False, compare=False)  # name -> Layout, in file order
     digest: str = ""
     path: Path | None = None
+    shapes: dict | None = field(default=None, hash=False, compare=False)  # declared expected tree, if any
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -262,6 +263,17 @@ def _parse_dtype(raw: object) -> DtypePolicy:
     return DtypePolicy(policy_dtype(raw["default"], "[dtype] default"), tuple(rules))
 
 
+def _parse_shapes(raw: object) -> dict[str, tuple[int, ...]] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise SpecError("[shapes] must map leaf paths to shapes")
+    for path, shape in raw.items():
+        if not _LEAF_PATH.fullmatch(path) or not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise SpecError(f"[shapes] entry {path!r} = {shape!r}: need a tree path and a list of sizes")
+    return {p: tuple(s) for p, s in raw.items()}
+
+
 def parse_spec(text: str, name: str, path: Path | None = None) -> Spec:
     """Parse and lint spec TOML `text`; `name` is how errors and manifests refer to it."""
     try:
@@ -281,10 +293,11 @@ def parse_spec(text: str, name: str, path: Path | None = None) -> Spec:
         if not layouts:
             raise SpecError("no [layouts.<name>] declared")
         dtype = _parse_dtype(raw.get("dtype"))
+        shapes = _parse_shapes(raw.get("shapes"))
     except SpecError as err:
         raise SpecError(f"spec {name}: {err}") from None
     return Spec(meta.get("name", name), meta.get("component", name.rsplit("/", 1)[-1]), meta.get("description", ""),
-                dtype, renames, layouts, hashlib.sha256(text.encode()).hexdigest(), path)
+                dtype, renames, layouts, hashlib.sha256(text.encode()).hexdigest(), path, shapes)
 
 
 def load_spec(name_or_path: str | Path) -> Spec:

@@ -167,3 +167,31 @@ def test_large_transposes_and_casts_are_exact(tmp_path, source_dtype, target):
     want = weight.T.astype(weight.dtype if target == "keep" else np.dtype(getattr(ml_dtypes, target, None) or target))
     assert tree["w"].dtype == want.dtype
     np.testing.assert_array_equal(tree["w"], want)
+
+
+def test_expected_from_spec_shapes_and_nested_trees(tmp_path):
+    source = _save(tmp_path, _state())
+    shapes = {p: list(a.shape) for p, a in convert(parse_spec(SPEC, "t"), source).items()}
+    declared = SPEC + "\n[shapes]\n" + "".join(f'"{p}" = {s}\n' for p, s in shapes.items())
+    convert(parse_spec(declared, "t"), source)
+    with pytest.raises(AccountingError, match="'gain' has shape"):
+        convert(parse_spec(declared.replace('"gain" = [4, 1]', '"gain" = [4, 2]'), "t"), source)
+    with pytest.raises(AccountingError, match="'blk/qkv/kernel' produced but not expected"):
+        convert(parse_spec(SPEC + '\n[shapes]\n"gain" = [4, 1]\n', "t"), source)
+
+    class Struct:  # what jax.eval_shape returns, without importing jax here
+        def __init__(self, shape):
+            self.shape = shape
+
+    tree = convert(parse_spec(SPEC, "t"), source)
+    nested: dict = {}
+    for path, array in tree.items():
+        node = nested
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = Struct(array.shape)
+    convert(parse_spec(SPEC, "t"), source, nested)
+    nested["gain"] = Struct((5,))
+    with pytest.raises(AccountingError, match="'gain' has shape"):
+        convert(parse_spec(SPEC, "t"), source, nested)
