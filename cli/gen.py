@@ -1,0 +1,133 @@
+"""`vidax-gen`: generate a video with a registered model.
+
+    vidax-gen wan-tiny --prompt "a red kite over a grey sea" --out kite.mp4
+    vidax-gen wan2.1-t2v-1.3b --prompt "..." --weights out/wan2.1-t2v-1.3b --steps 30
+    vidax-gen --list
+
+Thin: Typer parses the flags into `GenerateOptions` and calls `vidax.zoo.pipeline.generate`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from vidax.cli.common import USER_ERRORS, console, run_guarded, step_progress
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from vidax.zoo.samplers.errors import SamplerError
+
+    return USER_ERRORS + (SamplerError,)
+
+
+class RichProgress:
+    """`vidax.zoo.pipeline.Progress` on rich bars: one line per stage, the denoising one with s/step."""
+
+    def __init__(self):
+        self.bars = step_progress()
+        self.tasks: dict[str, int] = {}
+
+    def begin(self, stage: str, total: int | None = None) -> None:
+        if not self.tasks:
+            self.bars.start()
+        self.tasks[stage] = self.bars.add_task(stage, total=total)
+
+    def advance(self, stage: str, amount: int = 1, note: str = "") -> None:
+        if stage in self.tasks:
+            self.bars.update(self.tasks[stage], advance=amount, description=f"{stage} {note}".strip())
+
+    def end(self, stage: str, seconds: float) -> None:
+        task = self.tasks.get(stage)
+        if task is not None:
+            total = self.bars.tasks[task].total
+            self.bars.update(task, total=total or 1, completed=total or 1)
+
+    def close(self) -> None:
+        if self.tasks:
+            self.bars.stop()
+
+
+def list_models() -> int:
+    from vidax.zoo.registry import registered_models
+
+    table = Table("model", "family", "description")
+    for name, model in registered_models().items():
+        table.add_row(name, model.family, model.description)
+    from rich.console import Console
+
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    return 0
+
+
+def run(options) -> int:
+    """Generate with `options` and print where the video went and each stage's time."""
+    from vidax.zoo.pipeline import generate
+
+    progress = RichProgress()
+    try:
+        result = generate(options, progress)
+    finally:
+        progress.close()
+    times = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in result.times.items())
+    console.print(f"wrote {options.out} ({result.frames.shape[0]} frames {result.frames.shape[2]}x"
+                  f"{result.frames.shape[1]} at {result.fps:g} fps); {times}", highlight=False, soft_wrap=True)
+    return 0
+
+
+@app.command()
+def main_command(
+    model: str = typer.Argument(None, help="registered model name (see --list)"),
+    prompt: str = typer.Option(None, "--prompt", help="text prompt"),
+    negative_prompt: str = typer.Option(None, "--negative-prompt", help="negative prompt (default: the model's)"),
+    image: Path = typer.Option(None, "--image", help="first-frame image for image-to-video"),
+    weights: str = typer.Option(None, "--weights", help="converted folder, local checkpoint folder, or Hub repo id"),
+    height: int = typer.Option(None, "--height", help="video height (default: the model's native)"),
+    width: int = typer.Option(None, "--width", help="video width"),
+    frames: int = typer.Option(None, "--frames", help="number of frames (4k+1 for Wan)"),
+    steps: int = typer.Option(None, "--steps", help="sampling steps"),
+    guidance: float = typer.Option(None, "--guidance", help="classifier-free guidance scale"),
+    guidance_2: float = typer.Option(None, "--guidance-2", help="guidance of a two-expert model's low-noise expert"),
+    shift: float = typer.Option(None, "--shift", help="flow shift of the schedule"),
+    sampler: str = typer.Option(None, "--sampler", help="unipc or euler"),
+    seed: int = typer.Option(0, "--seed", help="seed of the initial noise"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree"),
+    sp: int = typer.Option(1, "--sp", help="sequence-parallel degree"),
+    dp: int = typer.Option(1, "--dp", help="data-parallel degree (2: CFG branches side by side)"),
+    latents: Path = typer.Option(None, "--latents", help=".npy of initial latents instead of seeded noise"),
+    save_latents: bool = typer.Option(False, "--save-latents", help="also write the final latents (OUT.latents.npy)"),
+    out: Path = typer.Option(Path("out.mp4"), "--out", help="output .mp4 (H.264) or .npy (float32 frames)"),
+    dtype: str = typer.Option(None, "--dtype", help="weights/compute dtype override: float32 or bfloat16"),
+    list_: bool = typer.Option(False, "--list", help="list the models vidax-gen can run"),
+    debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
+    no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="do not use the persistent compile cache"),
+) -> None:
+    """Generate a video from a text prompt (and an image, for image-to-video models)."""
+    if list_:
+        raise typer.Exit(run_guarded(list_models, debug=debug, errors=_user_errors()))
+    if model is None or prompt is None:
+        console.print("[red]error:[/red] give a MODEL name and --prompt (see vidax-gen --list)")
+        raise typer.Exit(2)
+    from vidax.zoo.pipeline import GenerateOptions
+
+    options = GenerateOptions(
+        model=model, prompt=prompt, negative_prompt=negative_prompt, image=image, weights=weights, height=height,
+        width=width, frames=frames, steps=steps, guidance=guidance, guidance_2=guidance_2, shift=shift,
+        sampler=sampler, seed=seed, tp=tp, sp=sp, dp=dp, latents=latents, save_latents=save_latents, out=out,
+        dtype=dtype, compile_cache=not no_compile_cache)
+    raise typer.Exit(run_guarded(lambda: run(options), debug=debug, errors=_user_errors()))
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""Family-agnostic pipeline pieces: options, progress and stage timing, weights sources, latents I/O.
+
+A family pipeline (`zoo/<family>/pipeline.py`) runs encode → sample → decode with these helpers:
+
+    source = WeightsSource.resolve(options.weights, default_repo)   # converted DIR, folder or repo id
+    tree = source.load("transformer", "wan/transformer", subfolders, dtype="float32")
+    with timer.stage("text encode"): ...
+    release(device_tree)                                            # before the next stage needs memory
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from vidax.translator import SourceError, convert, load
+from vidax.translator.output import MANIFEST, read_manifest
+from vidax.translator.sources import looks_like_repo
+
+
+class PipelineError(ValueError):
+    """A generation request the pipeline cannot honour (bad size, frame count, latents, image)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GenerateOptions:
+    """Every setting of one generation; None means the model's native default.
+
+    Args:
+      model: registered model name (`vidax-gen --list`).
+      prompt: the text prompt.
+      negative_prompt: the negative prompt for classifier-free guidance (default: the family's).
+      image: conditioning image for image-to-video.
+      weights: converted folder, local checkpoint folder (official or diffusers layout) or Hub repo id.
+      height, width, frames, steps: video size and number of sampling steps.
+      guidance: classifier-free guidance scale (≤ 1 disables guidance).
+      guidance_2: guidance of the low-noise expert of a two-expert model (default `guidance`).
+      shift: flow shift of the schedule.
+      sampler: "unipc" or "euler".
+      seed: seed of the initial noise.
+      tp, sp, dp: tensor, sequence and data parallel degrees.
+      latents: `.npy` of initial latents, replacing the seeded noise.
+      save_latents: also write the final latents next to the video (`out.latents.npy`).
+      out: `.mp4` or `.npy` output path.
+      dtype: weights/compute dtype override ("float32", "bfloat16"); default the specs' policy.
+      compile_cache: use jax's persistent compilation cache.
+    """
+
+    model: str
+    prompt: str
+    negative_prompt: str | None = None
+    image: Path | None = None
+    weights: str | None = None
+    height: int | None = None
+    width: int | None = None
+    frames: int | None = None
+    steps: int | None = None
+    guidance: float | None = None
+    guidance_2: float | None = None
+    shift: float | None = None
+    sampler: str | None = None
+    seed: int = 0
+    tp: int = 1
+    sp: int = 1
+    dp: int = 1
+    latents: Path | None = None
+    save_latents: bool = False
+    out: Path = Path("out.mp4")
+    dtype: str | None = None
+    compile_cache: bool = True
+
+
+@dataclasses.dataclass
+class GenerateResult:
+    """What a pipeline produced: frames `[F, H, W, 3]` float32 in [0, 1], latents, settings and stage times."""
+
+    frames: np.ndarray
+    latents: np.ndarray
+    fps: float
+    settings: dict
+    times: dict[str, float]
+
+
+class Progress:
+    """Progress hooks a pipeline calls; the default does nothing (the CLI shows rich bars).
+
+    `begin(stage, total)` opens a stage (total: steps or bytes, None when unknown), `advance(stage,
+    amount, note)` moves it, `end(stage, seconds)` closes it.
+    """
+
+    def begin(self, stage: str, total: int | None = None) -> None:
+        pass
+
+    def advance(self, stage: str, amount: int = 1, note: str = "") -> None:
+        pass
+
+    def end(self, stage: str, seconds: float) -> None:
+        pass
+
+
+class StageTimer:
+    """Wall time per named stage, reported through `Progress`; results are blocked on before the clock stops."""
+
+    def __init__(self, progress: Progress | None = None):
+        self.progress = progress or Progress()
+        self.times: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str, total: int | None = None) -> Iterator[None]:
+        self.progress.begin(name, total)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds = time.perf_counter() - start
+            self.times[name] = self.times.get(name, 0.0) + seconds
+            self.progress.end(name, seconds)
+
+
+def release(tree: Any) -> None:
+    """Free the device buffers of a finished stage's weights now, not when Python gets to them."""
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, jax.Array) and not leaf.is_deleted():
+            leaf.delete()
+
+
+# --- weights sources -------------------------------------------------------------------------
+
+
+# Files besides the weights that a pipeline reads: configs, scheduler, tokenizers (official Wan
+# keeps its tokenizer under google/umt5-xxl/).
+CONFIG_PATTERNS = ("*.json", "*/*.json", "*/*.model", "*/*.txt", "google/*/*")
+
+
+def _is_converted(folder: Path) -> bool:
+    return (folder / MANIFEST).is_file() or any(folder.glob(f"*/{MANIFEST}"))
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsSource:
+    """Where a model's weights and configs come from.
+
+    kind "converted": a `vidax-convert` output (one subfolder per component with a manifest);
+    "folder": a local model folder in official or diffusers layout; "repo": a Hub repo id, whose
+    configs are fetched into the Hugging Face cache and weights converted through the translator.
+    """
+
+    kind: str
+    root: Path | None
+    repo: str | None = None
+    revision: str | None = None
+
+    @classmethod
+    def resolve(cls, weights: str | Path | None, default_repo: str | None, revision: str | None = None) -> "WeightsSource":
+        """The source named by `--weights` (default: the model's registered repo)."""
+        text = str(weights) if weights is not None else default_repo
+        if text is None:
+            raise SourceError("no --weights given and the model has no default repo")
+        path = Path(text).expanduser()
+        if path.is_dir():
+            return cls("converted" if _is_converted(path) else "folder", path)
+        if looks_like_repo(text):
+            return cls("repo", _fetch_configs(text, revision), repo=text, revision=revision)
+        raise SourceError(f"{text}: no such folder, and not a Hub repo id (org/name)")
+
+    def config_root(self, component: str) -> Path | None:
+        """The folder holding configs: the model root, or for a converted DIR the source it records."""
+        if self.kind != "converted":
+            return self.root
+        for folder in (self.root / component, self.root):
+            if (folder / MANIFEST).is_file():
+                origin = str(read_manifest(folder).get("source", {}).get("origin", ""))
+                return _origin_root(origin)
+        return None
+
+    def read_json(self, *relative: str, component: str = "") -> dict | None:
+        """The first of `relative` JSON files found (converted DIR: in it, then in its recorded source)."""
+        roots = [self.root] if self.kind == "converted" else []
+        roots += [r for r in [self.config_root(component)] if r is not None]
+        for root in roots:
+            for rel in relative:
+                if (root / rel).is_file():
+                    return json.loads((root / rel).read_text())
+        return None
+
+    def find(self, *relative: str, component: str = "") -> Path | None:
+        """The first of `relative` paths (files or folders) that exists, searched like `read_json`."""
+        roots = [self.root] if self.kind == "converted" else []
+        roots += [r for r in [self.config_root(component)] if r is not None]
+        for root in roots:
+            for rel in relative:
+                if (root / rel).exists():
+                    return root / rel
+        return None
+
+    def load(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,), *,
+             dtype: str | None = None) -> Mapping[str, np.ndarray]:
+        """The host tree of one component (mmapped where the source allows).
+
+        Args:
+          component: name in a converted DIR (`transformer`, `vae`, `text_encoder`, ...).
+          spec: conversion spec name for folders and repos (`wan/transformer`).
+          subfolders: folders inside the model root to try in order (None = the root; the spec's
+            file globs then find `transformer/...` themselves).
+          dtype: override the spec's default dtype.
+        """
+        if self.kind == "converted":
+            folder = self.root / component
+            if not (folder / MANIFEST).is_file():
+                raise SourceError(f"{self.root}: converted folder has no {component}/ (run vidax-convert for it)")
+            tree = load(folder)
+            return tree if dtype is None else {p: _cast(a, dtype) for p, a in tree.items()}
+        source = self.repo if self.kind == "repo" else self.root
+        first_error = None
+        for subfolder in subfolders:
+            try:
+                return convert(spec, source, dtype=dtype, revision=self.revision, subfolder=subfolder)
+            except SourceError as err:
+                first_error = first_error or err
+        raise first_error
+
+
+def _cast(array: np.ndarray, dtype: str) -> np.ndarray:
+    """A converted leaf under a dtype override: "float32" upcasts every float leaf; otherwise the
+    converted folder's own dtype policy stands (it already chose bf16 and kept fp32 where needed)."""
+    if dtype == "float32" and np.issubdtype(array.dtype, np.floating) and array.dtype != np.float32:
+        return array.astype(np.float32)
+    if dtype == "float32" and array.dtype.name == "bfloat16":
+        return array.astype(np.float32)
+    return array
+
+
+def _origin_root(origin: str) -> Path | None:
+    if origin.startswith("hf://"):
+        return _fetch_configs(origin[len("hf://"):], None)
+    path = Path(origin)
+    if path.is_file():
+        path = path.parent
+    # a component folder (`.../transformer`) sits inside the model root that holds model_index.json
+    for folder in (path, path.parent):
+        if (folder / "model_index.json").is_file() or (folder / "config.json").is_file():
+            return folder
+    return path if path.is_dir() else None
+
+
+def _fetch_configs(repo: str, revision: str | None) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo, revision=revision, allow_patterns=list(CONFIG_PATTERNS)))
+    except LocalEntryNotFoundError:
+        raise SourceError(f"{repo}: not in the local Hugging Face cache and the Hub is unreachable or offline") from None
+    except HfHubHTTPError as err:
+        raise SourceError(f"{repo}: Hub download failed ({str(err).splitlines()[0]})") from None
+
+
+# --- latents ---------------------------------------------------------------------------------
+
+
+def load_latents(path: str | Path, shape: tuple[int, ...]) -> np.ndarray:
+    """Initial latents from a `.npy` file, float32, checked against the shape the settings imply."""
+    path = Path(path)
+    if not path.is_file():
+        raise PipelineError(f"{path}: latents file not found")
+    try:
+        latents = np.load(path, allow_pickle=False)
+    except ValueError as err:
+        raise PipelineError(f"{path}: not a .npy array ({err})") from None
+    if latents.ndim == len(shape) - 1:
+        latents = latents[None]
+    if tuple(latents.shape) != tuple(shape):
+        raise PipelineError(f"{path}: latents have shape {tuple(latents.shape)}, these settings need {tuple(shape)}")
+    return np.asarray(latents, np.float32)
+
+
+def latents_path(out: str | Path) -> Path:
+    """`out.mp4` -> `out.latents.npy`."""
+    return Path(out).with_suffix(".latents.npy")
+
+
+def save_latents(out: str | Path, latents: np.ndarray) -> Path:
+    path = latents_path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, np.asarray(latents, np.float32))
+    return path
+
+
+# --- the library call behind vidax-gen --------------------------------------------------------
+
+
+def generate(options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
+    """Build the model's pipeline, generate, and write the video, its sidecar JSON and (asked) the latents.
+
+    Args:
+      options: every setting (`GenerateOptions`); the output path is checked before any work.
+      progress: hooks for progress display (the CLI passes rich bars).
+
+    Returns:
+      The result, with `settings["outputs"]` naming the files written.
+    """
+    from vidax.zoo.registry import make_pipeline
+    from vidax.zoo.runtime import configure_compile_cache
+    from vidax.zoo.video_io import check_output_path, write_frames, write_sidecar
+
+    check_output_path(options.out)
+    configure_compile_cache(options.compile_cache)
+    timer = StageTimer(progress)
+    with timer.stage("load"):
+        pipeline = make_pipeline(options.model, options)
+    result = pipeline.generate(options, progress)
+    result.times = {**timer.times, **result.times}
+    outputs = {"video": str(options.out)}
+    with timer.stage("write"):
+        write_frames(options.out, result.frames, result.fps)
+        if options.save_latents:
+            outputs["latents"] = str(save_latents(options.out, result.latents))
+    result.times["write"] = timer.times["write"]
+    outputs["sidecar"] = str(Path(options.out).with_suffix(".json"))
+    result.settings = {**result.settings, "outputs": outputs, "stage_seconds": result.times}
+    write_sidecar(options.out, result.settings)
+    return result

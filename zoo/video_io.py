@@ -1,0 +1,145 @@
+"""Writing generated video: H.264 MP4 through PyAV, lossless `.npy`, and a sidecar JSON of the settings.
+
+Frames everywhere are float32 `[frames, height, width, 3]` in [0, 1], the convention of diffusers'
+`output_type="np"`; the MP4 quantises them to 8-bit RGB (as diffusers' `export_to_video` does) and
+encodes yuv420p, which every player decodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+VIDEO_SUFFIXES = (".mp4", ".npy")
+DEFAULT_CRF = 18  # visually lossless for x264; a generated clip is small either way
+
+
+class VideoIOError(ValueError):
+    """An output path or frame array that cannot be written, or an input image that cannot be read."""
+
+
+def vidax_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("vidax")
+    except Exception:  # an uninstalled checkout still generates
+        return "unknown"
+
+
+def check_output_path(path: str | os.PathLike) -> Path:
+    """The output path, checked before any work starts: a known suffix and a writable folder."""
+    path = Path(path)
+    if path.suffix.lower() not in VIDEO_SUFFIXES:
+        raise VideoIOError(f"{path}: output must end in {' or '.join(VIDEO_SUFFIXES)}")
+    folder = path.parent if str(path.parent) else Path(".")
+    if folder.exists() and not folder.is_dir():
+        raise VideoIOError(f"{path}: {folder} is not a folder")
+    return path
+
+
+def to_uint8(frames: np.ndarray) -> np.ndarray:
+    """[0, 1] floats -> uint8 with rounding (diffusers' `numpy_to_pil`: `(x * 255).round()`)."""
+    return (np.clip(frames, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+
+
+def _check_frames(frames: np.ndarray) -> np.ndarray:
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[-1] != 3:
+        raise VideoIOError(f"frames must be [frames, height, width, 3], got shape {frames.shape}")
+    return frames
+
+
+def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float, *, crf: int = DEFAULT_CRF) -> Path:
+    """Encode `frames` (float [0, 1] or uint8, `[F, H, W, 3]`) as H.264 yuv420p at `fps`.
+
+    Odd sizes are padded by one edge pixel (yuv420p needs even width and height).
+    """
+    import av
+
+    frames = _check_frames(frames)
+    pixels = frames if frames.dtype == np.uint8 else to_uint8(frames)
+    pad_h, pad_w = pixels.shape[1] % 2, pixels.shape[2] % 2
+    if pad_h or pad_w:
+        pixels = np.pad(pixels, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+        stream.width, stream.height = pixels.shape[2], pixels.shape[1]
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"crf": str(crf)}
+        for pixel_frame in pixels:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixel_frame), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def read_video(path: str | os.PathLike) -> np.ndarray:
+    """Decode a video file to uint8 `[F, H, W, 3]` RGB (to check what `write_mp4` wrote)."""
+    import av
+
+    with av.open(str(path)) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+
+
+def write_frames(path: str | os.PathLike, frames: np.ndarray, fps: float) -> Path:
+    """Write `frames` (float `[F, H, W, 3]` in [0, 1]) to `.mp4` (H.264) or `.npy` (float32, lossless)."""
+    path = check_output_path(path)
+    frames = _check_frames(frames)
+    if path.suffix.lower() == ".npy":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, np.asarray(frames, np.float32))
+        return path
+    return write_mp4(path, frames, fps)
+
+
+def sidecar_path(path: str | os.PathLike) -> Path:
+    """`out.mp4` -> `out.json`."""
+    return Path(path).with_suffix(".json")
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def write_sidecar(video_path: str | os.PathLike, settings: Mapping[str, Any]) -> Path:
+    """Write `settings` (every option, the seed, stage times) plus the vidax version next to the video."""
+    record = {"vidax_version": vidax_version(), "video": str(video_path), **_jsonable(settings)}
+    path = sidecar_path(video_path)
+    path.write_text(json.dumps(record, indent=1, sort_keys=False, default=str) + "\n")
+    return path
+
+
+def read_image(path: str | os.PathLike) -> np.ndarray:
+    """An RGB uint8 `[H, W, 3]` image; a missing or unreadable file is a one-line VideoIOError."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise VideoIOError(f"{path}: image not found")
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image.convert("RGB"))
+    except (UnidentifiedImageError, OSError) as err:
+        raise VideoIOError(f"{path}: cannot read image ({err.__class__.__name__}: {str(err).splitlines()[0]})") from None
