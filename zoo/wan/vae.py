@@ -27,9 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.attention import attention
+from jax.sharding import PartitionSpec
+
+from vidax.zoo.attention import _local_attention, attention
 from vidax.zoo.layers import logical_param
 from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR
+from vidax.zoo.runtime import active_mesh
 from vidax.zoo.sharding import constrain
 
 Params = dict[str, Any]
@@ -262,8 +265,27 @@ class AttentionBlock(nn.Module):
         b, t, h, w, c = x.shape
         qkv = Conv2d(3 * c, kernel=1, padding=((0, 0), (0, 0)), name="to_qkv")(RMSNorm(name="norm")(x))
         q, k, v = jnp.split(qkv.reshape(b * t, h * w, 1, 3 * c), 3, axis=-1)  # [BT, HW, 1, C] each
-        out = attention(q, k, v).reshape(b, t, h, w, c)
+        out = frame_attention(q, k, v).reshape(b, t, h, w, c)
         return x + Conv2d(c, kernel=1, padding=((0, 0), (0, 0)), name="proj")(out)
+
+
+def frame_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """One-head attention over a frame's pixels `[BT, HW, 1, C]`.
+
+    On one device: the shared entry point. Under a mesh the entry point's DiT plan (heads on
+    "tensor", Ulysses on "sequence") cannot split one head, so the queries split over every device
+    and each attends to the whole frame's keys and values with the entry point's local kernel.
+    """
+    mesh = active_mesh()
+    if mesh is None or mesh.size == 1:
+        return attention(q, k, v)
+    s = q.shape[1]
+    q = jnp.pad(q, ((0, 0), (0, -s % mesh.size), (0, 0), (0, 0)))
+    split = PartitionSpec(None, tuple(mesh.axis_names))
+    local = partial(_local_attention, kv_mask=None, scale=q.shape[-1] ** -0.5, implementation=None)
+    out = jax.shard_map(lambda q, k, v: local(q, k, v), in_specs=(split, PartitionSpec(), PartitionSpec()),
+                        out_specs=split, check_vma=False)(q, k, v)
+    return out[:, :s]
 
 
 def upsample_nearest2x(x: jax.Array) -> jax.Array:

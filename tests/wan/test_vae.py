@@ -1,0 +1,180 @@
+"""Wan2.1 / Wan2.2 VAE against diffusers `AutoencoderKLWan`, through the real specs of both layouts.
+
+Tiny perturbed references (2.1-style z 16; 2.2-style residual, patchified, z 8) are saved in the
+diffusers `vae/` layout and as the official single `.pth` file, converted with
+`vidax.translator.convert`, and run chunk by chunk (first frame, then 4-frame chunks to encode; one
+latent frame at a time to decode) against the reference in fp32 at highest matmul precision.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vidax.translator import TranslatorError, convert, load_spec
+from vidax.zoo.mesh import make_mesh
+from vidax.zoo.runtime import use_mesh
+from vidax.zoo.sharding import place
+from vidax.zoo.wan.vae import (
+    WAN21_VAE, WAN_VAE_RULES, WanVAE, WanVAEConfig, WanVAEError, _run_chunk, denormalize_latents, normalize_latents,
+)
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+
+def _load_fixtures():
+    path = Path(__file__).with_name("wan_vae_spec_fixtures.py")
+    module_spec = importlib.util.spec_from_file_location("wan_vae_spec_fixtures_for_tests", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+fixtures = _load_fixtures()
+
+ATOL = 2e-5  # fp32 through ~40 convolutions and a softmax; observed max error ~3e-6
+# (pixels of the video, latent frames decoded) per spec: 2.1 is 8x spatial, 2.2 16x (2x2 patches)
+SIZES = {"wan/vae": (16, 24), "wan/vae22": (32, 32)}
+FRAMES = 9  # the first frame, then two 4-frame chunks: the steady-state unit runs twice
+LATENT_FRAMES = 3
+
+
+def _np(t) -> np.ndarray:
+    return t.detach().float().numpy()
+
+
+@pytest.fixture(scope="module", params=["wan/vae", "wan/vae22"])
+def case(request, tmp_path_factory):
+    """Reference, its two checkpoints converted through the real spec, and the reference's outputs."""
+    spec = request.param
+    model = fixtures.reference(spec)
+    roots = fixtures.save_checkpoints(spec, model, tmp_path_factory.mktemp(spec.replace("/", "-")))
+    vae = WanVAE(WanVAEConfig.from_hf_config(dict(model.config)))
+    trees = {root.name: convert(load_spec(spec), root, vae.param_shapes()) for root in roots}
+    h, w = SIZES[spec]
+    factor = vae.config.scale_factor_spatial
+    gen = torch.Generator().manual_seed(1)
+    video = torch.rand(1, 3, FRAMES, h, w, generator=gen) * 2 - 1
+    latents = torch.randn(1, vae.config.z_dim, LATENT_FRAMES, h // factor, w // factor, generator=gen)
+    with torch.no_grad():
+        moments = _np(model.encode(video).latent_dist.parameters)
+        decoded = _np(model.decode(latents).sample)
+    return dict(spec=spec, model=model, vae=vae, trees=trees, video=_np(video), latents=_np(latents),
+                moments=moments, decoded=decoded)
+
+
+def _params(tree: dict) -> dict:
+    from flax.traverse_util import unflatten_dict
+
+    return unflatten_dict(dict(tree), sep="/")
+
+
+def test_both_layouts_convert_to_the_independent_tree(case):
+    expected = fixtures.expected_tree(case["model"].state_dict())
+    for layout, tree in case["trees"].items():
+        assert set(tree) == set(expected), layout
+        for path, value in expected.items():
+            np.testing.assert_array_equal(tree[path], value, err_msg=f"{layout}: {path}")
+
+
+@pytest.mark.parametrize("layout", ["diffusers", "official"])
+def test_encode(case, layout):
+    ours = np.asarray(case["vae"].encode_moments(_params(case["trees"][layout]), jnp.asarray(case["video"])))
+    assert ours.shape == case["moments"].shape
+    np.testing.assert_allclose(ours, case["moments"], atol=ATOL, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["diffusers", "official"])
+def test_decode(case, layout):
+    ours = np.asarray(case["vae"].decode(_params(case["trees"][layout]), jnp.asarray(case["latents"])))
+    assert ours.shape == case["decoded"].shape == (1, 3, 1 + 4 * (LATENT_FRAMES - 1), *SIZES[case["spec"]])
+    assert np.abs(case["decoded"]).max() <= 1.0
+    np.testing.assert_allclose(ours, case["decoded"], atol=ATOL, rtol=1e-5)
+
+
+def test_encode_mean_and_sample(case):
+    vae, params = case["vae"], _params(case["trees"]["diffusers"])
+    video = jnp.asarray(case["video"])
+    z = case["vae"].config.z_dim
+    np.testing.assert_allclose(np.asarray(vae.encode(params, video)), case["moments"][:, :z], atol=ATOL, rtol=1e-5)
+    sample = np.asarray(vae.encode(params, video, key=jax.random.key(0)))
+    std = np.exp(0.5 * np.clip(case["moments"][:, z:], -30, 20))
+    noise = (sample - case["moments"][:, :z]) / std
+    assert 0.5 < noise.std() < 1.5 and not np.allclose(noise, 0)
+
+
+def test_official_21_layout_maps_back_through_diffusers_converter():
+    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+
+    state = fixtures.reference("wan/vae").state_dict()
+    official = {fixtures.official_key("wan/vae", k): v for k, v in state.items()}
+    back = convert_wan_vae_to_diffusers(dict(official))
+    assert set(back) == set(state)
+    assert all(torch.equal(back[k], state[k]) for k in state)
+
+
+def test_spec_refuses_the_other_vae(case, tmp_path):
+    other = {"wan/vae": "wan/vae22", "wan/vae22": "wan/vae"}[case["spec"]]
+    for root in fixtures.save_checkpoints(case["spec"], case["model"], tmp_path):
+        with pytest.raises(TranslatorError):
+            convert(load_spec(other), root)
+
+
+def test_decode_compiles_first_and_steady_chunks_once():
+    vae = WanVAE(WanVAEConfig.from_hf_config(fixtures.TINY_21))
+    params = vae.init_params(jax.random.key(0))
+    z = jnp.zeros((1, 16, 4, 1, 2), jnp.float32)  # a shape no other test uses
+    before = _run_chunk._cache_size()
+    vae.decode(params, z)
+    assert _run_chunk._cache_size() - before == 2  # first chunk + steady state, not one per chunk
+    vae.decode(params, jnp.zeros((1, 16, 6, 1, 2), jnp.float32))
+    assert _run_chunk._cache_size() - before == 2
+
+
+def test_sharded_decode_matches_one_device(tmp_path):
+    model = fixtures.reference("wan/vae")
+    diffusers_root, _ = fixtures.save_checkpoints("wan/vae", model, tmp_path)
+    vae = WanVAE(WanVAEConfig.from_hf_config(dict(model.config)))
+    tree = convert(load_spec("wan/vae"), diffusers_root, vae.param_shapes())
+    latents = jax.random.normal(jax.random.key(2), (1, 16, 2, 2, 8), jnp.float32)  # width 8 splits 8 ways
+    expected = np.asarray(vae.decode(_params(tree), latents))
+    mesh = make_mesh(dp=2, tp=2, sp=2)
+    with use_mesh(mesh, WAN_VAE_RULES):
+        params = place(tree, vae.logical_specs(), WAN_VAE_RULES, mesh)
+        out = vae.decode(params, latents)
+    assert len(out.sharding.device_set) == 8 and not out.sharding.is_fully_replicated
+    np.testing.assert_allclose(np.asarray(out), expected, atol=ATOL, rtol=1e-5)
+
+
+def test_latent_normalisation_matches_the_pipeline():
+    cfg = WanVAEConfig.from_hf_config(fixtures.TINY_22)
+    z = np.random.default_rng(0).normal(size=(1, 8, 2, 3, 4)).astype(np.float32)
+    mean = torch.tensor(cfg.latents_mean).view(1, 8, 1, 1, 1)
+    inv_std = 1.0 / torch.tensor(cfg.latents_std).view(1, 8, 1, 1, 1)
+    # diffusers WanPipeline: `latents / latents_std + latents_mean` before decode (latents_std = 1 / std);
+    # WanImageToVideoPipeline: `(latents - latents_mean) * latents_std` after encode
+    np.testing.assert_allclose(np.asarray(denormalize_latents(cfg, jnp.asarray(z))),
+                               _np(torch.from_numpy(z) / inv_std + mean), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(normalize_latents(cfg, jnp.asarray(z))),
+                               _np((torch.from_numpy(z) - mean) * inv_std), rtol=1e-6, atol=1e-6)
+
+
+def test_official_21_config_is_the_diffusers_default():
+    from diffusers import AutoencoderKLWan
+
+    defaults = {name: p.default for name, p in inspect.signature(AutoencoderKLWan.__init__).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    assert WanVAEConfig.from_hf_config(defaults) == WAN21_VAE
+
+
+def test_encode_rejects_frame_counts_off_the_chunk_grid():
+    vae = WanVAE(WanVAEConfig.from_hf_config(fixtures.TINY_21))
+    with pytest.raises(WanVAEError, match="1 \\+ 4k frames"):
+        vae.encode_moments({}, jnp.zeros((1, 3, 6, 16, 16)))
