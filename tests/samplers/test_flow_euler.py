@@ -77,7 +77,11 @@ CONFIGS = {
         dict(base_sigmas=linear_quadratic_sigmas(NUM_STEPS), mu=_our_ltx_mu(), shift_terminal=0.1),
     ),
     **{
-        f"hunyuan-shift{s}": (dict(shift=float(s)), dict(sigmas=BASE_SIGMAS["hunyuan"]), dict(shift=float(s), base_sigmas=BASE_SIGMAS["hunyuan"]))
+        f"hunyuan-shift{s}": (
+            dict(shift=float(s)),
+            dict(sigmas=BASE_SIGMAS["hunyuan"]),
+            dict(shift=float(s), base_sigmas=BASE_SIGMAS["hunyuan"]),
+        )
         for s in (5, 7, 9)
     },
     "static-shift3-default-grid": (dict(shift=3.0), dict(), dict(shift=3.0)),

@@ -37,9 +37,9 @@ def test_rescale_matches_diffusers_rescale_noise_cfg(predictions, phi):
         assert np.abs(ref - guided).max() > 1e-2
 
 
-def test_batched_guidance_takes_uncond_first(predictions):
+def test_batched_guidance_takes_cond_first_like_cfg_batch(predictions):
     cond, uncond = predictions
-    batched = jnp.concatenate([jnp.asarray(uncond), jnp.asarray(cond)])
+    batched = jnp.concatenate([jnp.asarray(cond), jnp.asarray(uncond)])
     np.testing.assert_allclose(guide_batched(batched, 4.0, rescale=0.7), guide(cond, uncond, 4.0, rescale=0.7), rtol=1e-6)
 
 

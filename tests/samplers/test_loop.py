@@ -40,7 +40,9 @@ PAIRS = {
         UniPC.from_schedule(unipc_karras_flow_schedule(8, sigma_min=0.01, sigma_max=200.0), order=3),
     ],
     "dpm": lambda: [DPMSolverPP.from_schedule(dpm_flow_schedule(8, shift=s)) for s in (3.0, 5.0)],
-    "ddim": lambda: [DDIM.create(cogvideox_alphas_cumprod(snr_shift_scale=s), ddim_timesteps(8, "trailing")) for s in (3.0, 1.0)],
+    "ddim": lambda: [
+        DDIM.create(cogvideox_alphas_cumprod(snr_shift_scale=s), ddim_timesteps(8, "trailing")) for s in (3.0, 1.0)
+    ],
     "cogvideox-dpm": lambda: [
         CogVideoXDPM.create(cogvideox_alphas_cumprod(snr_shift_scale=s), ddim_timesteps(8, "trailing")) for s in (3.0, 1.0)
     ],

@@ -48,7 +48,8 @@ class DPMSolverPP:
         if config.get("order", 2) not in (1, 2):
             raise SamplerConfigError(f"DPM-Solver++ order must be 1 or 2, got {config['order']}")
         if config.get("solver_type", "midpoint") not in ("midpoint", "heun"):
-            raise SamplerConfigError(f"DPM-Solver++ solver_type must be midpoint or heun, got {config['solver_type']!r}")
+            kind = config["solver_type"]
+            raise SamplerConfigError(f"DPM-Solver++ solver_type must be midpoint or heun, got {kind!r}")
         return cls(sigmas=as_f32(schedule.sigmas), timesteps=as_f32(schedule.timesteps), **config)
 
     @property
@@ -67,7 +68,8 @@ class DPMSolverPP:
         sample = state["latents"].astype(jnp.float32)
         x0 = state["latents"] - sigmas[step_index] * model_output
         history = jnp.stack([state["history"][1], x0])
-        first_order = (self.order == 1) | (state["lower_order_nums"] < 1) | self._final_is_first_order(sigmas, step_index)
+        first_order = self._final_is_first_order(sigmas, step_index) | (state["lower_order_nums"] < 1)
+        first_order |= self.order == 1
         latents = jax.lax.cond(
             first_order,
             lambda: self._first_order(sigmas, sample, x0, step_index),

@@ -95,7 +95,8 @@ class FlowEulerAncestral:
         if self.stochastic:
             if noise is None:
                 noise = step_noise(state["key"], step_index, sample.shape)
-            renoise = jnp.sqrt(jnp.maximum(sigma_next**2 - sigma_down**2 * alpha_next**2 / (alpha_down**2 + 1e-12), 0.0))
+            variance = sigma_next**2 - sigma_down**2 * alpha_next**2 / (alpha_down**2 + 1e-12)
+            renoise = jnp.sqrt(jnp.maximum(variance, 0.0))
             x = alpha_next / (alpha_down + 1e-12) * x + noise * renoise * self.s_noise
         x = jnp.where(jnp.abs(sigma_next) < 1e-8, denoised, x)  # the last step lands on x0
         latents = x.astype(state["latents"].dtype)

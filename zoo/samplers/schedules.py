@@ -75,7 +75,9 @@ def karras_sigmas(num_steps: int, sigma_min: float, sigma_max: float, rho: float
     return (max_inv + ramp * (min_inv - max_inv)) ** rho
 
 
-def linear_quadratic_sigmas(num_steps: int, threshold_noise: float = 0.025, linear_steps: int | None = None) -> np.ndarray:
+def linear_quadratic_sigmas(
+    num_steps: int, threshold_noise: float = 0.025, linear_steps: int | None = None
+) -> np.ndarray:
     """LTX's linear-then-quadratic schedule (`num_steps` sigmas from 1 down, no terminal 0)."""
     if num_steps < 2:
         return np.ones(1)
@@ -191,7 +193,9 @@ def _int_timestep_schedule(sigmas: np.ndarray, final_sigma: str, num_train_times
 # --- DDPM (CogVideoX) -----------------------------------------------------------------------------
 
 
-def scaled_linear_betas(num_train_timesteps: int = 1000, beta_start: float = 0.00085, beta_end: float = 0.012) -> np.ndarray:
+def scaled_linear_betas(
+    num_train_timesteps: int = 1000, beta_start: float = 0.00085, beta_end: float = 0.012
+) -> np.ndarray:
     """Betas linear in sqrt space (Stable Diffusion's and CogVideoX's `scaled_linear`)."""
     return np.linspace(beta_start**0.5, beta_end**0.5, num_train_timesteps, dtype=np.float64) ** 2
 
@@ -222,7 +226,9 @@ def cogvideox_alphas_cumprod(
     return rescale_zero_terminal_snr(alphas_cumprod) if rescale_betas_zero_snr else alphas_cumprod
 
 
-def ddim_timesteps(num_steps: int, spacing: Spacing, *, num_train_timesteps: int = 1000, steps_offset: int = 0) -> np.ndarray:
+def ddim_timesteps(
+    num_steps: int, spacing: Spacing, *, num_train_timesteps: int = 1000, steps_offset: int = 0
+) -> np.ndarray:
     """Integer timesteps of DDIM-family schedulers (`timestep_spacing` linspace / leading / trailing)."""
     if num_steps > num_train_timesteps:
         raise SamplerConfigError(f"{num_steps} steps exceed the {num_train_timesteps} training timesteps")

@@ -88,7 +88,7 @@ class UniPC:
         if config.get("solver_type", "bh2") not in ("bh1", "bh2"):
             raise SamplerConfigError(f"UniPC solver_type must be 'bh1' or 'bh2', got {config['solver_type']!r}")
         if config.get("solver_type") == "bh1" and schedule.sigmas[-1] == 0:
-            raise SamplerConfigError("UniPC bh1 divides by zero at a zero final sigma; use bh2 or final_sigma='sigma_min'")
+            raise SamplerConfigError("UniPC bh1 divides by zero at a zero final sigma; use bh2 or final_sigma=sigma_min")
         if config.get("order", 2) > 1 and not config.get("lower_order_final", True) and schedule.sigmas[-1] == 0:
             raise SamplerConfigError("UniPC above order 1 needs lower_order_final=True to reach a zero final sigma")
         config["disable_corrector"] = tuple(int(i) for i in config.get("disable_corrector", ()))
