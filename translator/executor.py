@@ -298,8 +298,8 @@ def chunks(leaf: LeafPlan, ckpt: Checkpoint) -> Iterator[np.ndarray]:
         for piece in leaf.pieces:  # a zero-copy leaf was written straight from the mapping
             ckpt.release(piece.key)
         return
-    buffer = np.empty(leaf.shape[1:], leaf.dtype)
     for _, pieces in sorted(_by_layer(leaf).items()):
+        buffer = np.empty(leaf.shape[1:], leaf.dtype)  # fresh per layer: the writer may still hold the last one
         _fill(leaf, pieces, buffer, ckpt)
         yield buffer
 

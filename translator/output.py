@@ -11,6 +11,7 @@ import errno
 import hashlib
 import json
 import os
+import queue
 import shutil
 import signal
 import threading
@@ -72,16 +73,50 @@ def is_complete(out_dir: Path, digest: str | None = None) -> bool:
     return shards_ok and (digest is None or manifest.get("inputs_digest") == digest)
 
 
+class _BackgroundWriter:
+    """Writes buffers to a file on a second thread so that converting the next chunk overlaps the
+    write (the write is usually disk-bound). At most `depth` chunks wait; a write error is raised
+    in the caller on its next call or on close."""
+
+    def __init__(self, fh, depth: int = 3):
+        self.fh, self.error = fh, None
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.thread = threading.Thread(target=self._run, name="vidax-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (item := self.queue.get()) is not None:
+            if self.error is None:
+                try:
+                    write_chunks(self.fh, iter([item]))
+                except BaseException as err:  # handed to the caller thread
+                    self.error = err
+
+    def write(self, data) -> None:
+        if self.error is not None:
+            raise self.error
+        self.queue.put(data)
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 def _write_shard(path: Path, tree: Mapping, names: list[str], info: dict, progress: Callable[[int], None] | None) -> int:
     streaming = hasattr(tree, "chunks")
     with open(path, "wb") as fh:
         fh.write(header_bytes(((n, info[n][1], info[n][0]) for n in names), {"format": "pt"}))
-        for name in names:
-            chunks = tree.chunks(name) if streaming else iter([np.asarray(tree[name])])
-            for chunk in chunks:
-                write_chunks(fh, iter([chunk]))
-                if progress:
-                    progress(chunk.nbytes)
+        writer = _BackgroundWriter(fh)
+        try:
+            for name in names:
+                for chunk in tree.chunks(name) if streaming else iter([np.asarray(tree[name])]):
+                    writer.write(chunk)
+                    if progress:
+                        progress(chunk.nbytes)
+        finally:
+            writer.close()
         fh.flush()
         os.fsync(fh.fileno())
         return fh.tell()
