@@ -62,6 +62,16 @@ def test_a_trajectory_compiles_the_step_once(family):
     assert np.all(np.isfinite(out_first)) and np.abs(np.asarray(out_first) - np.asarray(out_second)).max() > 1e-4
 
 
+def test_bf16_latents_with_fp32_model_output_keep_one_compile():
+    """The solver state's dtypes must not drift between steps, or step 2 would recompile."""
+    latents = initial_noise(jax.random.key(0), (1, 2, 1, 2, 8), jnp.bfloat16)
+    for family, pair in PAIRS.items():
+        before = jitted_step._cache_size()
+        out = sample(lambda x, i, t: 0.5 * x.astype(jnp.float32), pair()[0], latents, key=jax.random.key(1))
+        assert jitted_step._cache_size() == before + 1, family
+        assert out.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(out, np.float32))), family
+
+
 def test_nan_stops_with_the_step_named():
     stepper = FlowEuler.from_schedule(flow_match_schedule(8, shift=5.0))
 

@@ -85,9 +85,9 @@ class DDIM:
 
     def step(self, state: State, model_output: jax.Array, step_index: jax.Array) -> tuple[State, jax.Array]:
         coef = jax.tree.map(jnp.asarray, self.coef)
-        sample = state["latents"]
-        x0 = _predict_x0(coef, sample, model_output, step_index, self.prediction_type)
-        latents = coef["a"][step_index] * sample + coef["b"][step_index] * x0
+        sample = state["latents"].astype(jnp.float32)
+        x0 = _predict_x0(coef, sample, model_output.astype(jnp.float32), step_index, self.prediction_type)
+        latents = (coef["a"][step_index] * sample + coef["b"][step_index] * x0).astype(state["latents"].dtype)
         return {"latents": latents}, latents
 
 
@@ -139,16 +139,17 @@ class CogVideoXDPM:
     def init(self, latents: jax.Array, key: jax.Array | None = None) -> State:
         if key is None:
             raise SamplerConfigError("CogVideoX DPM sampling injects noise every step: pass a jax.random key")
-        return {"latents": latents, "old_x0": jnp.zeros_like(latents), "key": key}
+        return {"latents": latents, "old_x0": jnp.zeros(latents.shape, jnp.float32), "key": key}
 
     def step(
         self, state: State, model_output: jax.Array, step_index: jax.Array, noise: jax.Array | None = None
     ) -> tuple[State, jax.Array]:
         coef = jax.tree.map(jnp.asarray, self.coef)
         row = {name: value[step_index] for name, value in coef.items()}
-        sample = state["latents"]
-        x0 = _predict_x0(coef, sample, model_output, step_index, self.prediction_type)
+        sample = state["latents"].astype(jnp.float32)
+        x0 = _predict_x0(coef, sample, model_output.astype(jnp.float32), step_index, self.prediction_type)
         noise = step_noise(state["key"], step_index, sample.shape) if noise is None else noise
         denoised = jnp.where(row["second_order"], row["mult3"] * x0 - row["mult4"] * state["old_x0"], x0)
         latents = row["mult1"] * sample - row["mult2"] * denoised + row["mult_noise"] * noise
+        latents = latents.astype(state["latents"].dtype)
         return {**state, "latents": latents, "old_x0": x0}, latents

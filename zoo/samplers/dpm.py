@@ -59,14 +59,14 @@ class DPMSolverPP:
     def init(self, latents: jax.Array, key: jax.Array | None = None) -> State:
         return {
             "latents": latents,
-            "history": jnp.zeros((2, *latents.shape), latents.dtype),
+            "history": jnp.zeros((2, *latents.shape), jnp.float32),
             "lower_order_nums": jnp.zeros((), jnp.int32),
         }
 
     def step(self, state: State, model_output: jax.Array, step_index: jax.Array) -> tuple[State, jax.Array]:
         sigmas = jnp.asarray(self.sigmas)
         sample = state["latents"].astype(jnp.float32)
-        x0 = state["latents"] - sigmas[step_index] * model_output
+        x0 = sample - sigmas[step_index] * model_output.astype(jnp.float32)
         history = jnp.stack([state["history"][1], x0])
         first_order = self._final_is_first_order(sigmas, step_index) | (state["lower_order_nums"] < 1)
         first_order |= self.order == 1
@@ -74,7 +74,7 @@ class DPMSolverPP:
             first_order,
             lambda: self._first_order(sigmas, sample, x0, step_index),
             lambda: self._second_order(sigmas, sample, history, step_index),
-        ).astype(model_output.dtype)
+        ).astype(state["latents"].dtype)
         new_state = {
             "latents": latents,
             "history": history,

@@ -40,7 +40,8 @@ class FlowEuler:
     def step(self, state: State, model_output: jax.Array, step_index: jax.Array) -> tuple[State, jax.Array]:
         sigmas = jnp.asarray(self.sigmas)
         dt = sigmas[step_index + 1] - sigmas[step_index]
-        latents = (state["latents"].astype(jnp.float32) + dt * model_output).astype(model_output.dtype)
+        # The state keeps the latents' dtype so that every step traces the same types.
+        latents = (state["latents"].astype(jnp.float32) + dt * model_output).astype(state["latents"].dtype)
         return {"latents": latents}, latents
 
 

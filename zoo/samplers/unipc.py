@@ -101,16 +101,16 @@ class UniPC:
     def init(self, latents: jax.Array, key: jax.Array | None = None) -> State:
         return {
             "latents": latents,
-            "history": jnp.zeros((self.order, *latents.shape), latents.dtype),  # x0 predictions, newest last
-            "last_sample": jnp.zeros_like(latents),
+            "history": jnp.zeros((self.order, *latents.shape), jnp.float32),  # x0 predictions, newest last
+            "last_sample": jnp.zeros(latents.shape, jnp.float32),
             "lower_order_nums": jnp.zeros((), jnp.int32),
             "last_order": jnp.ones((), jnp.int32),
         }
 
     def step(self, state: State, model_output: jax.Array, step_index: jax.Array) -> tuple[State, jax.Array]:
         sigmas = jnp.asarray(self.sigmas)
-        sample = state["latents"]
-        x0 = sample - sigmas[step_index] * model_output
+        sample = state["latents"].astype(jnp.float32)  # solver state in fp32, latents keep their dtype
+        x0 = sample - sigmas[step_index] * model_output.astype(jnp.float32)
         # 1. UniC: refine the previous step's output with this step's x0 prediction.
         if self.use_corrector:
             sample = jax.lax.cond(
@@ -123,7 +123,8 @@ class UniPC:
         this_order = self._order_at(step_index, state["lower_order_nums"])
         # 3. UniP: predict the next latents.
         branches = [lambda args, p=p: self._predict(sigmas, *args, order=p) for p in range(1, self.order + 1)]
-        latents = jax.lax.switch(this_order - 1, branches, (history, sample, step_index)).astype(sample.dtype)
+        prediction = jax.lax.switch(this_order - 1, branches, (history, sample, step_index))
+        latents = prediction.astype(state["latents"].dtype)
         new_state = {
             "latents": latents,
             "history": history,
