@@ -18,7 +18,7 @@ import numpy as np
 from vidax.translator import ops
 from vidax.translator.checkpoint import Checkpoint
 from vidax.translator.errors import AccountingError
-from vidax.translator.spec import _LEAF_PATH, Layout, Rule, Spec
+from vidax.translator.spec import LEAF_PATH, Layout, Rule, Spec
 
 _TILE = 256  # tile edge for transposed copies (measured fastest of 64..1024 for bf16 here)
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -67,7 +67,6 @@ def _claims(layout: Layout, keys: list[str], problems: list[str]) -> dict[str, t
         elif not ignored:
             problems.append(f"source key {key!r} matched by no rule or ignore pattern")
     return claimed
-
 
 
 def _pieces(key: str, rule: Rule, match, ckpt: Checkpoint, spec: Spec) -> list[tuple[str, Piece]]:
@@ -161,7 +160,7 @@ def plan(spec: Spec, layout: Layout, ckpt: Checkpoint, expected: Mapping[str, tu
     default = spec.dtype.default if isinstance(dtype, str) else dtype
     leaves = []
     for path, pieces in by_target.items():
-        if not _LEAF_PATH.fullmatch(path):
+        if not LEAF_PATH.fullmatch(path):
             problems.append(f"target {path!r} (from {pieces[0].key!r}) is not a valid tree path")
             continue
         leaf, leaf_problems = _leaf(path, pieces)

@@ -26,7 +26,7 @@ _LAYOUT_KEYS = {"files", "signature", "ignore", "rules"}
 _TOP_KEYS = {"spec", "dtype", "rename", "layouts", "shapes"}
 _FIELD = re.compile(r"\{(\w+)(?::(\w+))?\}")
 _PATH_LITERAL = re.compile(r"[A-Za-z0-9_/]*")
-_LEAF_PATH = re.compile(r"[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*")
+LEAF_PATH = re.compile(r"[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*")
 
 
 def module_path(value: str) -> str:
@@ -193,6 +193,10 @@ def _parse_rule(raw: dict, layout: str, index: int, renames: dict) -> Rule:
     stray = [k for k in ("perm", "shape", "axis") if k in raw and k not in _OP_ARGS[op]]
     if missing or stray:
         raise SpecError(f"{where}: op {op!r} takes {list(_OP_ARGS[op]) or 'no arguments'}, got {missing or stray}")
+    for key, value in args.items():
+        ints = value if key in ("perm", "shape") else [value]
+        if not (isinstance(ints, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in ints)):
+            raise SpecError(f"{where}: {key} must be {'a list of integers' if key != 'axis' else 'an integer'}, got {value!r}")
     rule = Rule(layout, index, _regex(raw["match"], where + " match"), Template.parse(raw["target"], where), op, args,
                 raw.get("stack"), _parse_split(raw["split"], where) if "split" in raw else None,
                 _parse_fuse(raw["fuse"], where) if "fuse" in raw else None, bool(raw.get("optional", False)))
@@ -269,7 +273,7 @@ def _parse_shapes(raw: object) -> dict[str, tuple[int, ...]] | None:
     if not isinstance(raw, dict):
         raise SpecError("[shapes] must map leaf paths to shapes")
     for path, shape in raw.items():
-        if not _LEAF_PATH.fullmatch(path) or not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+        if not LEAF_PATH.fullmatch(path) or not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
             raise SpecError(f"[shapes] entry {path!r} = {shape!r}: need a tree path and a list of sizes")
     return {p: tuple(s) for p, s in raw.items()}
 
@@ -316,7 +320,8 @@ def load_spec(name_or_path: str | Path) -> Spec:
         if not shipped.is_file():
             raise SpecError(f"no spec {str(name_or_path)!r} (not a file, and no {shipped.relative_to(SPECS_ROOT.parent)})")
         path = shipped
-    name = path.relative_to(SPECS_ROOT).with_suffix("").as_posix() if path.resolve().is_relative_to(SPECS_ROOT) else str(path)
+    resolved = path.resolve()
+    name = resolved.relative_to(SPECS_ROOT).with_suffix("").as_posix() if resolved.is_relative_to(SPECS_ROOT) else str(path)
     return parse_spec(path.read_text(), name, path)
 
 

@@ -103,3 +103,10 @@ def test_translator_imports_without_jax_flax_torch_or_zoo():
     proc = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "blocked-ok"
+
+
+def test_op_arguments_are_typed():
+    with pytest.raises(SpecError, match="perm must be a list of integers"):
+        parse_spec(HEAD + _rule(match=r"a\.weight", target="a/kernel", op="transpose", perm="1,0"), "t")
+    with pytest.raises(SpecError, match="axis must be an integer"):
+        parse_spec(HEAD + _rule(match=r"a\.weight", target="a/kernel", op="squeeze", axis="0"), "t")
