@@ -85,6 +85,11 @@ CONFIGS = {
         for s in (5, 7, 9)
     },
     "static-shift3-default-grid": (dict(shift=3.0), dict(), dict(shift=3.0)),
+    "linear-time-shift": (
+        dict(use_dynamic_shifting=True, time_shift_type="linear"),
+        dict(sigmas=BASE_SIGMAS["ltx"], mu=1.7),
+        dict(base_sigmas=BASE_SIGMAS["ltx"], mu=1.7, time_shift_type="linear"),
+    ),
 }
 
 

@@ -108,3 +108,13 @@ def test_bad_configs_fail_clearly():
         UniPC.from_schedule(schedule, order=3, lower_order_final=False)
     with pytest.raises(SamplerConfigError, match="solver_type"):
         UniPC.from_schedule(schedule, solver_type="bh3")
+
+
+@pytest.mark.parametrize("terminal", [None, 0.1])
+def test_dynamic_shift_grid(terminal):
+    config = dict(use_dynamic_shifting=True, shift_terminal=terminal)
+    scheduler = UniPCMultistepScheduler(**FLOW, **config)
+    scheduler.set_timesteps(NUM_STEPS, mu=1.3)
+    schedule = unipc_flow_schedule(NUM_STEPS, mu=1.3, shift_terminal=terminal)
+    assert_grid_equal(schedule.timesteps, scheduler.timesteps, "timesteps")
+    assert_grid_equal(schedule.sigmas, scheduler.sigmas, "sigmas")
