@@ -122,6 +122,17 @@ def test_flow_match_grid_and_trajectory(name):
     assert_trajectories_close(our_trajectory(FlowEuler.from_schedule(schedule), latents, eps), ref)
 
 
+@pytest.mark.parametrize("num_steps", [30, 50])
+@pytest.mark.parametrize("shift", [5.0, 7.0, 9.0])
+def test_hunyuan_grid_at_native_step_counts(shift, num_steps):
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=shift)
+    base = np.linspace(1.0, 0.0, num_steps + 1)[:-1]
+    scheduler.set_timesteps(sigmas=base)
+    schedule = flow_match_schedule(num_steps, shift=shift, base_sigmas=base)
+    assert_grid_equal(schedule.timesteps, scheduler.timesteps, "timesteps")
+    assert_grid_equal(schedule.sigmas, scheduler.sigmas, "sigmas")
+
+
 def test_ancestral_default_grid_is_flow_match():
     scheduler = LTXEulerAncestralRFScheduler()
     scheduler.set_timesteps(NUM_STEPS)

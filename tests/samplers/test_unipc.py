@@ -17,6 +17,7 @@ SHIPPED = {
     "wan2.2-shift5": (dict(flow_shift=5.0), lambda n: unipc_flow_schedule(n, shift=5.0)),
     "wan2.2-a14b-shift12": (dict(flow_shift=12.0), lambda n: unipc_flow_schedule(n, shift=12.0)),
     "cosmos3-shift10": (dict(flow_shift=10.0), lambda n: unipc_flow_schedule(n, shift=10.0)),
+    # diffusers scripts/convert_cosmos_to_diffusers.py, save_pipeline_cosmos2_5_predict:
     "cosmos2.5-karras": (
         dict(use_karras_sigmas=True, sigma_min=0.01, sigma_max=200.0),
         lambda n: unipc_karras_flow_schedule(n, sigma_min=0.01, sigma_max=200.0),
@@ -60,6 +61,15 @@ def test_shipped_config_grid_and_trajectory(name):
     latents, eps = fake_inputs()
     ref = diffusers_trajectory(_diffusers(config), latents, eps)
     assert_trajectories_close(our_trajectory(UniPC.from_schedule(schedule), latents, eps), ref)
+
+
+@pytest.mark.parametrize("num_steps", [30, 35, 40, 50])
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_shipped_config_grid_at_native_step_counts(name, num_steps):
+    config, build = SHIPPED[name]
+    schedule, scheduler = build(num_steps), _diffusers(config, num_steps)
+    assert_grid_equal(schedule.timesteps, scheduler.timesteps, "timesteps")
+    assert_grid_equal(schedule.sigmas, scheduler.sigmas, "sigmas")
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
