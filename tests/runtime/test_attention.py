@@ -165,3 +165,17 @@ def test_heads_the_mesh_cannot_split_name_valid_degrees(rng):
     with use_mesh(make_mesh(1, 2, 2)):
         with pytest.raises(MeshError, match=r"leave 3 per device.*valid sp degrees at tp=2: 1, 3"):
             attention(q, q, q)
+
+
+@pytest.mark.parametrize("dp,tp,sp", [(1, 2, 2), (2, 1, 2)])
+def test_pallas_kernel_inside_shard_map(qkv, dp, tp, sp):
+    """The TPU kernel (interpret mode) under a mesh: Ulysses all-to-all around it, padding masked.
+
+    Four devices: Pallas' TPU interpreter synchronises its simulated devices, which stalls with
+    all eight fake devices on a 2-core machine.
+    """
+    q, k, v = qkv["video"]
+    mask = qkv["video_mask"]
+    with use_mesh(make_mesh(dp, tp, sp)):
+        out = jax.jit(lambda q, k, v: attention(q, k, v, kv_mask=mask, implementation="pallas_interpret"))(q, k, v)
+    np.testing.assert_allclose(np.asarray(out), naive(q, k, v, mask), atol=2e-6, rtol=1e-5)
