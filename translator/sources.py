@@ -8,6 +8,7 @@ cache, HF_TOKEN and HF_HUB_OFFLINE apply and only the component's files are down
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,17 +70,66 @@ def open_local(spec: Spec, path: Path, layout: str | None = None) -> Source:
     if not path.is_dir():
         raise SourceError(f"{path}: no such file or folder")
     candidates = [spec.layouts[layout]] if layout else list(spec.layouts.values())
-    tried = []
+    tried, mismatched = [], []
     for candidate in candidates:
         files = layout_files(candidate, path)
         tried += [f"{candidate.name}: {', '.join(candidate.files)}"]
         if not files:
             continue
         ckpt = Checkpoint(files)
-        # a folder may hold another layout's files under this glob (a diffusers `transformer/` folder)
-        found = candidate if layout else detect_layout(spec, ckpt.keys(), str(path))
+        if layout:
+            return Source(candidate, ckpt, ckpt.paths, origin=str(path))
+        # a glob may find another layout's files (a diffusers `transformer/` folder) or another
+        # component's (a root-level DiT when looking for a VAE): detect, and go on if nothing fits
+        try:
+            found = detect_layout(spec, ckpt.keys(), str(path))
+        except SourceError as err:
+            mismatched.append(str(err))
+            continue
         return Source(found, ckpt, ckpt.paths, origin=str(path))
+    if mismatched:
+        raise SourceError(mismatched[0])
     raise SourceError(f"{path}: no checkpoint files of spec {spec.name} found (looked for {'; '.join(tried)})")
+
+
+def _glob_match(path: str, pattern: str) -> bool:
+    """Path-aware glob: `*` stays within one folder level, as with Path.glob."""
+    parts, pattern_parts = path.split("/"), pattern.split("/")
+    return len(parts) == len(pattern_parts) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern_parts))
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP client's connection/timeout errors (huggingface_hub's client differs across versions)."""
+    errors = []
+    for module in ("httpx2", "httpx", "requests"):
+        try:
+            client = __import__(module)
+        except ImportError:
+            continue
+        errors += [getattr(client, n) for n in ("TransportError", "ConnectionError", "Timeout") if hasattr(client, n)]
+    return tuple(e for e in errors if isinstance(e, type) and issubclass(e, BaseException))
+
+
+def hub_patterns(repo: str, layouts: list[Layout], revision: str | None, subfolder: str | None) -> list[str]:
+    """allow_patterns for a Hub snapshot: the first glob whose files the repo has, from its file
+    listing; offline (no listing) every glob of `layouts`, which then only reads the cache."""
+    every = sorted({g for l in layouts for g in l.files} | {g + ".index.json" for l in layouts for g in l.files})
+    import huggingface_hub
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    unreachable = (OfflineModeIsEnabled, HfHubHTTPError, OSError, *_transport_errors())
+    try:
+        files = huggingface_hub.list_repo_files(repo, revision=revision)
+    except unreachable:  # offline, no network, or private: snapshot_download decides from the cache
+        return every
+    prefix = f"{subfolder.strip('/')}/" if subfolder else ""
+    relative = [f[len(prefix):] for f in files if f.startswith(prefix)]
+    for layout in layouts:
+        for glob in layout.files:
+            if any(_glob_match(f, glob) for f in relative):
+                return [glob, glob + ".index.json"]
+    raise SourceError(f"{repo}: no files matching {', '.join(g for l in layouts for g in l.files)}"
+                      + (f" under {subfolder}/" if subfolder else ""))
 
 
 def looks_like_repo(source: str) -> bool:
@@ -88,12 +138,12 @@ def looks_like_repo(source: str) -> bool:
 
 def download(repo: str, patterns: list[str], revision: str | None = None, subfolder: str | None = None) -> tuple[Path, str]:
     """Snapshot the files matching `patterns` of a Hub model repo; returns (model root, commit)."""
-    from huggingface_hub import snapshot_download
+    import huggingface_hub
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     prefix = f"{subfolder.strip('/')}/" if subfolder else ""
     try:
-        snapshot = Path(snapshot_download(repo, revision=revision, allow_patterns=[prefix + p for p in patterns]))
+        snapshot = Path(huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=[prefix + p for p in patterns]))
     except LocalEntryNotFoundError:
         raise SourceError(f"{repo}: not in the local Hugging Face cache and the Hub is unreachable or offline (HF_HUB_OFFLINE)") from None
     except HfHubHTTPError as err:
@@ -114,7 +164,7 @@ def resolve(spec: Spec, source: str | Path, *, revision: str | None = None, subf
             path = path / subfolder
         return open_local(spec, path, layout)
     layouts = [spec.layouts[layout]] if layout else list(spec.layouts.values())
-    patterns = sorted({g for l in layouts for g in l.files} | {g + ".index.json" for l in layouts for g in l.files})
+    patterns = hub_patterns(text, layouts, revision, subfolder)
     root, commit = download(text, patterns, revision, subfolder)
     opened = open_local(spec, root, layout)
     opened.repo, opened.revision, opened.origin = text, commit, f"hf://{text}"

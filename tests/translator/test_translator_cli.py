@@ -92,6 +92,24 @@ def test_hub_download_asks_only_for_the_component_files(hub, monkeypatch):
     assert all(p.startswith("transformer/") for p in calls[0][2])
 
 
+def test_hub_listing_picks_only_the_matching_glob(hub, monkeypatch):
+    _, snapshot, _, _ = hub
+    import huggingface_hub
+
+    listing = ["transformer/diffusion_pytorch_model.safetensors", "transformer/config.json",
+               "vae/diffusion_pytorch_model.safetensors", "text_encoder/model-00001-of-00005.safetensors"]
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo, revision=None: listing)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda repo, revision=None, allow_patterns=None: calls.append(allow_patterns) or str(snapshot))
+    assert sources.resolve(load_spec("wan/transformer"), REPO).layout.name == "diffusers"
+    assert calls == [["transformer/diffusion_pytorch_model*.safetensors",
+                      "transformer/diffusion_pytorch_model*.safetensors.index.json"]]
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo, revision=None: ["README.md"])
+    with pytest.raises(SourceError, match="no files matching"):
+        sources.resolve(load_spec("wan/transformer"), REPO)
+
+
 def test_hub_repo_missing_from_offline_cache(hub):
     cache, _, _, _ = hub
     proc = _cli("wan2.1-t2v-14b", "--check", cache=cache)

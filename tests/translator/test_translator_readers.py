@@ -192,3 +192,32 @@ def test_malicious_pickle_refused_without_executing(tmp_path, payload):
     assert not marker.exists()
     torch.load(path, weights_only=False)  # the payload is real: an unrestricted load runs it
     assert marker.exists()
+
+
+def test_folder_skips_globs_that_find_another_components_files(tmp_path):
+    from vidax.translator import convert
+    from vidax.translator.spec import parse_spec
+
+    spec = parse_spec(r"""
+[dtype]
+default = "keep"
+[layouts.diffusers]
+files = ["vae/*.safetensors", "*.safetensors"]
+signature = ['conv_in\.weight']
+[[layouts.diffusers.rules]]
+match = 'conv_in\.weight'
+target = "conv_in/kernel"
+op = "conv"
+[layouts.official]
+files = ["vae.pth"]
+signature = ['conv1\.weight']
+[[layouts.official.rules]]
+match = 'conv1\.weight'
+target = "conv_in/kernel"
+op = "conv"
+""", "t")
+    np_save_file({"blocks.0.other": np.zeros(2, np.float32)}, tmp_path / "dit.safetensors")  # not this component
+    weight = torch.randn(4, 3, 3, 3)
+    torch.save({"conv1.weight": weight}, tmp_path / "vae.pth")
+    tree = convert(spec, tmp_path)
+    np.testing.assert_array_equal(tree["conv_in/kernel"], weight.numpy().transpose(2, 3, 1, 0))
