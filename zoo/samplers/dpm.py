@@ -43,13 +43,14 @@ class DPMSolverPP:
     lower_order_final: bool = True
     euler_at_final: bool = False
 
+    def __post_init__(self):
+        if self.order not in (1, 2):
+            raise SamplerConfigError(f"DPM-Solver++ order must be 1 or 2, got {self.order}")
+        if self.solver_type not in ("midpoint", "heun"):
+            raise SamplerConfigError(f"DPM-Solver++ solver_type must be midpoint or heun, got {self.solver_type!r}")
+
     @classmethod
     def from_schedule(cls, schedule: Schedule, **config) -> "DPMSolverPP":
-        if config.get("order", 2) not in (1, 2):
-            raise SamplerConfigError(f"DPM-Solver++ order must be 1 or 2, got {config['order']}")
-        if config.get("solver_type", "midpoint") not in ("midpoint", "heun"):
-            kind = config["solver_type"]
-            raise SamplerConfigError(f"DPM-Solver++ solver_type must be midpoint or heun, got {kind!r}")
         return cls(sigmas=as_f32(schedule.sigmas), timesteps=as_f32(schedule.timesteps), **config)
 
     @property

@@ -81,17 +81,21 @@ class UniPC:
     use_corrector: bool = True
     disable_corrector: tuple[int, ...] = ()
 
+    def __post_init__(self):
+        if self.order not in (1, 2, 3):
+            raise SamplerConfigError(f"UniPC order must be 1, 2 or 3, got {self.order}")
+        if self.solver_type not in ("bh1", "bh2"):
+            raise SamplerConfigError(f"UniPC solver_type must be 'bh1' or 'bh2', got {self.solver_type!r}")
+        # A static (hashable) field: lists from a scheduler config become a tuple of ints.
+        object.__setattr__(self, "disable_corrector", tuple(int(i) for i in self.disable_corrector))
+
     @classmethod
     def from_schedule(cls, schedule: Schedule, **config) -> "UniPC":
-        if config.get("order", 2) not in (1, 2, 3):
-            raise SamplerConfigError(f"UniPC order must be 1, 2 or 3, got {config['order']}")
-        if config.get("solver_type", "bh2") not in ("bh1", "bh2"):
-            raise SamplerConfigError(f"UniPC solver_type must be 'bh1' or 'bh2', got {config['solver_type']!r}")
+        """`UniPC(...)` on a schedule's grid, refusing configurations that divide by zero at its end."""
         if config.get("solver_type") == "bh1" and schedule.sigmas[-1] == 0:
             raise SamplerConfigError("UniPC bh1 divides by zero at a zero final sigma; use bh2 or final_sigma=sigma_min")
         if config.get("order", 2) > 1 and not config.get("lower_order_final", True) and schedule.sigmas[-1] == 0:
             raise SamplerConfigError("UniPC above order 1 needs lower_order_final=True to reach a zero final sigma")
-        config["disable_corrector"] = tuple(int(i) for i in config.get("disable_corrector", ()))
         return cls(sigmas=as_f32(schedule.sigmas), timesteps=as_f32(schedule.timesteps), **config)
 
     @property
