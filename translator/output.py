@@ -164,6 +164,8 @@ def save_tree(tree: Mapping, out_dir: str | os.PathLike, manifest: dict | None =
     digest = _inputs_digest(manifest, info)
     if is_complete(out_dir, digest):
         return False
+    if out_dir.exists() and not _replaceable(out_dir):
+        raise OutputError(f"{out_dir}: exists and is not a vidax conversion; remove it or choose another output folder")
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit becomes EFBIG, not a kill
     try:
@@ -181,6 +183,16 @@ def save_tree(tree: Mapping, out_dir: str | os.PathLike, manifest: dict | None =
             raise OutputError(f"{out_dir}: disk full or file size limit reached while writing ({err.strerror})") from None
         raise OutputError(f"{out_dir}: cannot write output ({err.strerror or err})") from None
     return True
+
+
+def _replaceable(out_dir: Path) -> bool:
+    """Only an earlier vidax output (it has our manifest) or an empty folder may be replaced."""
+    if not out_dir.is_dir():
+        return False
+    try:
+        return json.loads((out_dir / MANIFEST).read_text()).get("format") == FORMAT_VERSION
+    except (OSError, ValueError, AttributeError):
+        return not any(out_dir.iterdir())
 
 
 def _write_all(tree, tmp: Path, manifest: dict, info: dict, digest: str, shard_bytes: int, progress) -> None:

@@ -119,3 +119,14 @@ def test_manifest_records_leaves(tmp_path):
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert manifest["leaves"] == {"x/y": {"shape": [2, 3], "dtype": "float16"}}
     assert manifest["format"] == 1 and "vidax_version" in manifest and os.path.exists(tmp_path / "o" / manifest["shards"][0]["file"])
+
+
+def test_never_replaces_a_folder_it_did_not_write(tmp_path):
+    precious = tmp_path / "mine"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    with pytest.raises(OutputError, match="exists and is not a vidax conversion"):
+        save_tree({"a": np.ones(2, np.float32)}, precious)
+    assert (precious / "notes.txt").read_text() == "keep me"
+    (tmp_path / "empty").mkdir()
+    assert save_tree({"a": np.ones(2, np.float32)}, tmp_path / "empty") is True
