@@ -128,3 +128,14 @@ def test_dynamic_shift_grid(terminal):
     schedule = unipc_flow_schedule(NUM_STEPS, mu=1.3, shift_terminal=terminal)
     assert_grid_equal(schedule.timesteps, scheduler.timesteps, "timesteps")
     assert_grid_equal(schedule.sigmas, scheduler.sigmas, "sigmas")
+
+
+def test_direct_construction_validates_and_keeps_static_fields_hashable():
+    import jax
+
+    schedule = unipc_flow_schedule(NUM_STEPS, shift=5.0)
+    stepper = UniPC(sigmas=schedule.sigmas, timesteps=schedule.timesteps, disable_corrector=[1, 2])
+    assert stepper.disable_corrector == (1, 2)
+    hash(jax.tree.structure(stepper))  # jit keys its cache on this
+    with pytest.raises(SamplerConfigError, match="order"):
+        UniPC(sigmas=schedule.sigmas, timesteps=schedule.timesteps, order=0)
