@@ -49,10 +49,11 @@ def _attempts(entry: ModelEntry, component, opts: ConvertOptions) -> list[tuple[
         if layout not in entry.repos:
             raise SourceError(f"model {entry.name} has no {layout!r} repo (has: {', '.join(entry.repos)})")
         return [(layout, entry.repos[layout], component.subfolder.get(layout) or None)]
-    layouts = [opts.layout] if opts.layout else list(entry.repos)
-    known = [l for l in layouts if entry.repos.get(l) == opts.source]  # a registry repo named explicitly
-    tries = [(l, opts.source, component.subfolder.get(l) or None) for l in (known or layouts)]
-    return list(dict.fromkeys(tries if opts.layout or known else [(None, s, f) for _, s, f in tries]))
+    named = [l for l, repo in entry.repos.items() if repo == opts.source]  # a registry repo given explicitly
+    layouts = [opts.layout] if opts.layout else named or list(entry.repos)
+    pinned = bool(opts.layout or named)  # otherwise the layout is detected from the files' keys
+    tries = [(l if pinned else None, opts.source, component.subfolder.get(l) or None) for l in layouts]
+    return list(dict.fromkeys(tries))
 
 
 def _open(entry: ModelEntry, name: str, opts: ConvertOptions) -> LazyTree:
@@ -128,7 +129,7 @@ def main_command(
     source: str = typer.Option(None, "--source", help="Hub repo id or local file/folder instead of the registry's repo"),
     revision: str = typer.Option(None, "--revision", help="Hub branch, tag or commit"),
     out: Path = typer.Option(None, "--out", help="output folder (default out/MODEL); one subfolder per component"),
-    components: list[str] = typer.Option(None, "--components", help="components to convert (default: all)"),
+    components: list[str] = typer.Option(None, "--components", help="components to convert, repeated or comma-separated (default: all)"),
     dtype: str = typer.Option(None, "--dtype", help="override the spec's default dtype: float32, bfloat16, float16, keep"),
     layout: str = typer.Option(None, "--layout", help="source layout (e.g. official, diffusers) instead of detecting it"),
     check: bool = typer.Option(False, "--check", help="plan and verify coverage without writing"),
@@ -141,7 +142,8 @@ def main_command(
     if model is None:
         console.print("error: give a MODEL name (see vidax-convert --list)")
         raise typer.Exit(2)
-    opts = ConvertOptions(model, source, revision, out, tuple(components or ()), dtype, layout, check)
+    names = tuple(n for item in components or () for n in item.split(",") if n)  # --components a,b or repeated
+    opts = ConvertOptions(model, source, revision, out, names, dtype, layout, check)
     raise typer.Exit(run_guarded(lambda: run(opts), debug=debug))
 
 

@@ -65,6 +65,7 @@ _ALLOWED = {
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
     ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
     **{("torch", name): _StorageType(dtype) for name, dtype in _STORAGE_DTYPES.items()},
 }
 
