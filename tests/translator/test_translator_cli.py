@@ -168,3 +168,14 @@ def test_registry_entries_are_valid():
             load_spec(component.spec)
     with pytest.raises(SourceError, match="unknown model 'nope'"):
         get_model("nope")
+
+
+def test_two_expert_model_from_official_subfolders(tmp_path):
+    states = {"high_noise_model": wan.reference_state_dict("t2v", seed=1), "low_noise_model": wan.reference_state_dict("t2v", seed=2)}
+    for folder, state in states.items():
+        wan.save_official(state, tmp_path / "repo" / folder)
+    out = tmp_path / "out"
+    proc = _cli("wan2.2-t2v-a14b", "--source", str(tmp_path / "repo"), "--out", str(out), "--dtype", "float32")
+    assert proc.returncode == 0, proc.stderr
+    assert mismatches(load(out / "transformer"), wan.expected_tree(states["high_noise_model"])) == []
+    assert mismatches(load(out / "transformer_2"), wan.expected_tree(states["low_noise_model"])) == []
