@@ -6,6 +6,7 @@
 """
 
 from vidax.zoo.samplers.base import initial_noise, step_noise
+from vidax.zoo.samplers.configs import stepper_from_config
 from vidax.zoo.samplers.ddim import DDIM, CogVideoXDPM
 from vidax.zoo.samplers.dpm import DPMSolverPP
 from vidax.zoo.samplers.errors import NonFiniteLatentsError, SamplerConfigError, SamplerError
@@ -64,6 +65,7 @@ __all__ = [
     "snr_shift",
     "static_shift",
     "step_noise",
+    "stepper_from_config",
     "stretch_to_terminal",
     "time_shift",
     "unipc_flow_schedule",

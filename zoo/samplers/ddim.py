@@ -63,12 +63,14 @@ class DDIM:
         final_alpha_cumprod: float = 1.0,
         num_train_timesteps: int = 1000,
     ) -> "DDIM":
-        """Args:
-        alphas_cumprod: the ᾱ table (e.g. `cogvideox_alphas_cumprod()`).
-        timesteps: integer timesteps (`ddim_timesteps`).
-        prediction_type: what the model predicts.
-        final_alpha_cumprod: ᾱ beyond the first timestep (1.0 for `set_alpha_to_one`).
-        num_train_timesteps: size of the training grid.
+        """A DDIM stepper over `timesteps` of the ᾱ table.
+
+        Args:
+            alphas_cumprod: the ᾱ table (e.g. `cogvideox_alphas_cumprod()`).
+            timesteps: integer timesteps (`ddim_timesteps`).
+            prediction_type: what the model predicts.
+            final_alpha_cumprod: ᾱ beyond the first timestep (1.0 for `set_alpha_to_one`).
+            num_train_timesteps: size of the training grid.
         """
         alpha_t, alpha_prev, _ = _alpha_pairs(alphas_cumprod, timesteps, num_train_timesteps, final_alpha_cumprod)
         a = ((1 - alpha_prev) / (1 - alpha_t)) ** 0.5
