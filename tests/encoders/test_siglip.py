@@ -11,9 +11,9 @@ from safetensors.torch import save_file
 from tests.encoders.oracle import assert_close, converted_params, perturb
 from vidax.zoo.encoders.siglip import SiglipVisionModel, siglip_preprocess, siglip_vision_config
 
-HF_CONFIG = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=42,
-                 patch_size=14)
-PIXELS = np.random.default_rng(0).normal(size=(2, 3, 42, 42)).astype(np.float32)
+HF_CONFIG = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=44,
+                 patch_size=14)  # 44 px: the stride-14 convolution drops a 2 px remainder, as so400m at 384 does
+PIXELS = np.random.default_rng(0).normal(size=(2, 3, 44, 44)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")

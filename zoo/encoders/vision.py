@@ -73,8 +73,9 @@ class VisionEmbeddings(nn.Module):
         p = c.patch_size
         if (h, w) != (c.image_size, c.image_size):
             raise ValueError(f"vision encoder: expected {c.image_size}x{c.image_size} images, got {h}x{w}")
-        patches = pixel_values.reshape(b, ch, h // p, p, w // p, p).transpose(0, 2, 4, 3, 5, 1)  # [B, h, w, p, p, C]
-        patches = patches.reshape(b, (h // p) * (w // p), p * p * ch)
+        gh, gw = h // p, w // p  # a stride-p convolution drops the remainder (SigLIP: 384 px -> 27 x 27)
+        patches = pixel_values[:, :, :gh * p, :gw * p].reshape(b, ch, gh, p, gw, p)
+        patches = patches.transpose(0, 2, 4, 3, 5, 1).reshape(b, gh * gw, p * p * ch)  # [B, N, p*p*C]
         conv = _PatchConv(c, name="patch_embedding")
         x = conv(patches)  # [B, N, D]
         if c.class_token:
