@@ -1,0 +1,67 @@
+"""Peak memory of CPU attention: blockwise online softmax vs naive softmax, 12 heads × 128.
+
+Each measurement runs in its own subprocess (peak RSS is per process): it imports jax, builds
+q/k/v in fp32, runs one jitted attention and reports its peak RSS and the RSS before the call.
+The naive path materialises `[B, H, S, S]` logits, so it runs only at the sizes whose logits fit
+NAIVE_LOGITS_BUDGET; at 32k tokens its logits alone would take 51.5 GB.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HEADS, HEAD_DIM = 12, 128
+NAIVE_LOGITS_BUDGET = 2 << 30  # bytes of fp32 logits the naive path may take on a shared machine
+SIZES = (2048, 4096, 8192, 32768)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _child(kind: str, seq: int) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vidax.zoo.kernels.blockwise import blockwise_attention
+    from vidax.zoo.kernels.plain import plain_attention
+
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.standard_normal((1, seq, HEADS, HEAD_DIM), np.float32)) for _ in range(3))
+    kernel = blockwise_attention if kind == "blockwise" else plain_attention
+    run = jax.jit(lambda q, k, v: kernel(q, k, v, None, HEAD_DIM**-0.5))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    jax.block_until_ready(run(q, k, v))
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"before_mb": before / 1024, "peak_mb": peak / 1024, "seconds": seconds}))
+
+
+def _measure(kind: str, seq: int) -> dict:
+    cmd = [sys.executable, "-m", "bench.bench_attention", kind, str(seq)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True,
+                          env={"JAX_PLATFORMS": "cpu", "VIDAX_NO_COMPILE_CACHE": "1", "PATH": ""})
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    print(f"attention on CPU, B=1, H={HEADS}, D={HEAD_DIM}, fp32; peak RSS of a fresh process")
+    print(f"{'tokens':>7} | {'blockwise peak':>14} {'(inputs)':>9} {'time':>7} | {'naive peak':>11} {'time':>7}")
+    for seq in SIZES:
+        block = _measure("blockwise", seq)
+        logits = HEADS * seq * seq * 4
+        if logits <= NAIVE_LOGITS_BUDGET:
+            naive = _measure("naive", seq)
+            naive_cells = f"{naive['peak_mb']:>8.0f} MB {naive['seconds']:>6.1f}s"
+        else:
+            naive_cells = f"not run: logits alone {logits / 2**30:.1f} GB"
+        print(f"{seq:>7} | {block['peak_mb']:>11.0f} MB {block['before_mb']:>6.0f} MB {block['seconds']:>6.1f}s | {naive_cells}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], int(sys.argv[2]))
