@@ -68,6 +68,33 @@ class TransformerConfig:
         """Build from a diffusers `transformer/config.json` dict."""
         return cls(**_pick(cls, hf))
 
+    @classmethod
+    def from_param_shapes(cls, shapes: Mapping[str, tuple[int, ...]], **fixed: Any) -> "TransformerConfig":
+        """Sizes read off a converted tree (either layout's checkpoint gives the same tree).
+
+        RoPE axes and theta are not visible in shapes: they keep the shipped defaults unless `fixed`
+        says otherwise.
+        """
+        pt, p, _, in_channels, inner = shapes["x_embedder/proj/kernel"]
+        head_dim = shapes["blocks/attn/norm_q/scale"][-1]
+        refiners = {k.split("/")[2] for k in shapes if k.startswith("context_embedder/token_refiner/refiner_blocks_")}
+        sizes = dict(
+            in_channels=in_channels,
+            out_channels=shapes["proj_out/kernel"][1] // (pt * p * p),
+            num_attention_heads=inner // head_dim,
+            attention_head_dim=head_dim,
+            num_layers=shapes["blocks/attn/norm_q/scale"][0],
+            num_refiner_layers=len(refiners),
+            mlp_ratio=shapes["blocks/ff/net_0/proj/kernel"][-1] / inner,
+            patch_size=p,
+            patch_size_t=pt,
+            text_embed_dim=shapes["context_embedder/proj_in/kernel"][0],
+            text_embed_2_dim=shapes["context_embedder_2/norm/scale"][0],
+            image_embed_dim=shapes["image_embedder/norm_in/scale"][0],
+            use_meanflow="time_embed/timestep_embedder_r/linear_1/kernel" in shapes,
+        )
+        return cls(**{**sizes, **fixed})
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class VAEConfig:

@@ -1,0 +1,158 @@
+"""`vidax-gen hunyuanvideo-1.5...`: text encode -> flow sampling -> tiled VAE decode -> frames.
+
+Each stage loads its weights, runs, and releases them before the next stage needs the memory. The
+DiT's sizes are read off its converted tree (official and diffusers checkpoints give the same
+tree); the text towers come from the source's `text_encoder/` + `tokenizer/` (Qwen2.5-VL) and
+`text_encoder_2/` + `tokenizer_2/` (ByT5), as the diffusers-layout repos ship them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import traverse_util
+
+from vidax.translator.registry import load_registry
+from vidax.zoo import registry
+from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
+from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.encoders.tokenizer import load_tokenizer
+from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
+from vidax.zoo.hunyuan_video15.pipeline import HunyuanVideo15Pipeline, SampleSettings, default_size
+from vidax.zoo.hunyuan_video15.text import PromptEncoder
+from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
+from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
+from vidax.zoo.mesh import check_heads
+from vidax.zoo.pipeline import GenerateOptions, GenerateResult, PipelineError, Progress, StageTimer, WeightsSource, load_latents, release
+
+FAMILY = "hunyuan_video15"
+FPS = 24.0
+
+
+def native_settings(name: str) -> SampleSettings:
+    """MODELS.md defaults: 121 frames, 50 steps, guidance 6 (distilled 1), shift 5 / 9 (720p T2V) / 7 (720p I2V)."""
+    high = "720p" in name
+    height, width = default_size(960 if high else 640)
+    shift = (7.0 if "i2v" in name else 9.0) if high else 5.0
+    return SampleSettings(height=height, width=width, shift=shift, guidance=1.0 if "distilled" in name else 6.0)
+
+
+def resolve_settings(options: GenerateOptions, native: SampleSettings) -> SampleSettings:
+    given = {k: getattr(options, k) for k in ("height", "width", "frames", "steps", "guidance", "shift")
+             if getattr(options, k) is not None}
+    settings = dataclasses.replace(native, **given)
+    if settings.steps < 1:
+        raise PipelineError(f"--steps must be at least 1, got {settings.steps}")
+    return settings
+
+
+def _place(tree: Mapping[str, np.ndarray]) -> dict:
+    """The whole host tree onto the default device in one transfer."""
+    return jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/"))
+
+
+class HunyuanVideo15Generator:
+    """Generates video with a HunyuanVideo-1.5 text-to-video checkpoint.
+
+    Args:
+        name: registered model name (selects the native settings and the official variant folder).
+        options: used for the weights source; `generate` takes the rest.
+    """
+
+    def __init__(self, name: str, options: GenerateOptions):
+        self.name, self.native = name, native_settings(name)
+        entry = load_registry().get(name)
+        self.subfolder = entry.components["transformer"].subfolder.get("official") if entry else None
+        self.source = WeightsSource.resolve(options.weights, entry.repo() if entry else None)
+
+    def load(self, component: str, spec: str, subfolders=(None,), dtype: str | None = None) -> Mapping[str, np.ndarray]:
+        return self.source.load(component, spec, subfolders, dtype=dtype)
+
+    def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
+        """Run the whole pipeline; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
+        if options.image is not None:
+            raise PipelineError(f"{self.name}: image-to-video is not wired into vidax-gen yet; run without --image")
+        if options.dp * options.tp * options.sp > 1:
+            raise PipelineError("multi-device runs of the HunyuanVideo-1.5 pipeline are not wired yet; use --tp/--sp/--dp 1")
+        s = resolve_settings(options, self.native)
+        timer = StageTimer(progress)
+        vae_cfg = VAEConfig.from_hf_config(self.source.read_json("vae/config.json", component="vae") or {})
+        shape = s.latent_shape(1, vae_cfg.latent_channels)
+        noise = (load_latents(options.latents, shape) if options.latents is not None
+                 else np.asarray(jax.random.normal(jax.random.key(options.seed), shape, jnp.float32)))
+        with timer.stage("text encode"):
+            negative = options.negative_prompt or ""
+            prompt, neg = self.encode([options.prompt] + ([negative] if s.cfg else []), options.dtype)
+        with timer.stage("denoise", total=s.steps):
+            latents = self.denoise(s, noise, prompt, neg, timer, options.dtype)
+        with timer.stage("decode"):
+            frames = self.decode(latents, vae_cfg)
+        settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name,
+                    "weights_source": str(self.source.root or self.source.repo), "latent_shape": list(shape)}
+        return GenerateResult(frames=frames[0], latents=np.asarray(latents), fps=FPS, settings=settings, times=timer.times)
+
+    def encode(self, prompts: list[str], dtype: str | None):
+        """Text features of each prompt (the prompt, then the negative one when guided)."""
+        tok, tok_2 = (self.source.find(f, component=c) for f, c in (("tokenizer", "text_encoder"), ("tokenizer_2", "text_encoder_2")))
+        qwen_json = self.source.read_json("text_encoder/config.json", component="text_encoder")
+        byt5_json = self.source.read_json("text_encoder_2/config.json", component="text_encoder_2")
+        if None in (tok, tok_2, qwen_json, byt5_json):
+            raise PipelineError(f"{self.source.root or self.source.repo}: needs text_encoder/, tokenizer/, text_encoder_2/ "
+                                "and tokenizer_2/ (Qwen2.5-VL and ByT5) as the diffusers-layout repos ship them")
+        qwen = self.load("text_encoder", "encoders/decoder", ("text_encoder", None), dtype)
+        byt5 = self.load("text_encoder_2", "encoders/t5", ("text_encoder_2", None), dtype)
+        encoder = PromptEncoder(load_tokenizer(tok), DecoderTextModel(DecoderConfig.from_hf_config(qwen_json)), _place(qwen),
+                                load_tokenizer(tok_2), T5EncoderModel(T5Config.from_hf_config(byt5_json)), _place(byt5))
+        features = [encoder([p]) for p in prompts]
+        jax.block_until_ready(features)
+        release((encoder.decoder_params, encoder.byt5_params))
+        return features[0], features[1] if len(features) > 1 else None
+
+    def denoise(self, s: SampleSettings, noise: np.ndarray, prompt, negative, timer: StageTimer, dtype: str | None):
+        tree = self.load("transformer", "hunyuan_video15/transformer", (self.subfolder, None), dtype)
+        cfg = TransformerConfig.from_param_shapes({p: tuple(a.shape) for p, a in tree.items()}, **self._rope())
+        check_heads(cfg.num_attention_heads)
+        dit = HunyuanVideo15Transformer(cfg)
+        params = _place(tree)
+        pipe = HunyuanVideo15Pipeline(dit, params, None, None, vae_scaling=1.0)
+        last = [time.perf_counter()]
+
+        def on_step(i: int, latents: Any) -> None:
+            latents.block_until_ready()
+            now = time.perf_counter()
+            timer.progress.advance("denoise", 1, f"{now - last[0]:.2f} s/step")
+            last[0] = now
+
+        latents = pipe.sample(prompt, jnp.asarray(noise), s, negative=negative, callback=on_step)
+        latents.block_until_ready()
+        release(params)
+        return latents
+
+    def _rope(self) -> dict:
+        """RoPE settings, the only sizes not visible in the weights: diffusers or official config.json names."""
+        names = ["transformer/config.json"] + ([f"{self.subfolder}/config.json"] if self.subfolder else [])
+        config = self.source.read_json(*names, component="transformer") or {}
+        axes = config.get("rope_axes_dim") or config.get("rope_dim_list")
+        theta = config.get("rope_theta")
+        return {**({"rope_axes_dim": tuple(axes)} if axes else {}), **({"rope_theta": float(theta)} if theta else {})}
+
+    def decode(self, latents: jax.Array, cfg: VAEConfig) -> np.ndarray:
+        vae = HunyuanVideo15VAE(cfg)
+        params = _place(self.load("vae", "hunyuan_video15/vae", ("vae", None)))
+        frames = HunyuanVideo15Pipeline(None, None, vae, params).decode(latents.astype(jnp.float32))
+        release(params)
+        return frames
+
+
+def _factory(name: str, options: GenerateOptions) -> HunyuanVideo15Generator:
+    return HunyuanVideo15Generator(name, options)
+
+
+for _name, _entry in load_registry().items():
+    if _entry.family == FAMILY and "i2v" not in _entry.variants:
+        registry.register(_name, FAMILY, _entry.description, _factory)
