@@ -1,8 +1,17 @@
 """Samplers: pure schedule functions, jittable steppers, guidance, and the sampling loop.
 
-    schedule = flow_match_schedule(30, shift=7.0)
-    stepper = FlowEuler.from_schedule(schedule)
-    latents = sample(model_fn, stepper, initial_noise(key, shape))
+    stepper = stepper_from_config(scheduler_config, num_steps=50, seq_len=tokens)  # as diffusers would
+    stepper = UniPC.from_schedule(unipc_flow_schedule(50, shift=5.0))              # or explicitly
+
+    def model_fn(latents, step_index, timestep):                                   # jit this one
+        cond, uncond = cfg_split(model(cfg_batch(...)))
+        return guide(cond, uncond, scale, rescale=0.0)
+
+    latents = sample(model_fn, stepper, initial_noise(key, shape), key=key)
+
+A stepper is a frozen dataclass and a pytree (schedule arrays as data, options as static
+structure); `step(state, model_output, step_index)` takes the index as a traced int32, so one
+compiled step serves the whole trajectory. `sample` stops with `NonFiniteLatentsError` on NaN/Inf.
 """
 
 from vidax.zoo.samplers.base import initial_noise, step_noise
