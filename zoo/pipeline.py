@@ -171,14 +171,18 @@ class WeightsSource:
             return cls("repo", _fetch_configs(text, revision), repo=text, revision=revision)
         raise SourceError(f"{text}: no such folder, and not a Hub repo id (org/name)")
 
-    def config_root(self, component: str) -> Path | None:
-        """The folder holding configs: the model root, or for a converted DIR the source it records."""
+    def config_root(self, component: str = "") -> Path | None:
+        """The folder holding configs: the model root, or for a converted DIR the source it records
+        (the component's own manifest first, else any component's)."""
         if self.kind != "converted":
             return self.root
-        for folder in (self.root / component, self.root):
-            if (folder / MANIFEST).is_file():
-                origin = str(read_manifest(folder).get("source", {}).get("origin", ""))
-                return _origin_root(origin)
+        manifests = [self.root / component / MANIFEST, self.root / MANIFEST, *sorted(self.root.glob(f"*/{MANIFEST}"))]
+        for manifest in manifests:
+            if manifest.is_file():
+                origin = str(read_manifest(manifest.parent).get("source", {}).get("origin", ""))
+                found = _origin_root(origin)
+                if found is not None:
+                    return found
         return None
 
     def read_json(self, *relative: str, component: str = "") -> dict | None:
@@ -212,13 +216,16 @@ class WeightsSource:
             file globs then find `transformer/...` themselves).
           dtype: override the spec's default dtype.
         """
+        source = self.repo if self.kind == "repo" else self.root
         if self.kind == "converted":
             folder = self.root / component
-            if not (folder / MANIFEST).is_file():
-                raise SourceError(f"{self.root}: converted folder has no {component}/ (run vidax-convert for it)")
-            tree = load(folder)
-            return tree if dtype is None else {p: _cast(a, dtype) for p, a in tree.items()}
-        source = self.repo if self.kind == "repo" else self.root
+            if (folder / MANIFEST).is_file():
+                tree = load(folder)
+                return tree if dtype is None else {p: _cast(a, dtype) for p, a in tree.items()}
+            # a component vidax-convert did not write is converted from the source the others came from
+            source = self.config_root(component)
+            if source is None:
+                raise SourceError(f"{self.root}: converted folder has no {component}/ and records no source to convert it from")
         first_error = None
         for subfolder in subfolders:
             try:

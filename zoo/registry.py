@@ -22,7 +22,10 @@ from vidax.translator import SourceError
 # family -> modules whose import registers that family's models
 FAMILY_MODULES = {
     "wan": ("vidax.zoo.wan.pipeline", "vidax.zoo.wan.tiny"),
+    "hunyuan_video15": ("vidax.zoo.hunyuan_video15.generate",),
 }
+# models with no models.toml entry (no checkpoint to convert) -> their family
+EMBEDDED = {"wan-tiny": "wan"}
 
 
 class Pipeline(Protocol):
@@ -41,7 +44,7 @@ class RegisteredModel:
 
 
 _MODELS: dict[str, RegisteredModel] = {}
-_loaded = False
+_loaded: set[str] = set()
 
 
 def register(name: str, family: str, description: str, factory: Factory) -> None:
@@ -51,26 +54,38 @@ def register(name: str, family: str, description: str, factory: Factory) -> None
     _MODELS[name] = RegisteredModel(name, family, description, factory)
 
 
-def _load_families() -> None:
-    global _loaded
-    if not _loaded:
-        for modules in FAMILY_MODULES.values():
-            for module in modules:
-                importlib.import_module(module)
-        _loaded = True
+def _load_family(family: str) -> None:
+    """Import one family's modules (only the family a run needs: the others may be heavy)."""
+    if family not in _loaded:
+        for module in FAMILY_MODULES.get(family, ()):
+            importlib.import_module(module)
+        _loaded.add(family)
 
 
 def registered_models() -> dict[str, RegisteredModel]:
     """Every model `vidax-gen` can run, by name."""
-    _load_families()
+    for family in FAMILY_MODULES:
+        _load_family(family)
     return dict(_MODELS)
+
+
+def _family_of(name: str) -> str | None:
+    if name in EMBEDDED:
+        return EMBEDDED[name]
+    from vidax.translator.registry import load_registry
+
+    entry = load_registry().get(name)
+    return entry.family if entry is not None else None
 
 
 def lookup(name: str) -> RegisteredModel:
     """The registered model `name`; an unknown name is a one-line SourceError with close matches."""
+    family = _family_of(name)
+    if family is not None:
+        _load_family(family)
+    if name in _MODELS:
+        return _MODELS[name]
     models = registered_models()
-    if name in models:
-        return models[name]
     close = difflib.get_close_matches(name, models, n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else " (see vidax-gen --list)"
     raise SourceError(f"unknown model {name!r}{hint}")
