@@ -81,8 +81,13 @@ def logical_specs(module: nn.Module, *example_inputs: Any, **kwargs: Any) -> dic
 
 
 def stack_specs(block_specs: Any) -> Any:
-    """Specs of stacked block params (zoo/dit.py: params["blocks"]): a leading "layers" axis."""
-    return jax.tree.map(lambda s: PartitionSpec("layers", *s), block_specs, is_leaf=_is_spec)
+    """Specs of stacked block params (zoo/dit.py: params["blocks"]): a leading "layers" axis.
+
+    Args:
+      block_specs: one block's logical specs (`logical_specs(model.block, ...)`) or its abstract
+        boxed params.
+    """
+    return jax.tree.map(lambda s: PartitionSpec("layers", *s), _as_logical_specs(block_specs), is_leaf=_is_spec)
 
 
 def _is_spec(x: Any) -> bool:

@@ -1,5 +1,6 @@
 """Mesh construction, rules tables, placement of host trees, and Megatron's bias-once rule."""
 
+import mmap
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -14,6 +15,7 @@ from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import (
     TRANSFORMER_RULES,
     ShardingError,
+    _is_mapped,
     check_rules,
     logical_specs,
     mesh_shardings,
@@ -115,15 +117,22 @@ def test_lazy_placement_never_reads_a_full_tensor_parallel_weight(tiny):
     assert all(shape != mlp_in.shape for shape in mlp_in.reads)
 
 
-def test_mmapped_trees_are_placed_slice_by_slice(tmp_path):
+@pytest.mark.parametrize("reader", ["memmap", "frombuffer"])
+def test_mmapped_trees_are_placed_slice_by_slice(tmp_path, reader):
     path = tmp_path / "w.bin"
     data = np.arange(4 * 8, dtype=np.float32).reshape(4, 8)
     data.tofile(path)
-    mapped = np.memmap(path, np.float32, "r", shape=(4, 8))
-    specs = {"kernel": P("embed", "mlp")}
-    placed = place({"kernel": mapped[:]}, specs, TRANSFORMER_RULES, make_mesh(tp=2))
+    if reader == "memmap":
+        mapped = np.memmap(path, np.float32, "r", shape=(4, 8))[:]
+    else:  # the translator's safetensors reader: frombuffer over an mmap
+        with open(path, "rb") as fh:
+            view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        mapped = np.frombuffer(view, np.float32, 32, 0).reshape(4, 8)
+    assert _is_mapped(mapped)
+    placed = place({"kernel": mapped}, {"kernel": P("embed", "mlp")}, TRANSFORMER_RULES, make_mesh(tp=2))
     np.testing.assert_array_equal(np.asarray(placed["kernel"]), data)
     assert {s.data.shape for s in placed["kernel"].addressable_shards} == {(4, 4)}
+    assert not _is_mapped(data)
 
 
 class ColumnRow(nn.Module):
