@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from flax.traverse_util import flatten_dict
 
 from tests.encoders.oracle import assert_close, converted_params, perturb, requires_pth_reader
 from vidax.translator.errors import TranslatorError
@@ -117,8 +118,12 @@ def test_official_wan_umt5_round_trip(umt5_reference, tmp_path):
     # tiny transformers weights -> official key names -> a torch zip .pth as Wan ships it -> our spec
     state = {k: v for k, v in umt5_reference.state_dict().items() if k != "encoder.embed_tokens.weight"}
     torch.save(to_official(state, OFFICIAL_UMT5_NAMES), tmp_path / "models_t5_umt5-xxl-enc-bf16.pth")
-    ours = T5EncoderModel(T5Config.from_hf_config(umt5_reference.config.to_dict()))
+    config = T5Config.from_hf_config(umt5_reference.config.to_dict())
+    ours = T5EncoderModel(config)
     params = converted_params("encoders/umt5", tmp_path, ours, IDS, MASK)
+    # the official layout has no config.json: the sizes read off the tree must be the reference's
+    shapes = {"/".join(path): leaf.shape for path, leaf in flatten_dict(params["params"]).items()}
+    assert T5Config.from_shapes(shapes) == config
     with torch.no_grad():
         expected = umt5_reference(torch.from_numpy(IDS).long(), attention_mask=torch.from_numpy(MASK)).last_hidden_state
     assert_close(ours.apply(params, IDS, MASK)[0], expected)

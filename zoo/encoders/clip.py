@@ -6,7 +6,6 @@ to its DiT; the official Wan code computes the same thing by running all blocks 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping
 
 import flax.linen as nn
@@ -27,8 +26,18 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 def clip_vision_config(hf: Mapping[str, Any]) -> VisionConfig:
     """`VisionConfig` from a transformers `CLIPVisionConfig` dict (a full `CLIPConfig`'s vision part too)."""
     hf = hf.get("vision_config", hf)
-    return VisionConfig(**pick_fields(VisionConfig, hf), class_token=True, pre_norm=True, patch_bias=False,
-                        post_norm_tokens=False, pooling_head=False)
+    fields = {**pick_fields(VisionConfig, hf), "class_token": True, "pre_norm": True, "patch_bias": False,
+              "post_norm_tokens": False, "pooling_head": False}
+    return VisionConfig(**fields)
+
+
+# The visual tower of Wan's official `models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth`
+# (Wan-Video/Wan2.1 wan/modules/clip.py `clip_xlm_roberta_vit_h_14`: width 1280, 32 layers, 16 heads,
+# mlp ratio 4, patch 14 at 224 px, exact GELU, eps 1e-5, token pooling to 1024). The file carries no
+# config, and the head count is not visible in its shapes.
+WAN_CLIP_VISION = VisionConfig(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
+                               image_size=224, patch_size=14, hidden_act="gelu", layer_norm_eps=1e-5,
+                               projection_dim=1024)
 
 
 class CLIPVisionModelWithProjection(nn.Module):

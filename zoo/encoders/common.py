@@ -8,7 +8,7 @@ additive bias for T5, a causal mask for the decoders). Video self-attention neve
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -25,6 +25,11 @@ ENCODER_SHARDING_RULES = (
     ("heads", TENSOR),
     ("mlp", TENSOR),
 )
+
+
+class TextOutput(NamedTuple):
+    last_hidden_state: jax.Array  # [B, S, D], after the final norm
+    hidden_states: jax.Array  # [L+1, B, S, D]: transformers' tuple (embeddings, each layer's output, last normed)
 
 
 def quick_gelu(x: jax.Array) -> jax.Array:

@@ -13,14 +13,22 @@ Parameter paths mirror the transformers module names (`layers/self_attn/q_proj`,
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.encoders.common import ENCODER_SHARDING_RULES, Embed, activation, dense_attention, pick_fields, scanned
+from vidax.zoo.encoders.common import (
+    ENCODER_SHARDING_RULES,
+    Embed,
+    TextOutput,
+    activation,
+    dense_attention,
+    pick_fields,
+    scanned,
+)
 from vidax.zoo.layers import Dense, RMSNorm
 
 SHARDING_RULES = ENCODER_SHARDING_RULES
@@ -55,7 +63,8 @@ class DecoderConfig:
         rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type not in _PLAIN_ROPE_TYPES:
-            raise ValueError(f"decoder text tower: rope type {rope_type!r} is not supported (supported: {_PLAIN_ROPE_TYPES})")
+            raise ValueError(
+                f"decoder text tower: rope type {rope_type!r} is not supported (supported: {', '.join(_PLAIN_ROPE_TYPES)})")
         theta = rope.get("rope_theta", hf.get("rope_theta", cls.rope_theta))
         if model_type.startswith("qwen2"):
             biases = dict(qkv_bias=True, o_bias=False, mlp_bias=False)
@@ -75,11 +84,6 @@ class DecoderConfig:
     @property
     def dim_per_head(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
-
-
-class DecoderOutput(NamedTuple):
-    last_hidden_state: jax.Array  # [B, S, D], after the final norm
-    hidden_states: jax.Array  # [L+1, B, S, D]: transformers' tuple (embeddings, layer outputs, last normed)
 
 
 def rope_tables(length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -125,7 +129,8 @@ class DecoderMLP(nn.Module):
         c = self.config
         gate = Dense(c.intermediate_size, ("embed", "mlp"), c.mlp_bias, name="gate_proj")(x)
         up = Dense(c.intermediate_size, ("embed", "mlp"), c.mlp_bias, name="up_proj")(x)
-        return Dense(c.hidden_size, ("mlp", "embed"), c.mlp_bias, name="down_proj")(activation(c.hidden_act, "decoder MLP")(gate) * up)
+        hidden = activation(c.hidden_act, "decoder MLP")(gate) * up
+        return Dense(c.hidden_size, ("mlp", "embed"), c.mlp_bias, name="down_proj")(hidden)
 
 
 class DecoderLayer(nn.Module):
@@ -142,7 +147,7 @@ class DecoderLayer(nn.Module):
 class DecoderTextModel(nn.Module):
     """The decoder text tower.
 
-    `__call__(input_ids [B, S], attention_mask [B, S] 0/1 or None)` returns a `DecoderOutput`
+    `__call__(input_ids [B, S], attention_mask [B, S] 0/1 or None)` returns a `TextOutput`
     whose `hidden_states[i]` is transformers' `hidden_states[i]` (HunyuanVideo-1.5 takes `[-3]`).
     Attention is causal and masks padded keys, left or right padding alike; rows of padded
     queries carry no meaning (as in the reference) and are for the caller to drop.
@@ -156,7 +161,7 @@ class DecoderTextModel(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, input_ids, attention_mask=None) -> DecoderOutput:
+    def __call__(self, input_ids, attention_mask=None) -> TextOutput:
         c = self.config
         s = input_ids.shape[1]
         x = Embed(c.vocab_size, c.hidden_size, name="embed_tokens")(input_ids).astype(self.dtype)
@@ -166,4 +171,4 @@ class DecoderTextModel(nn.Module):
         cos, sin = (jnp.asarray(t) for t in rope_tables(s, c.dim_per_head, c.rope_theta))
         last, per_layer = scanned(DecoderLayer, c.num_hidden_layers, "layers", config=c)(x, mask, cos, sin)
         last = RMSNorm(c.rms_norm_eps, name="norm")(last)
-        return DecoderOutput(last, jnp.concatenate([x[None], per_layer[:-1], last[None]], axis=0))
+        return TextOutput(last, jnp.concatenate([x[None], per_layer[:-1], last[None]], axis=0))

@@ -23,6 +23,7 @@ import numpy as np
 from vidax.zoo.encoders.common import (
     ENCODER_SHARDING_RULES,
     Embed,
+    TextOutput,
     activation,
     dense_attention,
     padding_mask,
@@ -57,6 +58,25 @@ class T5Config:
         if model_type not in ("t5", "umt5", "mt5"):
             raise ValueError(f"T5 encoder: model_type {model_type!r} is not a T5-family config")
         return cls(**pick_fields(cls, hf), per_layer_position_bias=model_type == "umt5")
+
+    @classmethod
+    def from_shapes(cls, shapes: Mapping[str, tuple[int, ...]], feed_forward_proj: str = "gated-gelu") -> T5Config:
+        """Sizes read off a converted tree's `{path: shape}` (the official Wan `.pth` ships no config.json).
+
+        Args:
+          shapes: the converted tree's leaf shapes.
+          feed_forward_proj: not visible in shapes; Wan's UMT5 is "gated-gelu".
+        """
+        vocab_size, d_model = shapes["shared/embedding"]
+        per_layer = "encoder/relative_attention_bias/embedding" not in shapes
+        table = shapes["encoder/block/layer_0/SelfAttention/relative_attention_bias/embedding"][1:] if per_layer \
+            else shapes["encoder/relative_attention_bias/embedding"]
+        num_layers, _, inner = shapes["encoder/block/layer_0/SelfAttention/q/kernel"]
+        ff_in = "wi_0" if feed_forward_proj.startswith("gated-") else "wi"
+        return cls(vocab_size=vocab_size, d_model=d_model, d_kv=inner // table[1], num_heads=table[1],
+                   d_ff=shapes[f"encoder/block/layer_1/DenseReluDense/{ff_in}/kernel"][-1], num_layers=num_layers,
+                   relative_attention_num_buckets=table[0], feed_forward_proj=feed_forward_proj,
+                   per_layer_position_bias=per_layer)
 
     @property
     def is_gated(self) -> bool:
@@ -179,18 +199,19 @@ class T5Stack(nn.Module):
             x.shape[1], c.relative_attention_num_buckets, c.relative_attention_max_distance))
         shared_bias = None
         if not c.per_layer_position_bias:
-            shared_bias = RelativeBias(c.relative_attention_num_buckets, c.num_heads, name="relative_attention_bias")(buckets)
+            table = RelativeBias(c.relative_attention_num_buckets, c.num_heads, name="relative_attention_bias")
+            shared_bias = table(buckets)
         blocks = scanned(T5Block, c.num_layers, "block", config=c)
         last, per_layer = blocks(x, padding_mask(attention_mask), buckets, shared_bias)
         last = RMSNorm(c.layer_norm_epsilon, name="final_layer_norm")(last)
-        return last, jnp.concatenate([x[None], per_layer[:-1], last[None]], axis=0)
+        return TextOutput(last, jnp.concatenate([x[None], per_layer[:-1], last[None]], axis=0))
 
 
 class T5EncoderModel(nn.Module):
     """The T5 / UMT5 / ByT5 encoder.
 
-    `__call__(input_ids [B, S] int, attention_mask [B, S] 0/1 or None)` returns
-    `(last_hidden_state [B, S, d_model], hidden_states [L+1, B, S, d_model])`; `hidden_states[i]`
+    `__call__(input_ids [B, S] int, attention_mask [B, S] 0/1 or None)` returns a `TextOutput`
+    (`last_hidden_state [B, S, d_model]`, `hidden_states [L+1, B, S, d_model]`); `hidden_states[i]`
     is transformers' `hidden_states[i]` (the embeddings, each block's output, and last the
     final-normed output). Padded keys are masked; padded queries still produce outputs, as in the
     reference.
