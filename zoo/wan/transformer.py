@@ -1,0 +1,380 @@
+"""Wan2.1 / Wan2.2 diffusion transformer (follows diffusers `WanTransformer3DModel`).
+
+Split per `vidax.zoo.dit`: `embed` patchifies the latents and builds the timestep modulation, the
+text (and CLIP image) context and the RoPE tables; `block` is one `WanTransformerBlock` (AdaLN
+self-attention with 3D RoPE, cross-attention to text plus, for I2V, image tokens through added
+k/v, AdaLN feed-forward); `head` is the final AdaLN, projection and unpatchify. Module names mirror
+diffusers' so the spec `wan/transformer` stays short.
+
+Dtypes: `dtype` is the activations' (matmul inputs, attention), `residual_dtype` the hidden state
+carried between blocks (fp32 by default, as the official code keeps it: the 14B models at 720p go
+hazy with a bf16 residual stream). Norms, AdaLN modulation and the time embedding run in fp32.
+Timesteps are `[B]` (Wan2.1, Wan2.2 A14B) or per token `[B, seq]` (Wan2.2 TI2V-5B).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from vidax.zoo.attention import attention
+from vidax.zoo.dit import Params, forward, scan_blocks
+from vidax.zoo.layers import Dense, LayerNorm, RMSNorm, gelu_exact, gelu_tanh, logical_param
+from vidax.zoo.sharding import constrain
+from vidax.zoo.wan.config import WanTransformerConfig
+from vidax.zoo.wan.rope import apply_rope, rope_tables
+
+# Sequence parallel splits the video tokens; the text/image context stays whole on every device.
+VIDEO_AXES = ("batch", "seq", "act_embed")
+CONTEXT_AXES = ("batch", "text_seq", "act_embed")
+MOD_AXES = ("batch", "seq", None, "act_embed")  # per-token modulation follows its tokens
+
+
+@struct.dataclass
+class Context:
+    """What every block needs besides the hidden state."""
+
+    modulation: jax.Array  # [B, 1 or S, 6, D] fp32 time projection (per token for TI2V)
+    temb: jax.Array  # [B, 1 or S, D] fp32 time embedding (the head's modulation)
+    text: jax.Array  # [B, T, D]
+    image: jax.Array | None  # [B, N, D] CLIP tokens (Wan2.1 I2V / FLF2V) or None
+    rope_cos: jax.Array  # [S, head_dim]
+    rope_sin: jax.Array  # [S, head_dim]
+    grid: tuple[int, int, int] = struct.field(pytree_node=False, default=(0, 0, 0))  # post-patch (F, H, W)
+
+
+def timestep_sinusoid(t: jax.Array, dim: int, max_period: float = 10000.0) -> jax.Array:
+    """diffusers `Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)`: `[cos, sin]`."""
+    half = dim // 2
+    freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
+    args = t.astype(jnp.float32)[..., None] * freqs
+    return jnp.concatenate([jnp.cos(args), jnp.sin(args)], axis=-1)
+
+
+def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
+    return x * (1 + scale) + shift
+
+
+def split_heads(x: jax.Array, heads: int) -> jax.Array:
+    return x.reshape(*x.shape[:-1], heads, -1)  # [B, S, H, Dh]
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings
+
+
+class Linear(nn.Module):
+    """A `Dense` one level down (`ff.net.0.proj`): keeps diffusers' nesting in param paths."""
+
+    features: int
+    axes: tuple = ("embed", None)
+    child: str = "proj"
+    dtype: Any = None
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return Dense(self.features, axes=self.axes, dtype=self.dtype, name=self.child)(x)
+
+
+class MLPEmbedder(nn.Module):
+    """`linear_1 -> act -> linear_2` (diffusers `TimestepEmbedding`, `PixArtAlphaTextProjection`)."""
+
+    features: int
+    activation: Any = nn.silu
+    dtype: Any = None
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = self.activation(Dense(self.features, axes=(None, "embed"), dtype=self.dtype, name="linear_1")(x))
+        return Dense(self.features, axes=("embed", None), dtype=self.dtype, name="linear_2")(x)
+
+
+class FeedForward(nn.Module):
+    """diffusers `FeedForward`: `net.0.proj` (then its activation) and `net.2`."""
+
+    dim: int
+    hidden: int
+    activation: Any = gelu_tanh
+    hidden_axis: str | None = "mlp"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = self.activation(Linear(self.hidden, ("embed", self.hidden_axis), name="net_0")(x))
+        return Dense(self.dim, axes=(self.hidden_axis, "embed"), name="net_2")(x)
+
+
+class ImageEmbedding(nn.Module):
+    """diffusers `WanImageEmbedding`: (FLF2V position table) -> LayerNorm -> GELU MLP -> LayerNorm."""
+
+    cfg: WanTransformerConfig
+
+    @nn.compact
+    def __call__(self, image: jax.Array, dtype: Any) -> jax.Array:
+        cfg = self.cfg
+        if cfg.pos_embed_seq_len is not None:
+            # the reference folds first- and last-frame tokens of consecutive batch rows together
+            pos = logical_param(self, "pos_embed", (1, cfg.pos_embed_seq_len, cfg.image_dim), (None, None, None))
+            image = image.reshape(-1, 2 * image.shape[1], image.shape[2]) + pos
+        x = LayerNorm(eps=1e-5, name="norm1")(image.astype(jnp.float32))
+        x = FeedForward(cfg.inner_dim, cfg.image_dim, activation=gelu_exact, hidden_axis=None, name="ff")(x.astype(dtype))
+        return LayerNorm(eps=1e-5, name="norm2")(x.astype(jnp.float32)).astype(dtype)
+
+
+class ConditionEmbedder(nn.Module):
+    """diffusers `WanTimeTextImageEmbedding`; the time path stays fp32 (official code)."""
+
+    cfg: WanTransformerConfig
+
+    @nn.compact
+    def __call__(self, timestep, text, image, dtype):
+        cfg = self.cfg
+        temb = MLPEmbedder(cfg.inner_dim, dtype=jnp.float32, name="time_embedder")(timestep_sinusoid(timestep, cfg.freq_dim))
+        proj = Dense(6 * cfg.inner_dim, axes=("embed", None), dtype=jnp.float32, name="time_proj")(nn.silu(temb))
+        text = MLPEmbedder(cfg.inner_dim, activation=gelu_tanh, name="text_embedder")(text.astype(dtype))
+        if cfg.has_image:
+            image = ImageEmbedding(cfg, name="image_embedder")(image, dtype)
+        return temb, proj, text, image
+
+
+class PatchEmbedding(nn.Module):
+    """The strided Conv3d `patch_embedding`, written as patchify + matmul; tokens in (f, h, w) order."""
+
+    cfg: WanTransformerConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        pt, ph, pw = cfg.patch_size
+        b, c, f, h, w = x.shape
+        kernel = logical_param(self, "kernel", (pt, ph, pw, c, cfg.inner_dim), (None, None, None, "conv_in", "embed"))
+        bias = logical_param(self, "bias", (cfg.inner_dim,), ("embed",), nn.initializers.zeros)
+        x = x.reshape(b, c, f // pt, pt, h // ph, ph, w // pw, pw)
+        x = x.transpose(0, 2, 4, 6, 3, 5, 7, 1).reshape(b, -1, pt * ph * pw * c)  # [B, S, pt*ph*pw*C]
+        return jnp.dot(x, kernel.reshape(-1, cfg.inner_dim).astype(x.dtype)) + bias.astype(x.dtype)
+
+
+class Embedder(nn.Module):
+    """Everything before the blocks; its params are `patch_embedding` and `condition_embedder`."""
+
+    cfg: WanTransformerConfig
+    dtype: Any = jnp.float32
+    residual_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, latents, timestep, text, image=None):
+        cfg = self.cfg
+        b = latents.shape[0]
+        video = PatchEmbedding(cfg, name="patch_embedding")(latents.astype(self.dtype))
+        temb, proj, text, image = ConditionEmbedder(cfg, name="condition_embedder")(timestep, text, image, self.dtype)
+        temb = temb.reshape(b, -1, cfg.inner_dim)  # [B, 1 or S, D]
+        proj = proj.reshape(b, -1, 6, cfg.inner_dim)  # [B, 1 or S, 6, D]
+        if image is not None:
+            image = constrain(image, CONTEXT_AXES)
+        return constrain(video.astype(self.residual_dtype), VIDEO_AXES), temb, proj, constrain(text, CONTEXT_AXES), image
+
+
+# ---------------------------------------------------------------------------------------------
+# The block
+
+
+class WanAttention(nn.Module):
+    """diffusers `WanAttention` + `WanAttnProcessor`: q/k RMS-normed across all heads.
+
+    Self-attention rotates q/k by the RoPE tables; cross-attention adds, for I2V, the attention of
+    the same queries to the image tokens through `add_k_proj` / `add_v_proj` (diffusers sums the
+    two before `to_out`).
+    """
+
+    cfg: WanTransformerConfig
+    cross: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array, ctx: Context) -> jax.Array:
+        cfg = self.cfg
+        heads, dim = cfg.num_attention_heads, cfg.inner_dim
+        dense = lambda name: Dense(dim, axes=("embed", "heads"), name=name)  # noqa: E731
+        norm = lambda name: RMSNorm(eps=cfg.eps, axis_name="heads", name=name)  # noqa: E731
+        source = ctx.text if self.cross else x
+        q = split_heads(norm("norm_q")(dense("to_q")(x)), heads)
+        k = split_heads(norm("norm_k")(dense("to_k")(source)), heads)
+        v = split_heads(dense("to_v")(source), heads)
+        if not self.cross:
+            q, k = apply_rope(q, ctx.rope_cos, ctx.rope_sin), apply_rope(k, ctx.rope_cos, ctx.rope_sin)
+        out = attention(q, k, v)
+        if self.cross and cfg.has_image:
+            k_img = split_heads(norm("norm_added_k")(dense("add_k_proj")(ctx.image)), heads)
+            v_img = split_heads(dense("add_v_proj")(ctx.image), heads)
+            out = out + attention(q, k_img, v_img)
+        out = out.reshape(*x.shape[:-1], dim)
+        return Dense(cfg.inner_dim, axes=("heads", "embed"), name="to_out_0")(out)
+
+
+class WanBlock(nn.Module):
+    """diffusers `WanTransformerBlock`; the hidden state stays in `residual_dtype`."""
+
+    cfg: WanTransformerConfig
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, ctx: Context) -> jax.Array:
+        cfg = self.cfg
+        table = logical_param(self, "scale_shift_table", (1, 6, cfg.inner_dim), (None, None, "embed"))
+        mod = table.astype(jnp.float32)[None] + ctx.modulation  # [B, 1 or S, 6, D]
+        shift, scale, gate, c_shift, c_scale, c_gate = (mod[:, :, i] for i in range(6))
+        plain_norm = LayerNorm(eps=cfg.eps, use_scale=False, use_bias=False)
+        residual = hidden.astype(jnp.float32)
+
+        # 1. Self-attention on the AdaLN-modulated stream.
+        x = modulate(plain_norm(residual), shift, scale).astype(self.dtype)
+        residual = residual + WanAttention(cfg, name="attn1")(x, ctx).astype(jnp.float32) * gate
+
+        # 2. Cross-attention to the text (and image) context.
+        x = LayerNorm(eps=cfg.eps, name="norm2")(residual) if cfg.cross_attn_norm else residual
+        residual = residual + WanAttention(cfg, cross=True, name="attn2")(x.astype(self.dtype), ctx).astype(jnp.float32)
+
+        # 3. Feed-forward on the AdaLN-modulated stream.
+        x = modulate(plain_norm(residual), c_shift, c_scale).astype(self.dtype)
+        residual = residual + FeedForward(cfg.inner_dim, cfg.ffn_dim, name="ffn")(x).astype(jnp.float32) * c_gate
+        return constrain(residual.astype(hidden.dtype), VIDEO_AXES)
+
+
+class Head(nn.Module):
+    """Final AdaLN from `scale_shift_table` and the time embedding, then `proj_out`."""
+
+    cfg: WanTransformerConfig
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, temb: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        table = logical_param(self, "scale_shift_table", (1, 2, cfg.inner_dim), (None, None, "embed"))
+        mod = table.astype(jnp.float32)[None] + temb[:, :, None]  # [B, 1 or S, 2, D]
+        norm = LayerNorm(eps=cfg.eps, use_scale=False, use_bias=False)(hidden.astype(jnp.float32))
+        x = modulate(norm, mod[:, :, 0], mod[:, :, 1]).astype(self.dtype)
+        return Dense(math.prod(cfg.patch_size) * cfg.out_channels, axes=("embed", None), name="proj_out")(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+
+
+EMBED_MODULES = ("patch_embedding", "condition_embedder")
+HEAD_MODULES = ("scale_shift_table", "proj_out")
+
+
+class WanTransformer:
+    """The Wan DiT in the `vidax.zoo.dit.StackedDiT` shape.
+
+    Args:
+      cfg: `WanTransformerConfig.from_hf_config(config_json)`.
+      dtype: activation dtype (matmul inputs); weights are cast to it.
+      residual_dtype: dtype of the hidden state between blocks (fp32 keeps 720p clean).
+    """
+
+    def __init__(self, cfg: WanTransformerConfig, dtype: Any = jnp.float32, residual_dtype: Any = jnp.float32):
+        self.cfg = cfg
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        self.embedder = Embedder(cfg, dtype, residual_dtype)
+        self.block = WanBlock(cfg, dtype)
+        self.head_module = Head(cfg, dtype)
+
+    # dit.forward keys jit caches on the model when it is a static argument
+    def __hash__(self):
+        return hash((self.cfg, str(self.dtype), str(self.residual_dtype)))
+
+    def __eq__(self, other):
+        return isinstance(other, WanTransformer) and hash(self) == hash(other)
+
+    def embed(self, params: Params, latents, timestep, text, image=None) -> tuple[jax.Array, Context]:
+        """Tokens and context from the diffusers forward's inputs.
+
+        Args:
+          params: the full parameter tree (only the embedders are read).
+          latents: `[B, in_channels, F, H, W]` (I2V: latents, condition latents and mask concatenated).
+          timestep: `[B]`, or `[B, seq]` per post-patch token (Wan2.2 TI2V), in the 0..1000 scale.
+          text: UMT5 features `[B, T, text_dim]` (T = 512 as the pipelines pad them).
+          image: CLIP `hidden_states[-2]` `[B, 257, image_dim]` for Wan2.1 I2V / FLF2V, else None.
+        """
+        cfg = self.cfg
+        if cfg.has_image and image is None:
+            raise ValueError("this Wan transformer has an image branch (I2V/FLF2V): pass the CLIP image embeddings")
+        grid = tuple(n // p for n, p in zip(latents.shape[2:], cfg.patch_size))
+        if max(grid) > cfg.rope_max_seq_len:
+            raise ValueError(f"latent grid {grid} exceeds the RoPE table length {cfg.rope_max_seq_len}")
+        sub = {name: params[name] for name in EMBED_MODULES}
+        video, temb, proj, text, image = self.embedder.apply({"params": sub}, latents, timestep, text, image)
+        cos, sin = rope_tables(cfg.rope_dims, grid)
+        proj = constrain(proj, MOD_AXES)
+        return video, Context(proj, temb, text, image if cfg.has_image else None, jnp.asarray(cos), jnp.asarray(sin), grid)
+
+    def head(self, params: Params, hidden: jax.Array, ctx: Context) -> jax.Array:
+        """Final AdaLN, projection and unpatchify to `[B, out_channels, F, H, W]` (fp32 kept as computed)."""
+        cfg = self.cfg
+        sub = {name: params[name] for name in HEAD_MODULES}
+        out = self.head_module.apply({"params": sub}, hidden, ctx.temb)
+        out = constrain(out, ("batch", None, None))  # sequence parallel gathers here
+        (f, h, w), (pt, ph, pw) = ctx.grid, cfg.patch_size
+        out = out.reshape(out.shape[0], f, h, w, pt, ph, pw, cfg.out_channels)
+        out = out.transpose(0, 7, 1, 4, 2, 5, 3, 6)  # [B, C, F, pt, H, ph, W, pw]
+        return out.reshape(out.shape[0], cfg.out_channels, f * pt, h * ph, w * pw)
+
+    def __call__(self, params: Params, *inputs: Any, run_blocks=scan_blocks) -> jax.Array:
+        return forward(self, params, *inputs, run_blocks=run_blocks)
+
+    def init_params(self, rng: jax.Array) -> Params:
+        """Random parameters of the full tree (blocks stacked), for shapes, benchmarks and runtime tests."""
+        inputs = self.dummy_inputs()
+        k_embed, k_blocks, k_head = jax.random.split(rng, 3)
+        params = dict(nn.unbox(self.embedder.init(k_embed, *inputs)["params"]))
+        hidden, ctx = self.embed(params, *inputs)
+        keys = jax.random.split(k_blocks, self.cfg.num_layers)
+        params["blocks"] = jax.vmap(lambda k: nn.unbox(self.block.init(k, hidden, ctx)["params"]))(keys)
+        params.update(nn.unbox(self.head_module.init(k_head, hidden, ctx.temb)["params"]))
+        return params
+
+    def logical_specs(self) -> Params:
+        """Logical PartitionSpecs of the full tree (blocks with their leading "layers" axis)."""
+        inputs = self.dummy_inputs()
+        key = jax.random.key(0)
+        embed = jax.eval_shape(self.embedder.init, key, *inputs)["params"]
+        hidden, ctx = jax.eval_shape(lambda p: self.embed(p, *inputs), nn.unbox(embed))
+        block = jax.eval_shape(self.block.init, key, hidden, ctx)["params"]
+        head = jax.eval_shape(self.head_module.init, key, hidden, ctx.temb)["params"]
+        specs = dict(nn.get_partition_spec(embed))
+        specs["blocks"] = jax.tree.map(
+            lambda s: jax.sharding.PartitionSpec("layers", *s),
+            nn.get_partition_spec(block),
+            is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
+        )
+        specs.update(nn.get_partition_spec(head))
+        return specs
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree."""
+        tree = jax.eval_shape(self.init_params, jax.random.key(0))
+        flat = flax.traverse_util.flatten_dict(tree, sep="/")
+        return {path: tuple(leaf.shape) for path, leaf in flat.items()}
+
+    def dummy_inputs(self, batch: int = 1):
+        """Smallest valid inputs (one patch per axis) for `init` / `eval_shape`."""
+        cfg = self.cfg
+        f32 = jnp.float32
+        pt, ph, pw = cfg.patch_size
+        image = None
+        if cfg.has_image:
+            tokens = cfg.pos_embed_seq_len // 2 if cfg.pos_embed_seq_len else 1
+            rows = 2 * batch if cfg.pos_embed_seq_len else batch  # FLF2V folds two rows into one
+            image = jnp.zeros((rows, tokens, cfg.image_dim), f32)
+        return (
+            jnp.zeros((batch, cfg.in_channels, pt, ph, pw), f32),
+            jnp.zeros((batch,), f32),
+            jnp.zeros((batch, 1, cfg.text_dim), f32),
+            image,
+        )
