@@ -32,6 +32,17 @@ class DiTSizes:
     text_dim: int = 0  # width of the text tokens the blocks cross-attend to (0 = joint or none)
 
 
+def dit_sizes(param_shapes: dict[str, tuple[int, ...]], *, dim: int, ffn_dim: int, heads: int, text_dim: int = 0) -> DiTSizes:
+    """DiTSizes from a model's flat param shapes (`{"blocks/...": (L, ...), ...}`, zoo/dit.py layout)."""
+    block_shapes = [shape for path, shape in param_shapes.items() if path.startswith("blocks/")]
+    if not block_shapes:
+        raise ValueError("no stacked block parameters (paths under blocks/)")
+    depth = block_shapes[0][0]
+    count = lambda shapes: sum(math.prod(shape) for shape in shapes)  # noqa: E731
+    others = [shape for path, shape in param_shapes.items() if not path.startswith("blocks/")]
+    return DiTSizes(depth, dim, ffn_dim, heads, count(block_shapes) // depth, count(others), text_dim)
+
+
 @dataclasses.dataclass(frozen=True)
 class Job:
     """One generation: the model's sizes, the token counts, and the dtypes it runs with."""
