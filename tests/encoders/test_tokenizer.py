@@ -29,7 +29,7 @@ def t5_like_folder(path):
     return path
 
 
-def qwen_like_folder(path, padding_side):
+def qwen_like_folder(path, padding_side, chat_template=None):
     """A byte-level BPE with Qwen's chat specials; pad is <|endoftext|> as in Qwen2.5."""
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok = Tokenizer(models.BPE())
@@ -39,6 +39,7 @@ def qwen_like_folder(path, padding_side):
                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>",
                                                 padding_side=padding_side)
+    fast.chat_template = chat_template
     fast.save_pretrained(path)
     return path
 
