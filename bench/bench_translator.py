@@ -12,6 +12,9 @@ wall time and peak RSS (ru_maxrss of that child) are its own:
 - diffusers: WanTransformer3DModel.from_pretrained(torch_dtype=bfloat16)
 - naive: safetensors.torch.load_file -> .float().numpy() -> transpose copies
 
+CPU seconds (user + system of the child) are printed beside wall time: on a shared machine they
+move much less with other people's load than wall time does.
+
 Set VIDAX_BENCH_LAYERS (default 30) for a smaller checkpoint on a busy machine.
 """
 
@@ -129,8 +132,8 @@ tree = convert('wan/transformer', sys.argv[1])
 """
 
 
-def measure(argv: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS bytes) of one child process."""
+def measure(argv: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds user+system, peak RSS bytes) of one child process."""
     with tempfile.TemporaryFile() as log:  # a file, not a pipe: a chatty child cannot block on it
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
@@ -139,7 +142,7 @@ def measure(argv: list[str]) -> tuple[float, float]:
         if status != 0:
             log.seek(0)
             raise RuntimeError(f"{argv[:3]} failed: {log.read().decode()[-2000:]}")
-    return wall, usage.ru_maxrss * 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
 
 
 def main() -> None:
@@ -160,17 +163,17 @@ def main() -> None:
              ("naive safetensors.torch->numpy->T", [py, "-c", _NAIVE, str(file)])]
     print(f"checkpoint: {file.relative_to(ROOT)} ({size / 1e9:.2f} GB bf16, {layers} layers), {os.cpu_count()} CPUs, "
           f"load avg {os.getloadavg()[0]:.1f}")
-    print(f"{'contender':40} {'wall s':>8} {'GB/s':>7} {'peak RSS GB':>12} {'RSS/ckpt':>9}")
+    print(f"{'contender':40} {'wall s':>8} {'GB/s':>7} {'CPU s':>7} {'peak RSS GB':>12} {'RSS/ckpt':>9}")
     results = {}
     for name, argv in rows:
         target = shm / "vidax-bench-out" if "shm" in name else out
         if argv is None:
             shutil.rmtree(target, ignore_errors=True)
             argv = [py, "-m", "vidax.cli.convert", "wan2.1-t2v-1.3b", "--source", str(root), "--out", str(target)]
-        wall, rss = measure(argv)
+        wall, cpu, rss = measure(argv)
         shutil.rmtree(target, ignore_errors=True)
         results[name] = wall
-        print(f"{name:40} {wall:8.2f} {size / wall / 1e9:7.2f} {rss / 1e9:12.2f} {rss / size:9.2f}", flush=True)
+        print(f"{name:40} {wall:8.2f} {size / wall / 1e9:7.2f} {cpu:7.2f} {rss / 1e9:12.2f} {rss / size:9.2f}", flush=True)
     diffusers = results["diffusers from_pretrained"]
     for name in ("vidax-convert end to end", "vidax-convert --out /dev/shm (no disk)", "vidax convert() into memory"):
         if name in results:
