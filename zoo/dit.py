@@ -36,14 +36,25 @@ class StackedDiT(Protocol):
 def scan_blocks(block: nn.Module, stacked: Params, hidden: jax.Array, ctx: Any) -> jax.Array:
     """Run `block` once per slice of `stacked` (leading axis = layer) with `lax.scan`.
 
-    Compiles one block body whatever the depth.
+    Compiles one block body whatever the depth (bench/bench_compile.py: 40 layers compile as
+    fast as 2; an unrolled loop takes ~20x longer). Under a mesh (`runtime.use_mesh`) the hidden
+    state `[B, S, D]` is kept split as ("batch", "seq", "act_embed") between blocks.
     """
 
     def body(h, layer_params):
-        return block.apply({"params": layer_params}, h, ctx), None
+        return _constrain_hidden(block.apply({"params": layer_params}, h, ctx)), None
 
-    hidden, _ = jax.lax.scan(body, hidden, stacked)
+    hidden, _ = jax.lax.scan(body, _constrain_hidden(hidden), stacked)
     return hidden
+
+
+def _constrain_hidden(hidden: jax.Array) -> jax.Array:
+    """Token-major hidden states are sequence-split under sequence parallel (no-op without a mesh)."""
+    if hidden.ndim != 3:
+        return hidden
+    from vidax.zoo.sharding import constrain  # sharding imports the runtime; keep dit.py light
+
+    return constrain(hidden, ("batch", "seq", "act_embed"))
 
 
 def forward(model: StackedDiT, params: Params, *inputs: Any, run_blocks=scan_blocks) -> jax.Array:

@@ -42,6 +42,8 @@ def test_mesh_equals_single_device(setup, dp, tp, sp):
         out = jax.jit(lambda p, *a: forward(model, p, *a))(params, *inputs)
     # fp32 at highest precision; only the reduction order of the sharded sums differs.
     np.testing.assert_allclose(np.asarray(out), single, atol=2e-6, rtol=1e-5)
+    if sp == 2:  # 14 tokens split evenly: the hidden state stays sequence-split to the output
+        assert out.sharding.spec[1] == "sequence"
     kernel = params["blocks"]["attn1"]["to_out_0"]["kernel"]
     assert kernel.addressable_shards[0].data.shape[1] == kernel.shape[1] // tp  # row-parallel split
 
