@@ -1,0 +1,474 @@
+"""The Wan 2.1 / 2.2 pipelines: text (and image) encode → flow sampling → VAE decode → frames.
+
+Follows diffusers' `WanPipeline` and `WanImageToVideoPipeline` step by step:
+
+- T2V (Wan2.1, Wan2.2 A14B): UMT5 embeddings of the cleaned prompt, 512 tokens, zeroed past the
+  prompt's length; noise `[1, z, 1 + (F-1)/4, H/8, W/8]`; classifier-free guidance.
+- I2V (Wan2.1 I2V, Wan2.2 I2V-A14B): the VAE-encoded first frame (followed by zero frames) and a
+  4-channel first-frame mask are concatenated to the latents (36 channels); Wan2.1 I2V also feeds
+  CLIP `hidden_states[-2]` of the image to the DiT's image cross-attention.
+- TI2V-5B (Wan2.2, `expand_timesteps`): per-token timesteps; for I2V the first latent frame is the
+  encoded image, substituted into the latents before every step and at the end, its tokens at t=0.
+- A14B: `transformer` while t ≥ boundary × 1000, then `transformer_2`, each with its own guidance.
+
+Model sizes come from the checkpoint's configs (diffusers `*/config.json`, the official DiT's
+`config.json`); defaults of the sampling settings are the model's native ones, overridden by the
+folder's `scheduler/scheduler_config.json` where it has one, then by the user's options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import traverse_util
+
+from vidax.translator.registry import load_registry
+from vidax.zoo import registry
+from vidax.zoo.dit import forward
+from vidax.zoo.encoders.clip import CLIP_MEAN, CLIP_STD, CLIPVisionModelWithProjection, clip_preprocess, clip_vision_config
+from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.encoders.tokenizer import load_tokenizer
+from vidax.zoo.encoders.vision import VisionConfig
+from vidax.zoo.mesh import check_heads, make_mesh
+from vidax.zoo.pipeline import (
+    GenerateOptions,
+    GenerateResult,
+    PipelineError,
+    Progress,
+    StageTimer,
+    WeightsSource,
+    load_latents,
+    release,
+)
+from vidax.zoo.samplers import cfg, expert_for_timestep, sample
+from vidax.zoo.samplers.configs import stepper_from_config
+from vidax.zoo.video_io import read_image
+from vidax.zoo.wan.config import WanTransformerConfig
+from vidax.zoo.wan.transformer import WanTransformer
+from vidax.zoo.wan.vae import WAN21_VAE, WAN22_VAE, WanVAE, WanVAEConfig, denormalize_latents, normalize_latents
+
+Params = dict[str, Any]
+MAX_SEQUENCE_LENGTH = 512  # the reference pads every prompt to 512 tokens (I2V splits text from image by it)
+SAMPLERS = ("unipc", "euler")
+
+
+# --- native settings (MODELS.md, official Wan configs) ---------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WanSettings:
+    """The model's native sampling settings; the user's options and the scheduler config override them."""
+
+    height: int
+    width: int
+    frames: int = 81
+    steps: int = 50
+    guidance: float = 5.0
+    guidance_2: float | None = None  # low-noise expert (A14B)
+    shift: float = 5.0
+    fps: float = 16.0
+    boundary_ratio: float | None = None  # A14B expert switch
+    sampler: str = "unipc"
+    negative_prompt: str = ""
+
+
+NATIVE: dict[str, WanSettings] = {
+    "wan2.1-t2v-1.3b": WanSettings(height=480, width=832, shift=5.0),
+    "wan2.1-t2v-14b": WanSettings(height=720, width=1280, shift=5.0),
+    "wan2.1-i2v-14b-480p": WanSettings(height=480, width=832, steps=40, shift=3.0),
+    "wan2.1-i2v-14b-720p": WanSettings(height=720, width=1280, steps=40, shift=5.0),
+    "wan2.2-ti2v-5b": WanSettings(height=704, width=1280, frames=121, shift=5.0, fps=24.0),
+    # official Wan2.2 configs: sample_guide_scale = (low-noise, high-noise)
+    "wan2.2-t2v-a14b": WanSettings(height=720, width=1280, shift=12.0, guidance=4.0, guidance_2=3.0, boundary_ratio=0.875),
+    "wan2.2-i2v-a14b": WanSettings(height=720, width=1280, steps=40, shift=5.0, guidance=3.5, guidance_2=3.5,
+                                   boundary_ratio=0.9),
+}
+
+# Configs the official single-file checkpoints do not carry (official wan/modules/t5.py `umt5_xxl`,
+# clip.py `open-clip-xlm-roberta-large-vit-huge-14`).
+UMT5_XXL = T5Config(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+                    feed_forward_proj="gated-gelu", per_layer_position_bias=True)
+CLIP_VIT_H14 = VisionConfig(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
+                            image_size=224, patch_size=14, hidden_act="gelu", projection_dim=1024)
+
+
+def prompt_clean(text: str) -> str:
+    """diffusers' Wan `prompt_clean`: ftfy (when installed, as there), HTML unescape, whitespace collapse."""
+    try:
+        import ftfy
+
+        text = ftfy.fix_text(text)
+    except ImportError:
+        pass
+    text = html.unescape(html.unescape(text)).strip()
+    return re.sub(r"\s+", " ", text).strip()
+
+
+# --- model description --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WanModel:
+    """What a checkpoint is: its components' configs and how the pipeline must drive them."""
+
+    transformer: WanTransformerConfig
+    vae: WanVAEConfig
+    text_encoder: T5Config
+    image_encoder: VisionConfig | None  # CLIP, Wan2.1 I2V only
+    two_experts: bool
+    expand_timesteps: bool  # Wan2.2 TI2V-5B
+    scheduler: Mapping[str, Any]  # diffusers scheduler_config.json, {} when absent
+    image_processor: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # CLIPImageProcessor config
+    boundary_ratio: float | None = None  # the folder's own A14B expert switch (model_index.json)
+
+    @property
+    def concat_condition(self) -> bool:
+        """Wan2.1 / A14B I2V: latents + mask (4) + encoded image (z) channels."""
+        return self.transformer.in_channels == 2 * self.vae.z_dim + 4
+
+    @property
+    def vae_spec(self) -> str:
+        return "wan/vae22" if self.vae.is_residual else "wan/vae"
+
+    @property
+    def spatial_multiple(self) -> int:
+        return self.vae.scale_factor_spatial * self.transformer.patch_size[1]
+
+
+def describe(source: WeightsSource, name: str) -> WanModel:
+    """Read a Wan checkpoint's configs (diffusers layout, official layout, or a converted folder's source)."""
+    index = source.read_json("model_index.json") or {}
+    dit_json = source.read_json("transformer/config.json", "config.json", component="transformer")
+    if dit_json is None:
+        raise PipelineError(f"{source.root or source.repo}: no transformer config.json found")
+    dit = WanTransformerConfig.from_hf_config(dit_json)
+    official = "model_type" in dit_json or "dim" in dit_json
+    if official and name == "wan2.2-i2v-a14b":  # official config says "i2v" but the A14B DiT has no CLIP branch
+        dit = dataclasses.replace(dit, image_dim=None, added_kv_proj_dim=None)
+    vae_json = source.read_json("vae/config.json", component="vae")
+    if vae_json is not None:
+        vae = WanVAEConfig.from_hf_config(vae_json)
+    else:
+        vae = WAN22_VAE if dit.in_channels == WAN22_VAE.z_dim or dit_json.get("model_type") == "ti2v" else WAN21_VAE
+    t5_json = source.read_json("text_encoder/config.json", component="text_encoder")
+    text = T5Config.from_hf_config(t5_json) if t5_json is not None else UMT5_XXL
+    image = None
+    if dit.image_dim is not None:
+        clip_json = source.read_json("image_encoder/config.json", component="image_encoder")
+        image = clip_vision_config(clip_json) if clip_json is not None else CLIP_VIT_H14
+    two = bool(index.get("boundary_ratio")) or (source.find("transformer_2", "low_noise_model") is not None)
+    expand = bool(index.get("expand_timesteps")) or dit_json.get("model_type") == "ti2v" or (
+        official and name == "wan2.2-ti2v-5b")
+    scheduler = source.read_json("scheduler/scheduler_config.json", component="transformer") or {}
+    processor = source.read_json("image_processor/preprocessor_config.json", component="image_encoder") or {}
+    return WanModel(dit, vae, text, image, two, expand, scheduler, processor, index.get("boundary_ratio"))
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+def resolve_settings(options: GenerateOptions, native: WanSettings, model: WanModel) -> WanSettings:
+    """Native settings ← the folder's scheduler config ← the user's options; validated."""
+    s = native
+    if model.boundary_ratio is not None:
+        s = dataclasses.replace(s, boundary_ratio=float(model.boundary_ratio))
+    if model.scheduler.get("flow_shift") is not None:
+        s = dataclasses.replace(s, shift=float(model.scheduler["flow_shift"]))
+    if model.scheduler.get("_class_name") == SAMPLER_CLASSES["euler"]:
+        s = dataclasses.replace(s, sampler="euler", shift=float(model.scheduler.get("shift", s.shift)))
+    given = {k: getattr(options, k) for k in ("height", "width", "frames", "steps", "guidance", "guidance_2", "shift",
+                                              "sampler", "negative_prompt") if getattr(options, k) is not None}
+    s = dataclasses.replace(s, **given)
+    if model.two_experts and s.boundary_ratio is None:
+        raise PipelineError("a two-expert Wan2.2 checkpoint needs a boundary ratio (use a wan2.2-*-a14b model name)")
+    _check_size(s, model)
+    if s.sampler not in SAMPLERS:
+        raise PipelineError(f"unknown sampler {s.sampler!r} (choose from {', '.join(SAMPLERS)})")
+    if s.steps < 1:
+        raise PipelineError(f"--steps must be at least 1, got {s.steps}")
+    return s
+
+
+def _check_size(s: WanSettings, model: WanModel) -> None:
+    step = model.spatial_multiple
+    for what, value in (("height", s.height), ("width", s.width)):
+        if value < step or value % step:
+            nearest = max(step, round(value / step) * step)
+            raise PipelineError(f"--{what} {value} is not a multiple of {step} for this model; nearest valid: {nearest}")
+    t = model.vae.scale_factor_temporal
+    if s.frames < 1 or (s.frames - 1) % t:
+        nearest = max(1, round((s.frames - 1) / t) * t + 1)
+        raise PipelineError(f"--frames {s.frames} is not of the form {t}k+1; nearest valid: {nearest}")
+
+
+def latent_shape(s: WanSettings, model: WanModel) -> tuple[int, ...]:
+    v = model.vae
+    frames = (s.frames - 1) // v.scale_factor_temporal + 1
+    return (1, v.z_dim, frames, s.height // v.scale_factor_spatial, s.width // v.scale_factor_spatial)
+
+
+# diffusers' Wan scheduler (the released `scheduler_config.json`), used when a folder carries none
+WAN_SCHEDULER = {"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction",
+                 "use_flow_sigmas": True, "solver_order": 2, "solver_type": "bh2", "lower_order_final": True}
+SAMPLER_CLASSES = {"unipc": "UniPCMultistepScheduler", "euler": "FlowMatchEulerDiscreteScheduler"}
+
+
+def make_stepper(s: WanSettings, scheduler: Mapping[str, Any]):
+    """The stepper of the folder's scheduler config (diffusers' Wan UniPC otherwise) at the chosen shift;
+    a different `--sampler` replaces the class and keeps only the shift."""
+    config = dict(scheduler) if scheduler else dict(WAN_SCHEDULER)
+    if config.get("_class_name") != SAMPLER_CLASSES[s.sampler]:
+        config = dict(WAN_SCHEDULER) if s.sampler == "unipc" else {"_class_name": SAMPLER_CLASSES["euler"]}
+    config.update(flow_shift=s.shift, shift=s.shift)
+    return stepper_from_config(config, s.steps)
+
+
+# --- compiled units ----------------------------------------------------------------------------
+
+
+@partial(jax.jit, static_argnames=("model",))
+def _encode_text(model: T5EncoderModel, params: Params, ids: jax.Array, mask: jax.Array) -> jax.Array:
+    last, _ = model.apply({"params": params}, ids, mask)
+    return last * mask[..., None].astype(last.dtype)  # the reference zeroes embeddings past the prompt
+
+
+@partial(jax.jit, static_argnames=("model",))
+def _encode_image(model: CLIPVisionModelWithProjection, params: Params, pixels: jax.Array) -> jax.Array:
+    return model.apply({"params": params}, pixels).hidden_states[-2]
+
+
+@partial(jax.jit, static_argnames=("model", "guided"))
+def _velocity(model: WanTransformer, params: Params, latents, timestep, text, image, scale, *, guided: bool):
+    """The DiT's prediction, with classifier-free guidance over a [cond; uncond] batch when `guided`."""
+    dtype = model.dtype  # diffusers casts latents and embeddings to the transformer's dtype
+    text = text.astype(dtype)
+    image = None if image is None else image.astype(dtype)
+    if not guided:
+        return forward(model, params, latents.astype(dtype), timestep, text[:1], image).astype(jnp.float32)
+    both = lambda x: None if x is None else jnp.concatenate([x, x], axis=0)  # noqa: E731
+    out = forward(model, params, both(latents.astype(dtype)), both(timestep), text, both(image)).astype(jnp.float32)
+    cond, uncond = jnp.split(out, 2, axis=0)
+    return cfg(cond, uncond, scale)
+
+
+# --- the pipeline ------------------------------------------------------------------------------
+
+
+def _place(tree: Mapping[str, np.ndarray]) -> Params:
+    """The whole host tree onto the default device in one transfer."""
+    return jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/"))
+
+
+class WanPipeline:
+    """Generates video with a Wan 2.1 / 2.2 checkpoint.
+
+    Args:
+      name: registered model name (selects the native settings).
+      options: used for the weights source and dtype; `generate` takes the rest.
+      source: an already resolved weights source (embedded models pass theirs).
+    """
+
+    def __init__(self, name: str, options: GenerateOptions, source: WeightsSource | None = None):
+        self.name = name
+        self.native = NATIVE.get(name) or WanSettings(height=480, width=832)
+        if source is None:
+            entry = load_registry().get(name)
+            source = WeightsSource.resolve(options.weights, entry.repo() if entry else None)
+        self.source = source
+        self.model = describe(source, name)
+
+    # weights are loaded per stage and released after it, so peak memory is one stage's
+    def load(self, component: str, spec: str, subfolders=(None,), dtype: str | None = None) -> Params:
+        return _place(self.source.load(component, spec, subfolders, dtype=dtype))
+
+    def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
+        """Run the whole pipeline; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
+        s = resolve_settings(options, self.native, self.model)
+        self._check_mesh(options)
+        image = self._check_image(options)
+        timer = StageTimer(progress)
+        shape = latent_shape(s, self.model)
+        noise = (load_latents(options.latents, shape) if options.latents is not None
+                 else np.asarray(jax.random.normal(jax.random.key(options.seed), shape, jnp.float32)))
+        guided = s.guidance > 1.0 or (s.guidance_2 is not None and s.guidance_2 > 1.0)
+        with timer.stage("text encode"):
+            text = self.encode_prompts(options.prompt, s.negative_prompt if guided else None, options.dtype)
+        image_embeds, condition = None, None
+        if image is not None:
+            with timer.stage("image encode"):
+                image_embeds, condition = self.encode_image(image, s, options.dtype)
+        latents = self.denoise(s, noise, text, image_embeds, condition, guided, timer, options.dtype)
+        with timer.stage("decode"):
+            frames = self.decode(latents, options.dtype)
+        settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name, "seed": options.seed,
+                    "weights_source": str(self.source.root or self.source.repo), "latent_shape": list(shape)}
+        return GenerateResult(frames=frames, latents=np.asarray(latents), fps=s.fps, settings=settings, times=timer.times)
+
+    def _check_mesh(self, options: GenerateOptions) -> None:
+        check_heads(self.model.transformer.num_attention_heads, options.tp, options.sp)
+        make_mesh(options.dp, options.tp, options.sp)  # raises when the devices do not suffice
+        if options.dp * options.tp * options.sp > 1:
+            raise PipelineError("multi-device runs of the Wan pipeline are not wired yet; use --tp/--sp/--dp 1")
+
+    def _check_image(self, options: GenerateOptions) -> np.ndarray | None:
+        needs_image = self.model.concat_condition
+        if options.image is None:
+            if needs_image:
+                raise PipelineError(f"{self.name} is an image-to-video model: give --image PATH")
+            return None
+        if not (needs_image or self.model.expand_timesteps):
+            raise PipelineError(f"{self.name} is text-to-video only and takes no --image")
+        return read_image(options.image)
+
+    # 1. text ----------------------------------------------------------------------------------
+
+    def encode_prompts(self, prompt: str, negative: str | None, dtype: str | None) -> jax.Array:
+        """`[1 or 2, 512, text_dim]` UMT5 embeddings (cond, then uncond when guided), in the DiT's dtype."""
+        folder = self.source.find("tokenizer", "google/umt5-xxl", component="text_encoder")
+        if folder is None:
+            raise PipelineError(f"{self.source.root or self.source.repo}: no tokenizer folder found")
+        texts = [prompt_clean(prompt)] + ([prompt_clean(negative)] if negative is not None else [])
+        batch = load_tokenizer(folder)(texts, max_length=MAX_SEQUENCE_LENGTH)
+        params = self.load("text_encoder", "encoders/umt5", ("text_encoder", None), dtype)
+        model = T5EncoderModel(self.model.text_encoder, dtype=jnp.float32)  # fp32 encode, cast after (see DESIGN)
+        embeds = _encode_text(model, params, jnp.asarray(batch.input_ids), jnp.asarray(batch.attention_mask))
+        embeds.block_until_ready()
+        release(params)
+        return embeds
+
+    # 2. image ---------------------------------------------------------------------------------
+
+    def encode_image(self, image: np.ndarray, s: WanSettings, dtype: str | None):
+        """CLIP image embeddings (Wan2.1 I2V) and the latent condition the DiT is fed with."""
+        embeds = None
+        if self.model.image_encoder is not None:
+            params = self.load("image_encoder", "encoders/clip_vision", ("image_encoder", None), dtype)
+            clip = CLIPVisionModelWithProjection(self.model.image_encoder, dtype=jnp.float32)
+            proc = self.model.image_processor
+            size = proc.get("size", {}).get("shortest_edge", self.model.image_encoder.image_size)
+            pixels = clip_preprocess(image, size=size, mean=proc.get("image_mean", CLIP_MEAN),
+                                     std=proc.get("image_std", CLIP_STD))
+            embeds = _encode_image(clip, params, jnp.asarray(pixels))
+            embeds.block_until_ready()
+            release(params)
+        first = vae_image(image, s.height, s.width)  # [1, 3, 1, H, W] in [-1, 1]
+        video = first if self.model.expand_timesteps else np.concatenate(
+            [first, np.zeros((1, 3, s.frames - 1, s.height, s.width), np.float32)], axis=2)
+        vae = WanVAE(self.model.vae)
+        params = self.load("vae", self.model.vae_spec, ("vae", None))
+        encoded = normalize_latents(self.model.vae, vae.encode(params, jnp.asarray(video)))
+        release(params)
+        if self.model.expand_timesteps:
+            return embeds, encoded
+        mask = np.zeros((1, self.model.vae.scale_factor_temporal, *encoded.shape[2:]), np.float32)
+        mask[:, :, 0] = 1.0  # the first (image) frame is known
+        return embeds, jnp.concatenate([jnp.asarray(mask), encoded], axis=1)
+
+    # 3. denoise -------------------------------------------------------------------------------
+
+    def denoise(self, s: WanSettings, noise: np.ndarray, text, image_embeds, condition, guided: bool,
+                timer: StageTimer, dtype: str | None) -> jax.Array:
+        stepper = make_stepper(s, self.model.scheduler)
+        first_frame = self._first_frame_mask(noise.shape) if self.model.expand_timesteps else None
+        experts = self._experts(stepper.timesteps, s)
+        weights: dict[int, tuple[WanTransformer, Params]] = {}
+        last = [time.perf_counter()]
+
+        def model_fn(latents, i, t):
+            expert = experts[i]
+            if expert not in weights:
+                for old in list(weights):  # one expert's weights at a time
+                    release(weights.pop(old)[1])
+                weights[expert] = self._load_expert(expert, dtype)
+            model, params = weights[expert]
+            scale = s.guidance if expert == 0 or s.guidance_2 is None else s.guidance_2
+            x, timestep = self._model_input(latents, t, condition, first_frame)
+            return _velocity(model, params, x, timestep, text, image_embeds, jnp.float32(scale), guided=guided)
+
+        def on_step(i, latents):
+            latents.block_until_ready()
+            now = time.perf_counter()
+            timer.progress.advance("denoise", 1, f"{now - last[0]:.2f} s/step")
+            last[0] = now
+
+        with timer.stage("denoise", total=stepper.num_steps):
+            latents = sample(model_fn, stepper, jnp.asarray(noise), callback=on_step)
+            if first_frame is not None and condition is not None:
+                latents = (1 - first_frame) * condition + first_frame * latents
+            latents.block_until_ready()
+        for _, params in weights.values():
+            release(params)
+        return latents
+
+    def _experts(self, timesteps: np.ndarray, s: WanSettings) -> list[int]:
+        if not self.model.two_experts:
+            return [0] * len(timesteps)
+        return [expert_for_timestep(float(t), s.boundary_ratio) for t in timesteps]
+
+    def _load_expert(self, expert: int, dtype: str | None) -> tuple[WanTransformer, Params]:
+        component = "transformer" if expert == 0 else "transformer_2"
+        subfolders = ("high_noise_model", None) if expert == 0 else ("transformer_2", "low_noise_model")
+        if not self.model.two_experts:
+            subfolders = (None,)
+        params = self.load(component, "wan/transformer", subfolders, dtype)
+        # compute in the weights' dtype, as diffusers runs the transformer in its own (bf16 checkpoints: bf16)
+        compute = jnp.dtype(params["proj_out"]["kernel"].dtype)
+        return WanTransformer(self.model.transformer, dtype=compute), params
+
+    def _first_frame_mask(self, shape: tuple[int, ...]) -> jax.Array:
+        mask = np.ones((1, 1, *shape[2:]), np.float32)
+        mask[:, :, 0] = 0.0
+        return jnp.asarray(mask)
+
+    def _model_input(self, latents, t: float, condition, first_frame):
+        """The DiT's input and timestep at one step (concat condition, or TI2V substitution and per-token t)."""
+        b = latents.shape[0]
+        if first_frame is None:
+            x = latents if condition is None else jnp.concatenate([latents, condition], axis=1)
+            return x, jnp.full((b,), t, jnp.float32)
+        mask = first_frame if condition is not None else jnp.ones_like(first_frame)
+        x = latents if condition is None else (1 - mask) * condition + mask * latents
+        _, ph, pw = self.model.transformer.patch_size
+        per_token = (mask[0, 0][:, ::ph, ::pw] * t).reshape(1, -1)  # [1, seq]: image tokens at t = 0
+        return x, jnp.broadcast_to(per_token, (b, per_token.shape[1]))
+
+    # 4. decode --------------------------------------------------------------------------------
+
+    def decode(self, latents: jax.Array, dtype: str | None) -> np.ndarray:
+        """Latents -> float32 frames `[F, H, W, 3]` in [0, 1] (diffusers `output_type="np"`)."""
+        vae = WanVAE(self.model.vae)
+        params = self.load("vae", self.model.vae_spec, ("vae", None))
+        video = vae.decode(params, denormalize_latents(self.model.vae, latents.astype(jnp.float32)))
+        frames = np.asarray(jnp.clip(video[0] / 2 + 0.5, 0.0, 1.0)).transpose(1, 2, 3, 0)
+        release(params)
+        return frames.astype(np.float32)
+
+
+def vae_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """diffusers `VideoProcessor.preprocess`: Lanczos resize to (width, height), [-1, 1], `[1, 3, 1, H, W]`."""
+    from PIL import Image
+
+    resized = np.asarray(Image.fromarray(image).resize((width, height), Image.LANCZOS), np.float32) / 255.0
+    return (resized * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]
+
+
+# --- registration --------------------------------------------------------------------------------
+
+
+def _factory(name: str, options: GenerateOptions) -> WanPipeline:
+    return WanPipeline(name, options)
+
+
+for _name, _entry in load_registry().items():
+    if _entry.family == "wan":
+        registry.register(_name, "wan", _entry.description, _factory)
