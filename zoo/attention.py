@@ -8,8 +8,8 @@ no key to attend return zeros, never NaN.
 
 Kernels (`zoo/kernels/`), chosen per call: short attention (Sq·Skv ≤ PLAIN_MAX_LOGITS, e.g. cross
 attention to a few hundred text tokens at low resolution) runs plain softmax; otherwise TPU runs
-the Pallas flash kernel, GPU runs cuDNN flash where dtype/shape allow, and everything else the
-blockwise online-softmax kernel. No path materialises S×S above the threshold.
+the Pallas flash kernel, GPU runs cuDNN flash where dtype/shape allow (prefix masks as lengths),
+and everything else the blockwise online-softmax kernel. No path materialises S×S above the threshold.
 
 Under a mesh (`vidax.zoo.runtime.use_mesh`, i.e. jax's mesh context) the kernel runs inside
 `shard_map`, batch on "data", heads on "tensor" (Megatron: q/k/v come out of column-parallel
@@ -52,7 +52,7 @@ def attention(q, k, v, *, kv_mask=None, scale=None, implementation: str | None =
     """
     _check_inputs(q, k, v, kv_mask, implementation)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    kernel = partial(_local_attention, scale=scale, implementation=implementation)
+    kernel = partial(local_attention, scale=scale, implementation=implementation)
     mesh = active_mesh()
     if mesh is None or mesh.size == 1:
         return kernel(q, k, v, kv_mask)
@@ -74,7 +74,7 @@ def joint_attention(q, k, v, q_txt, k_txt, v_txt, *, txt_mask=None, scale=None, 
       `(out_video [B, S, H, D], out_text [B, T, H, D])`.
     """
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    kernel = partial(_local_attention, scale=scale, implementation=implementation)
+    kernel = partial(local_attention, scale=scale, implementation=implementation)
     mesh = active_mesh()
     if mesh is None or mesh.size == 1:
         return _joint_local(kernel, q, k, v, q_txt, k_txt, v_txt, None, txt_mask)
@@ -102,12 +102,13 @@ def choose_kernel(q, k, kv_mask) -> str:
     backend = jax.default_backend()
     if backend == "tpu":
         return "pallas"
-    if backend in ("gpu", "cuda", "rocm") and cudnn_supports(q, kv_mask):
+    if backend in ("gpu", "cuda", "rocm") and cudnn_supports(q):
         return "cudnn"
     return "blockwise"
 
 
-def _local_attention(q, k, v, kv_mask, *, scale, implementation):
+def local_attention(q, k, v, kv_mask=None, *, scale, implementation=None):
+    """This device's kernel alone, no mesh handling (for callers already inside `shard_map`)."""
     name = implementation or choose_kernel(q, k, kv_mask)
     if name == "plain":
         return plain_attention(q, k, v, kv_mask, scale)
@@ -116,10 +117,11 @@ def _local_attention(q, k, v, kv_mask, *, scale, implementation):
     if name == "pallas_interpret":
         return flash_attention(q, k, v, kv_mask, scale, interpret=True)
     if name == "cudnn":
-        if kv_mask is not None:
-            raise ValueError("the cudnn attention path takes no kv_mask (cuDNN masks by lengths only)")
-        return cudnn_attention(q, k, v, scale)
+        return cudnn_attention(q, k, v, kv_mask, scale)
     return blockwise_attention(q, k, v, kv_mask, scale)
+
+
+_local_attention = local_attention  # the name zoo/wan/vae.py imported first
 
 
 def _joint_local(kernel, q, k, v, q_txt, k_txt, v_txt, video_mask, txt_mask):

@@ -8,6 +8,7 @@ import pytest
 from vidax.zoo import attention as attn_mod
 from vidax.zoo.attention import attention, choose_kernel, joint_attention
 from vidax.zoo.kernels.blockwise import blockwise_attention
+from vidax.zoo.kernels.cudnn import cudnn_attention
 from vidax.zoo.mesh import MeshError, make_mesh
 from vidax.zoo.runtime import use_mesh
 
@@ -65,6 +66,26 @@ def test_fully_masked_rows_are_zero_not_nan(rng, kernel):
     assert np.isfinite(out).all()
     np.testing.assert_array_equal(out[0], 0.0)
     np.testing.assert_allclose(out[1], naive(q, k, v, mask)[1], atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "prefix", "scattered", "empty_row"])
+def test_cudnn_path_logic(rng, mask_kind):
+    """The GPU wrapper's prefix-mask -> lengths logic, run with jax's XLA implementation on CPU
+    (the fused kernel itself needs a GPU): prefix masks go through lengths, others fall back."""
+    q, k, v = make(rng, 2, 11, 2, 8), make(rng, 2, 11, 2, 8), make(rng, 2, 11, 2, 8)
+    masks = {
+        "none": None,
+        "prefix": np.arange(11)[None] < np.array([[7], [11]]),
+        "scattered": rng.random((2, 11)) > 0.4,
+        "empty_row": np.stack([np.zeros(11, bool), np.arange(11) < 5]),
+    }
+    mask = None if masks[mask_kind] is None else jnp.asarray(masks[mask_kind])
+    out = np.asarray(jax.jit(lambda *a: cudnn_attention(*a, mask, 0.4, implementation="xla"))(q, k, v))
+    want = naive(q, k, v, mask, 0.4)
+    if mask_kind == "empty_row":
+        np.testing.assert_array_equal(out[0], 0.0)
+        out, want = out[1:], want[1:]
+    np.testing.assert_allclose(out, want, atol=2e-6, rtol=1e-5)
 
 
 def test_long_self_attention_never_builds_the_s_by_s_matrix():
@@ -144,13 +165,13 @@ def test_sharded_entry_point_equals_one_device(qkv, dp, tp, sp):
 def test_ulysses_really_exchanges_heads(qkv, monkeypatch):
     """Under sp the kernel sees the whole sequence with H/sp heads (not a local sequence slice)."""
     seen = []
-    original = attn_mod._local_attention
+    original = attn_mod.local_attention
 
-    def spy(q, k, v, kv_mask, **kw):
+    def spy(q, k, v, kv_mask=None, **kw):
         seen.append(q.shape)
         return original(q, k, v, kv_mask, **kw)
 
-    monkeypatch.setattr(attn_mod, "_local_attention", spy)
+    monkeypatch.setattr(attn_mod, "local_attention", spy)
     q, k, v = qkv["video"]
     with use_mesh(make_mesh(1, 2, 4)):
         jax.jit(lambda q, k, v: attention(q, k, v))(q, k, v)
