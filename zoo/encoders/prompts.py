@@ -1,5 +1,9 @@
 """Prompt-side conventions of the reference pipelines that feed the shared encoders.
 
+Wan (diffusers `WanPipeline`): the prompt is cleaned (ftfy when installed, HTML entities undone
+twice, whitespace runs collapsed), tokenised to 512 tokens, run through UMT5 with its mask, and
+each row's features past its token count are zeroed.
+
 HunyuanVideo-1.5 (diffusers `HunyuanVideo15Pipeline`): the Qwen2.5-VL text tower reads the prompt
 inside a (system, user) chat rendered with the generation prompt, padded to
 `max_length + crop_start`, and the pipeline keeps `hidden_states[-(skip + 1)]` (skip 2: the third
@@ -10,6 +14,7 @@ quotes gets zero features and a zero mask.
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Sequence
 
@@ -19,6 +24,33 @@ import numpy as np
 from vidax.zoo.encoders.tokenizer import Tokenizer, qwen_chat_prompt
 
 _QUOTED = re.compile(r'"(.*?)"|“(.*?)”')  # straight or curly double quotes, shortest span
+
+
+def wan_prompt_clean(text: str) -> str:
+    """Wan's prompt cleaning: ftfy's text repair (if installed), HTML unescaped twice, whitespace collapsed."""
+    try:
+        import ftfy
+
+        text = ftfy.fix_text(text)
+    except ImportError:
+        pass
+    text = html.unescape(html.unescape(text)).strip()
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def wan_text_features(model, params, tokenizer: Tokenizer, prompts: Sequence[str], *, max_length: int = 512):
+    """Wan's UMT5 features `[B, max_length, D]`: zero past each prompt's token count.
+
+    Args:
+      model: a `T5EncoderModel` (UMT5); params its variables.
+      tokenizer: `load_tokenizer(repo, "tokenizer")`.
+      prompts: raw prompts (cleaned here as the reference does).
+      max_length: the reference's `max_sequence_length` (512).
+    """
+    batch = tokenizer([wan_prompt_clean(p) for p in prompts], max_length=max_length)
+    features = model.apply(params, batch.input_ids, batch.attention_mask).last_hidden_state
+    keep = jnp.arange(max_length)[None, :] < batch.attention_mask.sum(axis=1)[:, None]
+    return jnp.where(keep[..., None], features, 0)
 
 
 def glyph_text(prompt: str) -> str | None:
