@@ -59,6 +59,10 @@ class WanTransformerConfig:
             raise WanConfigError(f"Wan transformer: patch_size must be (t, h, w), got {self.patch_size}")
         if (self.image_dim is None) != (self.added_kv_proj_dim is None):
             raise WanConfigError("Wan transformer: image_dim and added_kv_proj_dim must be set together (I2V)")
+        if self.added_kv_proj_dim not in (None, self.inner_dim):  # add_k_proj reads the embedded image tokens
+            raise WanConfigError(
+                f"Wan transformer: added_kv_proj_dim {self.added_kv_proj_dim} must equal the model width {self.inner_dim}"
+            )
 
     @cached_property
     def inner_dim(self) -> int:

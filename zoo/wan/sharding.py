@@ -1,0 +1,33 @@
+"""Sharding rules of the Wan DiT, and placement of its host tree.
+
+The DiT uses the shared table (`vidax.zoo.sharding.TRANSFORMER_RULES`): Megatron column -> row on
+"heads" / "mlp" (q/k/v, the q/k RMS-norm scales and the FFN input are split by heads or hidden
+features; `to_out_0` and `ffn/net_2` are row-parallel, their bias added once after the
+reduction), DeepSpeed-Ulysses on "seq": the video tokens are split after the patch embedding
+(`transformer.VIDEO_AXES`), per-token TI2V modulation follows them (`MOD_AXES`), the text and
+image context stays whole on every device ("text_seq" is not in the table), self-attention
+regroups heads through the attention entry point, and the head gathers the sequence back. CFG's
+two branches run on "batch" -> "data".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from jax.sharding import Mesh
+
+from vidax.zoo.sharding import TRANSFORMER_RULES, place
+from vidax.zoo.wan.transformer import WanTransformer
+
+DIT_RULES = TRANSFORMER_RULES
+
+
+def place_transformer(model: WanTransformer, host_tree: Mapping, mesh: Mesh) -> dict:
+    """Put a converted Wan DiT tree on `mesh` in one placement under `DIT_RULES`.
+
+    Args:
+      model: the transformer whose logical specs say how each leaf is split.
+      host_tree: the translator's flat (or nested) tree.
+      mesh: from `vidax.zoo.mesh.make_mesh`; the heads must divide by tp * sp.
+    """
+    return place(host_tree, model.logical_specs(), DIT_RULES, mesh)
