@@ -36,6 +36,9 @@ _ACTIVE_RULES: contextvars.ContextVar[Rules | None] = contextvars.ContextVar("vi
 def use_mesh(mesh: Mesh, rules: Rules | None = None) -> Iterator[Mesh]:
     """Run the enclosed jax code on `mesh`, mapping logical axes with `rules`.
 
+    The mesh is part of jax's jit cache key; the rules table is not, so a function jitted under
+    one table keeps it when called under another on the same mesh: keep one table per component.
+
     Args:
       mesh: from `vidax.zoo.mesh.make_mesh`.
       rules: the component's logical-axis rules table (default: the shared DiT table).
@@ -53,9 +56,15 @@ def use_mesh(mesh: Mesh, rules: Rules | None = None) -> Iterator[Mesh]:
 
 
 def active_mesh() -> jax.sharding.AbstractMesh | None:
-    """The mesh in context (abstract: valid inside jit), or None when there is none."""
+    """The mesh in context (abstract: valid inside jit), or None when there is none.
+
+    Inside `shard_map` (manual axes) the code is already per-device: None as well, so that the
+    entry points do not nest a second `shard_map`.
+    """
     mesh = jax.sharding.get_abstract_mesh()
-    return None if mesh is None or mesh.empty else mesh
+    if mesh is None or mesh.empty or mesh.manual_axes:
+        return None
+    return mesh
 
 
 def active_rules() -> Rules | None:

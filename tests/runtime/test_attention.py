@@ -200,3 +200,12 @@ def test_pallas_kernel_inside_shard_map(qkv, dp, tp, sp):
     with use_mesh(make_mesh(dp, tp, sp)):
         out = jax.jit(lambda q, k, v: attention(q, k, v, kv_mask=mask, implementation="pallas_interpret"))(q, k, v)
     np.testing.assert_allclose(np.asarray(out), naive(q, k, v, mask), atol=2e-6, rtol=1e-5)
+
+
+def test_entry_point_inside_shard_map_runs_per_device(qkv):
+    """Code that is already per-device (a VAE's own shard_map) gets the local kernel, not a nested map."""
+    q, k, v = qkv["video"]
+    spec = jax.sharding.PartitionSpec(None, None, "tensor", None)
+    with use_mesh(make_mesh(1, 2, 1)):
+        out = jax.jit(jax.shard_map(lambda q, k, v: attention(q, k, v), in_specs=(spec,) * 3, out_specs=spec))(q, k, v)
+    np.testing.assert_allclose(np.asarray(out), naive(q, k, v), atol=2e-6, rtol=1e-5)
