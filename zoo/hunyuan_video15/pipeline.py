@@ -1,9 +1,10 @@
-"""HunyuanVideo-1.5 text-to-video sampling and decoding (follows diffusers `HunyuanVideo15Pipeline`).
+"""HunyuanVideo-1.5 sampling and decoding (follows diffusers `HunyuanVideo15Pipeline` and its I2V twin).
 
 From text features (Qwen2.5-VL hidden states and ByT5 glyph features with their masks, for the
 prompt and the negative prompt) to frames: flow-match Euler over the shifted linear sigmas, one
 jitted DiT call per step on the [cond; uncond] batch with classifier-free guidance, then the VAE
-decode (tiled, stage by stage). The text towers live in `vidax.zoo.encoders`.
+decode (tiled, stage by stage). Image-to-video adds the VAE-encoded first frame and a first-frame
+mask as condition channels and the frame's SigLIP tokens. The encoders live in `vidax.zoo.encoders`.
 
     pipe = HunyuanVideo15Pipeline(dit, dit_params, vae, vae_params)
     latents = pipe.sample(text, initial_noise, settings)
@@ -77,22 +78,60 @@ class TextFeatures:
         return TextFeatures(*(jnp.concatenate([c, u], 0) for c, u in zip(dataclasses.astuple(cond), dataclasses.astuple(uncond))))
 
 
-def default_size(target_size: int, aspect: tuple[int, int] = DEFAULT_ASPECT, patch: int = 16) -> tuple[int, int]:
-    """(height, width) of the reference's size bucket closest to `aspect` at `target_size` (480p: 640)."""
+def bucket_size(height: int, width: int, target_size: int, patch: int = 16) -> tuple[int, int]:
+    """(height, width) of the reference's size bucket closest to `height / width` at `target_size` (480p: 640).
+
+    Follows diffusers' `generate_crop_size_list` + `get_closest_ratio`: every patch grid of about
+    (target_size / patch)^2 cells with aspect ratio at most 4, the closest ratio not past the request's.
+    """
     patches = round((target_size / patch) ** 2)
-    buckets, wp, hp = [], patches, 1
-    while wp > 0:  # every (w, h) patch grid of about `patches` cells with aspect ratio ≤ 4
-        if max(wp, hp) / min(wp, hp) <= 4.0:
-            buckets.append((wp * patch, hp * patch))
-        if (hp + 1) * wp <= patches:
-            hp += 1
+    buckets, rows, cols = [], patches, 1
+    while rows > 0:
+        if max(rows, cols) / min(rows, cols) <= 4.0:
+            buckets.append((rows * patch, cols * patch))  # (height, width)
+        if (cols + 1) * rows <= patches:
+            cols += 1
         else:
-            wp -= 1
-    ratio = aspect[1] / aspect[0]  # the reference passes (height, width) = (9, 16) into a (w, h) list
+            rows -= 1
+    ratio = height / width
     diffs = [round(h / w, 5) - ratio for h, w in buckets]
     candidates = [(i, d) for i, d in enumerate(diffs) if (d <= 0 if ratio >= 1 else d >= 0)]
-    height, width = buckets[min(candidates, key=lambda pair: abs(pair[1]))[0]]
-    return height, width
+    return buckets[min(candidates, key=lambda pair: abs(pair[1]))[0]]
+
+
+def default_size(target_size: int, aspect: tuple[int, int] = DEFAULT_ASPECT) -> tuple[int, int]:
+    """(height, width) for text-to-video: the bucket of the default 16:9 aspect."""
+    return bucket_size(aspect[1], aspect[0], target_size)
+
+
+def resize_and_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """diffusers `VaeImageProcessor.resize(resize_mode="crop")`: Lanczos to cover, centre-paste on black."""
+    from PIL import Image
+
+    src = Image.fromarray(np.asarray(image, np.uint8)).convert("RGB")
+    cover_w = width if width / height > src.width / src.height else src.width * height // src.height
+    cover_h = height if width / height <= src.width / src.height else src.height * width // src.width
+    canvas = Image.new("RGB", (width, height))
+    canvas.paste(src.resize((cover_w, cover_h), Image.LANCZOS), (width // 2 - cover_w // 2, height // 2 - cover_h // 2))
+    return np.asarray(canvas)
+
+
+def image_condition(vae: HunyuanVideo15VAE, vae_params: Params, image: np.ndarray, tokens: jax.Array,
+                    latent_shape: tuple[int, ...]) -> "ImageCondition":
+    """Image-to-video conditioning (diffusers `prepare_cond_latents_and_mask`).
+
+    Args:
+        vae, vae_params: the VAE that encodes the first frame (posterior mode x scaling factor).
+        image: the already resized and cropped RGB uint8 `[H, W, 3]` frame.
+        tokens: its SigLIP `last_hidden_state` `[1, N, D]`.
+        latent_shape: `[B, C, F', H', W']` of the sampled latents.
+    """
+    pixels = (jnp.asarray(image, jnp.float32) / 255.0 * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]  # [1, 3, 1, H, W]
+    first = vae.latent_mean(vae_params, pixels) * vae.cfg.scaling_factor  # [1, C, 1, H', W']
+    b, c, f = latent_shape[:3]
+    cond = jnp.zeros((b, c, f, *latent_shape[3:]), jnp.float32).at[:, :, :1].set(first)
+    mask = jnp.zeros((b, 1, f, *latent_shape[3:]), jnp.float32).at[:, :, 0].set(1.0)
+    return ImageCondition(jnp.concatenate([cond, mask], axis=1), jnp.broadcast_to(tokens, (b, *tokens.shape[1:])))
 
 
 def schedule_for(settings: SampleSettings) -> FlowEuler:
@@ -102,7 +141,7 @@ def schedule_for(settings: SampleSettings) -> FlowEuler:
 
 
 class HunyuanVideo15Pipeline:
-    """Text-to-video sampling and decoding with converted HunyuanVideo-1.5 weights.
+    """Sampling (text- or image-to-video) and decoding with converted HunyuanVideo-1.5 weights.
 
     Args:
         transformer: the DiT; `dit_params` its (placed) parameter tree.
@@ -117,7 +156,7 @@ class HunyuanVideo15Pipeline:
         self.vae_scaling = vae.cfg.scaling_factor if vae_scaling is None else vae_scaling
 
     def sample(self, prompt: TextFeatures, latents: jax.Array, settings: SampleSettings,
-               negative: TextFeatures | None = None, callback=None) -> jax.Array:
+               negative: TextFeatures | None = None, image: "ImageCondition | None" = None, callback=None) -> jax.Array:
         """Denoise `latents` `[B, 32, F', H', W']` (initial noise) with the prompt's features.
 
         Args:
@@ -125,13 +164,24 @@ class HunyuanVideo15Pipeline:
             latents: initial noise, `settings.latent_shape(...)`.
             settings: sizes, steps, guidance and shift.
             negative: the negative prompt's features; required when `settings.cfg`.
+            image: image-to-video conditioning (`image_condition`); None for text-to-video.
             callback: `callback(step_index, latents)` after each step.
         """
         if settings.cfg and negative is None:
             raise PipelineError(f"guidance {settings.guidance} > 1 needs the negative prompt's features")
         text = TextFeatures.concat(prompt, negative) if settings.cfg else prompt
-        model_fn = partial(_velocity, self.transformer, self.dit_params, text, settings.guidance if settings.cfg else None)
-        return sample(lambda x, i, t: model_fn(x, jnp.float32(t)), schedule_for(settings), latents, callback=callback)
+        cond = image if image is not None else t2v_condition(self.transformer, latents)
+        stepper = schedule_for(settings)
+        # The reference's I2V pipeline feeds meanflow models the next step's timestep (0 after the last).
+        next_t = np.append(np.asarray(stepper.timesteps)[1:], np.float32(0))
+        meanflow = image is not None and self.transformer.cfg.use_meanflow
+        guidance = settings.guidance if settings.cfg else None
+
+        def model_fn(x, i, t):
+            t_r = jnp.float32(next_t[i]) if meanflow else None
+            return _velocity(self.transformer, self.dit_params, text, guidance, x, jnp.float32(t), t_r, cond)
+
+        return sample(model_fn, stepper, latents, callback=callback)
 
     def decode(self, latents: jax.Array, tiling: bool = True) -> np.ndarray:
         """Frames `[B, F, H, W, 3]` float32 in [0, 1] (diffusers' `postprocess_video(output_type="np")`)."""
@@ -140,26 +190,35 @@ class HunyuanVideo15Pipeline:
         return np.asarray(jnp.moveaxis(frames, 1, -1))
 
 
+@dataclasses.dataclass(frozen=True)
+class ImageCondition:
+    """What the DiT gets besides the noisy latents: condition latents + mask channels, and image tokens."""
+
+    latents: jax.Array  # [B, C + 1, F', H', W']: encoded first frame (later frames zero), then the mask
+    tokens: jax.Array  # [B, N, image_embed_dim]: SigLIP tokens, zeros for text-to-video
+
+
 @partial(jax.jit, static_argnums=(0, 3))
 def _velocity(transformer: HunyuanVideo15Transformer, params: Params, text: TextFeatures, guidance: float | None,
-              latents: jax.Array, timestep: jax.Array) -> jax.Array:
-    """One DiT call (both CFG branches as one batch) and the guided velocity."""
+              latents: jax.Array, timestep: jax.Array, timestep_r: jax.Array | None, cond: ImageCondition) -> jax.Array:
+    """One DiT call (both CFG branches as one batch, sharing the image condition) and the guided velocity."""
     branches = 1 if guidance is None else 2
-    x = jnp.concatenate([latents] * branches, axis=0)
+    x = jnp.concatenate([jnp.concatenate([latents, cond.latents.astype(latents.dtype)], axis=1)] * branches, axis=0)
+    tokens = jnp.concatenate([cond.tokens.astype(latents.dtype)] * branches, axis=0)
     t = jnp.broadcast_to(timestep, (x.shape[0],)).astype(jnp.float32)
-    x, image = t2v_inputs(transformer, x)
-    out = transformer(params, x, t, text.text, text.text_mask, text.text_2, text.text_mask_2, image)
+    t_r = None if timestep_r is None else jnp.broadcast_to(timestep_r, (x.shape[0],)).astype(jnp.float32)
+    out = transformer(params, x, t, text.text, text.text_mask, text.text_2, text.text_mask_2, tokens, t_r)
     return out if guidance is None else guide_batched(out, guidance)
 
 
-def t2v_inputs(transformer: HunyuanVideo15Transformer, latents: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Text-to-video DiT inputs: latents plus zero condition latents and mask (65 channels), zero image tokens."""
+def t2v_condition(transformer: HunyuanVideo15Transformer, latents: jax.Array) -> ImageCondition:
+    """Text-to-video: zero condition latents and mask, zero image tokens (the DiT then masks them out)."""
     cfg = transformer.cfg
     b = latents.shape[0]
     zeros = jnp.zeros((b, cfg.in_channels - latents.shape[1], *latents.shape[2:]), latents.dtype)
-    image = jnp.zeros((b, IMAGE_TOKENS, cfg.image_embed_dim), latents.dtype)
-    return jnp.concatenate([latents, zeros], axis=1), image
+    return ImageCondition(zeros, jnp.zeros((b, IMAGE_TOKENS, cfg.image_embed_dim), latents.dtype))
 
 
 jax.tree_util.register_dataclass(TextFeatures, data_fields=["text", "text_mask", "text_2", "text_mask_2"], meta_fields=[])
 
+jax.tree_util.register_dataclass(ImageCondition, data_fields=["latents", "tokens"], meta_fields=[])
