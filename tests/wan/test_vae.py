@@ -127,9 +127,18 @@ def test_spec_refuses_the_other_vae(case, tmp_path):
             convert(load_spec(other), root)
 
 
-def test_decode_compiles_first_and_steady_chunks_once():
-    vae = WanVAE(WanVAEConfig.from_hf_config(fixtures.TINY_21))
-    params = vae.init_params(jax.random.key(0))
+@pytest.fixture(scope="module")
+def tiny21(tmp_path_factory):
+    """The 2.1-style reference's VAE and its converted tree (diffusers layout)."""
+    model = fixtures.reference("wan/vae")
+    diffusers_root, _ = fixtures.save_checkpoints("wan/vae", model, tmp_path_factory.mktemp("tiny21"))
+    vae = WanVAE(WanVAEConfig.from_hf_config(dict(model.config)))
+    return vae, convert(load_spec("wan/vae"), diffusers_root, vae.param_shapes())
+
+
+def test_decode_compiles_first_and_steady_chunks_once(tiny21):
+    vae, tree = tiny21
+    params = _params(tree)
     z = jnp.zeros((1, 16, 4, 1, 2), jnp.float32)  # a shape no other test uses
     before = _run_chunk._cache_size()
     vae.decode(params, z)
@@ -138,11 +147,8 @@ def test_decode_compiles_first_and_steady_chunks_once():
     assert _run_chunk._cache_size() - before == 2
 
 
-def test_sharded_decode_matches_one_device(tmp_path):
-    model = fixtures.reference("wan/vae")
-    diffusers_root, _ = fixtures.save_checkpoints("wan/vae", model, tmp_path)
-    vae = WanVAE(WanVAEConfig.from_hf_config(dict(model.config)))
-    tree = convert(load_spec("wan/vae"), diffusers_root, vae.param_shapes())
+def test_sharded_decode_matches_one_device(tiny21):
+    vae, tree = tiny21
     latents = jax.random.normal(jax.random.key(2), (1, 16, 2, 2, 8), jnp.float32)  # width 8 splits 8 ways
     expected = np.asarray(vae.decode(_params(tree), latents))
     mesh = make_mesh(dp=2, tp=2, sp=2)

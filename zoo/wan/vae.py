@@ -596,7 +596,7 @@ class WanVAE:
         """Random parameters of the full tree (shapes for the translator's expected tree)."""
         size = size or self.config.scale_factor_spatial
         x = jnp.zeros((1, ENCODE_CHUNK_FRAMES, size, size, self.video_channels), jnp.float32)
-        return nn.unbox(self.module.init(key, x)["params"])
+        return nn.unbox(jax.jit(self.module.init)(key, x)["params"])
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"encoder/conv_in/kernel": shape}` of the full tree."""
