@@ -1,0 +1,283 @@
+"""The Wan pipeline end to end against diffusers' `WanPipeline` / `WanImageToVideoPipeline`.
+
+A tiny perturbed diffusers pipeline (transformer, VAE, UMT5, a tokenizer built locally, UniPC flow
+scheduler) is saved with `save_pretrained`; vidax generates from that same folder, through the real
+specs, with the same prompt, the same initial latents (`--latents`), scheduler and steps, and the
+decoded frames must agree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+diffusers = pytest.importorskip("diffusers")
+transformers = pytest.importorskip("transformers")
+
+from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate  # noqa: E402
+from vidax.zoo.video_io import read_video  # noqa: E402
+from vidax.zoo.wan.tiny import build_tokenizer  # noqa: E402
+
+PROMPT = "a red kite over a grey sea"
+NEGATIVE = "blurry, low quality"
+HEIGHT, WIDTH, FRAMES, STEPS, GUIDANCE = 32, 48, 5, 3, 4.0
+
+# Frames are compared in [0, 1] after 3 UniPC steps with CFG, a 2-block DiT and a VAE decode, all in
+# fp32 at highest matmul precision on both sides. What remains is summation-order rounding (XLA vs
+# torch kernels, blockwise vs plain softmax), ~1e-6 relative per op, amplified by guidance 4 and the
+# multistep solver; measured max |diff| is ~1e-6. 1e-4 is far below any real error (a wrong
+# timestep, mask, norm or guidance changes frames by > 1e-2) yet leaves room for that rounding.
+FRAME_ATOL = 1e-4
+
+
+def _perturb(module, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.add_(0.02 * torch.randn(param.shape, generator=gen))
+
+
+def _text_encoder(vocab: int):
+    config = transformers.UMT5Config(vocab_size=vocab, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                     relative_attention_num_buckets=8, relative_attention_max_distance=32,
+                                     feed_forward_proj="gated-gelu", dropout_rate=0.0)
+    return transformers.UMT5EncoderModel(config).eval()
+
+
+def _transformer(**extra):
+    config = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=16, out_channels=16,
+                  text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
+                  qk_norm="rms_norm_across_heads", rope_max_seq_len=64)
+    return diffusers.WanTransformer3DModel(**{**config, **extra}).eval()
+
+
+def _vae():
+    return diffusers.AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1,
+                                      temperal_downsample=[False, True, True]).eval()
+
+
+def _scheduler():
+    return diffusers.UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
+
+
+def _reference_t2v(folder: Path):
+    torch.manual_seed(0)
+    build_tokenizer(folder.parent / "tokenizer_source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder.parent / "tokenizer_source")
+    parts = dict(text_encoder=_text_encoder(len(tokenizer)), transformer=_transformer(), vae=_vae())
+    for seed, module in enumerate(parts.values()):
+        _perturb(module, seed)
+    pipe = diffusers.WanPipeline(tokenizer=tokenizer, scheduler=_scheduler(), **parts)
+    pipe.save_pretrained(folder)
+    return pipe
+
+
+def _reference_i2v(folder: Path):
+    """Wan2.1 I2V: 36 input channels, CLIP image tokens through the added k/v cross-attention."""
+    torch.manual_seed(1)
+    build_tokenizer(folder.parent / "tokenizer_source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder.parent / "tokenizer_source")
+    clip = transformers.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                         image_size=32, patch_size=8, projection_dim=16, hidden_act="gelu")
+    parts = dict(text_encoder=_text_encoder(len(tokenizer)), vae=_vae(),
+                 transformer=_transformer(in_channels=36, image_dim=32, added_kv_proj_dim=32),
+                 image_encoder=transformers.CLIPVisionModelWithProjection(clip).eval())
+    for seed, module in enumerate(parts.values()):
+        _perturb(module, 10 + seed)
+    processor = transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    pipe = diffusers.WanImageToVideoPipeline(tokenizer=tokenizer, scheduler=_scheduler(), image_processor=processor,
+                                             **parts)
+    pipe.save_pretrained(folder)
+    return pipe
+
+
+TINY_VAE22 = dict(base_dim=8, decoder_base_dim=12, z_dim=8, dim_mult=[1, 2, 4, 4], num_res_blocks=1,
+                  temperal_downsample=[False, True, True], is_residual=True, patch_size=2, in_channels=12,
+                  out_channels=12, scale_factor_spatial=16, latents_mean=[0.1 * i - 0.3 for i in range(8)],
+                  latents_std=[0.5 + 0.1 * i for i in range(8)])
+
+
+def _reference_ti2v(folder: Path):
+    """Wan2.2 TI2V-5B: residual patchified VAE (16x), per-token timesteps, first-frame substitution."""
+    torch.manual_seed(2)
+    build_tokenizer(folder.parent / "tokenizer_source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder.parent / "tokenizer_source")
+    parts = dict(text_encoder=_text_encoder(len(tokenizer)), vae=diffusers.AutoencoderKLWan(**TINY_VAE22).eval(),
+                 transformer=_transformer(in_channels=8, out_channels=8))
+    for seed, module in enumerate(parts.values()):
+        _perturb(module, 20 + seed)
+    pipe = diffusers.WanImageToVideoPipeline(tokenizer=tokenizer, scheduler=_scheduler(), expand_timesteps=True, **parts)
+    pipe.save_pretrained(folder)
+    return pipe
+
+
+def _reference_a14b(folder: Path):
+    """Wan2.2 A14B T2V: `transformer` above the boundary timestep, `transformer_2` below."""
+    torch.manual_seed(3)
+    build_tokenizer(folder.parent / "tokenizer_source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder.parent / "tokenizer_source")
+    parts = dict(text_encoder=_text_encoder(len(tokenizer)), vae=_vae(), transformer=_transformer(),
+                 transformer_2=_transformer())
+    for seed, module in enumerate(parts.values()):
+        _perturb(module, 30 + seed)
+    pipe = diffusers.WanPipeline(tokenizer=tokenizer, scheduler=_scheduler(), boundary_ratio=0.875, **parts)
+    pipe.save_pretrained(folder)
+    return pipe
+
+
+def _latents(shape, seed=1):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def t2v(tmp_path_factory):
+    """(folder, latents .npy, diffusers frames [F, H, W, 3]) of one tiny T2V reference run."""
+    folder = tmp_path_factory.mktemp("wan_t2v")
+    pipe = _reference_t2v(folder / "model")
+    latents = _latents((1, 16, (FRAMES - 1) // 4 + 1, HEIGHT // 8, WIDTH // 8))
+    np.save(folder / "latents.npy", latents.numpy())
+    with torch.no_grad():
+        frames = pipe(PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
+                      num_inference_steps=STEPS, guidance_scale=GUIDANCE, latents=latents.clone(),
+                      output_type="np").frames[0]
+    return folder, folder / "latents.npy", frames
+
+
+def _options(folder: Path, latents: Path, out: Path, **extra) -> GenerateOptions:
+    base = dict(model="wan2.1-t2v-1.3b", prompt=PROMPT, negative_prompt=NEGATIVE, weights=str(folder / "model"),
+                height=HEIGHT, width=WIDTH, frames=FRAMES, steps=STEPS, guidance=GUIDANCE, latents=latents,
+                out=out, dtype="float32", compile_cache=False)
+    return GenerateOptions(**{**base, **extra})
+
+
+@pytest.fixture(scope="module")
+def i2v(tmp_path_factory):
+    """(folder, image path, latents .npy, diffusers frames) of one tiny Wan2.1 I2V reference run."""
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("wan_i2v")
+    pipe = _reference_i2v(folder / "model")
+    pixels = np.random.default_rng(3).integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(folder / "first.png")
+    latents = _latents((1, 16, (FRAMES - 1) // 4 + 1, HEIGHT // 8, WIDTH // 8), seed=2)
+    np.save(folder / "latents.npy", latents.numpy())
+    with torch.no_grad():
+        frames = pipe(Image.open(folder / "first.png"), PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH,
+                      num_frames=FRAMES, num_inference_steps=STEPS, guidance_scale=GUIDANCE,
+                      latents=latents.clone(), output_type="np").frames[0]
+    return folder, folder / "first.png", folder / "latents.npy", frames
+
+
+@pytest.fixture(scope="module")
+def ti2v(tmp_path_factory):
+    """(folder, image path, latents .npy, diffusers frames) of one tiny Wan2.2 TI2V-5B image-to-video run."""
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("wan_ti2v")
+    pipe = _reference_ti2v(folder / "model")
+    pixels = np.random.default_rng(4).integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(folder / "first.png")
+    latents = _latents((1, 8, (FRAMES - 1) // 4 + 1, HEIGHT // 16, 64 // 16), seed=4)
+    np.save(folder / "latents.npy", latents.numpy())
+    with torch.no_grad():
+        frames = pipe(Image.open(folder / "first.png"), PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=64,
+                      num_frames=FRAMES, num_inference_steps=STEPS, guidance_scale=GUIDANCE,
+                      latents=latents.clone(), output_type="np").frames[0]
+    return folder, folder / "first.png", folder / "latents.npy", frames
+
+
+@pytest.fixture(scope="module")
+def a14b(tmp_path_factory):
+    """(folder, latents .npy, diffusers frames) of one tiny Wan2.2 A14B run (3 steps: 1 high-noise, 2 low-noise)."""
+    folder = tmp_path_factory.mktemp("wan_a14b")
+    pipe = _reference_a14b(folder / "model")
+    latents = _latents((1, 16, (FRAMES - 1) // 4 + 1, HEIGHT // 8, WIDTH // 8), seed=5)
+    np.save(folder / "latents.npy", latents.numpy())
+    with torch.no_grad():
+        frames = pipe(PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
+                      num_inference_steps=STEPS, guidance_scale=GUIDANCE, guidance_scale_2=3.0,
+                      latents=latents.clone(), output_type="np").frames[0]
+    return folder, folder / "latents.npy", frames
+
+
+def test_t2v_matches_diffusers(t2v, tmp_path):
+    folder, latents, expected = t2v
+    result = generate(_options(folder, latents, tmp_path / "video.npy", save_latents=True))
+    written = np.load(tmp_path / "video.npy")
+    assert written.dtype == np.float32 and written.shape == expected.shape == (FRAMES, HEIGHT, WIDTH, 3)
+    np.testing.assert_allclose(written, expected, atol=FRAME_ATOL, rtol=0)
+    np.testing.assert_array_equal(written, result.frames)
+    sidecar = json.loads((tmp_path / "video.json").read_text())
+    assert sidecar["seed"] == 0 and sidecar["steps"] == STEPS and sidecar["shift"] == 3.0  # the folder's scheduler
+    assert sidecar["vidax_version"] and "denoise" in sidecar["stage_seconds"]
+    assert np.load(tmp_path / "video.latents.npy").shape == (1, 16, 2, HEIGHT // 8, WIDTH // 8)
+
+
+def test_i2v_matches_diffusers(i2v, tmp_path):
+    folder, image, latents, expected = i2v
+    result = generate(_options(folder, latents, tmp_path / "video.npy", model="wan2.1-i2v-14b-480p", image=image))
+    assert result.frames.shape == expected.shape
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+def test_ti2v_image_to_video_matches_diffusers(ti2v, tmp_path):
+    folder, image, latents, expected = ti2v
+    result = generate(_options(folder, latents, tmp_path / "v.npy", model="wan2.2-ti2v-5b", image=image, width=64))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+def test_a14b_switches_experts_like_diffusers(a14b, tmp_path):
+    folder, latents, expected = a14b
+    # the folder's model_index.json carries boundary_ratio 0.875: timesteps 999 | 857, 600 -> experts 0 | 1, 1
+    result = generate(_options(folder, latents, tmp_path / "v.npy", model="wan2.2-t2v-a14b", guidance_2=3.0))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+    swapped = generate(_options(folder, latents, tmp_path / "w.npy", model="wan2.2-t2v-a14b", guidance_2=4.0))
+    assert np.abs(swapped.frames - expected).max() > 10 * FRAME_ATOL  # the second guidance scale is used
+
+
+def test_i2v_needs_an_image(i2v, tmp_path):
+    folder, _, latents, _ = i2v
+    with pytest.raises(PipelineError, match="give --image"):
+        generate(_options(folder, latents, tmp_path / "v.npy", model="wan2.1-i2v-14b-480p"))
+
+
+def test_cli_writes_playable_mp4(t2v, tmp_path):
+    from typer.testing import CliRunner
+
+    from vidax.cli.gen import app
+
+    folder, latents, expected = t2v
+    out = tmp_path / "video.mp4"
+    args = ["wan2.1-t2v-1.3b", "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--weights", str(folder / "model"),
+            "--height", str(HEIGHT), "--width", str(WIDTH), "--frames", str(FRAMES), "--steps", str(STEPS),
+            "--guidance", str(GUIDANCE), "--latents", str(latents), "--dtype", "float32", "--out", str(out),
+            "--no-compile-cache"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    decoded = read_video(out)
+    assert decoded.shape == (FRAMES, HEIGHT, WIDTH, 3)
+    # H.264 at crf 18 over yuv420p: chroma is subsampled, so compare means and a loose per-pixel bound
+    assert abs(decoded.mean() / 255 - expected.mean()) < 0.02
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(frames=6), "nearest valid: 5"),
+    (dict(height=40), "nearest valid: 32"),
+    (dict(image=Path("missing.png")), "text-to-video only"),
+    (dict(tp=3), "cannot be split over tp=3"),
+])
+def test_bad_requests_fail_before_work(t2v, tmp_path, change, message):
+    folder, latents, _ = t2v
+    with pytest.raises(ValueError, match=message):
+        generate(_options(folder, latents, tmp_path / "v.npy", **change))
+
+
+def test_latents_of_wrong_shape_are_rejected(t2v, tmp_path):
+    folder, _, _ = t2v
+    np.save(tmp_path / "bad.npy", np.zeros((1, 16, 3, 4, 6), np.float32))
+    with pytest.raises(PipelineError, match="these settings need"):
+        generate(_options(folder, tmp_path / "bad.npy", tmp_path / "v.npy"))
