@@ -207,11 +207,14 @@ def constrain(x: jax.Array, axes: tuple[str | None, ...]) -> jax.Array:
     mesh, rules = active_mesh(), active_rules()
     if mesh is None or rules is None:
         return x
-    spec = []
-    for dim, axis in zip(x.shape, to_mesh_spec(axes, rules)):
-        ways = 1 if axis is None else int(np.prod([mesh.shape[a] for a in (axis if isinstance(axis, tuple) else (axis,))]))
-        spec.append(axis if dim % ways == 0 else None)
+    spec = [axis if dim % _ways(mesh, axis) == 0 else None for dim, axis in zip(x.shape, to_mesh_spec(axes, rules))]
     return jax.lax.with_sharding_constraint(x, PartitionSpec(*spec))
+
+
+def _ways(mesh, axis: str | tuple[str, ...] | None) -> int:
+    """How many pieces a mesh axis (or tuple of axes, or None) splits a dimension into."""
+    axes = () if axis is None else axis if isinstance(axis, tuple) else (axis,)
+    return int(np.prod([mesh.shape[a] for a in axes]))
 
 
 def cfg_batch(cond: Any, uncond: Any) -> Any:
@@ -222,7 +225,17 @@ def cfg_batch(cond: Any, uncond: Any) -> Any:
     samplers then take `cfg_split(model(cfg_batch(...)))`.
     """
     both = jax.tree.map(lambda c, u: jnp.concatenate([c, u], axis=0), cond, uncond)
-    return jax.tree.map(lambda x: constrain(x, ("batch",) + (None,) * (x.ndim - 1)), both)
+    mesh, rules = active_mesh(), active_rules()
+    if mesh is None or rules is None:
+        return both
+    batch_axis = to_mesh_spec(("batch",), rules)[0]
+
+    def pin(x):
+        rest = (PartitionSpec.UNCONSTRAINED,) * (x.ndim - 1)  # other axes: whatever the model wants
+        split = batch_axis if x.shape[0] % _ways(mesh, batch_axis) == 0 else None
+        return jax.lax.with_sharding_constraint(x, PartitionSpec(split, *rest))
+
+    return jax.tree.map(pin, both)
 
 
 def cfg_split(out: jax.Array) -> tuple[jax.Array, jax.Array]:
