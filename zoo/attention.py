@@ -73,6 +73,10 @@ def joint_attention(q, k, v, q_txt, k_txt, v_txt, *, txt_mask=None, scale=None, 
     Returns:
       `(out_video [B, S, H, D], out_text [B, T, H, D])`.
     """
+    _check_inputs(q, k, v, None, implementation)
+    _check_inputs(q_txt, k_txt, v_txt, txt_mask, implementation)
+    if q.shape[0] != q_txt.shape[0] or q.shape[2:] != q_txt.shape[2:]:
+        raise ValueError(f"video and text attention shapes disagree: q{q.shape} q_txt{q_txt.shape}")
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     kernel = partial(local_attention, scale=scale, implementation=implementation)
     mesh = active_mesh()

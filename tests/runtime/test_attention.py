@@ -119,6 +119,9 @@ def test_bad_inputs_are_clear_errors(rng):
         attention(q, q, q, implementation="magic")
     with pytest.raises(ValueError, match=r"\[B, S, H, D\]"):
         attention(q[0], q[0], q[0])
+    text = make(rng, 1, 3, 4, 8)
+    with pytest.raises(ValueError, match="video and text attention shapes disagree"):
+        joint_attention(q, q, q, text, text, text)
 
 
 # --- under a mesh: Ulysses, query-split cross attention, joint attention ------------------------
