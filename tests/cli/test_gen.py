@@ -67,6 +67,15 @@ def test_user_errors_are_one_line(tiny_dir, tmp_path, flags, fragment):
     _one_line_error(result, fragment)
 
 
+def test_nan_during_sampling_names_the_step(tiny_dir, tmp_path):
+    latents = np.zeros((1, 16, 3, 8, 12), np.float32)
+    latents[0, 0, 0, 0, 0] = np.nan
+    np.save(tmp_path / "nan.npy", latents)
+    result = _invoke("wan-tiny", "--prompt", PROMPT, "--latents", str(tmp_path / "nan.npy"), "--out", str(tmp_path / "v.mp4"))
+    _one_line_error(result, "sampling step 1/6 (timestep 999) produced NaN or Inf latents")
+    assert not (tmp_path / "v.mp4").exists()
+
+
 def test_debug_shows_the_traceback(tiny_dir, tmp_path):
     result = _invoke("wan-tiny", "--prompt", PROMPT, "--frames", "8", "--debug")
     assert result.exit_code != 0 and result.exception is not None

@@ -245,6 +245,19 @@ def test_i2v_needs_an_image(i2v, tmp_path):
         generate(_options(folder, latents, tmp_path / "v.npy", model="wan2.1-i2v-14b-480p"))
 
 
+def test_runs_from_a_converted_folder(t2v, tmp_path):
+    """`vidax-convert` output as --weights: converted components load from it, the others (and the
+    configs and tokenizer) from the source folder its manifest records."""
+    from vidax.cli.convert import ConvertOptions, run
+
+    folder, latents, expected = t2v
+    converted = tmp_path / "converted"
+    run(ConvertOptions("wan2.1-t2v-1.3b", source=str(folder / "model"), out=converted, dtype="float32"))
+    assert (converted / "transformer" / "manifest.json").is_file()
+    result = generate(_options(folder, latents, tmp_path / "v.npy", weights=str(converted)))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
 def test_cli_writes_playable_mp4(t2v, tmp_path):
     from typer.testing import CliRunner
 

@@ -35,7 +35,14 @@ from flax import traverse_util
 from vidax.translator.registry import load_registry
 from vidax.zoo import registry
 from vidax.zoo.dit import forward
-from vidax.zoo.encoders.clip import CLIP_MEAN, CLIP_STD, CLIPVisionModelWithProjection, clip_preprocess, clip_vision_config
+from vidax.zoo.encoders.clip import (
+    CLIP_MEAN,
+    CLIP_STD,
+    WAN_CLIP_VISION,
+    CLIPVisionModelWithProjection,
+    clip_preprocess,
+    clip_vision_config,
+)
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.encoders.vision import VisionConfig
@@ -94,14 +101,6 @@ NATIVE: dict[str, WanSettings] = {
                                    boundary_ratio=0.9),
 }
 
-# Configs the official single-file checkpoints do not carry (official wan/modules/t5.py `umt5_xxl`,
-# clip.py `open-clip-xlm-roberta-large-vit-huge-14`).
-UMT5_XXL = T5Config(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
-                    feed_forward_proj="gated-gelu", per_layer_position_bias=True)
-CLIP_VIT_H14 = VisionConfig(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
-                            image_size=224, patch_size=14, hidden_act="gelu", projection_dim=1024)
-
-
 def prompt_clean(text: str) -> str:
     """diffusers' Wan `prompt_clean`: ftfy (when installed, as there), HTML unescape, whitespace collapse."""
     try:
@@ -123,7 +122,7 @@ class WanModel:
 
     transformer: WanTransformerConfig
     vae: WanVAEConfig
-    text_encoder: T5Config
+    text_encoder: T5Config | None  # None: the official .pth has no config; read off its shapes at load
     image_encoder: VisionConfig | None  # CLIP, Wan2.1 I2V only
     two_experts: bool
     expand_timesteps: bool  # Wan2.2 TI2V-5B
@@ -161,11 +160,11 @@ def describe(source: WeightsSource, name: str) -> WanModel:
     else:
         vae = WAN22_VAE if dit.in_channels == WAN22_VAE.z_dim or dit_json.get("model_type") == "ti2v" else WAN21_VAE
     t5_json = source.read_json("text_encoder/config.json", component="text_encoder")
-    text = T5Config.from_hf_config(t5_json) if t5_json is not None else UMT5_XXL
+    text = T5Config.from_hf_config(t5_json) if t5_json is not None else None
     image = None
     if dit.image_dim is not None:
         clip_json = source.read_json("image_encoder/config.json", component="image_encoder")
-        image = clip_vision_config(clip_json) if clip_json is not None else CLIP_VIT_H14
+        image = clip_vision_config(clip_json) if clip_json is not None else WAN_CLIP_VISION
     two = bool(index.get("boundary_ratio")) or (source.find("transformer_2", "low_noise_model") is not None)
     expand = bool(index.get("expand_timesteps")) or dit_json.get("model_type") == "ti2v" or (
         official and name == "wan2.2-ti2v-5b")
@@ -339,8 +338,10 @@ class WanPipeline:
             raise PipelineError(f"{self.source.root or self.source.repo}: no tokenizer folder found")
         texts = [prompt_clean(prompt)] + ([prompt_clean(negative)] if negative is not None else [])
         batch = load_tokenizer(folder)(texts, max_length=MAX_SEQUENCE_LENGTH)
-        params = self.load("text_encoder", "encoders/umt5", ("text_encoder", None), dtype)
-        model = T5EncoderModel(self.model.text_encoder, dtype=jnp.float32)  # fp32 encode, cast after (see DESIGN)
+        tree = self.source.load("text_encoder", "encoders/umt5", ("text_encoder", None), dtype=dtype)
+        config = self.model.text_encoder or T5Config.from_shapes({p: a.shape for p, a in tree.items()})
+        params = _place(tree)
+        model = T5EncoderModel(config, dtype=jnp.float32)  # fp32 encode, cast after (see DESIGN)
         embeds = _encode_text(model, params, jnp.asarray(batch.input_ids), jnp.asarray(batch.attention_mask))
         embeds.block_until_ready()
         release(params)
