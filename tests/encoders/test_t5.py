@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -35,19 +36,21 @@ def variant(request, tmp_path_factory):
     params = converted_params(spec, folder, ours, IDS, MASK)
     with torch.no_grad():
         ref_out = reference(torch.from_numpy(IDS).long(), attention_mask=torch.from_numpy(MASK), output_hidden_states=True)
-    return reference, ours, params, ref_out, spec, folder
+    # one compiled forward per variant, shared by its tests (the masks have one shape)
+    return reference, jax.jit(ours.apply), params, ref_out, spec, folder
 
 
 def test_config_matches_reference(variant):
-    reference, ours, *_ = variant
+    reference = variant[0]
+    ours = T5EncoderModel(T5Config.from_hf_config(reference.config.to_dict()))
     assert ours.config.is_gated == reference.config.is_gated_act
     assert ours.config.act_name == reference.config.dense_act_fn
     assert ours.config.per_layer_position_bias == (reference.config.model_type == "umt5")
 
 
 def test_per_layer_and_end_to_end(variant):
-    _, ours, params, ref_out, *_ = variant
-    last, hidden = ours.apply(params, IDS, MASK)
+    _, forward, params, ref_out, *_ = variant
+    last, hidden = forward(params, IDS, MASK)
     assert len(hidden) == len(ref_out.hidden_states)
     for i, ref_hidden in enumerate(ref_out.hidden_states):
         assert_close(hidden[i], ref_hidden, what=f"hidden state {i}")
@@ -64,16 +67,17 @@ def test_buckets_match_reference():
 
 def test_padding_changes_output(variant):
     # the mask must reach the attention: unmasking the padding changes the valid tokens' outputs
-    _, ours, params, *_ = variant
-    masked, _ = ours.apply(params, IDS, MASK)
-    unmasked, _ = ours.apply(params, IDS, np.ones_like(MASK))
+    _, forward, params, *_ = variant
+    masked, _ = forward(params, IDS, MASK)
+    unmasked, _ = forward(params, IDS, np.ones_like(MASK))
     assert np.abs(np.asarray(masked[0, :6]) - np.asarray(unmasked[0, :6])).max() > 1e-4
 
 
 def test_spec_rejects_missing_tensor(variant, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    reference, ours, _, _, spec, folder = variant
+    reference, _, _, _, spec, folder = variant
+    ours = T5EncoderModel(T5Config.from_hf_config(reference.config.to_dict()))
     state = load_file(folder / "text_encoder" / "model.safetensors")
     del state["encoder.block.1.layer.1.layer_norm.weight"]
     (tmp_path / "text_encoder").mkdir()
