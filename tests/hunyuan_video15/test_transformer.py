@@ -14,7 +14,7 @@ import pytest
 
 from vidax.translator import AccountingError, convert, load_spec
 from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
-from vidax.zoo.hunyuan_video15.transformer import Context
+from vidax.zoo.hunyuan_video15.transformer import Context, DualStream
 
 from .helpers import save_diffusers, to_np, torch, unflatten
 from .hunyuan_spec_fixtures import dit_reference
@@ -94,7 +94,8 @@ def test_end_to_end_and_embed(case, reference, model, params):
     ours_in = our_inputs(inputs, timestep_r)
 
     # Embed: the tokens, joint text, mask and temb that diffusers hands block 0.
-    (video, text), ctx = model.embed(params, *ours_in)
+    hidden, ctx = model.embed(params, *ours_in)
+    video, text = hidden.video, hidden.text
     ref_video, ref_text, ref_temb, ref_mask, _ = seen["args"]
     mask = to_np(ref_mask).astype(bool)
     np.testing.assert_array_equal(np.asarray(ctx.text_mask), mask)
@@ -114,7 +115,8 @@ def test_block_zero(reference, model, params):
     cos, sin = seen["args"][4]
     ctx = Context(jnp.asarray(temb), jnp.asarray(mask.astype(bool)), jnp.asarray(to_np(cos)), jnp.asarray(to_np(sin)))
     block_params = jax.tree.map(lambda a: a[0], params["blocks"])
-    out_video, out_text = model.block.apply({"params": block_params}, (jnp.asarray(video), jnp.asarray(text)), ctx)
+    out = model.block.apply({"params": block_params}, DualStream(jnp.asarray(video), jnp.asarray(text)), ctx)
+    out_video, out_text = out.video, out.text
     ref_video, ref_text = (to_np(a) for a in seen["out"])
     valid = mask.astype(bool)  # padded text rows attend to nothing in diffusers; they never reach the output
     np.testing.assert_allclose(np.asarray(out_video), ref_video, atol=ATOL, rtol=1e-5)

@@ -43,7 +43,8 @@ class TransformerConfig:
 
     def __post_init__(self):
         if self.qk_norm != "rms_norm":
-            raise ValueError(f"HunyuanVideo-1.5 transformer: qk_norm {self.qk_norm!r} is not supported (only 'rms_norm')")
+            raise ValueError(f"HunyuanVideo-1.5 transformer: qk_norm {self.qk_norm!r} is not supported "
+                             "(only 'rms_norm')")
         if sum(self.rope_axes_dim) != self.attention_head_dim:
             raise ValueError(
                 f"HunyuanVideo-1.5 transformer: rope_axes_dim {self.rope_axes_dim} must sum to "

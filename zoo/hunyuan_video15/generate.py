@@ -28,7 +28,16 @@ from vidax.zoo.hunyuan_video15.text import PromptEncoder
 from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
 from vidax.zoo.mesh import check_heads
-from vidax.zoo.pipeline import GenerateOptions, GenerateResult, PipelineError, Progress, StageTimer, WeightsSource, load_latents, release
+from vidax.zoo.pipeline import (
+    GenerateOptions,
+    GenerateResult,
+    PipelineError,
+    Progress,
+    StageTimer,
+    WeightsSource,
+    load_latents,
+    release,
+)
 
 FAMILY = "hunyuan_video15"
 FPS = 24.0
@@ -78,7 +87,8 @@ class HunyuanVideo15Generator:
         if options.image is not None:
             raise PipelineError(f"{self.name}: image-to-video is not wired into vidax-gen yet; run without --image")
         if options.dp * options.tp * options.sp > 1:
-            raise PipelineError("multi-device runs of the HunyuanVideo-1.5 pipeline are not wired yet; use --tp/--sp/--dp 1")
+            raise PipelineError("multi-device runs of the HunyuanVideo-1.5 pipeline are not wired yet; "
+                                "use --tp/--sp/--dp 1")
         s = resolve_settings(options, self.native)
         timer = StageTimer(progress)
         vae_cfg = VAEConfig.from_hf_config(self.source.read_json("vae/config.json", component="vae") or {})
@@ -94,20 +104,25 @@ class HunyuanVideo15Generator:
             frames = self.decode(latents, vae_cfg)
         settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name,
                     "weights_source": str(self.source.root or self.source.repo), "latent_shape": list(shape)}
-        return GenerateResult(frames=frames[0], latents=np.asarray(latents), fps=FPS, settings=settings, times=timer.times)
+        return GenerateResult(frames=frames[0], latents=np.asarray(latents), fps=FPS, settings=settings,
+                              times=timer.times)
 
     def encode(self, prompts: list[str], dtype: str | None):
         """Text features of each prompt (the prompt, then the negative one when guided)."""
-        tok, tok_2 = (self.source.find(f, component=c) for f, c in (("tokenizer", "text_encoder"), ("tokenizer_2", "text_encoder_2")))
+        tok = self.source.find("tokenizer", component="text_encoder")
+        tok_2 = self.source.find("tokenizer_2", component="text_encoder_2")
         qwen_json = self.source.read_json("text_encoder/config.json", component="text_encoder")
         byt5_json = self.source.read_json("text_encoder_2/config.json", component="text_encoder_2")
         if None in (tok, tok_2, qwen_json, byt5_json):
-            raise PipelineError(f"{self.source.root or self.source.repo}: needs text_encoder/, tokenizer/, text_encoder_2/ "
-                                "and tokenizer_2/ (Qwen2.5-VL and ByT5) as the diffusers-layout repos ship them")
+            raise PipelineError(f"{self.source.root or self.source.repo}: needs text_encoder/, tokenizer/, "
+                                "text_encoder_2/ and tokenizer_2/ (Qwen2.5-VL and ByT5) as the diffusers-layout "
+                                "repos ship them")
         qwen = self.load("text_encoder", "encoders/decoder", ("text_encoder", None), dtype)
         byt5 = self.load("text_encoder_2", "encoders/t5", ("text_encoder_2", None), dtype)
-        encoder = PromptEncoder(load_tokenizer(tok), DecoderTextModel(DecoderConfig.from_hf_config(qwen_json)), _place(qwen),
-                                load_tokenizer(tok_2), T5EncoderModel(T5Config.from_hf_config(byt5_json)), _place(byt5))
+        encoder = PromptEncoder(
+            load_tokenizer(tok), DecoderTextModel(DecoderConfig.from_hf_config(qwen_json)), _place(qwen),
+            load_tokenizer(tok_2), T5EncoderModel(T5Config.from_hf_config(byt5_json)), _place(byt5),
+        )
         features = [encoder([p]) for p in prompts]
         jax.block_until_ready(features)
         release((encoder.decoder_params, encoder.byt5_params))

@@ -54,7 +54,8 @@ class SampleSettings:
         if self.height % 16 or self.width % 16:
             raise PipelineError(f"height and width must be multiples of 16, got {self.height}x{self.width}")
         if (self.frames - 1) % 4:
-            raise PipelineError(f"frames must be 4k+1 (the VAE compresses time 4x after the first frame), got {self.frames}")
+            raise PipelineError(f"frames must be 4k+1 (the VAE compresses time 4x after the first frame), "
+                                f"got {self.frames}")
 
     def latent_shape(self, batch: int, channels: int) -> tuple[int, ...]:
         return (batch, channels, (self.frames - 1) // 4 + 1, self.height // 16, self.width // 16)
@@ -75,7 +76,7 @@ class TextFeatures:
 
     @staticmethod
     def concat(cond: "TextFeatures", uncond: "TextFeatures") -> "TextFeatures":
-        return TextFeatures(*(jnp.concatenate([c, u], 0) for c, u in zip(dataclasses.astuple(cond), dataclasses.astuple(uncond))))
+        return jax.tree.map(lambda c, u: jnp.concatenate([c, u], 0), cond, uncond)
 
 
 def bucket_size(height: int, width: int, target_size: int, patch: int = 16) -> tuple[int, int]:
@@ -219,6 +220,7 @@ def t2v_condition(transformer: HunyuanVideo15Transformer, latents: jax.Array) ->
     return ImageCondition(zeros, jnp.zeros((b, IMAGE_TOKENS, cfg.image_embed_dim), latents.dtype))
 
 
-jax.tree_util.register_dataclass(TextFeatures, data_fields=["text", "text_mask", "text_2", "text_mask_2"], meta_fields=[])
+jax.tree_util.register_dataclass(TextFeatures, data_fields=["text", "text_mask", "text_2", "text_mask_2"],
+                                 meta_fields=[])
 
 jax.tree_util.register_dataclass(ImageCondition, data_fields=["latents", "tokens"], meta_fields=[])

@@ -3,8 +3,8 @@
 Split per `vidax.zoo.dit`: `embed` builds the video tokens, the joint text tokens (token refiner on
 the Qwen2.5-VL features, ByT5 projection, SigLIP image tokens, each tagged by the
 conditioning-type embedding), the timestep embedding and the RoPE tables; `block` is one
-dual-stream block whose hidden state is the pair `(video, text)`; `head` is the final AdaLN and
-the unpatchify. Module names mirror diffusers' so that the conversion specs stay short.
+dual-stream block whose hidden state is the pair `DualStream(video, text)`; `head` is the final
+AdaLN and the unpatchify. Module names mirror diffusers' so that the conversion specs stay short.
 """
 
 from __future__ import annotations
@@ -31,6 +31,17 @@ COND_MLLM, COND_BYT5, COND_IMAGE = 0, 1, 2
 # Sequence parallel splits the video tokens and never the (short, replicated) joint text tokens.
 VIDEO_AXES = ("batch", "seq", "act_embed")
 TEXT_AXES = ("batch", "text_seq", "act_embed")
+
+
+@struct.dataclass
+class DualStream:
+    """The hidden state between dual-stream blocks: video tokens and joint text tokens."""
+
+    video: jax.Array  # [B, S, D], sequence-split under sequence parallel (VIDEO_AXES)
+    text: jax.Array  # [B, T, D], whole on every device (TEXT_AXES)
+    # `vidax.zoo.dit.scan_blocks` pins a token-major [B, S, D] array hidden state between blocks;
+    # this pair is not one, so it reports no rank, and the block pins its two parts itself.
+    ndim = None
 
 
 @struct.dataclass
@@ -346,14 +357,14 @@ class JointAttention(nn.Module):
 
 
 class DualStreamBlock(nn.Module):
-    """diffusers `HunyuanVideo15TransformerBlock`; hidden state is `(video, text)`."""
+    """diffusers `HunyuanVideo15TransformerBlock` on a `DualStream`."""
 
     cfg: TransformerConfig
 
     @nn.compact
-    def __call__(self, hidden: tuple[jax.Array, jax.Array], ctx: Context) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, hidden: DualStream, ctx: Context) -> DualStream:
         cfg = self.cfg
-        video, text = hidden
+        video, text = hidden.video, hidden.text
         act = nn.silu(ctx.temb)
         mod = Linear(6 * cfg.inner_dim, name="norm1")(act).astype(video.dtype)
         c_mod = Linear(6 * cfg.inner_dim, name="norm1_context")(act).astype(text.dtype)
@@ -373,7 +384,7 @@ class DualStreamBlock(nn.Module):
         ff_text = FeedForward(cfg.inner_dim, cfg.mlp_dim, name="ff_context")
         video = video + gate_mlp[:, None] * ff(modulate(norm(video), shift_mlp, scale_mlp))
         text = text + c_gate_mlp[:, None] * ff_text(modulate(norm(text), c_shift_mlp, c_scale_mlp))
-        return constrain(video, VIDEO_AXES), constrain(text, TEXT_AXES)
+        return DualStream(constrain(video, VIDEO_AXES), constrain(text, TEXT_AXES))
 
 
 class _AdaNormOut(nn.Module):
@@ -439,7 +450,7 @@ class HunyuanVideo15Transformer:
         text_mask_2: jax.Array,
         image_embeds: jax.Array,
         timestep_r: jax.Array | None = None,
-    ) -> tuple[tuple[jax.Array, jax.Array], Context]:
+    ) -> tuple[DualStream, Context]:
         """Tokens and context from the diffusers forward's inputs.
 
         Args:
@@ -459,13 +470,13 @@ class HunyuanVideo15Transformer:
         f, h, w = latents.shape[2:]
         cos, sin = rope_tables(cfg, f, h, w)
         grid = (f // cfg.patch_size_t, h // cfg.patch_size, w // cfg.patch_size)
-        return (video, joint), Context(temb, joint_mask, jnp.asarray(cos), jnp.asarray(sin), grid)
+        return DualStream(video, joint), Context(temb, joint_mask, jnp.asarray(cos), jnp.asarray(sin), grid)
 
-    def head(self, params: Params, hidden: tuple[jax.Array, jax.Array], ctx: Context) -> jax.Array:
+    def head(self, params: Params, hidden: DualStream, ctx: Context) -> jax.Array:
         """Final AdaLN, projection and unpatchify to `[B, out_channels, F, H, W]`."""
         cfg = self.cfg
         sub = {name: params[name] for name in HEAD_MODULES}
-        out = self.head_module.apply({"params": sub}, hidden[0], ctx.temb)
+        out = self.head_module.apply({"params": sub}, hidden.video, ctx.temb)
         out = constrain(out, ("batch", None, None))  # sequence parallel gathers here
         (f, h, w), pt, p = ctx.grid, cfg.patch_size_t, cfg.patch_size
         out = out.reshape(out.shape[0], f, h, w, cfg.out_channels, pt, p, p)
@@ -481,10 +492,10 @@ class HunyuanVideo15Transformer:
         inputs = _dummy_inputs(cfg, batch, frames, size, text_len)
         k_embed, k_blocks, k_head = jax.random.split(rng, 3)
         params = dict(nn.unbox(self.embedder.init(k_embed, *inputs)["params"]))
-        (video, joint), ctx = self.embed(params, *inputs)
+        hidden, ctx = self.embed(params, *inputs)
         keys = jax.random.split(k_blocks, cfg.num_layers)
-        params["blocks"] = jax.vmap(lambda k: nn.unbox(self.block.init(k, (video, joint), ctx)["params"]))(keys)
-        params.update(nn.unbox(self.head_module.init(k_head, video, ctx.temb)["params"]))
+        params["blocks"] = jax.vmap(lambda k: nn.unbox(self.block.init(k, hidden, ctx)["params"]))(keys)
+        params.update(nn.unbox(self.head_module.init(k_head, hidden.video, ctx.temb)["params"]))
         return params
 
     def logical_specs(self) -> Params:
@@ -493,9 +504,9 @@ class HunyuanVideo15Transformer:
         inputs = _dummy_inputs(cfg, 1, 1, 2, 2)
         key = jax.random.key(0)
         embed = jax.eval_shape(self.embedder.init, key, *inputs)["params"]
-        (video, joint), ctx = jax.eval_shape(lambda p: self.embed(p, *inputs), nn.unbox(embed))
-        block = jax.eval_shape(self.block.init, key, (video, joint), ctx)["params"]
-        head = jax.eval_shape(self.head_module.init, key, video, ctx.temb)["params"]
+        hidden, ctx = jax.eval_shape(lambda p: self.embed(p, *inputs), nn.unbox(embed))
+        block = jax.eval_shape(self.block.init, key, hidden, ctx)["params"]
+        head = jax.eval_shape(self.head_module.init, key, hidden.video, ctx.temb)["params"]
         specs = dict(nn.get_partition_spec(embed))
         specs["blocks"] = jax.tree.map(
             lambda s: jax.sharding.PartitionSpec("layers", *s),
