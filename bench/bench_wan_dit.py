@@ -64,7 +64,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "transformer"
         folder.mkdir()
-        save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, folder / "diffusion_pytorch_model.safetensors")
+        state = {k: v.contiguous() for k, v in ref.state_dict().items()}
+        save_file(state, folder / "diffusion_pytorch_model.safetensors")
         tree = convert(load_spec("wan/transformer"), tmp, model.param_shapes(), dtype="float32")
         params = jax.device_put(unflatten_dict(dict(tree), sep="/"))
         del tree

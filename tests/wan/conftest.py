@@ -58,7 +58,8 @@ def state_dict(model) -> dict:
 
 def diffusers_config(model) -> dict:
     config = {k: v for k, v in dict(model.config).items() if not k.startswith("_")}
-    return {"_class_name": "WanTransformer3DModel", **{k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}}
+    config = {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
+    return {"_class_name": "WanTransformer3DModel", **config}
 
 
 def official_config(model, model_type: str) -> dict:

@@ -32,7 +32,8 @@ TOKENS = 18
 
 
 _forward = jax.jit(lambda model, params, *inputs: model(params, *inputs), static_argnums=0)
-_block = jax.jit(lambda model, params, hidden, ctx: model.block.apply({"params": params}, hidden, ctx), static_argnums=0)
+_block = jax.jit(lambda model, params, hidden, ctx: model.block.apply({"params": params}, hidden, ctx),
+                 static_argnums=0)
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,8 @@ class WanTransformerConfig:
             raise WanConfigError("Wan transformer: image_dim and added_kv_proj_dim must be set together (I2V)")
         if self.added_kv_proj_dim not in (None, self.inner_dim):  # add_k_proj reads the embedded image tokens
             raise WanConfigError(
-                f"Wan transformer: added_kv_proj_dim {self.added_kv_proj_dim} must equal the model width {self.inner_dim}"
+                f"Wan transformer: added_kv_proj_dim {self.added_kv_proj_dim} must equal the model width "
+                f"{self.inner_dim}"
             )
 
     @cached_property
@@ -80,7 +81,9 @@ class WanTransformerConfig:
         return (self.attention_head_dim - h - w, h, w)
 
     @classmethod
-    def from_hf_config(cls, hf: Mapping[str, Any], param_shapes: Mapping[str, tuple] | None = None) -> "WanTransformerConfig":
+    def from_hf_config(
+        cls, hf: Mapping[str, Any], param_shapes: Mapping[str, tuple] | None = None
+    ) -> "WanTransformerConfig":
         """Build from a diffusers `transformer/config.json` or an official `config.json` dict.
 
         Args:

@@ -122,7 +122,8 @@ class ImageEmbedding(nn.Module):
             pos = logical_param(self, "pos_embed", (1, cfg.pos_embed_seq_len, cfg.image_dim), (None, None, None))
             image = image.reshape(-1, 2 * image.shape[1], image.shape[2]) + pos
         x = LayerNorm(eps=1e-5, name="norm1")(image.astype(jnp.float32))
-        x = FeedForward(cfg.inner_dim, cfg.image_dim, activation=gelu_exact, hidden_axis=None, name="ff")(x.astype(dtype))
+        ff = FeedForward(cfg.inner_dim, cfg.image_dim, activation=gelu_exact, hidden_axis=None, name="ff")
+        x = ff(x.astype(dtype))
         return LayerNorm(eps=1e-5, name="norm2")(x.astype(jnp.float32)).astype(dtype)
 
 
@@ -134,7 +135,8 @@ class ConditionEmbedder(nn.Module):
     @nn.compact
     def __call__(self, timestep, text, image, dtype):
         cfg = self.cfg
-        temb = MLPEmbedder(cfg.inner_dim, dtype=jnp.float32, name="time_embedder")(timestep_sinusoid(timestep, cfg.freq_dim))
+        time_embedder = MLPEmbedder(cfg.inner_dim, dtype=jnp.float32, name="time_embedder")
+        temb = time_embedder(timestep_sinusoid(timestep, cfg.freq_dim))
         proj = Dense(6 * cfg.inner_dim, axes=("embed", None), dtype=jnp.float32, name="time_proj")(nn.silu(temb))
         text = MLPEmbedder(cfg.inner_dim, activation=gelu_tanh, name="text_embedder")(text.astype(dtype))
         if cfg.has_image:
@@ -176,7 +178,8 @@ class Embedder(nn.Module):
         proj = proj.reshape(b, -1, 6, cfg.inner_dim)  # [B, 1 or S, 6, D]
         if image is not None:
             image = constrain(image, CONTEXT_AXES)
-        return constrain(video.astype(self.residual_dtype), VIDEO_AXES), temb, proj, constrain(text, CONTEXT_AXES), image
+        video = constrain(video.astype(self.residual_dtype), VIDEO_AXES)
+        return video, temb, proj, constrain(text, CONTEXT_AXES), image
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,12 +288,15 @@ class WanTransformer:
         self.block = WanBlock(cfg, dtype)
         self.head_module = Head(cfg, dtype)
 
-    # dit.forward keys jit caches on the model when it is a static argument
+    # equal models share jit caches when passed as a static argument (e.g. a reloaded expert)
+    def _key(self) -> tuple:
+        return (self.cfg, jnp.dtype(self.dtype).name, jnp.dtype(self.residual_dtype).name)
+
     def __hash__(self):
-        return hash((self.cfg, str(self.dtype), str(self.residual_dtype)))
+        return hash(self._key())
 
     def __eq__(self, other):
-        return isinstance(other, WanTransformer) and hash(self) == hash(other)
+        return isinstance(other, WanTransformer) and self._key() == other._key()
 
     def embed(self, params: Params, latents, timestep, text, image=None) -> tuple[jax.Array, Context]:
         """Tokens and context from the diffusers forward's inputs.
@@ -312,7 +318,8 @@ class WanTransformer:
         video, temb, proj, text, image = self.embedder.apply({"params": sub}, latents, timestep, text, image)
         cos, sin = rope_tables(cfg.rope_dims, grid)
         proj = constrain(proj, MOD_AXES)
-        return video, Context(proj, temb, text, image if cfg.has_image else None, jnp.asarray(cos), jnp.asarray(sin), grid)
+        image = image if cfg.has_image else None
+        return video, Context(proj, temb, text, image, jnp.asarray(cos), jnp.asarray(sin), grid)
 
     def head(self, params: Params, hidden: jax.Array, ctx: Context) -> jax.Array:
         """Final AdaLN, projection and unpatchify to `[B, out_channels, F, H, W]` (fp32 kept as computed)."""
