@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from tests.encoders.oracle import assert_close, converted_params, perturb
-from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
+from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel, inverse_frequencies
 
 COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
               num_key_value_heads=2, rms_norm_eps=1e-6)
@@ -27,6 +27,13 @@ def llama():
     return transformers.LlamaModel(config)
 
 
+def llama3_1():
+    # Llama 3.1 rope scaling; with head_dim 8 and 64 original positions every wavelength band is hit
+    rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    return transformers.LlamaModel(transformers.LlamaConfig(**COMMON, rope_parameters=rope))
+
+
 def qwen2_5_vl_full():
     # a whole Qwen2.5-VL checkpoint (vision tower and LM head present, as Cosmos ships it)
     vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, patch_size=2,
@@ -36,7 +43,7 @@ def qwen2_5_vl_full():
     return transformers.Qwen2_5_VLForConditionalGeneration(config)
 
 
-VARIANTS = {"qwen2_5_vl_text": qwen2_5_vl_text, "llama": llama, "qwen2_5_vl_full": qwen2_5_vl_full}
+VARIANTS = {"qwen2_5_vl_text": qwen2_5_vl_text, "llama": llama, "llama3_1": llama3_1, "qwen2_5_vl_full": qwen2_5_vl_full}
 IDS = np.random.default_rng(0).integers(3, 96, size=(2, 12)).astype(np.int32)
 LENGTHS = np.array([[7], [12]])
 RIGHT = (np.arange(12)[None] < LENGTHS).astype(np.int32)
@@ -83,6 +90,17 @@ def test_left_padding_valid_tokens(variant):
     valid = LEFT.astype(bool)
     assert_close(np.asarray(out.hidden_states[-3])[valid], ref_out.hidden_states[-3].numpy()[valid],
                  what="hidden_states[-3] (HunyuanVideo-1.5's text features)")
+
+
+def test_llama3_frequencies_match_reference():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    model = llama3_1()
+    expected, _ = ROPE_INIT_FUNCTIONS["llama3"](model.config, "cpu")
+    ours = DecoderConfig.from_hf_config(model.config.to_dict())
+    np.testing.assert_allclose(inverse_frequencies(ours.dim_per_head, ours.rope_theta, ours.llama3_rope),
+                               expected.numpy(), rtol=1e-6)
+    assert len(set(np.round(expected.numpy() / inverse_frequencies(8, 1e4), 4))) == 3  # scaled, blended, kept
 
 
 def test_config_switches():

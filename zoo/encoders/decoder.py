@@ -33,8 +33,9 @@ from vidax.zoo.layers import Dense, RMSNorm
 
 SHARDING_RULES = ENCODER_SHARDING_RULES
 
-# transformers rope types whose text-only frequencies are the default ones
-_PLAIN_ROPE_TYPES = ("default", "mrope")
+# transformers rope types supported: the default frequencies (M-RoPE is them for text-only input)
+# and Llama 3.1's wavelength-banded rescaling
+_ROPE_TYPES = ("default", "mrope", "llama3")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,6 +52,8 @@ class DecoderConfig:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     hidden_act: str = "silu"
+    # Llama 3.1 rope scaling: (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)
+    llama3_rope: tuple[float, float, float, int] | None = None
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -62,9 +65,13 @@ class DecoderConfig:
         model_type = hf.get("model_type", "llama")
         rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
         rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in _PLAIN_ROPE_TYPES:
+        if rope_type not in _ROPE_TYPES:
             raise ValueError(
-                f"decoder text tower: rope type {rope_type!r} is not supported (supported: {', '.join(_PLAIN_ROPE_TYPES)})")
+                f"decoder text tower: rope type {rope_type!r} is not supported (supported: {', '.join(_ROPE_TYPES)})")
+        llama3 = None
+        if rope_type == "llama3":
+            original = rope.get("original_max_position_embeddings", hf.get("max_position_embeddings"))
+            llama3 = (float(rope["factor"]), float(rope["low_freq_factor"]), float(rope["high_freq_factor"]), int(original))
         theta = rope.get("rope_theta", hf.get("rope_theta", cls.rope_theta))
         if model_type.startswith("qwen2"):
             biases = dict(qkv_bias=True, o_bias=False, mlp_bias=False)
@@ -74,7 +81,7 @@ class DecoderConfig:
         else:
             raise ValueError(f"decoder text tower: model_type {model_type!r} is not a Llama/Qwen2 config")
         fields = pick_fields(cls, hf)
-        fields.update(rope_theta=float(theta), **biases)
+        fields.update(rope_theta=float(theta), llama3_rope=llama3, **biases)
         return cls(**fields)
 
     @property
@@ -86,9 +93,24 @@ class DecoderConfig:
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
 
-def rope_tables(length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin `[S, head_dim]` in transformers' half-split layout (`cat(freqs, freqs)`)."""
+def inverse_frequencies(head_dim: int, theta: float, llama3: tuple[float, float, float, int] | None = None) -> np.ndarray:
+    """RoPE inverse frequencies `[head_dim / 2]`; with `llama3`, Llama 3.1's rescaling: long wavelengths
+    divided by `factor`, short ones kept, the band between blended linearly in 1 / wavelength."""
     inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    if llama3 is None:
+        return inv_freq
+    factor, low, high, original = llama3
+    wavelength = 2 * np.pi / inv_freq
+    scaled = np.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    blend = (original / wavelength - low) / (high - low)
+    smoothed = (1 - blend) * scaled / factor + blend * scaled
+    medium = (wavelength >= original / high) & (wavelength <= original / low)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_tables(length: int, head_dim: int, theta: float, llama3=None) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin `[S, head_dim]` in transformers' half-split layout (`cat(freqs, freqs)`)."""
+    inv_freq = inverse_frequencies(head_dim, theta, llama3)
     freqs = np.arange(length, dtype=np.float32)[:, None] * inv_freq[None]
     angles = np.concatenate([freqs, freqs], axis=-1)
     return np.cos(angles), np.sin(angles)
@@ -168,7 +190,7 @@ class DecoderTextModel(nn.Module):
         mask = jnp.tril(jnp.ones((s, s), bool))[None, None]  # [1, 1, Sq, Sk]
         if attention_mask is not None:
             mask = mask & attention_mask.astype(bool)[:, None, None, :]
-        cos, sin = (jnp.asarray(t) for t in rope_tables(s, c.dim_per_head, c.rope_theta))
+        cos, sin = (jnp.asarray(t) for t in rope_tables(s, c.dim_per_head, c.rope_theta, c.llama3_rope))
         last, per_layer = scanned(DecoderLayer, c.num_hidden_layers, "layers", config=c)(x, mask, cos, sin)
         last = RMSNorm(c.rms_norm_eps, name="norm")(last)
         return TextOutput(last, jnp.concatenate([x[None], per_layer[:-1], last[None]], axis=0))
