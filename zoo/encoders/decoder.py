@@ -62,27 +62,8 @@ class DecoderConfig:
     def from_hf_config(cls, hf: Mapping[str, Any]) -> DecoderConfig:
         """From a transformers config dict: Llama, Qwen2, Qwen2.5-VL (full or `text_config`)."""
         hf = dict(hf.get("text_config", hf))
-        model_type = hf.get("model_type", "llama")
-        rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in _ROPE_TYPES:
-            raise ValueError(
-                f"decoder text tower: rope type {rope_type!r} is not supported (supported: {', '.join(_ROPE_TYPES)})")
-        llama3 = None
-        if rope_type == "llama3":
-            original = rope.get("original_max_position_embeddings", hf.get("max_position_embeddings"))
-            llama3 = (float(rope["factor"]), float(rope["low_freq_factor"]), float(rope["high_freq_factor"]), int(original))
-        theta = rope.get("rope_theta", hf.get("rope_theta", cls.rope_theta))
-        if model_type.startswith("qwen2"):
-            biases = dict(qkv_bias=True, o_bias=False, mlp_bias=False)
-        elif model_type == "llama":
-            biases = dict(qkv_bias=hf.get("attention_bias", False), o_bias=hf.get("attention_bias", False),
-                          mlp_bias=hf.get("mlp_bias", False))
-        else:
-            raise ValueError(f"decoder text tower: model_type {model_type!r} is not a Llama/Qwen2 config")
-        fields = pick_fields(cls, hf)
-        fields.update(rope_theta=float(theta), llama3_rope=llama3, **biases)
-        return cls(**fields)
+        theta, llama3 = _rope_settings(hf)
+        return cls(**{**pick_fields(cls, hf), "rope_theta": theta, "llama3_rope": llama3, **_bias_switches(hf)})
 
     @property
     def kv_heads(self) -> int:
@@ -93,7 +74,31 @@ class DecoderConfig:
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
 
-def inverse_frequencies(head_dim: int, theta: float, llama3: tuple[float, float, float, int] | None = None) -> np.ndarray:
+def _rope_settings(hf: Mapping[str, Any]) -> tuple[float, tuple[float, float, float, int] | None]:
+    """(rope_theta, llama3 scaling) from transformers 5 `rope_parameters` or transformers 4 `rope_scaling`."""
+    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in _ROPE_TYPES:
+        raise ValueError(
+            f"decoder text tower: rope type {rope_type!r} is not supported (supported: {', '.join(_ROPE_TYPES)})")
+    theta = float(rope.get("rope_theta", hf.get("rope_theta", DecoderConfig.rope_theta)))
+    if rope_type != "llama3":
+        return theta, None
+    original = int(rope.get("original_max_position_embeddings", hf.get("max_position_embeddings")))
+    return theta, (float(rope["factor"]), float(rope["low_freq_factor"]), float(rope["high_freq_factor"]), original)
+
+
+def _bias_switches(hf: Mapping[str, Any]) -> dict[str, bool]:
+    model_type = hf.get("model_type", "llama")
+    if model_type.startswith("qwen2"):  # Qwen2 / Qwen2.5-VL: biased q/k/v only
+        return dict(qkv_bias=True, o_bias=False, mlp_bias=False)
+    if model_type == "llama":
+        attention = bool(hf.get("attention_bias", False))
+        return dict(qkv_bias=attention, o_bias=attention, mlp_bias=bool(hf.get("mlp_bias", False)))
+    raise ValueError(f"decoder text tower: model_type {model_type!r} is not a Llama/Qwen2 config")
+
+
+def inverse_frequencies(head_dim: int, theta: float, llama3=None) -> np.ndarray:
     """RoPE inverse frequencies `[head_dim / 2]`; with `llama3`, Llama 3.1's rescaling: long wavelengths
     divided by `factor`, short ones kept, the band between blended linearly in 1 / wavelength."""
     inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
