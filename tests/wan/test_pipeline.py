@@ -245,6 +245,14 @@ def test_i2v_needs_an_image(i2v, tmp_path):
         generate(_options(folder, latents, tmp_path / "v.npy", model="wan2.1-i2v-14b-480p"))
 
 
+@pytest.mark.parametrize("tp, sp, dp", [(2, 1, 2), (1, 2, 1)])
+def test_t2v_on_a_mesh_matches_diffusers(t2v, tmp_path, tp, sp, dp):
+    """The DiT under tensor x CFG-data parallel, and under Ulysses sequence parallel (8 fake CPU devices)."""
+    folder, latents, expected = t2v
+    result = generate(_options(folder, latents, tmp_path / "v.npy", tp=tp, sp=sp, dp=dp))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
 def test_runs_from_a_converted_folder(t2v, tmp_path):
     """`vidax-convert` output as --weights: converted components load from it, the others (and the
     configs and tokenizer) from the source folder its manifest records."""

@@ -18,15 +18,14 @@ folder's `scheduler/scheduler_config.json` where it has one, then by the user's 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import re
 import time
 from functools import partial
-from pathlib import Path
 from typing import Any, Mapping
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,10 +56,12 @@ from vidax.zoo.pipeline import (
     load_latents,
     release,
 )
+from vidax.zoo.runtime import use_mesh
 from vidax.zoo.samplers import cfg, expert_for_timestep, sample
 from vidax.zoo.samplers.configs import stepper_from_config
 from vidax.zoo.video_io import read_image
 from vidax.zoo.wan.config import WanTransformerConfig
+from vidax.zoo.wan.sharding import DIT_RULES, place_transformer
 from vidax.zoo.wan.transformer import WanTransformer
 from vidax.zoo.wan.vae import WAN21_VAE, WAN22_VAE, WanVAE, WanVAEConfig, denormalize_latents, normalize_latents
 
@@ -293,7 +294,7 @@ class WanPipeline:
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Run the whole pipeline; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
         s = resolve_settings(options, self.native, self.model)
-        self._check_mesh(options)
+        self.mesh = self._make_mesh(options)
         image = self._check_image(options)
         timer = StageTimer(progress)
         shape = latent_shape(s, self.model)
@@ -313,11 +314,11 @@ class WanPipeline:
                     "weights_source": str(self.source.root or self.source.repo), "latent_shape": list(shape)}
         return GenerateResult(frames=frames, latents=np.asarray(latents), fps=s.fps, settings=settings, times=timer.times)
 
-    def _check_mesh(self, options: GenerateOptions) -> None:
+    def _make_mesh(self, options: GenerateOptions):
+        """The DiT's mesh (None on one device); encoders and VAE run on one device, the DiT dominates."""
         check_heads(self.model.transformer.num_attention_heads, options.tp, options.sp)
-        make_mesh(options.dp, options.tp, options.sp)  # raises when the devices do not suffice
-        if options.dp * options.tp * options.sp > 1:
-            raise PipelineError("multi-device runs of the Wan pipeline are not wired yet; use --tp/--sp/--dp 1")
+        mesh = make_mesh(options.dp, options.tp, options.sp)  # raises when the devices do not suffice
+        return mesh if mesh.size > 1 else None
 
     def _check_image(self, options: GenerateOptions) -> np.ndarray | None:
         needs_image = self.model.concat_condition
@@ -402,8 +403,10 @@ class WanPipeline:
             timer.progress.advance("denoise", 1, f"{now - last[0]:.2f} s/step")
             last[0] = now
 
-        with timer.stage("denoise", total=stepper.num_steps):
+        on_mesh = use_mesh(self.mesh, DIT_RULES) if self.mesh is not None else contextlib.nullcontext()
+        with timer.stage("denoise", total=stepper.num_steps), on_mesh:
             latents = sample(model_fn, stepper, jnp.asarray(noise), callback=on_step)
+            latents = jnp.asarray(np.asarray(latents))  # back to one device for the VAE
             if first_frame is not None and condition is not None:
                 latents = (1 - first_frame) * condition + first_frame * latents
             latents.block_until_ready()
@@ -421,10 +424,11 @@ class WanPipeline:
         subfolders = ("high_noise_model", None) if expert == 0 else ("transformer_2", "low_noise_model")
         if not self.model.two_experts:
             subfolders = (None,)
-        params = self.load(component, "wan/transformer", subfolders, dtype)
+        tree = self.source.load(component, "wan/transformer", subfolders, dtype=dtype)
         # compute in the weights' dtype, as diffusers runs the transformer in its own (bf16 checkpoints: bf16)
-        compute = jnp.dtype(params["proj_out"]["kernel"].dtype)
-        return WanTransformer(self.model.transformer, dtype=compute), params
+        model = WanTransformer(self.model.transformer, dtype=jnp.dtype(tree["proj_out/kernel"].dtype))
+        params = place_transformer(model, tree, self.mesh) if self.mesh is not None else _place(tree)
+        return model, params
 
     def _first_frame_mask(self, shape: tuple[int, ...]) -> jax.Array:
         mask = np.ones((1, 1, *shape[2:]), np.float32)
