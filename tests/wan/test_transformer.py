@@ -271,10 +271,17 @@ def test_bf16_activations_keep_an_fp32_residual_stream(cases, spec):
     assert jax.jit(bf16_stream.embed)(params, *as_jax(case.inputs))[0].dtype == jnp.bfloat16
 
 
-def test_missing_image_embeddings_is_a_clear_error(cases):
+def test_bad_inputs_are_clear_errors(cases):
     case = cases("i2v")
+    latents, timestep, text, image = as_jax(case.inputs)
     with pytest.raises(ValueError, match="CLIP image embeddings"):
-        case.model.embed(case.params, *as_jax(case.inputs)[:3], None)
+        case.model.embed(case.params, latents, timestep, text, None)
+    with pytest.raises(ValueError, match="not a multiple of the patch size"):
+        case.model.embed(case.params, latents[..., :3], timestep, text, image)
+    with pytest.raises(ValueError, match=r"per token \[2, 18\]"):
+        case.model.embed(case.params, latents, timestep[:, None], text, image)
+    with pytest.raises(ValueError, match=r"latents \[B, 9, F, H, W\]"):
+        case.model.embed(case.params, latents[:, :4], timestep, text, image)
 
 
 # --- sharded ---------------------------------------------------------------------------------

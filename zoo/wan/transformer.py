@@ -309,17 +309,32 @@ class WanTransformer:
           image: CLIP `hidden_states[-2]` `[B, 257, image_dim]` for Wan2.1 I2V / FLF2V, else None.
         """
         cfg = self.cfg
-        if cfg.has_image and image is None:
-            raise ValueError("this Wan transformer has an image branch (I2V/FLF2V): pass the CLIP image embeddings")
-        grid = tuple(n // p for n, p in zip(latents.shape[2:], cfg.patch_size))
-        if max(grid) > cfg.rope_max_seq_len:
-            raise ValueError(f"latent grid {grid} exceeds the RoPE table length {cfg.rope_max_seq_len}")
+        grid = self._check_inputs(latents, timestep, text, image)
         sub = {name: params[name] for name in EMBED_MODULES}
         video, temb, proj, text, image = self.embedder.apply({"params": sub}, latents, timestep, text, image)
         cos, sin = rope_tables(cfg.rope_dims, grid)
         proj = constrain(proj, MOD_AXES)
         image = image if cfg.has_image else None
         return video, Context(proj, temb, text, image, jnp.asarray(cos), jnp.asarray(sin), grid)
+
+    def _check_inputs(self, latents, timestep, text, image) -> tuple[int, int, int]:
+        """The post-patch grid; one clear error for inputs the reference would reject or misread."""
+        cfg = self.cfg
+        if latents.ndim != 5 or latents.shape[1] != cfg.in_channels:
+            raise ValueError(f"Wan transformer takes latents [B, {cfg.in_channels}, F, H, W], got {latents.shape}")
+        if any(n % p for n, p in zip(latents.shape[2:], cfg.patch_size)):
+            raise ValueError(f"latent size {latents.shape[2:]} is not a multiple of the patch size {cfg.patch_size}")
+        grid = tuple(n // p for n, p in zip(latents.shape[2:], cfg.patch_size))
+        if max(grid) > cfg.rope_max_seq_len:
+            raise ValueError(f"latent grid {grid} exceeds the RoPE table length {cfg.rope_max_seq_len}")
+        b, tokens = latents.shape[0], math.prod(grid)
+        if timestep.shape not in ((b,), (b, tokens)):
+            raise ValueError(f"timestep must be [{b}] or per token [{b}, {tokens}], got {timestep.shape}")
+        if text.ndim != 3 or text.shape[-1] != cfg.text_dim:
+            raise ValueError(f"text embeddings must be [B, T, {cfg.text_dim}], got {text.shape}")
+        if cfg.has_image and image is None:
+            raise ValueError("this Wan transformer has an image branch (I2V/FLF2V): pass the CLIP image embeddings")
+        return grid
 
     def head(self, params: Params, hidden: jax.Array, ctx: Context) -> jax.Array:
         """Final AdaLN, projection and unpatchify to `[B, out_channels, F, H, W]` (fp32 kept as computed)."""
