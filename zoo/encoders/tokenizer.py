@@ -35,6 +35,10 @@ def _token_text(value: Any) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
 
+# transformers tokenizer classes whose padding side defaults to left when the config names none
+_LEFT_PADDING_CLASSES = ("LlamaTokenizer", "LlamaTokenizerFast")
+
+
 def _read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
@@ -46,6 +50,7 @@ class TokenizerSettings:
     pad_token: str | None
     eos_token: str | None
     padding_side: str
+    truncation_side: str
     added_tokens: dict[int, dict]  # id -> {content, lstrip, rstrip, ...}
     tokenizer_class: str
 
@@ -55,8 +60,10 @@ class TokenizerSettings:
         special = _read_json(folder / "special_tokens_map.json")
         pick = lambda name: _token_text(config.get(name)) or _token_text(special.get(name))  # noqa: E731
         added = {int(k): v for k, v in config.get("added_tokens_decoder", {}).items()}
-        return cls(pick("pad_token"), pick("eos_token"), config.get("padding_side", "right"), added,
-                   config.get("tokenizer_class", ""))
+        tokenizer_class = config.get("tokenizer_class", "")
+        padding_side = config.get("padding_side", "left" if tokenizer_class in _LEFT_PADDING_CLASSES else "right")
+        return cls(pick("pad_token"), pick("eos_token"), padding_side, config.get("truncation_side", "right"), added,
+                   tokenizer_class)
 
 
 class Tokenizer:
@@ -118,7 +125,7 @@ class FastTokenizer(Tokenizer):
         if max_length is None:
             self.backend.no_truncation()
         else:
-            self.backend.enable_truncation(max_length)
+            self.backend.enable_truncation(max_length, direction=self.settings.truncation_side)
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
 
@@ -209,6 +216,8 @@ def load_tokenizer(folder: str | Path, subfolder: str | None = None) -> Tokenize
     settings = TokenizerSettings.read(root)
     if (root / "tokenizer.json").is_file():
         return FastTokenizer(root / "tokenizer.json", settings)
+    if settings.truncation_side != "right":
+        raise TokenizerError(f"{root}: truncation_side {settings.truncation_side!r} is supported for tokenizer.json only")
     if settings.tokenizer_class.startswith("ByT5"):
         return ByteTokenizer(settings)
     for name in _SENTENCEPIECE_FILES:
