@@ -103,16 +103,12 @@ def test_missing_folder_is_a_clear_error(tmp_path):
         load_tokenizer(tmp_path)
 
 
-def test_config_defaults_for_padding_and_truncation_side(tmp_path):
-    # a Llama tokenizer class pads left unless its config says otherwise; truncation_side is honoured
-    folder = qwen_like_folder(tmp_path, "right")
+@pytest.mark.parametrize("tokenizer_class", ["PreTrainedTokenizerFast", "LlamaTokenizerFast"])
+def test_truncation_side_and_class_name(tmp_path, tokenizer_class):
+    # left truncation keeps the end of the text; the class named in the config does not change the sides
+    folder = qwen_like_folder(tmp_path, "left")
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    config.pop("padding_side", None)
-    config.update(tokenizer_class="LlamaTokenizerFast", truncation_side="left")
+    config.update(tokenizer_class=tokenizer_class, truncation_side="left")
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    ours = load_tokenizer(folder)
-    assert (ours.settings.padding_side, ours.settings.truncation_side) == ("left", "left")
-    full = ours(TEXTS[2:3], padding="longest", truncation=False).input_ids[0]
-    short = ours(["a cat", TEXTS[2]], max_length=10)
-    np.testing.assert_array_equal(short.input_ids[1], full[-10:])  # the end of the text is kept
-    assert short.attention_mask[0, 0] == 0 and short.attention_mask[0, -1] == 1  # padded on the left
+    ours, reference = load_tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder)
+    assert_same(ours, reference, ["a cat", TEXTS[2]], padding="max_length", max_length=10, truncation=True)

@@ -35,10 +35,6 @@ def _token_text(value: Any) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
 
-# transformers tokenizer classes whose padding side defaults to left when the config names none
-_LEFT_PADDING_CLASSES = ("LlamaTokenizer", "LlamaTokenizerFast")
-
-
 def _read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
@@ -60,10 +56,10 @@ class TokenizerSettings:
         special = _read_json(folder / "special_tokens_map.json")
         pick = lambda name: _token_text(config.get(name)) or _token_text(special.get(name))  # noqa: E731
         added = {int(k): v for k, v in config.get("added_tokens_decoder", {}).items()}
-        tokenizer_class = config.get("tokenizer_class", "")
-        padding_side = config.get("padding_side", "left" if tokenizer_class in _LEFT_PADDING_CLASSES else "right")
-        return cls(pick("pad_token"), pick("eos_token"), padding_side, config.get("truncation_side", "right"), added,
-                   tokenizer_class)
+        # transformers 5 loads a tokenizer.json as is (TokenizersBackend) whatever class the config
+        # names, so the sides come from the config alone
+        return cls(pick("pad_token"), pick("eos_token"), config.get("padding_side", "right"),
+                   config.get("truncation_side", "right"), added, config.get("tokenizer_class", ""))
 
 
 class Tokenizer:
