@@ -48,3 +48,45 @@ def test_generate_matches_reference(saved, tmp_path):
     assert result.frames.shape == expected.shape == (5, 32, 48, 3)
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
     assert result.settings["shift"] == 5.0 and result.settings["guidance"] == 6.0
+
+
+@pytest.fixture(scope="module")
+def saved_i2v(towers, tmp_path_factory):  # noqa: F811
+    from diffusers import ClassifierFreeGuidance, FlowMatchEulerDiscreteScheduler
+    from diffusers import HunyuanVideo15ImageToVideoPipeline as Reference
+
+    from .hunyuan_spec_fixtures import perturbed
+
+    transformers = pytest.importorskip("transformers")
+    text_ref, _ = towers
+    siglip = perturbed(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(
+        hidden_size=12, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)), 4)
+    dit = dit_reference(in_channels=9, out_channels=4, text_embed_dim=32, target_size=32, task_type="i2v")
+    ref = Reference(text_encoder=text_ref.text_encoder, tokenizer=text_ref.tokenizer, transformer=dit, vae=vae_reference(),
+                    scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), text_encoder_2=text_ref.text_encoder_2,
+                    tokenizer_2=text_ref.tokenizer_2, guider=ClassifierFreeGuidance(guidance_scale=6.0),
+                    image_encoder=siglip, feature_extractor=transformers.SiglipImageProcessor(size={"height": 32, "width": 32}))
+    root = tmp_path_factory.mktemp("hv15_generate_i2v")
+    ref.save_pretrained(root)
+    return ref, root
+
+
+def test_generate_i2v_matches_reference(saved_i2v, tmp_path):
+    """`--image`: the size comes from the image's aspect bucket; meanflow timestep_r; SigLIP and first-frame latents."""
+    from PIL import Image
+
+    ref, root = saved_i2v
+    image = np.random.default_rng(1).integers(0, 256, (30, 52, 3), dtype=np.uint8)
+    Image.fromarray(image).save(tmp_path / "first.png")
+    height, width = ref.video_processor.calculate_default_height_width(30, 52, 32)
+    latents = torch.randn(1, 4, 2, height // 16, width // 16, generator=torch.Generator().manual_seed(2))
+    np.save(tmp_path / "noise.npy", latents.numpy())
+    with torch.no_grad():
+        expected = ref(image=Image.fromarray(image), prompt=PROMPT, latents=latents, num_frames=5, num_inference_steps=2,
+                       output_type="np").frames[0]
+    options = GenerateOptions(model="hunyuanvideo-1.5-480p-i2v", prompt=PROMPT, image=tmp_path / "first.png",
+                              weights=str(root), frames=5, steps=2, shift=7.0, latents=tmp_path / "noise.npy",
+                              out=tmp_path / "out.npy", compile_cache=False, dtype="float32")
+    result = HunyuanVideo15Generator(options.model, options).generate(options)
+    assert result.frames.shape == expected.shape
+    np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)

@@ -1,4 +1,4 @@
-"""`vidax-gen hunyuanvideo-1.5...`: text encode -> flow sampling -> tiled VAE decode -> frames.
+"""`vidax-gen hunyuanvideo-1.5...`: text (and image) encode -> flow sampling -> tiled VAE decode -> frames.
 
 Each stage loads its weights, runs, and releases them before the next stage needs the memory. The
 DiT's sizes are read off its converted tree (official and diffusers checkpoints give the same
@@ -23,11 +23,21 @@ from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
-from vidax.zoo.hunyuan_video15.pipeline import HunyuanVideo15Pipeline, SampleSettings, default_size
+from vidax.zoo.encoders.siglip import SIGLIP_MEAN, SIGLIP_STD, SiglipVisionModel, siglip_preprocess, siglip_vision_config
+from vidax.zoo.hunyuan_video15.pipeline import (
+    HunyuanVideo15Pipeline,
+    ImageCondition,
+    SampleSettings,
+    bucket_size,
+    default_size,
+    image_condition,
+    resize_and_crop,
+)
 from vidax.zoo.hunyuan_video15.text import PromptEncoder
 from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
 from vidax.zoo.mesh import check_heads
+from vidax.zoo.video_io import read_image
 from vidax.zoo.pipeline import (
     GenerateOptions,
     GenerateResult,
@@ -66,7 +76,7 @@ def _place(tree: Mapping[str, np.ndarray]) -> dict:
 
 
 class HunyuanVideo15Generator:
-    """Generates video with a HunyuanVideo-1.5 text-to-video checkpoint.
+    """Generates video with a HunyuanVideo-1.5 checkpoint (text-to-video, or image-to-video with `--image`).
 
     Args:
         name: registered model name (selects the native settings and the official variant folder).
@@ -78,18 +88,25 @@ class HunyuanVideo15Generator:
         entry = load_registry().get(name)
         self.subfolder = entry.components["transformer"].subfolder.get("official") if entry else None
         self.source = WeightsSource.resolve(options.weights, entry.repo() if entry else None)
+        dit_json = self.source.read_json("transformer/config.json", component="transformer") or {}
+        # diffusers' config defaults `task_type` to "i2v" even for T2V checkpoints: the model name decides.
+        self.i2v = "i2v" in (entry.variants if entry else ())
+        self.target_size = int(dit_json.get("target_size") or (960 if "720p" in name else 640))
 
     def load(self, component: str, spec: str, subfolders=(None,), dtype: str | None = None) -> Mapping[str, np.ndarray]:
         return self.source.load(component, spec, subfolders, dtype=dtype)
 
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Run the whole pipeline; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
-        if options.image is not None:
-            raise PipelineError(f"{self.name}: image-to-video is not wired into vidax-gen yet; run without --image")
+        image = self._check_image(options)
         if options.dp * options.tp * options.sp > 1:
             raise PipelineError("multi-device runs of the HunyuanVideo-1.5 pipeline are not wired yet; "
                                 "use --tp/--sp/--dp 1")
-        s = resolve_settings(options, self.native)
+        native = self.native
+        if image is not None:  # the reference sizes image-to-video by the image's aspect
+            height, width = bucket_size(*image.shape[:2], self.target_size)
+            native = dataclasses.replace(native, height=height, width=width)
+        s = resolve_settings(options, native)
         timer = StageTimer(progress)
         vae_cfg = VAEConfig.from_hf_config(self.source.read_json("vae/config.json", component="vae") or {})
         shape = s.latent_shape(1, vae_cfg.latent_channels)
@@ -98,8 +115,12 @@ class HunyuanVideo15Generator:
         with timer.stage("text encode"):
             negative = options.negative_prompt or ""
             prompt, neg = self.encode([options.prompt] + ([negative] if s.cfg else []), options.dtype)
+        condition = None
+        if image is not None:
+            with timer.stage("image encode"):
+                condition = self.encode_image(image, s, vae_cfg, shape, options.dtype)
         with timer.stage("denoise", total=s.steps):
-            latents = self.denoise(s, noise, prompt, neg, timer, options.dtype)
+            latents = self.denoise(s, noise, prompt, neg, condition, timer, options.dtype)
         with timer.stage("decode"):
             frames = self.decode(latents, vae_cfg)
         settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name,
@@ -128,7 +149,39 @@ class HunyuanVideo15Generator:
         release((encoder.decoder_params, encoder.byt5_params))
         return features[0], features[1] if len(features) > 1 else None
 
-    def denoise(self, s: SampleSettings, noise: np.ndarray, prompt, negative, timer: StageTimer, dtype: str | None):
+    def _check_image(self, options: GenerateOptions) -> np.ndarray | None:
+        if options.image is None:
+            if self.i2v:
+                raise PipelineError(f"{self.name} is an image-to-video model: give --image PATH")
+            return None
+        if not self.i2v:
+            raise PipelineError(f"{self.name} is text-to-video only and takes no --image")
+        return read_image(options.image)
+
+    def encode_image(self, image: np.ndarray, s: SampleSettings, vae_cfg: VAEConfig, shape: tuple[int, ...],
+                     dtype: str | None) -> ImageCondition:
+        """The frame resized and cropped to the video size, its SigLIP tokens and VAE latents."""
+        siglip_json = self.source.read_json("image_encoder/config.json", component="image_encoder")
+        if siglip_json is None:
+            raise PipelineError(f"{self.source.root or self.source.repo}: needs image_encoder/ (SigLIP) for "
+                                "image-to-video, as the diffusers-layout I2V repos ship it")
+        proc = self.source.read_json("feature_extractor/preprocessor_config.json", component="image_encoder") or {}
+        config = siglip_vision_config(siglip_json)
+        size = proc.get("size", {}).get("height", config.image_size)
+        frame = resize_and_crop(image, s.height, s.width)
+        pixels = siglip_preprocess(frame, size=size, mean=proc.get("image_mean", SIGLIP_MEAN),
+                                   std=proc.get("image_std", SIGLIP_STD))
+        params = _place(self.load("image_encoder", "encoders/siglip_vision", ("image_encoder", None), dtype))
+        tokens = SiglipVisionModel(config).apply({"params": params}, jnp.asarray(pixels)).last_hidden_state
+        release(params)
+        vae_params = _place(self.load("vae", "hunyuan_video15/vae", ("vae", None)))
+        condition = image_condition(HunyuanVideo15VAE(vae_cfg), vae_params, frame, tokens, shape)
+        jax.block_until_ready(condition)
+        release(vae_params)
+        return condition
+
+    def denoise(self, s: SampleSettings, noise: np.ndarray, prompt, negative, condition: ImageCondition | None,
+                timer: StageTimer, dtype: str | None):
         tree = self.load("transformer", "hunyuan_video15/transformer", (self.subfolder, None), dtype)
         cfg = TransformerConfig.from_param_shapes({p: tuple(a.shape) for p, a in tree.items()}, **self._rope())
         check_heads(cfg.num_attention_heads)
@@ -143,7 +196,7 @@ class HunyuanVideo15Generator:
             timer.progress.advance("denoise", 1, f"{now - last[0]:.2f} s/step")
             last[0] = now
 
-        latents = pipe.sample(prompt, jnp.asarray(noise), s, negative=negative, callback=on_step)
+        latents = pipe.sample(prompt, jnp.asarray(noise), s, negative=negative, image=condition, callback=on_step)
         latents.block_until_ready()
         release(params)
         return latents
@@ -169,5 +222,5 @@ def _factory(name: str, options: GenerateOptions) -> HunyuanVideo15Generator:
 
 
 for _name, _entry in load_registry().items():
-    if _entry.family == FAMILY and "i2v" not in _entry.variants:
+    if _entry.family == FAMILY:
         registry.register(_name, FAMILY, _entry.description, _factory)
