@@ -3,8 +3,8 @@
 Tiny perturbed references are saved in the real folder layouts (conftest.py), converted with
 `vidax.translator.convert`, and compared in fp32 at highest matmul precision: one block on the
 reference block's own inputs, and the whole model, for T2V, I2V (512 text tokens + CLIP tokens),
-FLF2V, TI2V-5B (48 channels, per-token timesteps), both layouts, the A14B two-expert folders, and
-sharded runs (dp/tp/sp on 8 fake CPU devices) against one device.
+FLF2V, TI2V-5B (48 channels, per-token timesteps), both layouts, the A14B two-expert folders, the
+streamed-offload runner, and sharded runs (dp/tp/sp on 8 fake CPU devices) against one device.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from flax import traverse_util
 
 from vidax.translator import convert, load_spec
 from vidax.zoo.mesh import make_mesh
+from vidax.zoo.offload import StreamedDiT
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.wan.config import WanConfigError, WanTransformerConfig
 from vidax.zoo.wan.rope import rope_tables
@@ -254,6 +255,16 @@ def test_two_experts_load_with_the_same_code(cases, spec, wan_dit, tmp_path, lay
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         outputs.append(got)
     assert np.abs(outputs[0] - outputs[1]).max() > 1e-2  # two different experts were loaded
+
+
+def test_streamed_offload_matches_reference(cases):
+    """The runtime's offload runner drives the same embed / block / head (chunks of one block)."""
+    case = cases("ti2v")  # per-token modulation: the richest context the blocks receive
+    params = dict(case.params)
+    streamed = StreamedDiT(case.model, chunk=1)
+    host = streamed.offload(params.pop("blocks"))
+    got = streamed(params, host, *as_jax(case.inputs))
+    np.testing.assert_allclose(np.asarray(got), case.want, rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_activations_keep_an_fp32_residual_stream(cases, spec):
