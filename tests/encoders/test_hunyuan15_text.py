@@ -32,9 +32,9 @@ def test_glyph_text_matches_reference(prompt):
 
 def test_mllm_features_match_pipeline(tmp_path):
     folder = qwen_like_folder(tmp_path / "tokenizer", "right", TEXT_CHAT_TEMPLATE)
+    rope = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 1, 1]}
     config = transformers.Qwen2_5_VLTextConfig(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
-                                               num_attention_heads=4, num_key_value_heads=2,
-                                               rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 1, 1]})
+                                               num_attention_heads=4, num_key_value_heads=2, rope_parameters=rope)
     reference = perturb(transformers.Qwen2_5_VLTextModel(config))
     reference.config._attn_implementation = "eager"
     reference.save_pretrained(tmp_path / "text_encoder")

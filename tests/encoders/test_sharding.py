@@ -1,4 +1,7 @@
-"""Each encoder under its rules table (SigLIP shares CLIP's ViT code and table) on a (data 2, tensor 4) mesh of fake CPU devices equals one device."""
+"""Each encoder under its rules table on a (data 2, tensor 4) mesh of fake CPU devices equals one device.
+
+SigLIP shares CLIP's ViT code and rules table.
+"""
 
 from __future__ import annotations
 

@@ -89,7 +89,8 @@ def test_spec_rejects_missing_tensor(variant, tmp_path):
 # transformers UMT5 key -> the official Wan T5Encoder key (Wan-Video/Wan2.1 wan/modules/t5.py)
 OFFICIAL_UMT5_NAMES = {
     r"shared\.weight": "token_embedding.weight",
-    r"encoder\.block\.(\d+)\.layer\.0\.SelfAttention\.relative_attention_bias\.weight": r"blocks.\1.pos_embedding.embedding.weight",
+    r"encoder\.block\.(\d+)\.layer\.0\.SelfAttention\.relative_attention_bias\.weight":
+        r"blocks.\1.pos_embedding.embedding.weight",
     r"encoder\.block\.(\d+)\.layer\.0\.SelfAttention\.([qkvo])\.weight": r"blocks.\1.attn.\2.weight",
     r"encoder\.block\.(\d+)\.layer\.0\.layer_norm\.weight": r"blocks.\1.norm1.weight",
     r"encoder\.block\.(\d+)\.layer\.1\.layer_norm\.weight": r"blocks.\1.norm2.weight",

@@ -57,7 +57,8 @@ class CLIPVisionModelWithProjection(nn.Module):
     @nn.compact
     def __call__(self, pixel_values) -> VisionOutput:
         out = VisionTransformer(self.config, self.dtype, name="vision_model")(pixel_values)
-        embeds = Dense(self.config.projection_dim, axes=("embed", None), use_bias=False, name="visual_projection")(out.pooled)
+        projection = Dense(self.config.projection_dim, axes=("embed", None), use_bias=False, name="visual_projection")
+        embeds = projection(out.pooled)
         return out._replace(image_embeds=embeds)
 
 

@@ -155,7 +155,8 @@ class ByteTokenizer(Tokenizer):
     OFFSET = 3
 
     def __init__(self, settings: TokenizerSettings):
-        added = {v["content"]: (k, bool(v.get("lstrip")), bool(v.get("rstrip"))) for k, v in settings.added_tokens.items()}
+        added = {token["content"]: (token_id, bool(token.get("lstrip")), bool(token.get("rstrip")))
+                 for token_id, token in settings.added_tokens.items()}
         added = added or {"<pad>": (0, True, True), "</s>": (1, True, True), "<unk>": (2, True, True)}
         self.splitter = _SpecialSplitter(added)
         self.eos_id = added.get(settings.eos_token or "</s>", (1,))[0]
@@ -213,7 +214,7 @@ def load_tokenizer(folder: str | Path, subfolder: str | None = None) -> Tokenize
     if (root / "tokenizer.json").is_file():
         return FastTokenizer(root / "tokenizer.json", settings)
     if settings.truncation_side != "right":
-        raise TokenizerError(f"{root}: truncation_side {settings.truncation_side!r} is supported for tokenizer.json only")
+        raise TokenizerError(f"{root}: truncation_side {settings.truncation_side!r} needs a tokenizer.json")
     if settings.tokenizer_class.startswith("ByT5"):
         return ByteTokenizer(settings)
     for name in _SENTENCEPIECE_FILES:
