@@ -206,7 +206,7 @@ class WeightsSource:
         return None
 
     def load(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,), *,
-             dtype: str | None = None) -> Mapping[str, np.ndarray]:
+             dtype: str | None = None, progress: Progress | None = None) -> Mapping[str, np.ndarray]:
         """The host tree of one component (mmapped where the source allows).
 
         Args:
@@ -215,6 +215,7 @@ class WeightsSource:
           subfolders: folders inside the model root to try in order (None = the root; the spec's
             file globs then find `transformer/...` themselves).
           dtype: override the spec's default dtype.
+          progress: reports a "convert COMPONENT" stage in MiB (checkpoints converted on the fly).
         """
         source = self.repo if self.kind == "repo" else self.root
         if self.kind == "converted":
@@ -229,10 +230,23 @@ class WeightsSource:
         first_error = None
         for subfolder in subfolders:
             try:
-                return convert(spec, source, dtype=dtype, revision=self.revision, subfolder=subfolder)
+                lazy = convert(spec, source, dtype=dtype, revision=self.revision, subfolder=subfolder, lazy=True)
             except SourceError as err:
                 first_error = first_error or err
+                continue
+            return _materialize(lazy, f"convert {component}", progress or Progress())
         raise first_error
+
+
+def _materialize(lazy, stage: str, progress: Progress) -> dict[str, np.ndarray]:
+    """Every leaf of a planned conversion, with progress in MiB (small leaves round up to count)."""
+    progress.begin(stage, max(1, lazy.nbytes >> 20))
+    start, tree = time.perf_counter(), {}
+    for path in lazy:
+        tree[path] = lazy[path]
+        progress.advance(stage, tree[path].nbytes >> 20)
+    progress.end(stage, time.perf_counter() - start)
+    return tree
 
 
 def _cast(array: np.ndarray, dtype: str) -> np.ndarray:

@@ -286,15 +286,17 @@ class WanPipeline:
             source = WeightsSource.resolve(options.weights, entry.repo() if entry else None)
         self.source = source
         self.model = describe(source, name)
+        self.mesh, self.progress = None, None
 
     # weights are loaded per stage and released after it, so peak memory is one stage's
     def load(self, component: str, spec: str, subfolders=(None,), dtype: str | None = None) -> Params:
-        return _place(self.source.load(component, spec, subfolders, dtype=dtype))
+        return _place(self.source.load(component, spec, subfolders, dtype=dtype, progress=self.progress))
 
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Run the whole pipeline; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
         s = resolve_settings(options, self.native, self.model)
         self.mesh = self._make_mesh(options)
+        self.progress = progress
         image = self._check_image(options)
         timer = StageTimer(progress)
         shape = latent_shape(s, self.model)
@@ -339,7 +341,8 @@ class WanPipeline:
             raise PipelineError(f"{self.source.root or self.source.repo}: no tokenizer folder found")
         texts = [prompt_clean(prompt)] + ([prompt_clean(negative)] if negative is not None else [])
         batch = load_tokenizer(folder)(texts, max_length=MAX_SEQUENCE_LENGTH)
-        tree = self.source.load("text_encoder", "encoders/umt5", ("text_encoder", None), dtype=dtype)
+        tree = self.source.load("text_encoder", "encoders/umt5", ("text_encoder", None), dtype=dtype,
+                                progress=self.progress)
         config = self.model.text_encoder or T5Config.from_shapes({p: a.shape for p, a in tree.items()})
         params = _place(tree)
         model = T5EncoderModel(config, dtype=jnp.float32)  # fp32 encode, cast after (see DESIGN)
@@ -424,7 +427,7 @@ class WanPipeline:
         subfolders = ("high_noise_model", None) if expert == 0 else ("transformer_2", "low_noise_model")
         if not self.model.two_experts:
             subfolders = (None,)
-        tree = self.source.load(component, "wan/transformer", subfolders, dtype=dtype)
+        tree = self.source.load(component, "wan/transformer", subfolders, dtype=dtype, progress=self.progress)
         # compute in the weights' dtype, as diffusers runs the transformer in its own (bf16 checkpoints: bf16)
         model = WanTransformer(self.model.transformer, dtype=jnp.dtype(tree["proj_out/kernel"].dtype))
         params = place_transformer(model, tree, self.mesh) if self.mesh is not None else _place(tree)
