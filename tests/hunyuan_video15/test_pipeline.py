@@ -89,3 +89,26 @@ def test_settings_refuse_bad_sizes():
         SampleSettings(height=32, width=48, frames=6)
     with pytest.raises(PipelineError, match="multiples of 16"):
         SampleSettings(height=30, width=48)
+
+
+def test_bf16_weights_run_close_to_fp32(saved):
+    """Weights converted as shipped (bf16) run the DiT in bf16; the velocity stays near the fp32 one."""
+    import jax
+
+    from vidax.zoo.hunyuan_video15.pipeline import _velocity, t2v_condition
+
+    ref, root = saved
+    dit = HunyuanVideo15Transformer(TransformerConfig.from_hf_config(dict(ref.transformer.config)))
+    spec = load_spec("hunyuan_video15/transformer")
+    fp32 = unflatten(convert(spec, root, dit.param_shapes()))
+    bf16 = unflatten(convert(spec, root, dit.param_shapes(), dtype="bfloat16"))
+    assert bf16["x_embedder"]["proj"]["kernel"].dtype == jnp.bfloat16
+    assert bf16["blocks"]["attn"]["norm_q"]["scale"].dtype == jnp.float32  # the spec keeps norms in fp32
+    latents = jnp.asarray(np.random.default_rng(0).standard_normal(SETTINGS.latent_shape(1, 4)), jnp.float32)
+    prompt, negative = ours(features(1, 5, 2)), ours(features(2, 3, 0))
+    text = TextFeatures.concat(prompt, negative)
+    outs = [_velocity(dit, jax.device_put(p), text, 6.0, latents, jnp.float32(500.0), None, t2v_condition(dit, latents))
+            for p in (fp32, bf16)]
+    assert outs[1].dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(outs[1])))
+    scale = float(jnp.abs(outs[0]).max())
+    assert float(jnp.abs(outs[1] - outs[0]).max()) < 0.05 * scale  # bf16 keeps ~3 significant digits

@@ -204,11 +204,14 @@ def _velocity(transformer: HunyuanVideo15Transformer, params: Params, text: Text
               latents: jax.Array, timestep: jax.Array, timestep_r: jax.Array | None, cond: ImageCondition) -> jax.Array:
     """One DiT call (both CFG branches as one batch, sharing the image condition) and the guided velocity."""
     branches = 1 if guidance is None else 2
-    x = jnp.concatenate([jnp.concatenate([latents, cond.latents.astype(latents.dtype)], axis=1)] * branches, axis=0)
-    tokens = jnp.concatenate([cond.tokens.astype(latents.dtype)] * branches, axis=0)
+    dtype = params["x_embedder"]["proj"]["kernel"].dtype  # compute in the weights' dtype (bf16 as shipped)
+    x = jnp.concatenate([latents, cond.latents.astype(latents.dtype)], axis=1).astype(dtype)
+    x = jnp.concatenate([x] * branches, axis=0)
+    tokens = jnp.concatenate([cond.tokens.astype(dtype)] * branches, axis=0)
     t = jnp.broadcast_to(timestep, (x.shape[0],)).astype(jnp.float32)
     t_r = None if timestep_r is None else jnp.broadcast_to(timestep_r, (x.shape[0],)).astype(jnp.float32)
-    out = transformer(params, x, t, text.text, text.text_mask, text.text_2, text.text_mask_2, tokens, t_r)
+    out = transformer(params, x, t, text.text.astype(dtype), text.text_mask, text.text_2.astype(dtype),
+                      text.text_mask_2, tokens, t_r).astype(jnp.float32)
     return out if guidance is None else guide_batched(out, guidance)
 
 
