@@ -22,7 +22,7 @@ from flax import traverse_util
 from vidax.translator import convert, load_spec
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.offload import StreamedDiT
-from vidax.zoo.runtime import use_mesh
+from vidax.zoo.runtime import BF16, use_mesh
 from vidax.zoo.wan.config import WanConfigError, WanTransformerConfig
 from vidax.zoo.wan.rope import rope_tables
 from vidax.zoo.wan.sharding import DIT_RULES, place_transformer
@@ -278,6 +278,7 @@ def test_bf16_activations_keep_an_fp32_residual_stream(cases, spec):
     out = _forward(model, params, *as_jax(case.inputs))
     # bf16 weights and matmuls: ~3 significant digits, far from a structural error (outputs ~1)
     np.testing.assert_allclose(np.asarray(out, np.float32), case.want, rtol=0, atol=5e-2)
+    assert WanTransformer.with_precision(case.model.cfg, BF16) == model  # runtime default: bf16 + fp32 residual
     bf16_stream = WanTransformer(case.model.cfg, dtype=jnp.bfloat16, residual_dtype=jnp.bfloat16)
     assert jax.jit(bf16_stream.embed)(params, *as_jax(case.inputs))[0].dtype == jnp.bfloat16
 

@@ -26,6 +26,7 @@ from flax import struct
 from vidax.zoo.attention import attention
 from vidax.zoo.dit import Params, forward, scan_blocks
 from vidax.zoo.layers import Dense, LayerNorm, RMSNorm, gelu_exact, gelu_tanh, logical_param
+from vidax.zoo.runtime import Precision
 from vidax.zoo.sharding import constrain
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.rope import apply_rope, rope_tables
@@ -287,6 +288,11 @@ class WanTransformer:
         self.embedder = Embedder(cfg, dtype, residual_dtype)
         self.block = WanBlock(cfg, dtype)
         self.head_module = Head(cfg, dtype)
+
+    @classmethod
+    def with_precision(cls, cfg: WanTransformerConfig, precision: Precision) -> "WanTransformer":
+        """The model under a runtime `Precision` (its activations and residual dtypes)."""
+        return cls(cfg, dtype=precision.activations, residual_dtype=precision.residual)
 
     # equal models share jit caches when passed as a static argument (e.g. a reloaded expert)
     def _key(self) -> tuple:
