@@ -71,9 +71,12 @@ def t5_cases(tmp_path):
         model = perturb(transformers.T5EncoderModel(transformers.T5Config(**test_t5.SIZES, feed_forward_proj=ff)))
         model.save_pretrained(tmp_path / name / "text_encoder")
         table = "encoder/block_0/layer_0/SelfAttention/relative_attention_bias/embedding"
-        cases.append(SpecCase(name, tmp_path / name, expected_tree(
-            model.state_dict(), drop=r"encoder\.embed_tokens\.weight",
-            renames={table: "encoder/relative_attention_bias/embedding"})))
+        expected = expected_tree(model.state_dict(), drop=r"encoder\.embed_tokens\.weight",
+                                 renames={table: "encoder/relative_attention_bias/embedding"})
+        cases.append(SpecCase(name, tmp_path / name, expected))
+        glyph = tmp_path / f"glyph_{name}" / "byt5_model.pt"
+        test_t5.glyph_checkpoint(model, glyph, wrapped=name == "v1_1")
+        cases.append(SpecCase(f"glyph_{name}", glyph, expected))
     return cases
 
 

@@ -132,3 +132,27 @@ def test_official_wan_umt5_round_trip(umt5_reference, tmp_path):
     with torch.no_grad():
         expected = umt5_reference(torch.from_numpy(IDS).long(), attention_mask=torch.from_numpy(MASK)).last_hidden_state
     assert_close(ours.apply(params, IDS, MASK)[0], expected)
+
+
+def glyph_checkpoint(reference, path, wrapped: bool) -> None:
+    """A ByT5 encoder saved as HunyuanVideo-1.5's Glyph-SDXL-v2 `byt5_model.pt` (encoder-stack keys)."""
+    stack = {k.removeprefix("encoder."): v for k, v in reference.state_dict().items() if k != "shared.weight"}
+    if wrapped:  # as Glyph-SDXL-v2 trained it: the text tower's encoder inside a wrapped module, beside other parts
+        state = {"module.text_tower.encoder." + k: v for k, v in stack.items()}
+        state["module.text_tower.mapper.weight"] = torch.zeros(2, 2)
+        stack = {"state_dict": state}
+    path.parent.mkdir(parents=True)
+    torch.save(stack, path)
+
+
+@requires_pth_reader
+@pytest.mark.parametrize("wrapped", [False, True], ids=["bare", "wrapped"])
+def test_official_hunyuan15_glyph_byt5_round_trip(tmp_path, wrapped):
+    config = transformers.T5Config(**{**SIZES, "vocab_size": 390}, feed_forward_proj="gated-gelu")  # + added tokens
+    reference = perturb(transformers.T5EncoderModel(config), seed=2)
+    glyph_checkpoint(reference, tmp_path / "text_encoder" / "Glyph-SDXL-v2" / "checkpoints" / "byt5_model.pt", wrapped)
+    ours = T5EncoderModel(T5Config.from_hf_config(reference.config.to_dict()))
+    params = converted_params("encoders/t5", tmp_path, ours, IDS, MASK)
+    with torch.no_grad():
+        expected = reference(torch.from_numpy(IDS).long(), attention_mask=torch.from_numpy(MASK)).last_hidden_state
+    assert_close(ours.apply(params, IDS, MASK)[0], expected)
