@@ -112,3 +112,14 @@ def test_truncation_side_and_class_name(tmp_path, tokenizer_class):
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     ours, reference = load_tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder)
     assert_same(ours, reference, ["a cat", TEXTS[2]], padding="max_length", max_length=10, truncation=True)
+
+
+def test_byt5_added_glyph_tokens_match_transformers(tmp_path):
+    # HunyuanVideo-1.5's official ByT5 tokenizer: google/byt5-small plus colour and font tokens
+    names = ["<color-0>", "<color-1>", "<en-font-0>", "<zh-font-3>"]
+    transformers.ByT5Tokenizer().save_pretrained(tmp_path)
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    reference.add_tokens(names, special_tokens=True)
+    ours = load_tokenizer(tmp_path).with_added_tokens(names)
+    text = 'Text "SALE" <color-1><en-font-0>. Text "开业" <zh-font-3>. '
+    assert_same(ours, reference, [text, "<color-0>"], padding="max_length", max_length=48, truncation=True)

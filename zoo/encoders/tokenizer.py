@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
@@ -161,6 +162,20 @@ class ByteTokenizer(Tokenizer):
         self.splitter = _SpecialSplitter(added)
         self.eos_id = added.get(settings.eos_token or "</s>", (1,))[0]
         super().__init__(settings, added.get(settings.pad_token or "<pad>", (0,))[0])
+
+    def with_added_tokens(self, names: Sequence[str]) -> ByteTokenizer:
+        """A copy that also knows `names` as single special tokens, numbered after the existing vocabulary
+        (transformers' `add_tokens(names, special_tokens=True)`; HunyuanVideo-1.5's official ByT5 adds
+        its `<color-N>` / `<xx-font-N>` tokens this way)."""
+        added = dict(self.splitter.added)
+        next_id = max(256 + self.OFFSET, max(i for i, _, _ in added.values()) + 1)
+        for name in names:
+            if name not in added:
+                added[name] = (next_id, False, False)
+                next_id += 1
+        settings = dataclasses.replace(self.settings, added_tokens={
+            i: {"content": n, "lstrip": l, "rstrip": r} for n, (i, l, r) in added.items()})
+        return ByteTokenizer(settings)
 
     def encode(self, text, add_special_tokens, max_length):
         ids: list[int] = []
