@@ -57,7 +57,7 @@ from vidax.zoo.pipeline import (
     release,
 )
 from vidax.zoo.runtime import use_mesh
-from vidax.zoo.samplers import cfg, expert_for_timestep, sample
+from vidax.zoo.samplers import cfg, expert_for_timestep, initial_noise, sample
 from vidax.zoo.samplers.configs import stepper_from_config
 from vidax.zoo.video_io import read_image
 from vidax.zoo.wan.config import WanTransformerConfig
@@ -101,6 +101,7 @@ NATIVE: dict[str, WanSettings] = {
     "wan2.2-i2v-a14b": WanSettings(height=720, width=1280, steps=40, shift=5.0, guidance=3.5, guidance_2=3.5,
                                    boundary_ratio=0.9),
 }
+
 
 def prompt_clean(text: str) -> str:
     """diffusers' Wan `prompt_clean`: ftfy (when installed, as there), HTML unescape, whitespace collapse."""
@@ -301,8 +302,8 @@ class WanPipeline:
         timer = StageTimer(progress)
         shape = latent_shape(s, self.model)
         noise = (load_latents(options.latents, shape) if options.latents is not None
-                 else np.asarray(jax.random.normal(jax.random.key(options.seed), shape, jnp.float32)))
-        guided = s.guidance > 1.0 or (s.guidance_2 is not None and s.guidance_2 > 1.0)
+                 else np.asarray(initial_noise(jax.random.key(options.seed), shape)))
+        guided = s.guidance > 1.0  # as diffusers: the first expert's scale decides, guidance_2 then applies as is
         with timer.stage("text encode"):
             text = self.encode_prompts(options.prompt, s.negative_prompt if guided else None, options.dtype)
         image_embeds, condition = None, None
@@ -403,7 +404,7 @@ class WanPipeline:
         def on_step(i, latents):
             latents.block_until_ready()
             now = time.perf_counter()
-            timer.progress.advance("denoise", 1, f"{now - last[0]:.2f} s/step")
+            timer.progress.advance("denoise", 1, f"{now - last[0]:.3g} s/step")
             last[0] = now
 
         on_mesh = use_mesh(self.mesh, DIT_RULES) if self.mesh is not None else contextlib.nullcontext()
