@@ -140,11 +140,11 @@ def test_decode_compiles_first_and_steady_chunks_once(tiny21):
     vae, tree = tiny21
     params = _params(tree)
     z = jnp.zeros((1, 16, 4, 1, 2), jnp.float32)  # a shape no other test uses
-    before = _run_chunk._cache_size()
+    before = _run_chunk.jitted._cache_size()
     vae.decode(params, z)
-    assert _run_chunk._cache_size() - before == 2  # first chunk + steady state, not one per chunk
+    assert _run_chunk.jitted._cache_size() - before == 2  # first chunk + steady state, not one per chunk
     vae.decode(params, jnp.zeros((1, 16, 6, 1, 2), jnp.float32))
-    assert _run_chunk._cache_size() - before == 2
+    assert _run_chunk.jitted._cache_size() - before == 2
 
 
 def test_sharded_decode_matches_one_device(tiny21):
