@@ -129,6 +129,20 @@ def _reference_a14b(folder: Path):
     return pipe
 
 
+def _reference_i2v_a14b(folder: Path):
+    """Wan2.2 I2V-A14B: two 36-channel experts (boundary 0.9), no CLIP branch."""
+    torch.manual_seed(4)
+    build_tokenizer(folder.parent / "tokenizer_source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder.parent / "tokenizer_source")
+    parts = dict(text_encoder=_text_encoder(len(tokenizer)), vae=_vae(), transformer=_transformer(in_channels=36),
+                 transformer_2=_transformer(in_channels=36))
+    for seed, module in enumerate(parts.values()):
+        _perturb(module, 40 + seed)
+    pipe = diffusers.WanImageToVideoPipeline(tokenizer=tokenizer, scheduler=_scheduler(), boundary_ratio=0.9, **parts)
+    pipe.save_pretrained(folder)
+    return pipe
+
+
 def _latents(shape, seed=1):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
@@ -183,11 +197,14 @@ def ti2v(tmp_path_factory):
     Image.fromarray(pixels).save(folder / "first.png")
     latents = _latents((1, 8, (FRAMES - 1) // 4 + 1, HEIGHT // 16, 64 // 16), seed=4)
     np.save(folder / "latents.npy", latents.numpy())
+    t2v_pipe = diffusers.WanPipeline(tokenizer=pipe.tokenizer, text_encoder=pipe.text_encoder, vae=pipe.vae,
+                                     scheduler=pipe.scheduler, transformer=pipe.transformer, expand_timesteps=True)
+    common = dict(negative_prompt=NEGATIVE, height=HEIGHT, width=64, num_frames=FRAMES, num_inference_steps=STEPS,
+                  guidance_scale=GUIDANCE, output_type="np")
     with torch.no_grad():
-        frames = pipe(Image.open(folder / "first.png"), PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=64,
-                      num_frames=FRAMES, num_inference_steps=STEPS, guidance_scale=GUIDANCE,
-                      latents=latents.clone(), output_type="np").frames[0]
-    return folder, folder / "first.png", folder / "latents.npy", frames
+        frames = pipe(Image.open(folder / "first.png"), PROMPT, latents=latents.clone(), **common).frames[0]
+        t2v_frames = t2v_pipe(PROMPT, latents=latents.clone(), **common).frames[0]
+    return folder, folder / "first.png", folder / "latents.npy", frames, t2v_frames
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +219,23 @@ def a14b(tmp_path_factory):
                       num_inference_steps=STEPS, guidance_scale=GUIDANCE, guidance_scale_2=3.0,
                       latents=latents.clone(), output_type="np").frames[0]
     return folder, folder / "latents.npy", frames
+
+
+@pytest.fixture(scope="module")
+def i2v_a14b(tmp_path_factory):
+    """(folder, image path, latents .npy, diffusers frames) of one tiny Wan2.2 I2V-A14B run."""
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("wan_i2v_a14b")
+    pipe = _reference_i2v_a14b(folder / "model")
+    Image.fromarray(np.random.default_rng(6).integers(0, 256, (32, 48, 3), dtype=np.uint8)).save(folder / "first.png")
+    latents = _latents((1, 16, (FRAMES - 1) // 4 + 1, HEIGHT // 8, WIDTH // 8), seed=6)
+    np.save(folder / "latents.npy", latents.numpy())
+    with torch.no_grad():
+        frames = pipe(Image.open(folder / "first.png"), PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH,
+                      num_frames=FRAMES, num_inference_steps=STEPS, guidance_scale=GUIDANCE, guidance_scale_2=2.0,
+                      latents=latents.clone(), output_type="np").frames[0]
+    return folder, folder / "first.png", folder / "latents.npy", frames
 
 
 def test_t2v_matches_diffusers(t2v, tmp_path):
@@ -225,8 +259,15 @@ def test_i2v_matches_diffusers(i2v, tmp_path):
 
 
 def test_ti2v_image_to_video_matches_diffusers(ti2v, tmp_path):
-    folder, image, latents, expected = ti2v
+    folder, image, latents, expected, _ = ti2v
     result = generate(_options(folder, latents, tmp_path / "v.npy", model="wan2.2-ti2v-5b", image=image, width=64))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+def test_ti2v_text_to_video_matches_diffusers(ti2v, tmp_path):
+    """The same TI2V-5B checkpoint without an image: diffusers' WanPipeline with per-token timesteps."""
+    folder, _, latents, _, expected = ti2v
+    result = generate(_options(folder, latents, tmp_path / "v.npy", model="wan2.2-ti2v-5b", width=64))
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
 
@@ -237,6 +278,12 @@ def test_a14b_switches_experts_like_diffusers(a14b, tmp_path):
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
     swapped = generate(_options(folder, latents, tmp_path / "w.npy", model="wan2.2-t2v-a14b", guidance_2=4.0))
     assert np.abs(swapped.frames - expected).max() > 10 * FRAME_ATOL  # the second guidance scale is used
+
+
+def test_i2v_a14b_matches_diffusers(i2v_a14b, tmp_path):
+    folder, image, latents, expected = i2v_a14b
+    result = generate(_options(folder, latents, tmp_path / "v.npy", model="wan2.2-i2v-a14b", image=image, guidance_2=2.0))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
 
 def test_i2v_needs_an_image(i2v, tmp_path):
