@@ -55,9 +55,10 @@ from vidax.zoo.pipeline import (
     WeightsSource,
     load_latents,
     release,
+    seeded_noise,
 )
 from vidax.zoo.runtime import use_mesh
-from vidax.zoo.samplers import cfg, expert_for_timestep, initial_noise, sample
+from vidax.zoo.samplers import cfg, expert_for_timestep, sample
 from vidax.zoo.samplers.configs import stepper_from_config
 from vidax.zoo.video_io import read_image
 from vidax.zoo.wan.config import WanTransformerConfig
@@ -302,7 +303,7 @@ class WanPipeline:
         timer = StageTimer(progress)
         shape = latent_shape(s, self.model)
         noise = (load_latents(options.latents, shape) if options.latents is not None
-                 else np.asarray(initial_noise(jax.random.key(options.seed), shape)))
+                 else seeded_noise(options.seed, shape))
         guided = s.guidance > 1.0  # as diffusers: the first expert's scale decides, guidance_2 then applies as is
         with timer.stage("text encode"):
             text = self.encode_prompts(options.prompt, s.negative_prompt if guided else None, options.dtype)
