@@ -120,7 +120,7 @@ def main_command(
         model=model, prompt=prompt, negative_prompt=negative_prompt, image=image, weights=weights, height=height,
         width=width, frames=frames, steps=steps, guidance=guidance, guidance_2=guidance_2, shift=shift,
         sampler=sampler, seed=seed, tp=tp, sp=sp, dp=dp, latents=latents, save_latents=save_latents, out=out,
-        dtype=dtype, compile_cache=not no_compile_cache)
+        dtype=dtype, compile_cache=False if no_compile_cache else None)
     raise typer.Exit(run_guarded(lambda: run(options), debug=debug, errors=_user_errors()))
 
 

@@ -51,7 +51,7 @@ class GenerateOptions:
       save_latents: also write the final latents next to the video (`out.latents.npy`).
       out: `.mp4` or `.npy` output path.
       dtype: weights/compute dtype override ("float32", "bfloat16"); default the specs' policy.
-      compile_cache: use jax's persistent compilation cache.
+      compile_cache: use jax's persistent compilation cache (None: on unless VIDAX_NO_COMPILE_CACHE=1).
     """
 
     model: str
@@ -75,7 +75,7 @@ class GenerateOptions:
     save_latents: bool = False
     out: Path = Path("out.mp4")
     dtype: str | None = None
-    compile_cache: bool = True
+    compile_cache: bool | None = None
 
 
 @dataclasses.dataclass
