@@ -22,7 +22,7 @@ from vidax.zoo.mesh import make_mesh
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import place
 from vidax.zoo.wan.vae import (
-    WAN21_VAE, WAN_VAE_RULES, WanVAE, WanVAEConfig, WanVAEError, _run_chunk, denormalize_latents, normalize_latents,
+    WAN21_VAE, WAN22_VAE, WAN_VAE_RULES, WanVAE, WanVAEConfig, WanVAEError, _run_chunk, denormalize_latents, normalize_latents,
 )
 
 torch = pytest.importorskip("torch")
@@ -178,6 +178,52 @@ def test_official_21_config_is_the_diffusers_default():
     defaults = {name: p.default for name, p in inspect.signature(AutoencoderKLWan.__init__).parameters.items()
                 if p.default is not inspect.Parameter.empty}
     assert WanVAEConfig.from_hf_config(defaults) == WAN21_VAE
+
+
+@pytest.mark.parametrize("config", [WAN21_VAE, WAN22_VAE], ids=["wan2.1", "wan2.2"])
+def test_official_configs_build_the_released_trees(config):
+    """The fixed configs of the official single files give diffusers' tree for the same config (meta device)."""
+    import dataclasses
+
+    from diffusers import AutoencoderKLWan
+
+    with torch.device("meta"):
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        model = AutoencoderKLWan(**{k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()})
+    expected = {}
+    for key, tensor in model.state_dict().items():
+        path, kind = fixtures.tree_leaf(key)
+        shape = tuple(tensor.shape)
+        expected[path] = (shape[0],) if kind == "gamma" else (*shape[2:], shape[1], shape[0]) if kind == "kernel" else shape
+    assert WanVAE(config).param_shapes() == expected
+
+
+def test_official_repo_root_finds_the_vae_not_the_dit(case, tmp_path):
+    """An official repo keeps its DiT as root-level diffusion_pytorch_model*.safetensors beside the VAE file."""
+    from safetensors.numpy import save_file
+
+    _, official_root = fixtures.save_checkpoints(case["spec"], case["model"], tmp_path)
+    save_file({"blocks.0.self_attn.q.weight": np.zeros((4, 4), np.float32)},
+              official_root / "diffusion_pytorch_model.safetensors")
+    tree = convert(load_spec(case["spec"]), official_root, case["vae"].param_shapes())
+    assert set(tree) == set(case["trees"]["official"])
+
+
+@pytest.mark.parametrize("spec, repo_files, wanted", [
+    ("wan/vae", ["Wan2.1_VAE.pth", "diffusion_pytorch_model.safetensors", "models_t5_umt5-xxl-enc-bf16.pth"],
+     "Wan2.1_VAE.pth"),
+    ("wan/vae22", ["Wan2.2_VAE.pth", "diffusion_pytorch_model-00001-of-00003.safetensors"], "Wan2.2_VAE.pth"),
+    ("wan/vae", ["transformer/diffusion_pytorch_model.safetensors", "vae/diffusion_pytorch_model.safetensors"],
+     "vae/diffusion_pytorch_model*.safetensors"),
+])
+def test_hub_download_fetches_only_the_vae(monkeypatch, spec, repo_files, wanted):
+    import huggingface_hub
+
+    from vidax.translator.sources import hub_patterns
+
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo, revision=None: repo_files)
+    patterns = hub_patterns("Wan-AI/some-repo", list(load_spec(spec).layouts.values()), None, None)
+    assert patterns[0] == wanted
 
 
 def test_encode_rejects_frame_counts_off_the_chunk_grid():

@@ -98,19 +98,25 @@ def reference(spec: str, seed: int = 0):
     return model.eval()
 
 
+def tree_leaf(key: str) -> tuple[str, str]:
+    """diffusers key -> (tree path, kind): module path `a.b.0` -> `a/b_0`; weight -> kernel."""
+    module, _, param = key.rpartition(".")
+    path = re.sub(r"\.(\d+)", r"_\1", module).replace(".", "/")
+    leaf = {"gamma": "gamma", "weight": "kernel", "bias": "bias"}[param]
+    return f"{path}/{leaf}", leaf
+
+
 def expected_tree(state: dict) -> dict[str, np.ndarray]:
-    """The converted tree from the diffusers state dict alone: module path -> `a/b_0`, conv kernels channels-last."""
+    """The converted tree from the diffusers state dict alone: renamed, conv kernels channels-last."""
     tree = {}
     for key, tensor in state.items():
-        module, _, param = key.rpartition(".")
-        path = re.sub(r"\.(\d+)", r"_\1", module).replace(".", "/")
+        path, kind = tree_leaf(key)
         value = tensor.numpy()
-        if param == "gamma":  # [C, 1, 1(, 1)] -> [C]
-            tree[f"{path}/gamma"] = value.reshape(-1)
-        elif param == "weight":  # Conv2d/Conv3d (O, I, *k) -> (*k, I, O)
-            tree[f"{path}/kernel"] = np.ascontiguousarray(np.moveaxis(value, (0, 1), (-1, -2)))
-        else:
-            tree[f"{path}/bias"] = value
+        if kind == "gamma":  # [C, 1, 1(, 1)] -> [C]
+            value = value.reshape(-1)
+        elif kind == "kernel":  # Conv2d/Conv3d (O, I, *k) -> (*k, I, O)
+            value = np.ascontiguousarray(np.moveaxis(value, (0, 1), (-1, -2)))
+        tree[path] = value
     return tree
 
 
