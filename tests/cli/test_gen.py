@@ -51,6 +51,14 @@ def test_unknown_model_is_one_line():
     _one_line_error(_invoke("wan2.1-t2v-1.3bb", "--prompt", PROMPT), "did you mean wan2.1-t2v-1.3b")
 
 
+@pytest.mark.parametrize("args, fragment", [
+    (("wan2.1-t2v-1.3b",), "Wan-AI/Wan2.1-T2V-1.3B-Diffusers: not in the local Hugging Face cache"),  # HF_HUB_OFFLINE
+    (("wan2.1-t2v-1.3b", "--weights", "/no/such/folder"), "/no/such/folder: no such folder, and not a Hub repo id"),
+])
+def test_weights_errors_are_one_line(tmp_path, args, fragment):
+    _one_line_error(_invoke(*args, "--prompt", PROMPT, "--out", str(tmp_path / "v.mp4")), fragment)
+
+
 @pytest.mark.parametrize("flags, fragment", [
     (("--frames", "8"), "--frames 8 is not of the form 4k+1; nearest valid: 9"),
     (("--height", "70"), "--height 70 is not a multiple of 16 for this model; nearest valid: 64"),
