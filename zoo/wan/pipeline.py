@@ -337,7 +337,7 @@ class WanPipeline:
     # 1. text ----------------------------------------------------------------------------------
 
     def encode_prompts(self, prompt: str, negative: str | None, dtype: str | None) -> jax.Array:
-        """`[1 or 2, 512, text_dim]` UMT5 embeddings (cond, then uncond when guided), in the DiT's dtype."""
+        """`[1 or 2, 512, text_dim]` fp32 UMT5 embeddings (cond, then uncond when guided); zero past each prompt."""
         folder = self.source.find("tokenizer", "google/umt5-xxl", component="text_encoder")
         if folder is None:
             raise PipelineError(f"{self.source.root or self.source.repo}: no tokenizer folder found")
