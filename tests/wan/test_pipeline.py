@@ -158,6 +158,9 @@ def t2v(tmp_path_factory):
         frames = pipe(PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
                       num_inference_steps=STEPS, guidance_scale=GUIDANCE, latents=latents.clone(),
                       output_type="np").frames[0]
+        unguided = pipe(PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, num_inference_steps=STEPS,
+                        guidance_scale=1.0, latents=latents.clone(), output_type="np").frames[0]
+    np.save(folder / "unguided.npy", unguided)
     return folder, folder / "latents.npy", frames
 
 
@@ -290,6 +293,13 @@ def test_i2v_needs_an_image(i2v, tmp_path):
     folder, _, latents, _ = i2v
     with pytest.raises(PipelineError, match="give --image"):
         generate(_options(folder, latents, tmp_path / "v.npy", model="wan2.1-i2v-14b-480p"))
+
+
+def test_t2v_without_guidance_matches_diffusers(t2v, tmp_path):
+    """guidance 1: one DiT pass per step on the prompt alone (diffusers skips the negative branch)."""
+    folder, latents, _ = t2v
+    result = generate(_options(folder, latents, tmp_path / "v.npy", guidance=1.0))
+    np.testing.assert_allclose(result.frames, np.load(folder / "unguided.npy"), atol=FRAME_ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("tp, sp, dp", [(2, 1, 2), (1, 2, 1)])
