@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 from pathlib import Path
 
 import jax
@@ -22,7 +23,8 @@ from vidax.zoo.mesh import make_mesh
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import place
 from vidax.zoo.wan.vae import (
-    WAN21_VAE, WAN22_VAE, WAN_VAE_RULES, WanVAE, WanVAEConfig, WanVAEError, _run_chunk, denormalize_latents, normalize_latents,
+    WAN21_VAE, WAN22_VAE, WAN_VAE_RULES, MidBlock, Resample, ResidualBlock, ResidualDownBlock, UpBlock, WanVAE,
+    WanVAEConfig, WanVAEError, _run_chunk, denormalize_latents, normalize_latents,
 )
 
 torch = pytest.importorskip("torch")
@@ -128,12 +130,49 @@ def test_spec_refuses_the_other_vae(case, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny21(tmp_path_factory):
+def converted(tmp_path_factory):
+    """spec -> (reference, our VAE, its tree converted from the diffusers layout), built once each."""
+    built = {}
+
+    def get(spec: str):
+        if spec not in built:
+            model = fixtures.reference(spec)
+            diffusers_root, _ = fixtures.save_checkpoints(spec, model, tmp_path_factory.mktemp(spec.replace("/", "_")))
+            vae = WanVAE(WanVAEConfig.from_hf_config(dict(model.config)))
+            built[spec] = model, vae, convert(load_spec(spec), diffusers_root, vae.param_shapes())
+        return built[spec]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def tiny21(converted):
     """The 2.1-style reference's VAE and its converted tree (diffusers layout)."""
-    model = fixtures.reference("wan/vae")
-    diffusers_root, _ = fixtures.save_checkpoints("wan/vae", model, tmp_path_factory.mktemp("tiny21"))
-    vae = WanVAE(WanVAEConfig.from_hf_config(dict(model.config)))
-    return vae, convert(load_spec("wan/vae"), diffusers_root, vae.param_shapes())
+    return converted("wan/vae")[1:]
+
+
+# (spec, block path, our block, input channels): blocks whose reference runs without the chunk
+# cache (zero-padded causal convs, no time resampling), so one call compares them whole.
+BLOCKS = [
+    ("wan/vae", "encoder/down_blocks_3", lambda: ResidualBlock(16), 8),  # with the 1x1x1 shortcut conv
+    ("wan/vae", "encoder/down_blocks_2", lambda: Resample("downsample2d", 8), 8),
+    ("wan/vae", "decoder/mid_block", lambda: MidBlock(), 32),  # resnet, attention, resnet
+    ("wan/vae", "decoder/up_blocks_3", lambda: UpBlock(8, 2, None, False), 8),
+    ("wan/vae22", "encoder/down_blocks_0", lambda: ResidualDownBlock(8, 2, False, True), 8),  # + AvgDown3D
+    ("wan/vae22", "decoder/up_blocks_3", lambda: UpBlock(12, 2, None, True), 24),
+]
+
+
+@pytest.mark.parametrize("spec, path, block, channels", BLOCKS, ids=[f"{s}:{p}" for s, p, _, _ in BLOCKS])
+def test_block(converted, spec, path, block, channels):
+    model, _, tree = converted(spec)
+    reference = model.get_submodule(re.sub(r"_(\d+)(?=/|$)", r".\1", path).replace("/", "."))  # up_blocks_3 -> up_blocks.3
+    x = torch.randn(1, channels, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = _np(reference(x))
+    params = _params({k[len(path) + 1:]: v for k, v in tree.items() if k.startswith(path + "/")})
+    ours, _ = block().apply({"params": params}, jnp.asarray(_np(x).transpose(0, 2, 3, 4, 1)), mutable=["cache"])
+    np.testing.assert_allclose(np.asarray(ours).transpose(0, 4, 1, 2, 3), expected, atol=ATOL, rtol=1e-5)
 
 
 def test_decode_compiles_first_and_steady_chunks_once(tiny21):
