@@ -32,8 +32,8 @@ class LazyTree(Mapping):
     def __len__(self) -> int:
         return len(self.leaves)
 
-    def chunks(self, path: str) -> Iterator[np.ndarray]:
-        return executor.chunks(self.leaves[path], self.source.checkpoint)
+    def chunks(self, path: str, alloc=np.empty) -> Iterator[np.ndarray]:
+        return executor.chunks(self.leaves[path], self.source.checkpoint, alloc)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {p: leaf.shape for p, leaf in self.leaves.items()}

@@ -276,12 +276,12 @@ def zero_copy_view(leaf: LeafPlan, ckpt: Checkpoint) -> np.ndarray | None:
     return view if view.dtype == leaf.dtype and view.flags.c_contiguous else None
 
 
-def materialize(leaf: LeafPlan, ckpt: Checkpoint) -> np.ndarray:
+def materialize(leaf: LeafPlan, ckpt: Checkpoint, alloc=np.empty) -> np.ndarray:
     """The leaf as an array: a zero-copy view when possible, else one preallocated buffer."""
     view = zero_copy_view(leaf, ckpt)
     if view is not None:
         return view
-    out = np.empty(leaf.shape, leaf.dtype)
+    out = alloc(leaf.shape, leaf.dtype)
     if leaf.stacked:
         for layer, pieces in _by_layer(leaf).items():
             _fill(leaf, pieces, out[layer], ckpt)
@@ -290,15 +290,19 @@ def materialize(leaf: LeafPlan, ckpt: Checkpoint) -> np.ndarray:
     return out
 
 
-def chunks(leaf: LeafPlan, ckpt: Checkpoint) -> Iterator[np.ndarray]:
-    """The leaf's bytes in C order as a few arrays (one per layer when stacked), for streaming writes."""
+def chunks(leaf: LeafPlan, ckpt: Checkpoint, alloc=np.empty) -> Iterator[np.ndarray]:
+    """The leaf's bytes in C order as a few arrays (one per layer when stacked), for streaming writes.
+
+    `alloc(shape, dtype)` supplies the buffers; a writer that recycles them saves the page faults
+    of fresh allocations. Each yielded buffer is new to the caller (never refilled while held).
+    """
     if not leaf.stacked:
-        yield materialize(leaf, ckpt)
+        yield materialize(leaf, ckpt, alloc)
         for piece in leaf.pieces:  # a zero-copy leaf was written straight from the mapping
             ckpt.release(piece.key)
         return
     for _, pieces in sorted(_by_layer(leaf).items()):
-        buffer = np.empty(leaf.shape[1:], leaf.dtype)  # fresh per layer: the writer may still hold the last one
+        buffer = alloc(leaf.shape[1:], leaf.dtype)
         _fill(leaf, pieces, buffer, ckpt)
         yield buffer
 

@@ -76,13 +76,24 @@ def is_complete(out_dir: Path, digest: str | None = None) -> bool:
 class _BackgroundWriter:
     """Writes buffers to a file on a second thread so that converting the next chunk overlaps the
     write (the write is usually disk-bound). At most `depth` chunks wait; a write error is raised
-    in the caller on its next call or on close."""
+    in the caller on its next call or on close. Buffers made by `alloc` are recycled once written,
+    which spares a page fault per 4 KiB of every fresh buffer."""
 
     def __init__(self, fh, depth: int = 3):
         self.fh, self.error = fh, None
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.free: dict[tuple, list[np.ndarray]] = {}
+        self.owned: set[int] = set()
         self.thread = threading.Thread(target=self._run, name="vidax-writer", daemon=True)
         self.thread.start()
+
+    def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        pool = self.free.get((tuple(shape), np.dtype(dtype)))
+        if pool:
+            return pool.pop()
+        array = np.empty(shape, dtype)
+        self.owned.add(id(array))
+        return array
 
     def _run(self) -> None:
         while (item := self.queue.get()) is not None:
@@ -91,6 +102,8 @@ class _BackgroundWriter:
                     write_chunks(self.fh, iter([item]))
                 except BaseException as err:  # handed to the caller thread
                     self.error = err
+            if id(item) in self.owned:
+                self.free.setdefault((item.shape, item.dtype), []).append(item)
 
     def write(self, data) -> None:
         if self.error is not None:
@@ -111,7 +124,7 @@ def _write_shard(path: Path, tree: Mapping, names: list[str], info: dict, progre
         writer = _BackgroundWriter(fh)
         try:
             for name in names:
-                for chunk in tree.chunks(name) if streaming else iter([np.asarray(tree[name])]):
+                for chunk in tree.chunks(name, writer.alloc) if streaming else iter([np.asarray(tree[name])]):
                     writer.write(chunk)
                     if progress:
                         progress(chunk.nbytes)
