@@ -8,6 +8,7 @@ tree); the text towers come from the source's `text_encoder/` + `tokenizer/` (Qw
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Any, Mapping
@@ -16,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from vidax.translator.registry import load_registry
 from vidax.zoo import registry
@@ -36,7 +38,9 @@ from vidax.zoo.hunyuan_video15.pipeline import (
 from vidax.zoo.hunyuan_video15.text import PromptEncoder
 from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
-from vidax.zoo.mesh import check_heads
+from vidax.zoo.hunyuan_video15.sharding import DIT_RULES, place_transformer
+from vidax.zoo.mesh import check_heads, make_mesh
+from vidax.zoo.runtime import use_mesh
 from vidax.zoo.video_io import read_image
 from vidax.zoo.pipeline import (
     GenerateOptions,
@@ -99,9 +103,7 @@ class HunyuanVideo15Generator:
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Run the whole pipeline; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
         image = self._check_image(options)
-        if options.dp * options.tp * options.sp > 1:
-            raise PipelineError("multi-device runs of the HunyuanVideo-1.5 pipeline are not wired yet; "
-                                "use --tp/--sp/--dp 1")
+        mesh = make_mesh(options.dp, options.tp, options.sp)  # a clear error when the devices do not suffice
         native = self.native
         if image is not None:  # the reference sizes image-to-video by the image's aspect
             height, width = bucket_size(*image.shape[:2], self.target_size)
@@ -120,7 +122,7 @@ class HunyuanVideo15Generator:
             with timer.stage("image encode"):
                 condition = self.encode_image(image, s, vae_cfg, shape, options.dtype)
         with timer.stage("denoise", total=s.steps):
-            latents = self.denoise(s, noise, prompt, neg, condition, timer, options.dtype)
+            latents = self.denoise(s, noise, prompt, neg, condition, timer, options.dtype, mesh)
         with timer.stage("decode"):
             frames = self.decode(latents, vae_cfg)
         settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name,
@@ -181,12 +183,17 @@ class HunyuanVideo15Generator:
         return condition
 
     def denoise(self, s: SampleSettings, noise: np.ndarray, prompt, negative, condition: ImageCondition | None,
-                timer: StageTimer, dtype: str | None):
+                timer: StageTimer, dtype: str | None, mesh: Mesh):
+        """Sampling; on a multi-device mesh the DiT runs tensor / sequence parallel (CFG branches on "data")."""
         tree = self.load("transformer", "hunyuan_video15/transformer", (self.subfolder, None), dtype)
         cfg = TransformerConfig.from_param_shapes({p: tuple(a.shape) for p, a in tree.items()}, **self._rope())
-        check_heads(cfg.num_attention_heads)
+        check_heads(cfg.num_attention_heads, mesh.shape["tensor"], mesh.shape["sequence"])
         dit = HunyuanVideo15Transformer(cfg)
-        params = _place(tree)
+        parallel = mesh.size > 1
+        params = place_transformer(dit, tree, mesh) if parallel else _place(tree)
+        if parallel:  # small inputs: whole on every device; the DiT's constraints split what it splits
+            replicated = NamedSharding(mesh, PartitionSpec())
+            noise, prompt, negative, condition = jax.device_put((noise, prompt, negative, condition), replicated)
         pipe = HunyuanVideo15Pipeline(dit, params, None, None, vae_scaling=1.0)
         last = [time.perf_counter()]
 
@@ -196,10 +203,11 @@ class HunyuanVideo15Generator:
             timer.progress.advance("denoise", 1, f"{now - last[0]:.2f} s/step")
             last[0] = now
 
-        latents = pipe.sample(prompt, jnp.asarray(noise), s, negative=negative, image=condition, callback=on_step)
-        latents.block_until_ready()
+        with use_mesh(mesh, DIT_RULES) if parallel else contextlib.nullcontext():
+            latents = pipe.sample(prompt, jnp.asarray(noise), s, negative=negative, image=condition, callback=on_step)
+            latents = np.asarray(latents)
         release(params)
-        return latents
+        return jnp.asarray(latents)
 
     def _rope(self) -> dict:
         """RoPE settings, the only sizes not visible in the weights: diffusers or official config.json names."""
