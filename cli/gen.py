@@ -100,6 +100,7 @@ def main_command(
     tp: int = typer.Option(1, "--tp", help="tensor-parallel degree"),
     sp: int = typer.Option(1, "--sp", help="sequence-parallel degree"),
     dp: int = typer.Option(1, "--dp", help="data-parallel degree (2: CFG branches side by side)"),
+    offload_chunk: int = typer.Option(None, "--offload-chunk", help="stream the DiT's blocks from host memory, N at a time"),
     latents: Path = typer.Option(None, "--latents", help=".npy of initial latents instead of seeded noise"),
     save_latents: bool = typer.Option(False, "--save-latents", help="also write the final latents (OUT.latents.npy)"),
     out: Path = typer.Option(Path("out.mp4"), "--out", help="output .mp4 (H.264) or .npy (float32 frames)"),
@@ -119,8 +120,8 @@ def main_command(
     options = GenerateOptions(
         model=model, prompt=prompt, negative_prompt=negative_prompt, image=image, weights=weights, height=height,
         width=width, frames=frames, steps=steps, guidance=guidance, guidance_2=guidance_2, shift=shift,
-        sampler=sampler, seed=seed, tp=tp, sp=sp, dp=dp, latents=latents, save_latents=save_latents, out=out,
-        dtype=dtype, compile_cache=False if no_compile_cache else None)
+        sampler=sampler, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
+        save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None)
     raise typer.Exit(run_guarded(lambda: run(options), debug=debug, errors=_user_errors()))
 
 

@@ -47,6 +47,8 @@ class GenerateOptions:
       sampler: "unipc" or "euler".
       seed: seed of the initial noise.
       tp, sp, dp: tensor, sequence and data parallel degrees.
+      offload_chunk: keep the DiT's block weights in host memory and stream this many blocks at a
+        time to the devices (None: all weights resident).
       latents: `.npy` of initial latents, replacing the seeded noise.
       save_latents: also write the final latents next to the video (`out.latents.npy`).
       out: `.mp4` or `.npy` output path.
@@ -71,6 +73,7 @@ class GenerateOptions:
     tp: int = 1
     sp: int = 1
     dp: int = 1
+    offload_chunk: int | None = None
     latents: Path | None = None
     save_latents: bool = False
     out: Path = Path("out.mp4")

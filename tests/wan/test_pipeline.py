@@ -310,6 +310,14 @@ def test_t2v_on_a_mesh_matches_diffusers(t2v, tmp_path, tp, sp, dp):
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("mesh", [dict(), dict(tp=2, dp=2)])
+def test_offloaded_blocks_match_diffusers(t2v, tmp_path, mesh):
+    """--offload-chunk 1: block weights stream from host memory one block at a time (2 chunks)."""
+    folder, latents, expected = t2v
+    result = generate(_options(folder, latents, tmp_path / "v.npy", offload_chunk=1, **mesh))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
 def test_runs_from_a_converted_folder(t2v, tmp_path):
     """`vidax-convert` output as --weights: converted components load from it, the others (and the
     configs and tokenizer) from the source folder its manifest records."""

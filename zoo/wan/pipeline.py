@@ -46,6 +46,7 @@ from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.encoders.vision import VisionConfig
 from vidax.zoo.mesh import check_heads, make_mesh
+from vidax.zoo.offload import HostChunks, StreamedDiT
 from vidax.zoo.pipeline import (
     GenerateOptions,
     GenerateResult,
@@ -60,6 +61,7 @@ from vidax.zoo.pipeline import (
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.samplers import cfg, expert_for_timestep, sample
 from vidax.zoo.samplers.configs import stepper_from_config
+from vidax.zoo.sharding import mesh_shardings, place
 from vidax.zoo.video_io import read_image
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.sharding import DIT_RULES, place_transformer
@@ -249,18 +251,43 @@ def _encode_image(model: CLIPVisionModelWithProjection, params: Params, pixels: 
     return model.apply({"params": params}, pixels).hidden_states[-2]
 
 
-@partial(jax.jit, static_argnames=("model", "guided"))
-def _velocity(model: WanTransformer, params: Params, latents, timestep, text, image, scale, *, guided: bool):
-    """The DiT's prediction, with classifier-free guidance over a [cond; uncond] batch when `guided`."""
-    dtype = model.dtype  # diffusers casts latents and embeddings to the transformer's dtype
-    text = text.astype(dtype)
+def _guided(run, dtype, latents, timestep, text, image, scale, guided: bool):
+    """`run(latents, timestep, text, image)` with classifier-free guidance over a [cond; uncond] batch."""
+    text = text.astype(dtype)  # diffusers casts latents and embeddings to the transformer's dtype
     image = None if image is None else image.astype(dtype)
     if not guided:
-        return forward(model, params, latents.astype(dtype), timestep, text[:1], image).astype(jnp.float32)
+        return run(latents.astype(dtype), timestep, text[:1], image).astype(jnp.float32)
     both = lambda x: None if x is None else jnp.concatenate([x, x], axis=0)  # noqa: E731
-    out = forward(model, params, both(latents.astype(dtype)), both(timestep), text, both(image)).astype(jnp.float32)
+    out = run(both(latents.astype(dtype)), both(timestep), text, both(image)).astype(jnp.float32)
     cond, uncond = jnp.split(out, 2, axis=0)
     return cfg(cond, uncond, scale)
+
+
+@partial(jax.jit, static_argnames=("model", "guided"))
+def _velocity(model: WanTransformer, params: Params, latents, timestep, text, image, scale, *, guided: bool):
+    """The resident DiT's guided prediction, one compiled unit per step."""
+    return _guided(partial(forward, model, params), model.dtype, latents, timestep, text, image, scale, guided)
+
+
+@dataclasses.dataclass
+class _Expert:
+    """One loaded DiT: all weights resident, or (offload) embed/head resident and blocks streamed from host."""
+
+    model: WanTransformer
+    params: Params
+    streamed: StreamedDiT | None = None
+    host_blocks: HostChunks | None = None
+
+    def __call__(self, latents, timestep, text, image, scale: float, guided: bool):
+        if self.streamed is None:
+            return _velocity(self.model, self.params, latents, timestep, text, image, jnp.float32(scale), guided=guided)
+        run = partial(self.streamed, self.params, self.host_blocks)  # host loop over compiled chunks
+        return _guided(run, self.model.dtype, latents, timestep, text, image, scale, guided)
+
+    def release(self) -> None:
+        release(self.params)
+        if self.host_blocks is not None:
+            release(self.host_blocks.chunks)
 
 
 # --- the pipeline ------------------------------------------------------------------------------
@@ -288,7 +315,7 @@ class WanPipeline:
             source = WeightsSource.resolve(options.weights, entry.repo() if entry else None)
         self.source = source
         self.model = describe(source, name)
-        self.mesh, self.progress = None, None
+        self.mesh, self.progress, self.offload_chunk = None, None, None
 
     # weights are loaded per stage and released after it, so peak memory is one stage's
     def load(self, component: str, spec: str, subfolders=(None,), dtype: str | None = None) -> Params:
@@ -299,6 +326,9 @@ class WanPipeline:
         s = resolve_settings(options, self.native, self.model)
         self.mesh = self._make_mesh(options)
         self.progress = progress
+        self.offload_chunk = options.offload_chunk
+        if self.offload_chunk is not None and self.offload_chunk < 1:
+            raise PipelineError(f"--offload-chunk must be at least 1 block, got {self.offload_chunk}")
         image = self._check_image(options)
         timer = StageTimer(progress)
         shape = latent_shape(s, self.model)
@@ -388,19 +418,18 @@ class WanPipeline:
         stepper = make_stepper(s, self.model.scheduler)
         first_frame = self._first_frame_mask(noise.shape) if self.model.expand_timesteps else None
         experts = self._experts(stepper.timesteps, s)
-        weights: dict[int, tuple[WanTransformer, Params]] = {}
+        loaded: dict[int, _Expert] = {}
         last = [time.perf_counter()]
 
         def model_fn(latents, i, t):
             expert = experts[i]
-            if expert not in weights:
-                for old in list(weights):  # one expert's weights at a time
-                    release(weights.pop(old)[1])
-                weights[expert] = self._load_expert(expert, dtype)
-            model, params = weights[expert]
+            if expert not in loaded:
+                for old in list(loaded):  # one expert's weights at a time
+                    loaded.pop(old).release()
+                loaded[expert] = self._load_expert(expert, dtype)
             scale = s.guidance if expert == 0 or s.guidance_2 is None else s.guidance_2
             x, timestep = self._model_input(latents, t, condition, first_frame)
-            return _velocity(model, params, x, timestep, text, image_embeds, jnp.float32(scale), guided=guided)
+            return loaded[expert](x, timestep, text, image_embeds, scale, guided)
 
         def on_step(i, latents):
             latents.block_until_ready()
@@ -415,8 +444,8 @@ class WanPipeline:
             if first_frame is not None and condition is not None:
                 latents = (1 - first_frame) * condition + first_frame * latents
             latents.block_until_ready()
-        for _, params in weights.values():
-            release(params)
+        for expert in loaded.values():
+            expert.release()
         return latents
 
     def _experts(self, timesteps: np.ndarray, s: WanSettings) -> list[int]:
@@ -424,7 +453,7 @@ class WanPipeline:
             return [0] * len(timesteps)
         return [expert_for_timestep(float(t), s.boundary_ratio) for t in timesteps]
 
-    def _load_expert(self, expert: int, dtype: str | None) -> tuple[WanTransformer, Params]:
+    def _load_expert(self, expert: int, dtype: str | None) -> _Expert:
         component = "transformer" if expert == 0 else "transformer_2"
         subfolders = ("high_noise_model", None) if expert == 0 else ("transformer_2", "low_noise_model")
         if not self.model.two_experts:
@@ -432,8 +461,24 @@ class WanPipeline:
         tree = self.source.load(component, "wan/transformer", subfolders, dtype=dtype, progress=self.progress)
         # compute in the weights' dtype, as diffusers runs the transformer in its own (bf16 checkpoints: bf16)
         model = WanTransformer(self.model.transformer, dtype=jnp.dtype(tree["proj_out/kernel"].dtype))
-        params = place_transformer(model, tree, self.mesh) if self.mesh is not None else _place(tree)
-        return model, params
+        if self.offload_chunk is None:
+            params = place_transformer(model, tree, self.mesh) if self.mesh is not None else _place(tree)
+            return _Expert(model, params)
+        return self._streamed_expert(model, tree)
+
+    def _streamed_expert(self, model: WanTransformer, tree: Mapping[str, np.ndarray]) -> _Expert:
+        """Embed and head weights on the devices; block weights in host memory, streamed in chunks."""
+        nested = traverse_util.unflatten_dict(dict(tree), sep="/")
+        blocks = nested.pop("blocks")
+        specs = model.logical_specs()
+        block_shardings = None
+        if self.mesh is not None:
+            params = place(nested, {k: specs[k] for k in nested}, DIT_RULES, self.mesh)
+            block_shardings = mesh_shardings(specs["blocks"], DIT_RULES, self.mesh)  # layer axis unsplit
+        else:
+            params = jax.device_put(nested)
+        streamed = StreamedDiT(model, self.offload_chunk, block_shardings)
+        return _Expert(model, params, streamed, streamed.offload(blocks))
 
     def _first_frame_mask(self, shape: tuple[int, ...]) -> jax.Array:
         mask = np.ones((1, 1, *shape[2:]), np.float32)
