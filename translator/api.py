@@ -32,7 +32,7 @@ class LazyTree(Mapping):
     def __len__(self) -> int:
         return len(self.leaves)
 
-    def chunks(self, path: str, alloc=np.empty) -> Iterator[np.ndarray]:
+    def chunks(self, path: str, alloc=executor.host_empty) -> Iterator[np.ndarray]:
         return executor.chunks(self.leaves[path], self.source.checkpoint, alloc)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:

@@ -7,6 +7,7 @@ tensor (none when layout and dtype already match), stacked leaves into one preal
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -23,6 +24,7 @@ from vidax.translator.spec import LEAF_PATH, Layout, Rule, Spec
 _TILE = 256  # tile edge for transposed copies (measured fastest of 64..1024 for bf16 here)
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+_LARGE = 4 << 20  # bytes from which leaves get their own anonymous mapping
 
 
 @dataclass(frozen=True)
@@ -276,7 +278,18 @@ def zero_copy_view(leaf: LeafPlan, ckpt: Checkpoint) -> np.ndarray | None:
     return view if view.dtype == leaf.dtype and view.flags.c_contiguous else None
 
 
-def materialize(leaf: LeafPlan, ckpt: Checkpoint, alloc=np.empty) -> np.ndarray:
+def host_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised host array; large ones come from an anonymous mmap without numpy's
+    transparent-huge-page advice, whose page compaction cost several seconds of system time per
+    GB on a busy host (measured here: 2.9 GB tree 4.3 s vs 10-12 s with the advice)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < _LARGE:
+        return np.empty(shape, dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype, nbytes // dtype.itemsize).reshape(shape)
+
+
+def materialize(leaf: LeafPlan, ckpt: Checkpoint, alloc=host_empty) -> np.ndarray:
     """The leaf as an array: a zero-copy view when possible, else one preallocated buffer."""
     view = zero_copy_view(leaf, ckpt)
     if view is not None:
@@ -290,7 +303,7 @@ def materialize(leaf: LeafPlan, ckpt: Checkpoint, alloc=np.empty) -> np.ndarray:
     return out
 
 
-def chunks(leaf: LeafPlan, ckpt: Checkpoint, alloc=np.empty) -> Iterator[np.ndarray]:
+def chunks(leaf: LeafPlan, ckpt: Checkpoint, alloc=host_empty) -> Iterator[np.ndarray]:
     """The leaf's bytes in C order as a few arrays (one per layer when stacked), for streaming writes.
 
     `alloc(shape, dtype)` supplies the buffers; a writer that recycles them saves the page faults

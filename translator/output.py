@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from vidax.translator.errors import OutputError
+from vidax.translator.executor import host_empty
 from vidax.translator.safetensors_io import SafetensorsFile, header_bytes, write_chunks
 
 MANIFEST = "manifest.json"
@@ -91,7 +92,7 @@ class _BackgroundWriter:
         pool = self.free.get((tuple(shape), np.dtype(dtype)))
         if pool:
             return pool.pop()
-        array = np.empty(shape, dtype)
+        array = host_empty(shape, dtype)
         self.owned.add(id(array))
         return array
 

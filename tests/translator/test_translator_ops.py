@@ -195,3 +195,14 @@ def test_expected_from_spec_shapes_and_nested_trees(tmp_path):
     nested["gain"] = Struct((5,))
     with pytest.raises(AccountingError, match="'gain' has shape"):
         convert(parse_spec(SPEC, "t"), source, nested)
+
+
+def test_leaves_above_the_large_threshold(tmp_path):
+    # 4.4 MB: allocated from an anonymous mapping rather than np.empty; must behave the same
+    weight = rng.standard_normal((1100, 1000)).astype(np.float32)
+    text = SPEC.split("[[layouts.t.rules]]")[0] + "[[layouts.t.rules]]\nmatch = 'blk\\.0\\.q\\.weight'\ntarget = 'w'\nop = 'linear'\n"
+    (tmp_path / "m").mkdir()
+    save_file({"blk.0.q.weight": weight}, tmp_path / "m" / "model.safetensors")
+    tree = convert(parse_spec(text, "t"), tmp_path / "m", dtype="bfloat16")
+    assert tree["w"].flags.writeable and tree["w"].flags.c_contiguous
+    np.testing.assert_array_equal(tree["w"], weight.T.astype(ml_dtypes.bfloat16))
