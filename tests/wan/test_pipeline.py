@@ -289,6 +289,16 @@ def test_i2v_a14b_matches_diffusers(i2v_a14b, tmp_path):
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
 
+def test_i2v_size_follows_the_image_aspect(i2v):
+    """No --height/--width: the image's aspect at the native 480x832 area, on the 16-pixel grid (diffusers' example)."""
+    from vidax.zoo.wan.pipeline import WanPipeline
+
+    folder, _, latents, _ = i2v
+    pipeline = WanPipeline("wan2.1-i2v-14b-480p", _options(folder, latents, Path("v.npy")))
+    assert pipeline._image_size(np.zeros((1080, 1920, 3), np.uint8)) == {"height": 464, "width": 832}
+    assert pipeline._image_size(np.zeros((1920, 1080, 3), np.uint8)) == {"height": 832, "width": 464}
+
+
 def test_i2v_needs_an_image(i2v, tmp_path):
     folder, _, latents, _ = i2v
     with pytest.raises(PipelineError, match="give --image"):

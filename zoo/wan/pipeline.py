@@ -323,13 +323,15 @@ class WanPipeline:
 
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Run the whole pipeline; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
+        image = self._check_image(options)
+        if image is not None and options.height is None and options.width is None:
+            options = dataclasses.replace(options, **self._image_size(image))
         s = resolve_settings(options, self.native, self.model)
         self.mesh = self._make_mesh(options)
         self.progress = progress
         self.offload_chunk = options.offload_chunk
         if self.offload_chunk is not None and self.offload_chunk < 1:
             raise PipelineError(f"--offload-chunk must be at least 1 block, got {self.offload_chunk}")
-        image = self._check_image(options)
         timer = StageTimer(progress)
         shape = latent_shape(s, self.model)
         noise = (load_latents(options.latents, shape) if options.latents is not None
@@ -347,6 +349,15 @@ class WanPipeline:
         settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name, "seed": options.seed,
                     "weights_source": str(self.source.root or self.source.repo), "latent_shape": list(shape)}
         return GenerateResult(frames=frames, latents=np.asarray(latents), fps=s.fps, settings=settings, times=timer.times)
+
+    def _image_size(self, image: np.ndarray) -> dict[str, int]:
+        """The image's aspect ratio at the native pixel area, on the model's size grid (as the official
+        I2V code and diffusers' Wan I2V example size the video when no size is given)."""
+        area, step = self.native.height * self.native.width, self.model.spatial_multiple
+        aspect = image.shape[0] / image.shape[1]
+        height = max(step, round(np.sqrt(area * aspect)) // step * step)
+        width = max(step, round(np.sqrt(area / aspect)) // step * step)
+        return {"height": int(height), "width": int(width)}
 
     def _make_mesh(self, options: GenerateOptions):
         """The DiT's mesh (None on one device); encoders and VAE run on one device, the DiT dominates."""
