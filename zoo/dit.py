@@ -48,9 +48,12 @@ def scan_blocks(block: nn.Module, stacked: Params, hidden: jax.Array, ctx: Any) 
     return hidden
 
 
-def _constrain_hidden(hidden: jax.Array) -> jax.Array:
-    """Token-major hidden states are sequence-split under sequence parallel (no-op without a mesh)."""
-    if hidden.ndim != 3:
+def _constrain_hidden(hidden: Any) -> Any:
+    """Token-major hidden states are sequence-split under sequence parallel (no-op without a mesh).
+
+    The hidden state may also be a pytree (HunyuanVideo's dual stream); its blocks place it themselves.
+    """
+    if not isinstance(hidden, jax.Array) or hidden.ndim != 3:
         return hidden
     from vidax.zoo.sharding import constrain  # sharding imports the runtime; keep dit.py light
 

@@ -38,10 +38,7 @@ class DualStream:
     """The hidden state between dual-stream blocks: video tokens and joint text tokens."""
 
     video: jax.Array  # [B, S, D], sequence-split under sequence parallel (VIDEO_AXES)
-    text: jax.Array  # [B, T, D], whole on every device (TEXT_AXES)
-    # `vidax.zoo.dit.scan_blocks` pins a token-major [B, S, D] array hidden state between blocks;
-    # this pair is not one, so it reports no rank, and the block pins its two parts itself.
-    ndim = None
+    text: jax.Array  # [B, T, D], whole on every device (TEXT_AXES); the block pins both parts itself
 
 
 @struct.dataclass
