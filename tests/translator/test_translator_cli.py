@@ -60,14 +60,14 @@ def _cli(*args, cache: Path | None = None, cwd: Path | None = None):
 def test_hub_repo_offline_from_cache_end_to_end(hub, tmp_path):
     cache, _, _, expected = hub
     out = tmp_path / "out"
-    proc = _cli("wan2.1-t2v-1.3b", "--out", str(out), "--dtype", "float32", cache=cache)
+    proc = _cli("wan2.1-t2v-1.3b", "--components", "transformer", "--out", str(out), "--dtype", "float32", cache=cache)
     assert proc.returncode == 0, proc.stderr
     assert mismatches(load(out / "transformer"), expected) == []
     manifest = read_manifest(out / "transformer")
     assert manifest["source"]["repo"] == REPO and manifest["source"]["revision"] == COMMIT
     assert manifest["source"]["files"][0]["digest"].startswith("hub-blob:")
     assert manifest["spec_digest"] == load_spec("wan/transformer").digest
-    again = _cli("wan2.1-t2v-1.3b", "--out", str(out), "--dtype", "float32", cache=cache)
+    again = _cli("wan2.1-t2v-1.3b", "--components", "transformer", "--out", str(out), "--dtype", "float32", cache=cache)
     assert again.returncode == 0 and "up to date" in again.stderr
 
 
@@ -120,7 +120,7 @@ def test_hub_repo_missing_from_offline_cache(hub):
 
 def test_check_reports_coverage_without_writing(hub, tmp_path):
     _, _, local, _ = hub
-    proc = _cli("wan2.1-t2v-1.3b", "--source", str(local), "--check", cwd=tmp_path)
+    proc = _cli("wan2.1-t2v-1.3b", "--source", str(local), "--components", "transformer", "--check", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "all accounted for" in proc.stderr and "diffusers layout" in proc.stderr
     assert list(tmp_path.iterdir()) == []
@@ -129,7 +129,7 @@ def test_check_reports_coverage_without_writing(hub, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["wan2.1-t2v-1.3", "--check"], "error: unknown model 'wan2.1-t2v-1.3' (did you mean wan2.1-t2v-1.3b"),
     (["wan2.1-t2v-1.3b", "--source", "/nonexistent/folder", "--check"], "no such file or folder"),
-    (["wan2.1-t2v-1.3b", "--components", "vae", "--check"], "has no component(s) vae"),
+    (["wan2.1-t2v-1.3b", "--components", "vea", "--check"], "has no component(s) vea"),
 ])
 def test_user_errors_are_one_line(args, message):
     proc = _cli(*args)
@@ -143,11 +143,11 @@ def test_accounting_failure_is_one_line_and_debug_shows_traceback(tmp_path):
     state["blocks.0.attn1.unexpected.weight"] = state["proj_out.weight"].clone()
     (tmp_path / "m").mkdir()
     save_file(state, tmp_path / "m" / "diffusion_pytorch_model.safetensors")
-    proc = _cli("wan2.1-t2v-1.3b", "--source", str(tmp_path / "m"), "--out", str(tmp_path / "o"))
+    proc = _cli("wan2.1-t2v-1.3b", "--source", str(tmp_path / "m"), "--components", "transformer", "--out", str(tmp_path / "o"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "accounting problem(s)" in proc.stderr and "blocks.0.attn1.unexpected.weight" in proc.stderr
     assert not (tmp_path / "o").exists()
-    debug = _cli("wan2.1-t2v-1.3b", "--source", str(tmp_path / "m"), "--debug", "--check")
+    debug = _cli("wan2.1-t2v-1.3b", "--source", str(tmp_path / "m"), "--components", "transformer", "--debug", "--check")
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "AccountingError" in debug.stderr
 
 
@@ -163,6 +163,9 @@ def test_registry_entries_are_valid():
             "wan2.2-t2v-a14b", "wan2.2-i2v-a14b"} <= registry.keys()
     a14b = get_model("wan2.2-t2v-a14b")
     assert a14b.components["transformer_2"].subfolder == {"diffusers": "transformer_2", "official": "low_noise_model"}
+    assert set(a14b.components) == {"transformer", "transformer_2", "vae", "text_encoder"}
+    assert get_model("wan2.1-i2v-14b-720p").components["image_encoder"].spec == "encoders/clip_vision"
+    assert get_model("wan2.2-ti2v-5b").components["vae"].spec == "wan/vae22"
     for entry in registry.values():
         for component in entry.components.values():
             load_spec(component.spec)
@@ -175,7 +178,8 @@ def test_two_expert_model_from_official_subfolders(tmp_path):
     for folder, state in states.items():
         wan.save_official(state, tmp_path / "repo" / folder)
     out = tmp_path / "out"
-    proc = _cli("wan2.2-t2v-a14b", "--source", str(tmp_path / "repo"), "--out", str(out), "--dtype", "float32")
+    proc = _cli("wan2.2-t2v-a14b", "--source", str(tmp_path / "repo"), "--components", "transformer,transformer_2",
+                "--out", str(out), "--dtype", "float32")
     assert proc.returncode == 0, proc.stderr
     assert mismatches(load(out / "transformer"), wan.expected_tree(states["high_noise_model"])) == []
     assert mismatches(load(out / "transformer_2"), wan.expected_tree(states["low_noise_model"])) == []
