@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 import transformers
 
@@ -35,6 +36,22 @@ def test_per_layer_and_end_to_end(clip):
         assert_close(out.hidden_states[i], ref_hidden, what=f"hidden state {i}")
     assert_close(out.last_hidden_state, ref_out.last_hidden_state)
     assert_close(out.image_embeds, ref_out.image_embeds)
+
+
+@pytest.mark.parametrize("prefix", ["", "vision_model."])
+def test_checkpoint_without_projection(tmp_path, prefix):
+    """diffusers' Wan I2V repos ship transformers' CLIPVisionModel: no visual_projection weights, keys
+    saved with the `vision_model.` prefix by transformers 4.x and without it by transformers 5."""
+    reference = perturb(transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**HF_CONFIG)))
+    state = {prefix + k.removeprefix("vision_model."): v.contiguous() for k, v in reference.state_dict().items()}
+    (tmp_path / "image_encoder").mkdir()
+    safetensors.torch.save_file(state, tmp_path / "image_encoder" / "model.safetensors")
+    ours = CLIPVisionModelWithProjection(clip_vision_config(reference.config.to_dict()), with_projection=False)
+    with torch.no_grad():
+        ref_out = reference(torch.from_numpy(PIXELS), output_hidden_states=True)
+    out = ours.apply(converted_params("encoders/clip_vision", tmp_path, ours, PIXELS), PIXELS)
+    assert_close(out.hidden_states[-2], ref_out.hidden_states[-2], what="penultimate hidden state (Wan I2V)")
+    assert out.image_embeds is None
 
 
 def to_official(reference) -> dict:

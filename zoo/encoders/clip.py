@@ -47,16 +47,21 @@ class CLIPVisionModelWithProjection(nn.Module):
     Wan I2V uses; `image_embeds` is the projected, post-normed class token.
 
     Attributes:
-      config: sizes; `projection_dim` must be set.
+      config: sizes; `projection_dim` must be set when `with_projection`.
       dtype: compute dtype.
+      with_projection: False for a checkpoint of transformers' `CLIPVisionModel` (what diffusers'
+        Wan I2V repos ship): no `visual_projection`, `image_embeds` is None.
     """
 
     config: VisionConfig
     dtype: Any = jnp.float32
+    with_projection: bool = True
 
     @nn.compact
     def __call__(self, pixel_values) -> VisionOutput:
         out = VisionTransformer(self.config, self.dtype, name="vision_model")(pixel_values)
+        if not self.with_projection:
+            return out
         projection = Dense(self.config.projection_dim, axes=("embed", None), use_bias=False, name="visual_projection")
         embeds = projection(out.pooled)
         return out._replace(image_embeds=embeds)

@@ -401,7 +401,8 @@ class WanPipeline:
         embeds = None
         if self.model.image_encoder is not None:
             params = self.load("image_encoder", "encoders/clip_vision", ("image_encoder", None), dtype)
-            clip = CLIPVisionModelWithProjection(self.model.image_encoder, dtype=jnp.float32)
+            clip = CLIPVisionModelWithProjection(self.model.image_encoder, dtype=jnp.float32,
+                                                 with_projection="visual_projection" in params)
             proc = self.model.image_processor
             size = proc.get("size", {}).get("shortest_edge", self.model.image_encoder.image_size)
             pixels = clip_preprocess(image, size=size, mean=proc.get("image_mean", CLIP_MEAN),
