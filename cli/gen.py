@@ -66,6 +66,25 @@ def list_models() -> int:
     return 0
 
 
+def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
+    """The memory planner's table: predicted GiB per device for every (dp, tp, sp, offload) candidate."""
+    from vidax.zoo.pipeline import plan_layouts
+    from vidax.zoo.registry import make_pipeline
+
+    rows, chosen, devices, device_bytes = plan_layouts(make_pipeline(options.model, options), options, devices, device_bytes)
+    gib = lambda n: f"{n / 2**30:.2f}"  # noqa: E731
+    table = Table(title=f"{options.model}: GiB per device on {devices} x {device_bytes / 2**30:.1f} GiB, fastest first")
+    table.add_column("layout", no_wrap=True)
+    for column in ("weights", "activations", "text encoder", "VAE", "peak", "fits"):
+        table.add_column(column, justify="right")
+    for layout, p, fits in rows:
+        table.add_row(layout.describe(), gib(p.weights), gib(p.activations), gib(p.text_encoder), gib(p.vae),
+                      gib(p.total), "yes" if fits else "no")
+    console.print(table)
+    console.print(f"choice: {chosen[0].describe()}" if chosen else "nothing fits: more devices, or a smaller size")
+    return 0
+
+
 def run(options) -> int:
     """Generate with `options` and print where the video went and each stage's time."""
     from vidax.zoo.pipeline import generate
@@ -75,6 +94,8 @@ def run(options) -> int:
         result = generate(options, progress)
     finally:
         progress.close()
+    if result.settings.get("layout_choice", "as given") != "as given":
+        console.print(f"layout: {result.settings['layout_choice']}", highlight=False, soft_wrap=True)
     times = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in result.times.items())
     console.print(f"wrote {options.out} ({result.frames.shape[0]} frames {result.frames.shape[2]}x"
                   f"{result.frames.shape[1]} at {result.fps:g} fps); {times}", highlight=False, soft_wrap=True)
@@ -97,14 +118,19 @@ def main_command(
     shift: float = typer.Option(None, "--shift", help="flow shift of the schedule"),
     sampler: str = typer.Option(None, "--sampler", help="unipc or euler"),
     seed: int = typer.Option(0, "--seed", help="seed of the initial noise"),
-    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree"),
-    sp: int = typer.Option(1, "--sp", help="sequence-parallel degree"),
-    dp: int = typer.Option(1, "--dp", help="data-parallel degree (2: CFG branches side by side)"),
+    tp: int = typer.Option(None, "--tp", help="tensor-parallel degree (default: the memory planner's choice)"),
+    sp: int = typer.Option(None, "--sp", help="sequence-parallel degree"),
+    dp: int = typer.Option(None, "--dp", help="data-parallel degree (2: CFG branches side by side)"),
     offload_chunk: int = typer.Option(None, "--offload-chunk", help="stream the DiT's blocks from host memory, N at a time"),
     latents: Path = typer.Option(None, "--latents", help=".npy of initial latents instead of seeded noise"),
     save_latents: bool = typer.Option(False, "--save-latents", help="also write the final latents (OUT.latents.npy)"),
     out: Path = typer.Option(Path("out.mp4"), "--out", help="output .mp4 (H.264) or .npy (float32 frames)"),
     dtype: str = typer.Option(None, "--dtype", help="weights/compute dtype override: float32 or bfloat16"),
+    release_stages: bool = typer.Option(True, "--release-stages/--keep-stages",
+                                        help="free each stage's weights from the devices when it ends"),
+    plan: bool = typer.Option(False, "--plan", help="print the predicted memory per device of each layout, then exit"),
+    devices: int = typer.Option(None, "--devices", help="with --plan: number of devices to plan for"),
+    device_memory: float = typer.Option(None, "--device-memory", help="with --plan: GiB per device"),
     list_: bool = typer.Option(False, "--list", help="list the models vidax-gen can run"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
     no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="do not use the persistent compile cache"),
@@ -112,6 +138,8 @@ def main_command(
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
         raise typer.Exit(run_guarded(list_models, debug=debug, errors=_user_errors()))
+    if plan and model is not None:
+        prompt = prompt or ""
     if model is None or prompt is None:
         console.print("[red]error:[/red] give a MODEL name and --prompt (see vidax-gen --list)")
         raise typer.Exit(2)
@@ -121,7 +149,11 @@ def main_command(
         model=model, prompt=prompt, negative_prompt=negative_prompt, image=image, weights=weights, height=height,
         width=width, frames=frames, steps=steps, guidance=guidance, guidance_2=guidance_2, shift=shift,
         sampler=sampler, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
-        save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None)
+        save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
+        release_stages=release_stages)
+    if plan:
+        memory = None if device_memory is None else int(device_memory * 2**30)
+        raise typer.Exit(run_guarded(lambda: print_plan(options, devices, memory), debug=debug, errors=_user_errors()))
     raise typer.Exit(run_guarded(lambda: run(options), debug=debug, errors=_user_errors()))
 
 

@@ -46,7 +46,10 @@ class GenerateOptions:
       shift: flow shift of the schedule.
       sampler: "unipc" or "euler".
       seed: seed of the initial noise.
-      tp, sp, dp: tensor, sequence and data parallel degrees.
+      tp, sp, dp: tensor, sequence and data parallel degrees; all None (with no offload_chunk) lets the
+        memory planner choose the fastest layout that fits the devices (1 for any left unset otherwise).
+      release_stages: free each stage's weights from the devices when the stage ends (text encoder,
+        DiT, VAE); False keeps them placed.
       offload_chunk: keep the DiT's block weights in host memory and stream this many blocks at a
         time to the devices (None: all weights resident).
       latents: `.npy` of initial latents, replacing the seeded noise.
@@ -70,10 +73,11 @@ class GenerateOptions:
     shift: float | None = None
     sampler: str | None = None
     seed: int = 0
-    tp: int = 1
-    sp: int = 1
-    dp: int = 1
+    tp: int | None = None
+    sp: int | None = None
+    dp: int | None = None
     offload_chunk: int | None = None
+    release_stages: bool = True
     latents: Path | None = None
     save_latents: bool = False
     out: Path = Path("out.mp4")
@@ -327,6 +331,54 @@ def save_latents(out: str | Path, latents: np.ndarray) -> Path:
     return path
 
 
+# --- memory plan and layout choice ---------------------------------------------------------------
+
+
+def _layout_given(options: GenerateOptions) -> bool:
+    return any(v is not None for v in (options.tp, options.sp, options.dp, options.offload_chunk))
+
+
+def plan_layouts(pipeline: Any, options: GenerateOptions, devices: int | None = None, device_bytes: int | None = None):
+    """The memory planner's table for this model and size: `(rows, chosen, devices, device_bytes)`.
+
+    rows are `(Layout, Prediction, fits)` fastest first; `chosen` is the fastest that fits (or None).
+    Devices and their memory default to the local backend's.
+    """
+    from vidax.zoo.planner import device_memory_bytes, plan
+
+    if not hasattr(pipeline, "memory_job"):
+        raise PipelineError(f"{options.model}: this family has no memory model for --plan yet")
+    local_devices, local_bytes = device_memory_bytes()
+    devices = devices or local_devices
+    device_bytes = device_bytes or local_bytes
+    rows, chosen = plan(pipeline.memory_job(options), devices, device_bytes, options.release_stages)
+    return rows, chosen, devices, device_bytes
+
+
+def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOptions, str]:
+    """Fill in tp/sp/dp/offload: the user's flags when given, else the planner's fastest fitting layout.
+
+    Returns the options to run with and a line saying what was chosen and why.
+    """
+    if _layout_given(options) or not hasattr(pipeline, "memory_job"):
+        ones = {k: getattr(options, k) or 1 for k in ("tp", "sp", "dp")}
+        return dataclasses.replace(options, **ones), "as given"
+    rows, chosen, devices, device_bytes = plan_layouts(pipeline, options)
+    if chosen is None:
+        smallest = min(rows, key=lambda row: row[1].total)
+        raise PipelineError(
+            f"{options.model} at this size needs about {smallest[1].total / 2**30:.1f} GiB per device even with "
+            f"{smallest[0].describe()}; {devices} device(s) have {device_bytes / 2**30:.1f} GiB (see --plan)")
+    if jax.default_backend() == "cpu":  # CPU "devices" share the host's cores: spread only when one does not fit
+        single = next(row for row in rows if row[0].devices == 1 and row[0].offload_chunk is None)
+        chosen = single if single[2] else chosen
+    layout, prediction, _ = chosen
+    chosen_options = dataclasses.replace(
+        options, tp=layout.tp, sp=layout.sp, dp=layout.dp, offload_chunk=layout.offload_chunk)
+    return chosen_options, (f"{layout.describe()} chosen by the memory planner "
+                            f"(predicted {prediction.total / 2**30:.2f} of {device_bytes / 2**30:.1f} GiB per device)")
+
+
 # --- the library call behind vidax-gen --------------------------------------------------------
 
 
@@ -349,6 +401,7 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
     timer = StageTimer(progress)
     with timer.stage("load"):
         pipeline = make_pipeline(options.model, options)
+    options, choice = choose_layout(pipeline, options)
     result = pipeline.generate(options, progress)
     result.times = {**timer.times, **result.times}
     outputs = {"video": str(options.out)}
@@ -358,6 +411,6 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
             outputs["latents"] = str(save_latents(options.out, result.latents))
     result.times["write"] = timer.times["write"]
     outputs["sidecar"] = str(Path(options.out).with_suffix(".json"))
-    result.settings = {**result.settings, "outputs": outputs, "stage_seconds": result.times}
+    result.settings = {**result.settings, "outputs": outputs, "stage_seconds": result.times, "layout_choice": choice}
     write_sidecar(options.out, result.settings)
     return result

@@ -32,6 +32,14 @@ class DiTSizes:
     text_dim: int = 0  # width of the text tokens the blocks cross-attend to (0 = joint or none)
 
 
+def abstract_param_count(module, *example_inputs) -> int:
+    """Parameters of a linen module, from `jax.eval_shape` of its init (nothing is allocated)."""
+    import jax
+
+    shapes = jax.eval_shape(module.init, jax.random.key(0), *example_inputs)
+    return int(sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes)))
+
+
 def dit_sizes(param_shapes: dict[str, tuple[int, ...]], *, dim: int, ffn_dim: int, heads: int, text_dim: int = 0) -> DiTSizes:
     """DiTSizes from a model's flat param shapes (`{"blocks/...": (L, ...), ...}`, zoo/dit.py layout)."""
     block_shapes = [shape for path, shape in param_shapes.items() if path.startswith("blocks/")]
@@ -137,8 +145,9 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
 
 
 def predict(job: Job, layout: Layout, release_stages: bool = True) -> Prediction:
-    text_encoder = int(job.text_encoder_params * job.text_encoder_bytes / layout.tp)
-    vae = int(job.vae_params * job.weight_bytes + job.vae_peak_activation_bytes / max(layout.sp, 1))
+    # the pipelines run the text encoder and the VAE on one device: only the DiT is split
+    text_encoder = int(job.text_encoder_params * job.text_encoder_bytes)
+    vae = int(job.vae_params * job.weight_bytes + job.vae_peak_activation_bytes)
     return Prediction(dit_weight_bytes(job, layout), dit_activation_bytes(job, layout), text_encoder, vae, release_stages)
 
 
@@ -173,6 +182,20 @@ def plan(job: Job, devices: int, device_bytes: int, release_stages: bool = True)
     rows.sort(key=lambda row: (relative_step_time(job, row[0]), row[1].total))
     chosen = next((row for row in rows if row[2]), None)
     return rows, chosen
+
+
+def device_memory_bytes() -> tuple[int, int]:
+    """(device count, bytes per device) of the local backend: the allocator's limit on accelerators,
+    an even share of host RAM on CPU."""
+    import jax
+    import psutil
+
+    devices = jax.devices()
+    stats = devices[0].memory_stats() or {}
+    limit = stats.get("bytes_limit")
+    if not limit:
+        limit = psutil.virtual_memory().total // len(devices)
+    return len(devices), int(limit)
 
 
 def _powers_of_two(limit: int) -> list[int]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import html
+import math
 import re
 import time
 from functools import partial
@@ -47,6 +48,7 @@ from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.encoders.vision import VisionConfig
 from vidax.zoo.mesh import check_heads, make_mesh
 from vidax.zoo.offload import HostChunks, StreamedDiT
+from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 from vidax.zoo.pipeline import (
     GenerateOptions,
     GenerateResult,
@@ -116,6 +118,12 @@ def prompt_clean(text: str) -> str:
         pass
     text = html.unescape(html.unescape(text)).strip()
     return re.sub(r"\s+", " ", text).strip()
+
+
+# the official repos' `models_t5_umt5-xxl-enc-bf16.pth` carries no config (sizes of google/umt5-xxl's
+# encoder); used only to size the text encoder for the memory planner before its file is read
+UMT5_XXL = T5Config(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+                    feed_forward_proj="gated-gelu", per_layer_position_bias=True)
 
 
 # --- model description --------------------------------------------------------------------------
@@ -316,10 +324,22 @@ class WanPipeline:
         self.source = source
         self.model = describe(source, name)
         self.mesh, self.progress, self.offload_chunk = None, None, None
+        self.release_stages, self._resident = True, {}
 
-    # weights are loaded per stage and released after it, so peak memory is one stage's
+    # weights are loaded per stage and released after it (peak memory is one stage's), unless
+    # --keep-stages: then they stay placed and a second stage using them (the VAE) reuses them
     def load(self, component: str, spec: str, subfolders=(None,), dtype: str | None = None) -> Params:
-        return _place(self.source.load(component, spec, subfolders, dtype=dtype, progress=self.progress))
+        key = (component, spec, dtype)
+        if key not in self._resident:
+            params = _place(self.source.load(component, spec, subfolders, dtype=dtype, progress=self.progress))
+            if self.release_stages:
+                return params
+            self._resident[key] = params
+        return self._resident[key]
+
+    def _done(self, params: Params) -> None:
+        if self.release_stages:
+            release(params)
 
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Run the whole pipeline; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
@@ -330,6 +350,7 @@ class WanPipeline:
         self.mesh = self._make_mesh(options)
         self.progress = progress
         self.offload_chunk = options.offload_chunk
+        self.release_stages = options.release_stages
         if self.offload_chunk is not None and self.offload_chunk < 1:
             raise PipelineError(f"--offload-chunk must be at least 1 block, got {self.offload_chunk}")
         timer = StageTimer(progress)
@@ -365,6 +386,34 @@ class WanPipeline:
         mesh = make_mesh(options.dp, options.tp, options.sp)  # raises when the devices do not suffice
         return mesh if mesh.size > 1 else None
 
+    def memory_job(self, options: GenerateOptions) -> Job:
+        """What the memory planner needs for this checkpoint at the requested size (abstract shapes only)."""
+        s = resolve_settings(options, self.native, self.model)
+        cfg, vae_cfg = self.model.transformer, self.model.vae
+        dit = dit_sizes(WanTransformer(cfg).param_shapes(), dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim,
+                        heads=cfg.num_attention_heads, text_dim=cfg.inner_dim)
+        _, _, f, h, w = latent_shape(s, self.model)
+        tokens = math.prod(n // p for n, p in zip((f, h, w), cfg.patch_size))
+        width = 4 if options.dtype == "float32" else 2
+        text = self.model.text_encoder or UMT5_XXL
+        ids = jnp.zeros((1, 8), jnp.int32)
+        return Job(
+            dit,
+            tokens=tokens,
+            text_tokens=MAX_SEQUENCE_LENGTH + (257 if self.model.image_encoder is not None else 0),
+            batch=2 if s.guidance > 1.0 else 1,
+            weight_bytes=width,
+            activation_bytes=width,
+            residual_bytes=4,  # the fp32 residual stream
+            text_encoder_params=abstract_param_count(T5EncoderModel(text), ids, jnp.ones_like(ids)),
+            text_encoder_bytes=width,
+            vae_params=sum(math.prod(shape) for shape in WanVAE(vae_cfg).param_shapes().values()),
+            # decode works one latent frame (4 video frames) at a time; its widest live tensors are
+            # a few fp32 [4, H, W, decoder_dim] maps at full resolution
+            vae_peak_activation_bytes=4 * vae_cfg.scale_factor_temporal * s.height * s.width * vae_cfg.decoder_dim * 4,
+            blockwise_attention=jax.default_backend() == "cpu",
+        )
+
     def _check_image(self, options: GenerateOptions) -> np.ndarray | None:
         needs_image = self.model.concat_condition
         if options.image is None:
@@ -391,7 +440,7 @@ class WanPipeline:
         model = T5EncoderModel(config, dtype=jnp.float32)  # fp32 encode, cast after (see DESIGN)
         embeds = _encode_text(model, params, jnp.asarray(batch.input_ids), jnp.asarray(batch.attention_mask))
         embeds.block_until_ready()
-        release(params)
+        self._done(params)
         return embeds
 
     # 2. image ---------------------------------------------------------------------------------
@@ -409,14 +458,14 @@ class WanPipeline:
                                      std=proc.get("image_std", CLIP_STD))
             embeds = _encode_image(clip, params, jnp.asarray(pixels))
             embeds.block_until_ready()
-            release(params)
+            self._done(params)
         first = vae_image(image, s.height, s.width)  # [1, 3, 1, H, W] in [-1, 1]
         video = first if self.model.expand_timesteps else np.concatenate(
             [first, np.zeros((1, 3, s.frames - 1, s.height, s.width), np.float32)], axis=2)
         vae = WanVAE(self.model.vae)
         params = self.load("vae", self.model.vae_spec, ("vae", None))
         encoded = normalize_latents(self.model.vae, vae.encode(params, jnp.asarray(video)))
-        release(params)
+        self._done(params)
         if self.model.expand_timesteps:
             return embeds, encoded
         mask = np.zeros((1, self.model.vae.scale_factor_temporal, *encoded.shape[2:]), np.float32)
@@ -517,7 +566,7 @@ class WanPipeline:
         params = self.load("vae", self.model.vae_spec, ("vae", None))
         video = vae.decode(params, denormalize_latents(self.model.vae, latents.astype(jnp.float32)))
         frames = np.asarray(jnp.clip(video[0] / 2 + 0.5, 0.0, 1.0)).transpose(1, 2, 3, 0)
-        release(params)
+        self._done(params)
         return frames.astype(np.float32)
 
 

@@ -1,0 +1,56 @@
+"""`vidax-gen --plan` and the planner's layout choice when no mesh flag is given (on wan-tiny)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vidax.cli.gen import app
+from vidax.zoo.pipeline import GenerateOptions, PipelineError, choose_layout
+from vidax.zoo.planner import Layout, predict
+from vidax.zoo.registry import make_pipeline
+
+SIZE = dict(height=64, width=96, frames=9)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    options = GenerateOptions(model="wan-tiny", prompt="", **SIZE)
+    return make_pipeline("wan-tiny", options), options
+
+
+def test_plan_prints_every_layout_and_the_choice():
+    result = CliRunner().invoke(app, ["wan-tiny", "--plan", "--devices", "4", "--device-memory", "1",
+                                      "--height", "480", "--width", "832", "--frames", "81"])
+    assert result.exit_code == 0, result.output
+    for layout in ("dp=1 tp=1 sp=1 resident", "dp=1 tp=1 sp=4 resident", "dp=2 tp=2 sp=1 resident"):
+        assert layout in result.output
+    assert "choice: dp=" in result.output
+
+
+def test_predicted_dit_weights_are_the_checkpoints_bytes(tiny):
+    pipeline, options = tiny
+    tree = pipeline.source.load("transformer", "wan/transformer")
+    job = pipeline.memory_job(options)
+    assert predict(job, Layout()).weights == sum(a.size for a in tree.values()) * job.weight_bytes
+
+
+def test_flags_given_are_kept(tiny):
+    pipeline, options = tiny
+    chosen, why = choose_layout(pipeline, dataclasses.replace(options, sp=2))
+    assert (chosen.dp, chosen.tp, chosen.sp, chosen.offload_chunk) == (1, 1, 2, None) and why == "as given"
+
+
+def test_without_flags_the_planner_chooses_and_says_so(tiny):
+    pipeline, options = tiny
+    chosen, why = choose_layout(pipeline, options)
+    assert (chosen.dp, chosen.tp, chosen.sp, chosen.offload_chunk) == (1, 1, 1, None)
+    assert "chosen by the memory planner" in why
+
+
+def test_nothing_fits_is_one_clear_error(tiny, monkeypatch):
+    pipeline, options = tiny
+    monkeypatch.setattr("vidax.zoo.planner.device_memory_bytes", lambda: (1, 1024))
+    with pytest.raises(PipelineError, match=r"needs about .* GiB per device.*see --plan"):
+        choose_layout(pipeline, options)
