@@ -8,9 +8,11 @@ tensor (none when layout and dtype already match), stacked leaves into one preal
 from __future__ import annotations
 
 import mmap
+import os
 import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -25,6 +27,7 @@ _TILE = 256  # tile edge for transposed copies (measured fastest of 64..1024 for
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _LARGE = 4 << 20  # bytes from which leaves get their own anonymous mapping
+_PARALLEL = 1 << 20  # elements from which a transposed copy is split across two threads
 
 
 @dataclass(frozen=True)
@@ -252,10 +255,35 @@ def _tiled(dst: np.ndarray, src: np.ndarray) -> None:
     if src.ndim != 2 or src.flags.c_contiguous or src.size < _TILE * _TILE:
         np.copyto(dst, src, casting="unsafe")
         return
-    rows, cols = src.shape
-    for i in range(0, rows, _TILE):
+    rows = src.shape[0]
+    workers = _workers()
+    if workers is None or rows < 2 * _TILE or src.size < _PARALLEL:
+        _tiled_rows(dst, src, 0, rows)
+        return
+    # row bands on both cores: numpy's copy loops release the GIL; each byte is still copied once
+    step = -(-rows // (2 * _TILE)) * _TILE
+    futures = [workers.submit(_tiled_rows, dst, src, start, min(start + step, rows)) for start in range(step, rows, step)]
+    _tiled_rows(dst, src, 0, step)
+    for future in futures:
+        future.result()
+
+
+def _tiled_rows(dst: np.ndarray, src: np.ndarray, start: int, stop: int) -> None:
+    cols = src.shape[1]
+    for i in range(start, stop, _TILE):
         for j in range(0, cols, _TILE):
             np.copyto(dst[i:i + _TILE, j:j + _TILE], src[i:i + _TILE, j:j + _TILE], casting="unsafe")
+
+
+_POOL: list = []
+
+
+def _workers() -> ThreadPoolExecutor | None:
+    """One helper thread for transposed copies when the machine has a second core (else None)."""
+    if not _POOL:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="vidax-copy") if cores > 1 else None)
+    return _POOL[0]
 
 
 def _fill(leaf: LeafPlan, pieces: list[Piece], dst: np.ndarray, ckpt: Checkpoint) -> None:
