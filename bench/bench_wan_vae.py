@@ -3,7 +3,8 @@
 The released Wan2.1 VAE shape (base 96, z 16, random perturbed weights through the real spec),
 decoding 3 latent frames 30x52 into 9 frames at 240x416, fp32, as the reference's own loop does:
 one latent frame per chunk with the causal cache carried between chunks. vidax's first call
-includes compiling its two chunk units (first and steady state); the next calls reuse them.
+includes compiling its two chunk units (first and steady state); the next calls reuse them. The
+calls alternate between the two, so a shared machine's changing load hits both alike.
 
     .venv/bin/python -m bench wan_vae
 """
@@ -19,17 +20,16 @@ FRAMES, HEIGHT, WIDTH = 9, 240, 416
 REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "2"))
 
 
-def _timed(fn, repeats: int) -> tuple[float, float]:
-    """(first call, best of `repeats` further calls) in seconds."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return first, best
+def _interleaved(fns: dict, repeats: int) -> dict[str, tuple[float, float]]:
+    """name -> (first call, best of `repeats` further calls) in seconds, the calls alternating
+    between the contenders so that a change in machine load hits both alike."""
+    times = {name: [] for name in fns}
+    for _ in range(1 + repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: (t[0], min(t[1:])) for name, t in times.items()}
 
 
 def main() -> None:
@@ -61,13 +61,14 @@ def main() -> None:
     latents = torch.randn(1, 16, latent_frames, HEIGHT // 8, WIDTH // 8, generator=torch.Generator().manual_seed(1))
     ours_in = jax.numpy.asarray(latents.numpy())
     ours_out, ref_out = [], []
-    ours_first, ours_best = _timed(lambda: ours_out.append(vae.decode(params, ours_in).block_until_ready()), REPEATS)
 
     def run_reference():
         with torch.inference_mode():
-            return ref.decode(latents).sample
+            ref_out.append(ref.decode(latents).sample)
 
-    ref_first, ref_best = _timed(lambda: ref_out.append(run_reference()), REPEATS)
+    timings = _interleaved({"vidax": lambda: ours_out.append(vae.decode(params, ours_in).block_until_ready()),
+                            "diffusers": run_reference}, REPEATS)
+    (ours_first, ours_best), (ref_first, ref_best) = timings["vidax"], timings["diffusers"]
     err = float(np.abs(np.asarray(ours_out[-1]) - ref_out[-1].numpy()).max())
 
     print(f"Wan2.1 VAE decode, {latent_frames} latent frames -> {FRAMES}f {HEIGHT}x{WIDTH}, fp32, "

@@ -188,6 +188,8 @@ class CausalConv3d(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, mode: str = "conv") -> jax.Array:
+        if mode not in ("conv", "remember", "start"):
+            raise ValueError(f"CausalConv3d mode must be conv, remember or start, got {mode!r}")
         kt, kh, kw = self.kernel
         past_frames = kt - self.stride_t
         if past_frames > 0:
