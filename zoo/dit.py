@@ -17,8 +17,9 @@ Families with two block kinds (HunyuanVideo 1.0: dual then single) expose `block
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
+import flax
 import flax.linen as nn
 import jax
 
@@ -65,3 +66,10 @@ def forward(model: StackedDiT, params: Params, *inputs: Any, run_blocks=scan_blo
     hidden, ctx = model.embed(params, *inputs)
     hidden = run_blocks(model.block, params["blocks"], hidden, ctx)
     return model.head(params, hidden, ctx)
+
+
+def param_shapes(init_params: Callable[[jax.Array], Params]) -> dict[str, tuple[int, ...]]:
+    """Flat `{"a/b/kernel": shape}` of a model's full tree from an abstract run of its `init_params`
+    (nothing allocated): the translator's expected tree and the memory planner's sizes."""
+    tree = jax.eval_shape(init_params, jax.random.key(0))
+    return {path: tuple(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}

@@ -1,7 +1,6 @@
 """Streamed offload gives exactly the resident output, for any chunk size, also under a mesh."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -20,10 +19,10 @@ import numpy as np
 from flax import struct
 
 from vidax.zoo.attention import attention, joint_attention
-from vidax.zoo.dit import Params, forward, scan_blocks
+from vidax.zoo.dit import forward, param_shapes, Params, scan_blocks
 from vidax.zoo.hunyuan_video15.config import TransformerConfig
 from vidax.zoo.layers import Dense, LayerNorm, RMSNorm, gelu_exact, gelu_tanh, logical_param
-from vidax.zoo.sharding import constrain
+from vidax.zoo.sharding import constrain, stack_specs
 
 # diffusers' `cond_type_embed` rows: which source a joint text token came from.
 COND_MLLM, COND_BYT5, COND_IMAGE = 0, 1, 2
@@ -505,19 +504,13 @@ class HunyuanVideo15Transformer:
         block = jax.eval_shape(self.block.init, key, hidden, ctx)["params"]
         head = jax.eval_shape(self.head_module.init, key, hidden.video, ctx.temb)["params"]
         specs = dict(nn.get_partition_spec(embed))
-        specs["blocks"] = jax.tree.map(
-            lambda s: jax.sharding.PartitionSpec("layers", *s),
-            nn.get_partition_spec(block),
-            is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
-        )
+        specs["blocks"] = stack_specs(block)
         specs.update(nn.get_partition_spec(head))
         return specs
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree."""
-        tree = jax.eval_shape(self.init_params, jax.random.key(0))
-        flat = flax.traverse_util.flatten_dict(tree, sep="/")
-        return {path: tuple(leaf.shape) for path, leaf in flat.items()}
+        return param_shapes(self.init_params)
 
 
 def _dummy_inputs(cfg: TransformerConfig, batch: int, frames: int, size: int, text_len: int):

@@ -17,17 +17,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from vidax.zoo.attention import attention
-from vidax.zoo.dit import Params, forward, scan_blocks
+from vidax.zoo.dit import forward, param_shapes, Params, scan_blocks
 from vidax.zoo.layers import Dense, LayerNorm, RMSNorm, gelu_exact, gelu_tanh, logical_param
 from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import constrain
+from vidax.zoo.sharding import constrain, stack_specs
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.rope import apply_rope, rope_tables
 
@@ -376,19 +375,13 @@ class WanTransformer:
         block = jax.eval_shape(self.block.init, key, hidden, ctx)["params"]
         head = jax.eval_shape(self.head_module.init, key, hidden, ctx.temb)["params"]
         specs = dict(nn.get_partition_spec(embed))
-        specs["blocks"] = jax.tree.map(
-            lambda s: jax.sharding.PartitionSpec("layers", *s),
-            nn.get_partition_spec(block),
-            is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
-        )
+        specs["blocks"] = stack_specs(block)
         specs.update(nn.get_partition_spec(head))
         return specs
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree."""
-        tree = jax.eval_shape(self.init_params, jax.random.key(0))
-        flat = flax.traverse_util.flatten_dict(tree, sep="/")
-        return {path: tuple(leaf.shape) for path, leaf in flat.items()}
+        return param_shapes(self.init_params)
 
     def dummy_inputs(self, batch: int = 1):
         """Smallest valid inputs (one patch per axis) for `init` / `eval_shape`."""
