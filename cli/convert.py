@@ -1,6 +1,7 @@
 """`vidax-convert`: convert a registered model's PyTorch checkpoints into vidax host trees on disk.
 
     vidax-convert wan2.1-t2v-1.3b --out out/wan13b
+    vidax-convert hunyuanvideo-1.5 --variant 720p_i2v --out ckpt/hv15-720p-i2v
     vidax-convert wan2.1-t2v-1.3b --source /models/Wan2.1-T2V-1.3B --check
     vidax-convert --list
 """
@@ -31,6 +32,10 @@ class ConvertOptions:
     dtype: str | None = None
     layout: str | None = None
     check: bool = False
+    variant: str | None = None
+
+
+MODEL_FILE = "vidax_model.json"  # the converted folder's model, variant and tags (read by vidax-gen)
 
 
 def _file_digest(path: Path) -> str:
@@ -42,25 +47,37 @@ def _file_digest(path: Path) -> str:
     return f"size-mtime:{stat.st_size}-{stat.st_mtime_ns}"
 
 
-def _attempts(entry: ModelEntry, component, opts: ConvertOptions) -> list[tuple[str | None, str, str | None]]:
-    """(layout, source, subfolder) tries for one component: the registry repo, or the user's source."""
+def _local(source: str | None) -> bool:
+    return source is not None and Path(source).expanduser().exists()
+
+
+def _attempts(entry: ModelEntry, component, opts: ConvertOptions, detected: str | None = None
+              ) -> list[tuple[str | None, str, str | None]]:
+    """(layout, source, subfolder) tries for one component: the registry repo (the component's own,
+    else the model's), or the user's source (a local model folder holds each component's repo at
+    its `mount`). `detected`: the registry layout an earlier component of this run was found in."""
     if opts.source is None:
         layout = opts.layout or entry.default_layout
         if layout not in entry.repos:
             raise SourceError(f"model {entry.name} has no {layout!r} repo (has: {', '.join(entry.repos)})")
-        return [(layout, entry.repos[layout], component.subfolder.get(layout) or None)]
+        return [(layout, component.repo.get(layout) or entry.repos[layout], component.folder(layout, local=False))]
     named = [l for l, repo in entry.repos.items() if repo == opts.source]  # a registry repo given explicitly
-    layouts = [opts.layout] if opts.layout else named or list(entry.repos)
+    layouts = [opts.layout] if opts.layout else named or ([detected] if detected else list(entry.repos))
     pinned = bool(opts.layout or named)  # otherwise the layout is detected from the files' keys
-    tries = [(l if pinned else None, opts.source, component.subfolder.get(l) or None) for l in layouts]
+    local = _local(opts.source)
+    tries = [(l if pinned else None, opts.source, component.folder(l, local)) for l in layouts]
+    if detected and not pinned:  # the layout stands; the spec still detects its own
+        tries = [(detected, s, f) for _, s, f in tries]
     return list(dict.fromkeys(tries))
 
 
-def _open(entry: ModelEntry, name: str, opts: ConvertOptions) -> LazyTree:
+def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | None = None) -> LazyTree:
     component = entry.components[name]
     spec = load_spec(component.spec)
     first_error = None
-    for layout, source, subfolder in _attempts(entry, component, opts):
+    for layout, source, subfolder in _attempts(entry, component, opts, detected):
+        if source.startswith("modelscope:"):
+            raise SourceError(_modelscope_hint(entry, component, source))
         try:
             return convert(spec, source, layout=layout if layout in spec.layouts else None, dtype=opts.dtype,
                            revision=opts.revision or entry.revision, subfolder=subfolder, lazy=True)
@@ -69,9 +86,56 @@ def _open(entry: ModelEntry, name: str, opts: ConvertOptions) -> LazyTree:
     raise first_error
 
 
+def _modelscope_hint(entry: ModelEntry, component, source: str) -> str:
+    mount = next(iter(component.mount.values()), "")
+    return (f"{component.name} of {entry.name} comes from ModelScope ({source.split(':', 1)[1]}), not the Hugging Face "
+            f"Hub: download the model folder as its docs say (e.g. `modelscope download --model "
+            f"{source.split(':', 1)[1]} --local_dir ckpts/{mount}` and the Hub repos into ckpts/), then pass "
+            f"--source ckpts")
+
+
+def _copy_files(entry: ModelEntry, component, opts: ConvertOptions, layout: str, out: Path) -> list[str]:
+    """Copy the component's `copy` files (configs, tokenizers) into out/<component>/; returns their names."""
+    import fnmatch
+    import posixpath
+    import shutil
+
+    globs = component.copy.get(layout, [])
+    if not globs:
+        return []
+    if opts.source is not None and _local(opts.source):
+        base = Path(opts.source).expanduser()
+        folder = component.folder(layout, local=True)
+    else:
+        repo = opts.source or component.repo.get(layout) or entry.repos[layout]
+        if repo.startswith("modelscope:"):
+            raise SourceError(_modelscope_hint(entry, component, repo))
+        folder = component.folder(layout, local=False)
+        patterns = [posixpath.normpath(posixpath.join(folder or "", g)) for g in globs]
+        from huggingface_hub import snapshot_download
+
+        try:
+            base = Path(snapshot_download(repo, revision=opts.revision or entry.revision, allow_patterns=patterns))
+        except Exception as err:  # offline, gated, missing: one line
+            raise SourceError(f"{repo}: could not fetch {component.name} files ({str(err).splitlines()[0]})") from None
+    root = base / folder if folder else base
+    found = []
+    for glob in globs:
+        parent = (root / glob).parent
+        matches = sorted(p for p in parent.glob(Path(glob).name) if p.is_file()) if parent.is_dir() else []
+        found += [p for p in matches if fnmatch.fnmatch(p.name, Path(glob).name)]
+    if not found and not component.optional:
+        raise SourceError(f"{component.name}: none of {', '.join(globs)} found in {root}")
+    target = out / component.name
+    target.mkdir(parents=True, exist_ok=True)
+    for path in found:
+        shutil.copyfile(path, target / path.name)
+    return [p.name for p in found]
+
+
 def _manifest(entry: ModelEntry, name: str, tree: LazyTree, opts: ConvertOptions) -> dict:
     source = tree.source
-    return {"model": entry.name, "component": name, "spec": tree.spec.name, "spec_digest": tree.spec.digest,
+    return {"model": entry.name, "variant": entry.variant, "component": name, "spec": tree.spec.name, "spec_digest": tree.spec.digest,
             "layout": source.layout.name, "dtype": opts.dtype or "spec default",
             "source": {"origin": source.origin, "repo": source.repo, "revision": source.revision,
                        "files": [{"name": p.name, "bytes": p.stat().st_size, "digest": _file_digest(p)} for p in source.files]}}
@@ -90,31 +154,67 @@ def _report(name: str, tree: LazyTree) -> None:
     console.print(table)
 
 
+def _layout_of(entry: ModelEntry, tree: LazyTree, opts: ConvertOptions) -> str:
+    """The registry layout a converted component came from (its spec layout's name when the registry
+    has it, else the pinned or default one)."""
+    name = tree.source.layout.name
+    if opts.layout:
+        return opts.layout
+    return name if name in entry.repos else next((l for l, r in entry.repos.items() if r == opts.source),
+                                                 entry.default_layout)
+
+
 def run(opts: ConvertOptions) -> int:
-    """Convert (or with `check`, only plan and verify) every selected component of a model."""
-    entry = get_model(opts.model)
+    """Convert (or with `check`, only plan and verify) every selected component of a model (of the
+    selected variant) and copy the configs and tokenizers its generator reads."""
+    entry = get_model(opts.model).select(opts.variant) if opts.variant else get_model(opts.model)
     names = list(opts.components) or list(entry.components)
     unknown = [n for n in names if n not in entry.components]
     if unknown:
         raise SourceError(f"model {entry.name} has no component(s) {', '.join(unknown)} (has: {', '.join(entry.components)})")
     out = opts.out or Path("out") / entry.name
+    # components with weights first: the first one found fixes the layout for the others
+    names = sorted(names, key=lambda n: entry.components[n].spec is None)
+    detected = opts.layout
     for name in names:
-        tree = _open(entry, name, opts)
+        component = entry.components[name]
+        if component.spec is None:
+            layout = detected or entry.default_layout
+            if opts.check:
+                continue
+            copied = _copy_files(entry, component, opts, layout, out)
+            console.print(f"{name}: copied {', '.join(copied) or 'nothing'} to {out / name}")
+            continue
+        tree = _open(entry, name, opts, detected)
         _report(name, tree)
+        layout = _layout_of(entry, tree, opts)
+        detected = detected or (layout if opts.source is not None else None)
         if opts.check:
             continue
         with byte_task(f"converting {name}", tree.nbytes) as advance:
             written = save_tree(tree, out / name, _manifest(entry, name, tree, opts), progress=advance)
+        _copy_files(entry, component, opts, layout, out)
         console.print(f"{name}: {'wrote' if written else 'up to date,'} {out / name}")
+    if not opts.check:
+        import json
+
+        out.mkdir(parents=True, exist_ok=True)
+        record = {"model": entry.name, "family": entry.family, "variant": entry.variant, "tags": list(entry.variants),
+                  "layout": detected or opts.layout or entry.default_layout}
+        (out / MODEL_FILE).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 
 def list_models() -> int:
-    table = Table("model", "default repo", "other layouts", "components", "description")
+    table = Table("model", "default repo", "other layouts", "variants", "components", "description")
     table.columns[0].no_wrap = table.columns[1].no_wrap = True
     for name, entry in load_registry().items():
         others = ", ".join(f"{l}: {r}" for l, r in entry.repos.items() if l != entry.default_layout)
-        table.add_row(name, entry.repo(), others, ", ".join(entry.components), entry.description)
+        variants = ", ".join(f"{v} (default)" if v == entry.default_variant else v for v in entry.choices)
+        if entry.choices and entry.variant != entry.default_variant:  # an alias of one variant
+            variants = f"= {entry.variant}"
+        names = entry.all_components or entry.components
+        table.add_row(name, entry.repo(), others, variants or ", ".join(entry.variants), ", ".join(names), entry.description)
     import sys
 
     from rich.console import Console
@@ -132,6 +232,7 @@ def main_command(
     components: list[str] = typer.Option(None, "--components", help="components to convert, repeated or comma-separated (default: all)"),
     dtype: str = typer.Option(None, "--dtype", help="override the spec's default dtype: float32, bfloat16, float16, keep"),
     layout: str = typer.Option(None, "--layout", help="source layout (e.g. official, diffusers) instead of detecting it"),
+    variant: str = typer.Option(None, "--variant", help="one of the model's variants (see --list), e.g. 720p_i2v"),
     check: bool = typer.Option(False, "--check", help="plan and verify coverage without writing"),
     list_: bool = typer.Option(False, "--list", help="list registered models and their default repos"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
@@ -143,7 +244,7 @@ def main_command(
         console.print("error: give a MODEL name (see vidax-convert --list)")
         raise typer.Exit(2)
     names = tuple(n for item in components or () for n in item.split(",") if n)  # --components a,b or repeated
-    opts = ConvertOptions(model, source, revision, out, names, dtype, layout, check)
+    opts = ConvertOptions(model, source, revision, out, names, dtype, layout, check, variant)
     raise typer.Exit(run_guarded(lambda: run(opts), debug=debug))
 
 

@@ -8,22 +8,46 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vidax.translator.errors import SourceError, SpecError
 from vidax.translator.spec import SPECS_ROOT
 
-_MODEL_KEYS = {"description", "family", "repos", "default_layout", "revision", "variants", "components"}
-_COMPONENT_KEYS = {"spec", "subfolder", "optional"}
+_MODEL_KEYS = {"description", "family", "repos", "default_layout", "revision", "variants", "default_variant",
+               "components", "alias_of", "variant"}
+_COMPONENT_KEYS = {"spec", "subfolder", "optional", "repo", "mount", "copy", "when"}
+_VARIANT_KEYS = {"description", "tags", "repos", "subfolder", "settings"}
 
 
 @dataclass(frozen=True)
 class Component:
+    """One part of a model. `spec` components are converted; a component without one only has its
+    `copy` files (configs, tokenizers) copied into the output. Each per-layout table may lack a layout."""
+
     name: str
-    spec: str
-    subfolder: dict  # layout -> folder inside the repo ("" = repo root)
+    spec: str | None
+    subfolder: dict  # layout -> folder inside the component's repo ("" = repo root)
     optional: bool = False
+    repo: dict = field(default_factory=dict)  # layout -> its own repo id (default: the model's repo)
+    mount: dict = field(default_factory=dict)  # layout -> where that repo sits inside a local model folder
+    copy: dict = field(default_factory=dict)  # layout -> globs (relative to the component folder) copied as is
+    when: str | None = None  # a variant tag the component needs (e.g. "i2v")
+
+    def folder(self, layout: str | None, local: bool) -> str | None:
+        """The component's folder inside a local model folder (`local`) or inside its repo."""
+        parts = [self.mount.get(layout, "") if local else "", self.subfolder.get(layout, "")]
+        return "/".join(p.strip("/") for p in parts if p) or None
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    description: str
+    tags: tuple[str, ...]
+    repos: dict  # layout -> repo id overriding the model's
+    subfolder: dict  # component -> {layout -> folder}
+    settings: dict  # free-form generation defaults (shift, guidance, ...) read by the family
 
 
 @dataclass(frozen=True)
@@ -34,27 +58,77 @@ class ModelEntry:
     repos: dict  # layout -> Hub repo id
     default_layout: str
     revision: str | None
-    variants: tuple[str, ...]
-    components: dict  # name -> Component
+    variants: tuple[str, ...]  # tags (t2v, i2v, 480p, ...) of this entry, or of its selected variant
+    components: dict  # name -> Component (for the selected variant)
+    choices: dict = field(default_factory=dict)  # variant name -> Variant
+    default_variant: str | None = None
+    variant: str | None = None  # the selected choice
+    all_components: dict = field(default_factory=dict)  # before variant selection
 
     def repo(self, layout: str | None = None) -> str:
         return self.repos[layout or self.default_layout]
 
+    def select(self, variant: str | None = None) -> "ModelEntry":
+        """This model with one of its `variants` chosen (None: the default); a model without
+        choices accepts only None."""
+        if not self.choices:
+            if variant is not None:
+                raise SourceError(f"model {self.name} has no variants (got --variant {variant})")
+            return self
+        name = variant or self.default_variant
+        if name not in self.choices:
+            close = difflib.get_close_matches(name, self.choices, n=3)
+            hint = f"did you mean {', '.join(close)}?; " if close else ""
+            raise SourceError(f"model {self.name} has no variant {name!r} ({hint}has: {', '.join(self.choices)})")
+        choice = self.choices[name]
+        components = {}
+        for cname, comp in self.all_components.items():
+            if comp.when is not None and comp.when not in choice.tags:
+                continue
+            if cname in choice.subfolder:
+                comp = replace(comp, subfolder={**comp.subfolder, **choice.subfolder[cname]})
+            components[cname] = comp
+        return replace(self, repos={**self.repos, **choice.repos}, variants=choice.tags, components=components,
+                       variant=name)
+
+
+def _per_layout(value, repos: dict, what: str, where: str) -> dict:
+    """A string (every layout) or a layout -> value table."""
+    if isinstance(value, (str, list)):
+        return {layout: value for layout in repos}
+    if not isinstance(value, dict) or set(value) - set(repos):
+        raise SpecError(f"{where}: {what} must be a string or a table of known layouts ({', '.join(repos)})")
+    return dict(value)
+
 
 def _component(model: str, name: str, raw: dict, repos: dict, where: str) -> Component:
-    if not isinstance(raw, dict) or "spec" not in raw:
-        raise SpecError(f"{where}: component {name!r} of {model!r} needs a 'spec'")
+    if not isinstance(raw, dict) or not ("spec" in raw or "copy" in raw):
+        raise SpecError(f"{where}: component {name!r} of {model!r} needs a 'spec' or 'copy'")
     extra = set(raw) - _COMPONENT_KEYS
     if extra:
         raise SpecError(f"{where}: component {name!r} of {model!r} has unknown key(s) {', '.join(sorted(extra))}")
-    if not (SPECS_ROOT / f"{raw['spec']}.toml").is_file():
+    if "spec" in raw and not (SPECS_ROOT / f"{raw['spec']}.toml").is_file():
         raise SpecError(f"{where}: component {name!r} of {model!r} names missing spec {raw['spec']!r}")
-    subfolder = raw.get("subfolder", {})
-    if isinstance(subfolder, str):
-        subfolder = {layout: subfolder for layout in repos}
-    if set(subfolder) - set(repos):
-        raise SpecError(f"{where}: component {name!r} of {model!r} has subfolders for unknown layouts")
-    return Component(name, raw["spec"], subfolder, bool(raw.get("optional", False)))
+    what = f"component {name!r} of {model!r}:"
+    subfolder = _per_layout(raw.get("subfolder", {}), repos, f"{what} subfolder", where)
+    copy = {k: [v] if isinstance(v, str) else list(v)
+            for k, v in _per_layout(raw.get("copy", {}), repos, f"{what} copy", where).items()}
+    return Component(name, raw.get("spec"), subfolder, bool(raw.get("optional", False)),
+                     _per_layout(raw.get("repo", {}), repos, f"{what} repo", where),
+                     _per_layout(raw.get("mount", {}), repos, f"{what} mount", where), copy, raw.get("when"))
+
+
+def _variant(model: str, name: str, raw: dict, repos: dict, components: dict, where: str) -> Variant:
+    if not isinstance(raw, dict) or set(raw) - _VARIANT_KEYS:
+        raise SpecError(f"{where}: variant {name!r} of {model!r} must be a table with keys among "
+                        f"{', '.join(sorted(_VARIANT_KEYS))}")
+    sub = raw.get("subfolder", {})
+    if set(sub) - set(components):
+        raise SpecError(f"{where}: variant {name!r} of {model!r} overrides unknown components")
+    subfolder = {c: _per_layout(v, repos, f"variant {name!r} subfolder", where) for c, v in sub.items()}
+    return Variant(name, raw.get("description", ""), tuple(raw.get("tags", ())),
+                   _per_layout(raw.get("repos", {}), repos, f"variant {name!r} repos", where), subfolder,
+                   dict(raw.get("settings", {})))
 
 
 def _entry(name: str, raw: dict, where: str) -> ModelEntry:
@@ -70,13 +144,40 @@ def _entry(name: str, raw: dict, where: str) -> ModelEntry:
     components = {c: _component(name, c, r, repos, where) for c, r in (raw.get("components") or {}).items()}
     if not components:
         raise SpecError(f"{where}: model {name!r} declares no components")
-    return ModelEntry(name, raw.get("family", Path(where).parent.name), raw.get("description", ""), dict(repos), default,
-                      raw.get("revision"), tuple(raw.get("variants", ())), components)
+    variants = raw.get("variants", ())
+    choices = {}
+    if isinstance(variants, dict):  # named choices, one selected per conversion
+        choices = {v: _variant(name, v, r, repos, components, where) for v, r in variants.items()}
+        default_variant = raw.get("default_variant", next(iter(choices), None))
+        if default_variant not in choices:
+            raise SpecError(f"{where}: model {name!r}: default_variant {default_variant!r} is not one of its variants")
+        variants = ()
+    else:
+        default_variant = None
+    entry = ModelEntry(name, raw.get("family", Path(where).parent.name), raw.get("description", ""), dict(repos),
+                       default, raw.get("revision"), tuple(variants), components, choices, default_variant, None,
+                       components)
+    return entry.select() if choices else entry
+
+
+def _alias(name: str, raw: dict, models: dict, where: str) -> ModelEntry:
+    """`alias_of = MODEL` + `variant = NAME`: another name for one variant of a model."""
+    if set(raw) - {"alias_of", "variant", "description"}:
+        raise SpecError(f"{where}: alias {name!r} takes only alias_of, variant and description")
+    base = models.get(raw["alias_of"])
+    if base is None:
+        raise SpecError(f"{where}: alias {name!r} names unknown model {raw['alias_of']!r}")
+    try:
+        chosen = base.select(raw.get("variant"))
+    except SourceError as err:
+        raise SpecError(f"{where}: alias {name!r}: {err}") from None
+    return replace(chosen, name=name, description=raw.get("description", chosen.description))
 
 
 def load_registry(root: Path = SPECS_ROOT) -> dict[str, ModelEntry]:
     """Every model of every `<family>/models.toml` under `root`; duplicates and bad entries are SpecErrors."""
     models: dict[str, ModelEntry] = {}
+    aliases = []
     for path in sorted(root.glob("*/models.toml")):
         where = str(path.relative_to(root))
         try:
@@ -88,7 +189,13 @@ def load_registry(root: Path = SPECS_ROOT) -> dict[str, ModelEntry]:
         for name, entry in raw.get("models", {}).items():
             if name in models:
                 raise SpecError(f"{where}: model {name!r} is already registered by another models.toml")
-            models[name] = _entry(name, entry, where)
+            if isinstance(entry, dict) and "alias_of" in entry:
+                aliases.append((name, entry, where))
+                models[name] = None  # reserved
+            else:
+                models[name] = _entry(name, entry, where)
+    for name, entry, where in aliases:
+        models[name] = _alias(name, entry, models, where)
     return models
 
 

@@ -3,13 +3,17 @@
 Each stage loads its weights, runs, and releases them before the next stage needs the memory. The
 DiT's sizes are read off its converted tree (official and diffusers checkpoints give the same
 tree); the text towers come from the source's `text_encoder/` + `tokenizer/` (Qwen2.5-VL) and
-`text_encoder_2/` + `tokenizer_2/` (ByT5), as the diffusers-layout repos ship them.
+`text_encoder_2/` + `tokenizer_2/` (ByT5), as the diffusers-layout repos and `vidax-convert`'s output
+folders hold them, or from the official `ckpts/` folder's `text_encoder/{llm,byt5-small,Glyph-SDXL-v2}/`
+and `vision_encoder/siglip/`. The variant (settings, I2V) is the model name's, or the one a converted
+folder records in `vidax_model.json`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import time
 from typing import Any, Mapping
 
@@ -57,12 +61,41 @@ FAMILY = "hunyuan_video15"
 FPS = 24.0
 
 
-def native_settings(name: str) -> SampleSettings:
-    """MODELS.md defaults: 121 frames, 50 steps, guidance 6 (distilled 1), shift 5 / 9 (720p T2V) / 7 (720p I2V)."""
-    high = "720p" in name
+MODEL_FILE = "vidax_model.json"  # written by vidax-convert (vidax.cli.convert.MODEL_FILE)
+# official ckpts/ folders (checkpoints-download.md) beside the diffusers / converted names
+GLYPH_ASSETS = "text_encoder/Glyph-SDXL-v2/assets"
+GLYPH_FILES = ("color_idx.json", "multilingual_10-lang_idx.json")
+
+
+def native_settings(name: str, tags=None, settings: Mapping | None = None) -> SampleSettings:
+    """MODELS.md defaults: 121 frames, 50 steps, guidance 6 (distilled 1), shift 5 / 9 (720p T2V) / 7 (720p I2V).
+
+    Args:
+        name: the model name (its words stand for the tags when `tags` is None).
+        tags: the variant's tags (480p/720p, t2v/i2v, distilled).
+        settings: the variant's registry settings (shift, guidance), which win.
+    """
+    tags = set(tags) if tags else set(name.replace("_", "-").split("-"))
+    high = "720p" in tags
     height, width = default_size(960 if high else 640)
-    shift = (7.0 if "i2v" in name else 9.0) if high else 5.0
-    return SampleSettings(height=height, width=width, shift=shift, guidance=1.0 if "distilled" in name else 6.0)
+    shift = (7.0 if "i2v" in tags else 9.0) if high else 5.0
+    base = SampleSettings(height=height, width=width, shift=shift, guidance=1.0 if "distilled" in tags else 6.0)
+    picked = {k: float(v) for k, v in (settings or {}).items() if k in ("shift", "guidance")}
+    return dataclasses.replace(base, **picked)
+
+
+def vae_config(hf: Mapping) -> VAEConfig:
+    """diffusers' `vae/config.json`, or the official one (hyvideo's `ffactor_spatial` / `ffactor_temporal`)."""
+    names = {"ffactor_spatial": "spatial_compression_ratio", "ffactor_temporal": "temporal_compression_ratio"}
+    return VAEConfig.from_hf_config({names.get(k, k): v for k, v in hf.items()})
+
+
+def glyph_tokens(color_json: Mapping, font_json: Mapping) -> list[str]:
+    """The official ByT5's added tokens (hyvideo/models/text_encoders/byT5 add_special_token, multilingual):
+    `<xx-font-N>` per font code, then `<color-N>`... in the order the reference adds them (colour first)."""
+    fonts = [f"<{code[:2]}-font-{font_json[code]}>" for code in font_json]
+    colors = [f"<color-{i}>" for i in range(len(color_json))]
+    return colors + fonts
 
 
 def resolve_settings(options: GenerateOptions, native: SampleSettings) -> SampleSettings:
@@ -88,14 +121,36 @@ class HunyuanVideo15Generator:
     """
 
     def __init__(self, name: str, options: GenerateOptions):
-        self.name, self.native = name, native_settings(name)
+        self.name = name
         entry = load_registry().get(name)
-        self.subfolder = entry.components["transformer"].subfolder.get("official") if entry else None
         self.source = WeightsSource.resolve(options.weights, entry.repo() if entry else None)
-        dit_json = self.source.read_json("transformer/config.json", component="transformer") or {}
-        # diffusers' config defaults `task_type` to "i2v" even for T2V checkpoints: the model name decides.
-        self.i2v = "i2v" in (entry.variants if entry else ())
-        self.target_size = int(dit_json.get("target_size") or (960 if "720p" in name else 640))
+        entry = self._recorded_variant(entry)
+        tags = entry.variants if entry else ()
+        choice = entry.choices.get(entry.variant) if entry and entry.choices else None
+        self.variant = entry.variant if entry else None
+        self.native = native_settings(name, tags, choice.settings if choice else None)
+        self.subfolder = entry.components["transformer"].subfolder.get("official") if entry else None
+        dit_json = self.source.read_json("transformer/config.json", *self._dit_configs(),
+                                         component="transformer") or {}
+        # diffusers' config defaults `task_type` to "i2v" even for T2V checkpoints: the variant decides.
+        self.i2v = "i2v" in (tags or name.split("-"))
+        self.target_size = int(dit_json.get("target_size") or (960 if "720p" in tags else 640))
+
+    def _recorded_variant(self, entry):
+        """A converted folder's recorded variant wins over the name's (`vidax-gen hunyuanvideo-1.5
+        --weights ckpt` runs the variant `vidax-convert --variant` converted)."""
+        if self.source.kind != "converted" or entry is None or not entry.choices:
+            return entry
+        path = self.source.root / MODEL_FILE
+        recorded = json.loads(path.read_text()).get("variant") if path.is_file() else None
+        if recorded is None or recorded == entry.variant:
+            return entry
+        if recorded not in entry.choices:
+            raise PipelineError(f"{path}: variant {recorded!r} is not one of {self.name}'s ({', '.join(entry.choices)})")
+        return entry.select(recorded)
+
+    def _dit_configs(self) -> list[str]:
+        return [f"{self.subfolder}/config.json"] if self.subfolder else []
 
     def load(self, component: str, spec: str, subfolders=(None,), dtype: str | None = None) -> Mapping[str, np.ndarray]:
         return self.source.load(component, spec, subfolders, dtype=dtype)
@@ -103,14 +158,15 @@ class HunyuanVideo15Generator:
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Run the whole pipeline; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
         image = self._check_image(options)
-        mesh = make_mesh(options.dp, options.tp, options.sp)  # a clear error when the devices do not suffice
+        # None: one device (no planner for this family yet); a clear error when the devices do not suffice
+        mesh = make_mesh(*(1 if d is None else d for d in (options.dp, options.tp, options.sp)))
         native = self.native
         if image is not None:  # the reference sizes image-to-video by the image's aspect
             height, width = bucket_size(*image.shape[:2], self.target_size)
             native = dataclasses.replace(native, height=height, width=width)
         s = resolve_settings(options, native)
         timer = StageTimer(progress)
-        vae_cfg = VAEConfig.from_hf_config(self.source.read_json("vae/config.json", component="vae") or {})
+        vae_cfg = vae_config(self.source.read_json("vae/config.json", component="vae") or {})
         shape = s.latent_shape(1, vae_cfg.latent_channels)
         noise = (load_latents(options.latents, shape) if options.latents is not None
                  else np.asarray(jax.random.normal(jax.random.key(options.seed), shape, jnp.float32)))
@@ -132,24 +188,39 @@ class HunyuanVideo15Generator:
 
     def encode(self, prompts: list[str], dtype: str | None):
         """Text features of each prompt (the prompt, then the negative one when guided)."""
-        tok = self.source.find("tokenizer", component="text_encoder")
-        tok_2 = self.source.find("tokenizer_2", component="text_encoder_2")
-        qwen_json = self.source.read_json("text_encoder/config.json", component="text_encoder")
-        byt5_json = self.source.read_json("text_encoder_2/config.json", component="text_encoder_2")
+        tok = self.source.find("tokenizer", "text_encoder/llm", component="text_encoder")
+        tok_2 = self.source.find("tokenizer_2", "text_encoder/byt5-small", component="text_encoder_2")
+        qwen_json = self.source.read_json("text_encoder/config.json", "text_encoder/llm/config.json",
+                                          component="text_encoder")
+        byt5_json = self.source.read_json("text_encoder_2/config.json", "tokenizer_2/config.json",
+                                          "text_encoder/byt5-small/config.json", component="text_encoder_2")
         if None in (tok, tok_2, qwen_json, byt5_json):
             raise PipelineError(f"{self.source.root or self.source.repo}: needs text_encoder/, tokenizer/, "
                                 "text_encoder_2/ and tokenizer_2/ (Qwen2.5-VL and ByT5) as the diffusers-layout "
-                                "repos ship them")
-        qwen = self.load("text_encoder", "encoders/decoder", ("text_encoder", None), dtype)
+                                "repos and vidax-convert folders hold them, or the official ckpts/ text_encoder/llm, "
+                                "byt5-small and Glyph-SDXL-v2")
+        qwen = self.load("text_encoder", "encoders/decoder", ("text_encoder", "text_encoder/llm", None), dtype)
         byt5 = self.load("text_encoder_2", "encoders/t5", ("text_encoder_2", None), dtype)
+        # the official ByT5 is byt5-small with added colour/font tokens: the vocabulary is the weights'
+        byt5_cfg = dataclasses.replace(T5Config.from_hf_config(byt5_json), vocab_size=int(byt5["shared/embedding"].shape[0]))
         encoder = PromptEncoder(
             load_tokenizer(tok), DecoderTextModel(DecoderConfig.from_hf_config(qwen_json)), _place(qwen),
-            load_tokenizer(tok_2), T5EncoderModel(T5Config.from_hf_config(byt5_json)), _place(byt5),
+            self._glyph_tokenizer(tok_2), T5EncoderModel(byt5_cfg), _place(byt5),
         )
         features = [encoder([p]) for p in prompts]
         jax.block_until_ready(features)
         release((encoder.decoder_params, encoder.byt5_params))
         return features[0], features[1] if len(features) > 1 else None
+
+    def _glyph_tokenizer(self, folder):
+        """ByT5's tokenizer, plus the official Glyph-SDXL-v2 colour/font tokens when their assets are there
+        (official folder: text_encoder/Glyph-SDXL-v2/assets; converted: text_encoder_2/)."""
+        tokenizer = load_tokenizer(folder)
+        color, font = (self.source.read_json(f"{d}/{f}", component="text_encoder_2") for f in GLYPH_FILES
+                       for d in (["text_encoder_2"] if self.source.kind == "converted" else [GLYPH_ASSETS]))
+        if color is None or font is None:
+            return tokenizer
+        return tokenizer.with_added_tokens(glyph_tokens(color, font))
 
     def _check_image(self, options: GenerateOptions) -> np.ndarray | None:
         if options.image is None:
@@ -163,17 +234,21 @@ class HunyuanVideo15Generator:
     def encode_image(self, image: np.ndarray, s: SampleSettings, vae_cfg: VAEConfig, shape: tuple[int, ...],
                      dtype: str | None) -> ImageCondition:
         """The frame resized and cropped to the video size, its SigLIP tokens and VAE latents."""
-        siglip_json = self.source.read_json("image_encoder/config.json", component="image_encoder")
+        siglip_json = self.source.read_json("image_encoder/config.json", "vision_encoder/siglip/image_encoder/config.json",
+                                            component="image_encoder")
         if siglip_json is None:
             raise PipelineError(f"{self.source.root or self.source.repo}: needs image_encoder/ (SigLIP) for "
                                 "image-to-video, as the diffusers-layout I2V repos ship it")
-        proc = self.source.read_json("feature_extractor/preprocessor_config.json", component="image_encoder") or {}
+        proc = self.source.read_json("feature_extractor/preprocessor_config.json",
+                                     "vision_encoder/siglip/feature_extractor/preprocessor_config.json",
+                                     component="image_encoder") or {}
         config = siglip_vision_config(siglip_json)
         size = proc.get("size", {}).get("height", config.image_size)
         frame = resize_and_crop(image, s.height, s.width)
         pixels = siglip_preprocess(frame, size=size, mean=proc.get("image_mean", SIGLIP_MEAN),
                                    std=proc.get("image_std", SIGLIP_STD))
-        params = _place(self.load("image_encoder", "encoders/siglip_vision", ("image_encoder", None), dtype))
+        params = _place(self.load("image_encoder", "encoders/siglip_vision",
+                                  ("image_encoder", "vision_encoder/siglip/image_encoder", None), dtype))
         tokens = SiglipVisionModel(config).apply({"params": params}, jnp.asarray(pixels)).last_hidden_state
         release(params)
         vae_params = _place(self.load("vae", "hunyuan_video15/vae", ("vae", None)))
@@ -211,7 +286,7 @@ class HunyuanVideo15Generator:
 
     def _rope(self) -> dict:
         """RoPE settings, the only sizes not visible in the weights: diffusers or official config.json names."""
-        names = ["transformer/config.json"] + ([f"{self.subfolder}/config.json"] if self.subfolder else [])
+        names = ["transformer/config.json"] + self._dit_configs()
         config = self.source.read_json(*names, component="transformer") or {}
         axes = config.get("rope_axes_dim") or config.get("rope_dim_list")
         theta = config.get("rope_theta")
