@@ -81,6 +81,27 @@ class LayerNorm(nn.Module):
         return y.astype(dtype)
 
 
+class PatchEmbed(nn.Module):
+    """A Conv3d whose stride is its kernel (video patchify), written as patchify + one matmul.
+
+    `[B, C, F, H, W]` → tokens `[B, S, features]` in (f, h, w) order; kernel `[pt, ph, pw, C, features]`
+    (the torch Conv3d weight permuted by the spec's `conv` op).
+    """
+
+    features: int
+    patch: tuple[int, int, int]
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        pt, ph, pw = self.patch
+        b, c, f, h, w = x.shape
+        kernel = logical_param(self, "kernel", (pt, ph, pw, c, self.features), (None, None, None, "conv_in", "embed"))
+        bias = logical_param(self, "bias", (self.features,), ("embed",), nn.initializers.zeros)
+        x = x.reshape(b, c, f // pt, pt, h // ph, ph, w // pw, pw)
+        x = x.transpose(0, 2, 4, 6, 3, 5, 7, 1).reshape(b, -1, pt * ph * pw * c)  # [B, S, pt*ph*pw*C]
+        return jnp.dot(x, kernel.reshape(-1, self.features).astype(x.dtype)) + bias.astype(x.dtype)
+
+
 def gelu_tanh(x: jax.Array) -> jax.Array:
     return jax.nn.gelu(x, approximate=True)
 

@@ -21,7 +21,7 @@ from flax import struct
 from vidax.zoo.attention import attention, joint_attention
 from vidax.zoo.dit import forward, param_shapes, Params, scan_blocks
 from vidax.zoo.hunyuan_video15.config import TransformerConfig
-from vidax.zoo.layers import Dense, LayerNorm, RMSNorm, gelu_exact, gelu_tanh, logical_param
+from vidax.zoo.layers import Dense, gelu_exact, gelu_tanh, LayerNorm, logical_param, PatchEmbed, RMSNorm
 from vidax.zoo.sharding import constrain, stack_specs
 
 # diffusers' `cond_type_embed` rows: which source a joint text token came from.
@@ -292,29 +292,13 @@ class Embedder(nn.Module):
         return constrain(video, VIDEO_AXES), constrain(joint, TEXT_AXES), joint_mask, temb
 
 
-class PatchEmbed(nn.Module):
-    """diffusers `HunyuanVideo15PatchEmbed`: a strided Conv3d, written as patchify + matmul."""
-
-    cfg: TransformerConfig
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        cfg = self.cfg
-        pt, p = cfg.patch_size_t, cfg.patch_size
-        b, c, f, h, w = x.shape
-        kernel = logical_param(self, "kernel", (pt, p, p, c, cfg.inner_dim), (None, None, None, "conv_in", "embed"))
-        bias = logical_param(self, "bias", (cfg.inner_dim,), ("embed",), nn.initializers.zeros)
-        x = x.reshape(b, c, f // pt, pt, h // p, p, w // p, p)
-        x = x.transpose(0, 2, 4, 6, 3, 5, 7, 1).reshape(b, -1, pt * p * p * c)  # [B, S, pt*p*p*C]
-        return jnp.dot(x, kernel.reshape(-1, cfg.inner_dim).astype(x.dtype)) + bias.astype(x.dtype)
-
-
 class _XEmbedder(nn.Module):
     cfg: TransformerConfig
 
     @nn.compact
     def __call__(self, x):
-        return PatchEmbed(self.cfg, name="proj")(x)
+        cfg = self.cfg  # diffusers `HunyuanVideo15PatchEmbed`: a strided Conv3d
+        return PatchEmbed(cfg.inner_dim, (cfg.patch_size_t, cfg.patch_size, cfg.patch_size), name="proj")(x)
 
 
 class _CondTypeEmbed(nn.Module):

@@ -24,7 +24,7 @@ from flax import struct
 
 from vidax.zoo.attention import attention
 from vidax.zoo.dit import forward, param_shapes, Params, scan_blocks
-from vidax.zoo.layers import Dense, LayerNorm, RMSNorm, gelu_exact, gelu_tanh, logical_param
+from vidax.zoo.layers import Dense, gelu_exact, gelu_tanh, LayerNorm, logical_param, PatchEmbed, RMSNorm
 from vidax.zoo.runtime import Precision
 from vidax.zoo.sharding import constrain, stack_specs
 from vidax.zoo.wan.config import WanTransformerConfig
@@ -144,23 +144,6 @@ class ConditionEmbedder(nn.Module):
         return temb, proj, text, image
 
 
-class PatchEmbedding(nn.Module):
-    """The strided Conv3d `patch_embedding`, written as patchify + matmul; tokens in (f, h, w) order."""
-
-    cfg: WanTransformerConfig
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        cfg = self.cfg
-        pt, ph, pw = cfg.patch_size
-        b, c, f, h, w = x.shape
-        kernel = logical_param(self, "kernel", (pt, ph, pw, c, cfg.inner_dim), (None, None, None, "conv_in", "embed"))
-        bias = logical_param(self, "bias", (cfg.inner_dim,), ("embed",), nn.initializers.zeros)
-        x = x.reshape(b, c, f // pt, pt, h // ph, ph, w // pw, pw)
-        x = x.transpose(0, 2, 4, 6, 3, 5, 7, 1).reshape(b, -1, pt * ph * pw * c)  # [B, S, pt*ph*pw*C]
-        return jnp.dot(x, kernel.reshape(-1, cfg.inner_dim).astype(x.dtype)) + bias.astype(x.dtype)
-
-
 class Embedder(nn.Module):
     """Everything before the blocks; its params are `patch_embedding` and `condition_embedder`."""
 
@@ -172,7 +155,7 @@ class Embedder(nn.Module):
     def __call__(self, latents, timestep, text, image=None):
         cfg = self.cfg
         b = latents.shape[0]
-        video = PatchEmbedding(cfg, name="patch_embedding")(latents.astype(self.dtype))
+        video = PatchEmbed(cfg.inner_dim, cfg.patch_size, name="patch_embedding")(latents.astype(self.dtype))
         temb, proj, text, image = ConditionEmbedder(cfg, name="condition_embedder")(timestep, text, image, self.dtype)
         temb = temb.reshape(b, -1, cfg.inner_dim)  # [B, 1 or S, D]
         proj = proj.reshape(b, -1, 6, cfg.inner_dim)  # [B, 1 or S, 6, D]
