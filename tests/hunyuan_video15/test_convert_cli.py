@@ -76,7 +76,7 @@ def ckpts(towers, tmp_path_factory):  # noqa: F811
     siglip.save_pretrained(root / "vision_encoder" / "siglip" / "image_encoder")
     transformers.SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(
         root / "vision_encoder" / "siglip" / "feature_extractor")
-    return root, {"transformer": dit.state_dict(), "vae": vae.state_dict()}
+    return root, {"transformer": dit.state_dict(), "vae": vae.state_dict()}, (dit, vae, byt5)
 
 
 def generate(weights, tmp_path, model="hunyuanvideo-1.5", image=None, **extra):
@@ -123,8 +123,10 @@ def test_hub_sources_per_component():
         _open(entry, "text_encoder_2", opts)  # Glyph-SDXL-v2 is on ModelScope only
 
 
-def test_convert_then_generate_t2v(ckpts, tmp_path):
-    root, states = ckpts
+def test_convert_then_generate_t2v(ckpts, towers, tmp_path):  # noqa: F811
+    from diffusers import ClassifierFreeGuidance, FlowMatchEulerDiscreteScheduler, HunyuanVideo15Pipeline as Reference
+
+    root, states, (dit, vae, byt5) = ckpts
     out = tmp_path / "ckpt"
     assert run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), variant="480p_t2v", out=out, dtype="float32")) == 0
     for component in ("transformer", "vae"):
@@ -140,12 +142,24 @@ def test_convert_then_generate_t2v(ckpts, tmp_path):
     np.testing.assert_allclose(converted.frames, unconverted.frames, atol=1e-6, rtol=0)  # same fp32 trees, same code
     assert converted.settings["shift"] == 5.0 and converted.settings["guidance"] == 6.0
 
+    # anchor: diffusers' pipeline on the same towers (ByT5 with the official added tokens)
+    tokenizer_2 = transformers.AutoTokenizer.from_pretrained(root / "text_encoder" / "byt5-small")
+    tokenizer_2.add_tokens(glyph_tokens(COLORS, FONTS), special_tokens=True)
+    text_ref, _ = towers
+    ref = Reference(text_encoder=text_ref.text_encoder, tokenizer=text_ref.tokenizer, transformer=dit, vae=vae,
+                    scheduler=FlowMatchEulerDiscreteScheduler(shift=5.0), text_encoder_2=byt5, tokenizer_2=tokenizer_2,
+                    guider=ClassifierFreeGuidance(guidance_scale=6.0))
+    with torch.no_grad():
+        expected = ref(prompt=PROMPT, latents=torch.from_numpy(np.load(tmp_path / "noise.npy")), height=32, width=48,
+                       num_frames=5, num_inference_steps=2, output_type="np").frames[0]
+    np.testing.assert_allclose(converted.frames, expected, atol=1e-5, rtol=0)
+
 
 def test_convert_then_generate_i2v(ckpts, tmp_path):
     """The converted folder records 480p_i2v: `vidax-gen hunyuanvideo-1.5 --weights DIR` then wants --image."""
     from PIL import Image
 
-    root, _ = ckpts
+    root, _, _ = ckpts
     out = tmp_path / "ckpt"
     assert run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), variant="480p_i2v", out=out, dtype="float32")) == 0
     assert (out / "image_encoder" / "config.json").is_file()
