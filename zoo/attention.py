@@ -125,7 +125,6 @@ def local_attention(q, k, v, kv_mask=None, *, scale, implementation=None):
     return blockwise_attention(q, k, v, kv_mask, scale)
 
 
-_local_attention = local_attention  # the name zoo/wan/vae.py imported first
 
 
 def _joint_local(kernel, q, k, v, q_txt, k_txt, v_txt, video_mask, txt_mask):

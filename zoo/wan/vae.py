@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from vidax.zoo.attention import _local_attention, attention
+from vidax.zoo.attention import attention, local_attention
 from vidax.zoo.layers import logical_param
 from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR
 from vidax.zoo.runtime import active_mesh, compile_step
@@ -297,7 +297,7 @@ def frame_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     s = q.shape[1]
     q = jnp.pad(q, ((0, 0), (0, -s % mesh.size), (0, 0), (0, 0)))
     split = PartitionSpec(None, tuple(mesh.axis_names))
-    local = partial(_local_attention, kv_mask=None, scale=q.shape[-1] ** -0.5, implementation=None)
+    local = partial(local_attention, kv_mask=None, scale=q.shape[-1] ** -0.5, implementation=None)
     out = jax.shard_map(lambda q, k, v: local(q, k, v), in_specs=(split, PartitionSpec(), PartitionSpec()),
                         out_specs=split, check_vma=False)(q, k, v)
     return out[:, :s]
