@@ -187,7 +187,7 @@ def run(opts: ConvertOptions) -> int:
             continue
         tree = _open(entry, name, opts, detected)
         _report(name, tree)
-        layout = _layout_of(entry, tree, opts)
+        layout = detected or _layout_of(entry, tree, opts)
         detected = detected or (layout if opts.source is not None else None)
         if opts.check:
             continue

@@ -27,6 +27,7 @@ from vidax.zoo.pipeline import GenerateOptions
 from .helpers import torch
 from .hunyuan_spec_fixtures import (dit_reference, expected_tree, official_dit_state, official_vae_state, perturbed, save,
                                     transformer_cases, vae_cases, vae_reference)
+from .test_generate import saved  # noqa: F401  (module fixture: a tiny diffusers pipeline folder)
 from .test_text_encode import towers  # noqa: F401  (module fixture: tiny Qwen2.5-VL tower and tokenizers)
 
 transformers = pytest.importorskip("transformers")
@@ -197,3 +198,18 @@ def test_convert_transformer_and_vae_of_either_layout(cases, layout, tmp_path):
     for component, case in (("transformer", dit), ("vae", vae)):
         assert mismatches(load(tmp_path / "out" / component), case.expected) == [], component
         assert (tmp_path / "out" / component / "config.json").is_file()
+
+
+def test_convert_diffusers_pipeline_folder(saved, tmp_path):  # noqa: F811
+    """A diffusers-layout repo (save_pretrained) converts whole, configs and tokenizers included, and generates
+    what the reference pipeline does."""
+    ref, root = saved
+    out = tmp_path / "ckpt"
+    assert run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), out=out, dtype="float32")) == 0
+    assert json.loads((out / MODEL_FILE).read_text())["layout"] == "diffusers"
+    assert (out / "tokenizer_2" / "tokenizer_config.json").is_file() and (out / "text_encoder" / "config.json").is_file()
+    result = generate(out, tmp_path)
+    with torch.no_grad():
+        expected = ref(prompt=PROMPT, latents=torch.from_numpy(np.load(tmp_path / "noise.npy")), height=32, width=48,
+                       num_frames=5, num_inference_steps=2, output_type="np").frames[0]
+    np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
