@@ -116,3 +116,16 @@ def test_sharded_latents_keep_their_sharding_and_values():
     sharded = sample(_model, stepper, jax.device_put(latents, sharding))
     assert sharded.sharding.is_equivalent_to(sharding, sharded.ndim)
     np.testing.assert_allclose(sharded, single, rtol=1e-6, atol=1e-6)
+
+
+def test_state_is_donated_between_steps_and_the_callers_arrays_survive():
+    """The dead state's buffers go to the next step; the caller's latents are copied first."""
+    from vidax.zoo.samplers.loop import jitted_step
+
+    stepper = UniPC.from_schedule(unipc_flow_schedule(8, shift=5.0))
+    latents = jnp.ones(SHAPE)
+    out = sample(lambda x, i, t: 0.5 * x, stepper, latents)
+    assert not latents.is_deleted() and np.isfinite(np.asarray(out)).all()
+    state = jax.tree.map(lambda x: jnp.array(x, copy=True), stepper.init(latents))
+    jitted_step(stepper, state, jnp.zeros(SHAPE), jnp.int32(0))
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves(state))

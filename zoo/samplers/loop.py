@@ -23,8 +23,9 @@ def _step_and_check(stepper: Stepper, state: State, model_output: jax.Array, ste
 
 # The stepper is a pytree argument (schedule as data, configuration as static structure) and the
 # step index is traced, so a whole trajectory — and every trajectory of the same configuration
-# and shapes — reuses one compiled step.
-jitted_step = jax.jit(_step_and_check)
+# and shapes — reuses one compiled step. The old state (latents, solver history) is dead after a
+# step, so its buffers are donated to the new one.
+jitted_step = jax.jit(_step_and_check, donate_argnames="state")
 
 
 def sample(
@@ -48,10 +49,13 @@ def sample(
     Raises:
         NonFiniteLatentsError: a step produced NaN or Inf; names the step and its timestep.
     """
-    state = stepper.init(latents, key)
+    # the state is donated step by step: copy it once so the caller's latents and key stay valid
+    state = jax.tree.map(lambda x: jnp.array(x, copy=True), stepper.init(latents, key))
     timesteps = np.asarray(stepper.timesteps)
     for i in range(stepper.num_steps):
         model_output = model_fn(state["latents"], i, float(timesteps[i]))
+        if any(model_output is leaf for leaf in jax.tree.leaves(state)):  # e.g. an identity model_fn
+            model_output = jnp.array(model_output, copy=True)  # the state is about to be donated
         state, latents, finite = jitted_step(stepper, state, model_output, jnp.int32(i))
         if not bool(finite):
             raise NonFiniteLatentsError(
