@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,7 @@ def _attempts(entry: ModelEntry, component, opts: ConvertOptions, detected: str 
         layout = opts.layout or entry.default_layout
         if layout not in entry.repos:
             raise SourceError(f"model {entry.name} has no {layout!r} repo (has: {', '.join(entry.repos)})")
+        layout = component.hub(layout)
         return [(layout, component.repo.get(layout) or entry.repos[layout], component.folder(layout, local=False))]
     named = [l for l, repo in entry.repos.items() if repo == opts.source]  # a registry repo given explicitly
     layouts = [opts.layout] if opts.layout else named or ([detected] if detected else list(entry.repos))
@@ -83,15 +85,19 @@ def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | No
                            revision=opts.revision or entry.revision, subfolder=subfolder, lazy=True)
         except SourceError as err:
             first_error = first_error or err
+    elsewhere = next((r for r in component.repo.values() if r.startswith("modelscope:")), None)
+    if elsewhere and _local(opts.source):  # a local folder without the ModelScope download
+        raise SourceError(f"{first_error}; {_modelscope_hint(entry, component, elsewhere)}") from None
     raise first_error
 
 
 def _modelscope_hint(entry: ModelEntry, component, source: str) -> str:
     mount = next(iter(component.mount.values()), "")
+    hub = "" if not component.hub_layout else " (or convert without --source: the Hub mirror has it)"
     return (f"{component.name} of {entry.name} comes from ModelScope ({source.split(':', 1)[1]}), not the Hugging Face "
             f"Hub: download the model folder as its docs say (e.g. `modelscope download --model "
             f"{source.split(':', 1)[1]} --local_dir ckpts/{mount}` and the Hub repos into ckpts/), then pass "
-            f"--source ckpts")
+            f"--source ckpts{hub}")
 
 
 def _copy_files(entry: ModelEntry, component, opts: ConvertOptions, layout: str, out: Path) -> list[str]:
@@ -100,6 +106,8 @@ def _copy_files(entry: ModelEntry, component, opts: ConvertOptions, layout: str,
     import posixpath
     import shutil
 
+    if opts.source is None:
+        layout = component.hub(layout)
     globs = component.copy.get(layout, [])
     if not globs:
         return []
@@ -168,6 +176,9 @@ def run(opts: ConvertOptions) -> int:
     """Convert (or with `check`, only plan and verify) every selected component of a model (of the
     selected variant) and copy the configs and tokenizers its generator reads."""
     entry = get_model(opts.model).select(opts.variant) if opts.variant else get_model(opts.model)
+    named = next((l for l, r in entry.repos.items() if r == opts.source), None)
+    if named and not _local(opts.source):  # `--source <a registry repo>` is the registry's way, that layout pinned
+        opts = dataclasses.replace(opts, source=None, layout=opts.layout or named)
     names = list(opts.components) or list(entry.components)
     unknown = [n for n in names if n not in entry.components]
     if unknown:
@@ -176,10 +187,12 @@ def run(opts: ConvertOptions) -> int:
     # components with weights first: the first one found fixes the layout for the others
     names = sorted(names, key=lambda n: entry.components[n].spec is None)
     detected = opts.layout
+    came_in = {}  # component -> the registry layout it was read in
     for name in names:
         component = entry.components[name]
         if component.spec is None:
             layout = detected or entry.default_layout
+            came_in[name] = component.hub(layout) if opts.source is None else layout
             if opts.check:
                 continue
             copied = _copy_files(entry, component, opts, layout, out)
@@ -189,6 +202,7 @@ def run(opts: ConvertOptions) -> int:
         _report(name, tree)
         layout = detected or _layout_of(entry, tree, opts)
         detected = detected or (layout if opts.source is not None else None)
+        came_in[name] = component.hub(layout) if opts.source is None else layout
         if opts.check:
             continue
         with byte_task(f"converting {name}", tree.nbytes) as advance:
@@ -200,7 +214,7 @@ def run(opts: ConvertOptions) -> int:
 
         out.mkdir(parents=True, exist_ok=True)
         record = {"model": entry.name, "family": entry.family, "variant": entry.variant, "tags": list(entry.variants),
-                  "layout": detected or opts.layout or entry.default_layout}
+                  "layout": detected or opts.layout or entry.default_layout, "component_layouts": came_in}
         (out / MODEL_FILE).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 

@@ -16,7 +16,7 @@ from vidax.translator.spec import SPECS_ROOT
 
 _MODEL_KEYS = {"description", "family", "repos", "default_layout", "revision", "variants", "default_variant",
                "components", "alias_of", "variant"}
-_COMPONENT_KEYS = {"spec", "subfolder", "optional", "repo", "mount", "copy", "when"}
+_COMPONENT_KEYS = {"spec", "subfolder", "optional", "repo", "mount", "copy", "when", "hub_layout"}
 _VARIANT_KEYS = {"description", "tags", "repos", "subfolder", "settings"}
 
 
@@ -33,6 +33,13 @@ class Component:
     mount: dict = field(default_factory=dict)  # layout -> where that repo sits inside a local model folder
     copy: dict = field(default_factory=dict)  # layout -> globs (relative to the component folder) copied as is
     when: str | None = None  # a variant tag the component needs (e.g. "i2v")
+    # layout -> the layout whose Hub repo serves this component when it is fetched from the Hub (the
+    # official HunyuanVideo-1.5 ByT5 is on ModelScope only; the diffusers mirror carries the same weights)
+    hub_layout: dict = field(default_factory=dict)
+
+    def hub(self, layout: str) -> str:
+        """The layout to fetch this component in from the Hub when the model's layout is `layout`."""
+        return self.hub_layout.get(layout, layout)
 
     def folder(self, layout: str | None, local: bool) -> str | None:
         """The component's folder inside a local model folder (`local`) or inside its repo."""
@@ -113,9 +120,13 @@ def _component(model: str, name: str, raw: dict, repos: dict, where: str) -> Com
     subfolder = _per_layout(raw.get("subfolder", {}), repos, f"{what} subfolder", where)
     copy = {k: [v] if isinstance(v, str) else list(v)
             for k, v in _per_layout(raw.get("copy", {}), repos, f"{what} copy", where).items()}
+    hub_layout = _per_layout(raw.get("hub_layout", {}), repos, f"{what} hub_layout", where)
+    if set(hub_layout.values()) - set(repos):
+        raise SpecError(f"{where}: {what} hub_layout must name layouts of 'repos' ({', '.join(repos)})")
     return Component(name, raw.get("spec"), subfolder, bool(raw.get("optional", False)),
                      _per_layout(raw.get("repo", {}), repos, f"{what} repo", where),
-                     _per_layout(raw.get("mount", {}), repos, f"{what} mount", where), copy, raw.get("when"))
+                     _per_layout(raw.get("mount", {}), repos, f"{what} mount", where), copy, raw.get("when"),
+                     hub_layout)
 
 
 def _variant(model: str, name: str, raw: dict, repos: dict, components: dict, where: str) -> Variant:

@@ -139,13 +139,16 @@ def looks_like_repo(source: str) -> bool:
 def download(repo: str, patterns: list[str], revision: str | None = None, subfolder: str | None = None) -> tuple[Path, str]:
     """Snapshot the files matching `patterns` of a Hub model repo; returns (model root, commit)."""
     import huggingface_hub
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError
 
     prefix = f"{subfolder.strip('/')}/" if subfolder else ""
     try:
         snapshot = Path(huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=[prefix + p for p in patterns]))
     except LocalEntryNotFoundError:
         raise SourceError(f"{repo}: not in the local Hugging Face cache and the Hub is unreachable or offline (HF_HUB_OFFLINE)") from None
+    except GatedRepoError:
+        raise SourceError(f"{repo} is gated: accept its terms on huggingface.co/{repo} and set HF_TOKEN (or "
+                          "`hf auth login`)") from None
     except HfHubHTTPError as err:
         raise SourceError(f"{repo}: Hub download failed ({str(err).splitlines()[0]})") from None
     except ValueError as err:  # bad repo id or revision

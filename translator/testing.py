@@ -19,7 +19,9 @@ network; they may import torch (tests only).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,3 +79,26 @@ def mismatches(tree: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> 
         elif not np.array_equal(got, want):
             problems.append(f"{path}: values differ")
     return problems
+
+
+def make_hub_cache(cache: Path, repo: str, files: dict[str, Path], commit: str = "0" * 40) -> Path:
+    """A Hub repo as huggingface_hub caches it, for tests of the Hub path offline (HF_HUB_CACHE=cache,
+    HF_HUB_OFFLINE=1): blobs/<sha256>, snapshots/<commit>/<path> -> blob, refs/main -> commit.
+
+    Args:
+      cache: the cache root. repo: "org/name". files: path inside the repo -> local file to store there.
+    Returns the snapshot folder.
+    """
+    storage = Path(cache) / f"models--{repo.replace('/', '--')}"
+    for rel, src in files.items():
+        data = Path(src).read_bytes()
+        blob = storage / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = storage / "snapshots" / commit / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(os.path.relpath(blob, link.parent))
+    (storage / "refs").mkdir(exist_ok=True)
+    (storage / "refs" / "main").write_text(commit)
+    return storage / "snapshots" / commit

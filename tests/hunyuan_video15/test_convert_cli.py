@@ -108,7 +108,7 @@ def test_registry_variants():
         entry.select("720p")
 
 
-def test_hub_sources_per_component():
+def test_hub_sources_per_component(tmp_path):
     """Without --source each component comes from its own repo, only the selected variant's folder."""
     from vidax.cli.convert import _attempts, _open
 
@@ -120,8 +120,15 @@ def test_hub_sources_per_component():
                      "image_encoder": [("official", "black-forest-labs/FLUX.1-Redux-dev", "image_encoder")]}
     diffusers = _attempts(entry, entry.components["text_encoder"], ConvertOptions(model="x", layout="diffusers"))
     assert diffusers == [("diffusers", "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-720p_i2v", "text_encoder")]
+    # Glyph-SDXL-v2 is on ModelScope only: from the Hub, ByT5 comes from the variant's diffusers mirror
+    mirror = "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-720p_i2v"
+    for name in ("text_encoder_2", "tokenizer_2"):
+        assert _attempts(entry, entry.components[name], opts) == [("diffusers", mirror, name)]
+    # a local official folder still has it at its mount; one without it gets the download command
+    local = _attempts(entry, entry.components["text_encoder_2"], ConvertOptions(model="x", source=str(tmp_path)))
+    assert local == [(None, str(tmp_path), "text_encoder/Glyph-SDXL-v2/checkpoints"), (None, str(tmp_path), "text_encoder_2")]
     with pytest.raises(SourceError, match="modelscope download --model AI-ModelScope/Glyph-SDXL-v2"):
-        _open(entry, "text_encoder_2", opts)  # Glyph-SDXL-v2 is on ModelScope only
+        _open(entry, "text_encoder_2", ConvertOptions(model="x", source=str(tmp_path)))
 
 
 def test_convert_then_generate_t2v(ckpts, towers, tmp_path):  # noqa: F811
@@ -154,6 +161,45 @@ def test_convert_then_generate_t2v(ckpts, towers, tmp_path):  # noqa: F811
         expected = ref(prompt=PROMPT, latents=torch.from_numpy(np.load(tmp_path / "noise.npy")), height=32, width=48,
                        num_frames=5, num_inference_steps=2, output_type="np").frames[0]
     np.testing.assert_allclose(converted.frames, expected, atol=1e-5, rtol=0)
+
+
+def _repo_files(folder, prefix=""):
+    return {f"{prefix}{p.relative_to(folder)}": p for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_hub_convert_then_generate(ckpts, tmp_path, monkeypatch):
+    """`vidax-convert hunyuanvideo-1.5 --out DIR`, nothing else, through an offline huggingface_hub cache holding
+    what the Hub holds: DiT and VAE from tencent/HunyuanVideo-1.5, Qwen2.5-VL from its repo, and ByT5 with the
+    colour/font tokens from the variant's diffusers mirror (the official Glyph-SDXL-v2 is on ModelScope, and
+    google/byt5-small is not needed). The result generates what the official ckpts/ folder generates."""
+    import huggingface_hub.constants
+
+    from vidax.translator.testing import make_hub_cache
+
+    root, states, (_, _, byt5) = ckpts
+    cache = tmp_path / "hub"
+    official = {**_repo_files(root / "transformer", "transformer/"), **_repo_files(root / "vae", "vae/")}
+    make_hub_cache(cache, "tencent/HunyuanVideo-1.5", official)
+    make_hub_cache(cache, "Qwen/Qwen2.5-VL-7B-Instruct", _repo_files(root / "text_encoder" / "llm"))
+    mirror = tmp_path / "mirror"  # what diffusers' converter writes: Glyph weights, tokenizer with the tokens
+    byt5.save_pretrained(mirror / "text_encoder_2")
+    tokenizer_2 = transformers.AutoTokenizer.from_pretrained(root / "text_encoder" / "byt5-small")
+    tokenizer_2.add_tokens(glyph_tokens(COLORS, FONTS), special_tokens=True)
+    tokenizer_2.save_pretrained(mirror / "tokenizer_2")
+    make_hub_cache(cache, "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", _repo_files(mirror))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+
+    out = tmp_path / "ckpt"
+    assert run(ConvertOptions(model="hunyuanvideo-1.5", out=out, dtype="float32")) == 0
+    for component in ("transformer", "vae"):
+        assert mismatches(load(out / component), expected_tree(states[component])) == [], component
+    assert read_manifest(out / "text_encoder_2")["source"]["repo"].endswith("Diffusers-480p_t2v")
+    record = json.loads((out / MODEL_FILE).read_text())
+    assert record["variant"] == "480p_t2v" and record["component_layouts"]["text_encoder_2"] == "diffusers"
+    assert record["component_layouts"]["transformer"] == "official"
+    np.testing.assert_allclose(generate(out, tmp_path).frames, generate(root, tmp_path).frames, atol=1e-6, rtol=0)
+    # naming the registry's repo is the registry's way: every component still from its own repo
+    assert run(ConvertOptions(model="hunyuanvideo-1.5", source="tencent/HunyuanVideo-1.5", check=True)) == 0
 
 
 def test_convert_then_generate_i2v(ckpts, tmp_path):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,26 +15,10 @@ import wan_transformer_spec_fixtures as wan
 from vidax.translator import SourceError, load, load_spec, sources
 from vidax.translator.output import read_manifest
 from vidax.translator.registry import get_model, load_registry
-from vidax.translator.testing import mismatches
+from vidax.translator.testing import make_hub_cache, mismatches
 
 REPO = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def make_hub_cache(cache: Path, repo: str, files: dict[str, Path], commit: str = COMMIT) -> Path:
-    """Lay files out as huggingface_hub does: blobs/<sha256>, snapshots/<commit>/<path> -> blob, refs/main."""
-    storage = cache / f"models--{repo.replace('/', '--')}"
-    for rel, src in files.items():
-        data = src.read_bytes()
-        blob = storage / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        link = storage / "snapshots" / commit / rel
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-    (storage / "refs").mkdir(exist_ok=True)
-    (storage / "refs" / "main").write_text(commit)
-    return storage / "snapshots" / commit
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +30,7 @@ def hub(tmp_path_factory):
     readme.write_text("not needed")
     files = {"transformer/diffusion_pytorch_model.safetensors": local / "transformer/diffusion_pytorch_model.safetensors",
              "transformer/config.json": local / "transformer/config.json", "README.md": readme}
-    snapshot = make_hub_cache(tmp / "cache", REPO, files)
+    snapshot = make_hub_cache(tmp / "cache", REPO, files, COMMIT)
     return tmp / "cache", snapshot, local, wan.expected_tree(state)
 
 
@@ -184,3 +168,46 @@ def test_two_expert_model_from_official_subfolders(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert mismatches(load(out / "transformer"), wan.expected_tree(states["high_noise_model"])) == []
     assert mismatches(load(out / "transformer_2"), wan.expected_tree(states["low_noise_model"])) == []
+
+
+@pytest.mark.parametrize("component, error", [
+    ('{ spec = "wan/vae", subfolder = "vae", colour = "red" }', "unknown key(s) colour"),
+    ('{ spec = "wan/nope" }', "missing spec 'wan/nope'"),
+    ('{ spec = "wan/vae", subfolder = { mirror = "vae" } }', "table of known layouts"),
+    ('{ spec = "wan/vae", hub_layout = { official = "mirror" } }', "hub_layout must name layouts"),
+])
+def test_registry_rejects_bad_components(tmp_path, component, error):
+    from vidax.translator import SpecError
+
+    (tmp_path / "fam").mkdir()
+    (tmp_path / "fam" / "models.toml").write_text(
+        f'[models.m]\nrepos = {{ official = "o/m", diffusers = "d/m" }}\ncomponents.vae = {component}\n')
+    with pytest.raises(SpecError, match=re.escape(error)):
+        load_registry(tmp_path)
+
+
+def test_registry_rejects_duplicate_models(tmp_path):
+    from vidax.translator import SpecError
+
+    for family in ("a", "b"):
+        (tmp_path / family).mkdir()
+        (tmp_path / family / "models.toml").write_text('[models.m]\nrepos = { d = "d/m" }\ncomponents.vae = { spec = "wan/vae" }\n')
+    with pytest.raises(SpecError, match="already registered"):
+        load_registry(tmp_path)
+    (tmp_path / "b" / "models.toml").write_text('[models.n]\nrepos = { d = "d/m" }\ncomponents.vae = { spec = "wan/vae" }\n')
+    assert set(load_registry(tmp_path)) == {"m", "n"}
+    assert get_model("n", load_registry(tmp_path)).components["vae"].hub("d") == "d"
+
+
+def test_gated_repo_says_what_to_do(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import GatedRepoError
+
+    def gated(repo, revision=None, allow_patterns=None):
+        error = GatedRepoError.__new__(GatedRepoError)  # its constructor wants an HTTP response (client varies)
+        Exception.__init__(error, "401 Client Error. Cannot access gated repo")
+        raise error
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", gated)
+    with pytest.raises(SourceError, match=r"black-forest-labs/FLUX.1-Redux-dev is gated: accept its terms .* HF_TOKEN"):
+        sources.download("black-forest-labs/FLUX.1-Redux-dev", ["*.safetensors"])
