@@ -94,7 +94,7 @@ def generate(weights, tmp_path, model="hunyuanvideo-1.5", image=None, **extra):
 
 def test_registry_variants():
     entry = get_model("hunyuanvideo-1.5")
-    assert entry.variant == entry.default_variant == "480p_t2v" and len(entry.choices) == 8
+    assert entry.variant == entry.default_variant == "480p_t2v" and len(entry.choices) == 9
     assert "image_encoder" not in entry.components  # a T2V conversion fetches no SigLIP
     i2v = entry.select("720p_i2v")
     assert i2v.components["transformer"].subfolder["official"] == "transformer/720p_i2v"
@@ -104,6 +104,11 @@ def test_registry_variants():
     alias = get_model("hunyuanvideo-1.5-720p-i2v")  # the per-variant names of earlier releases
     assert alias.variant == "720p_i2v" and alias.components == i2v.components
     assert native_settings(alias.name, alias.variants, i2v.choices["720p_i2v"].settings).shift == 7.0
+    step = get_model("hunyuanvideo-1.5-480p-i2v-step-distilled")  # hyvideo PIPELINE_CONFIGS: 12 steps, shift 7, no CFG
+    assert step.components["transformer"].subfolder["official"] == "transformer/480p_i2v_step_distilled"
+    settings = native_settings(step.name, step.variants, entry.choices["480p_i2v_step_distilled"].settings)
+    assert (settings.steps, settings.shift, settings.guidance) == (12, 7.0, 1.0)
+    assert native_settings("hunyuanvideo-1.5", ("480p", "t2v")).steps == 50
     with pytest.raises(SourceError, match="no variant '720p'"):
         entry.select("720p")
 

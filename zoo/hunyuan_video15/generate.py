@@ -73,7 +73,7 @@ def native_settings(name: str, tags=None, settings: Mapping | None = None) -> Sa
     Args:
         name: the model name (its words stand for the tags when `tags` is None).
         tags: the variant's tags (480p/720p, t2v/i2v, distilled).
-        settings: the variant's registry settings (shift, guidance), which win.
+        settings: the variant's registry settings (shift, guidance, steps), which win.
     """
     tags = set(tags) if tags else set(name.replace("_", "-").split("-"))
     high = "720p" in tags
@@ -81,6 +81,7 @@ def native_settings(name: str, tags=None, settings: Mapping | None = None) -> Sa
     shift = (7.0 if "i2v" in tags else 9.0) if high else 5.0
     base = SampleSettings(height=height, width=width, shift=shift, guidance=1.0 if "distilled" in tags else 6.0)
     picked = {k: float(v) for k, v in (settings or {}).items() if k in ("shift", "guidance")}
+    picked.update({k: int(v) for k, v in (settings or {}).items() if k == "steps"})
     return dataclasses.replace(base, **picked)
 
 
