@@ -225,7 +225,7 @@ def list_models() -> int:
     for name, entry in load_registry().items():
         others = ", ".join(f"{l}: {r}" for l, r in entry.repos.items() if l != entry.default_layout)
         variants = ", ".join(f"{v} (default)" if v == entry.default_variant else v for v in entry.choices)
-        if entry.choices and entry.variant != entry.default_variant:  # an alias of one variant
+        if entry.alias_of:  # an alias of one variant
             variants = f"= {entry.variant}"
         names = entry.all_components or entry.components
         table.add_row(name, entry.repo(), others, variants or ", ".join(entry.variants), ", ".join(names), entry.description)

@@ -71,6 +71,7 @@ class ModelEntry:
     default_variant: str | None = None
     variant: str | None = None  # the selected choice
     all_components: dict = field(default_factory=dict)  # before variant selection
+    alias_of: str | None = None  # the model this name is an alias of (for one of its variants)
 
     def repo(self, layout: str | None = None) -> str:
         return self.repos[layout or self.default_layout]
@@ -182,7 +183,7 @@ def _alias(name: str, raw: dict, models: dict, where: str) -> ModelEntry:
         chosen = base.select(raw.get("variant"))
     except SourceError as err:
         raise SpecError(f"{where}: alias {name!r}: {err}") from None
-    return replace(chosen, name=name, description=raw.get("description", chosen.description))
+    return replace(chosen, name=name, description=raw.get("description", chosen.description), alias_of=raw["alias_of"])
 
 
 def load_registry(root: Path = SPECS_ROOT) -> dict[str, ModelEntry]:

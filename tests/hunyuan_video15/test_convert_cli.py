@@ -102,7 +102,8 @@ def test_registry_variants():
     assert i2v.components["image_encoder"].repo["official"] == "black-forest-labs/FLUX.1-Redux-dev"
     assert i2v.repos["diffusers"].endswith("720p_i2v")
     alias = get_model("hunyuanvideo-1.5-720p-i2v")  # the per-variant names of earlier releases
-    assert alias.variant == "720p_i2v" and alias.components == i2v.components
+    assert alias.variant == "720p_i2v" and alias.components == i2v.components and alias.alias_of == entry.name
+    assert get_model("hunyuanvideo-1.5-480p-t2v").alias_of == entry.name and entry.alias_of is None
     assert native_settings(alias.name, alias.variants, i2v.choices["720p_i2v"].settings).shift == 7.0
     step = get_model("hunyuanvideo-1.5-480p-i2v-step-distilled")  # hyvideo PIPELINE_CONFIGS: 12 steps, shift 7, no CFG
     assert step.components["transformer"].subfolder["official"] == "transformer/480p_i2v_step_distilled"
