@@ -178,6 +178,14 @@ class WeightsSource:
             return cls("repo", _fetch_configs(text, revision), repo=text, revision=revision)
         raise SourceError(f"{text}: no such folder, and not a Hub repo id (org/name)")
 
+    @property
+    def label(self) -> str:
+        """What a sidecar records: the folder, or `org/name@commit` for a Hub repo (its cached snapshot)."""
+        if self.kind != "repo":
+            return str(self.root)
+        commit = self.root.name if self.root is not None and self.root.parent.name == "snapshots" else self.revision
+        return f"{self.repo}@{commit}" if commit else self.repo
+
     def config_root(self, component: str = "") -> Path | None:
         """The folder holding configs: the model root, or for a converted DIR the source it records
         (the component's own manifest first, else any component's)."""

@@ -50,6 +50,29 @@ def test_generate_matches_reference(saved, tmp_path):
     assert result.settings["shift"] == 5.0 and result.settings["guidance"] == 6.0
 
 
+def test_generate_straight_from_the_hub(saved, tmp_path, monkeypatch):
+    """No --weights: the variant's diffusers mirror, read from the Hugging Face cache (offline), converted on
+    the fly; the frames are the local folder's."""
+    import huggingface_hub.constants
+
+    from vidax.translator.testing import make_hub_cache
+
+    _, root = saved
+    files = {str(p.relative_to(root)): p for p in sorted(root.rglob("*")) if p.is_file()}
+    make_hub_cache(tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", files)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    np.save(tmp_path / "noise.npy", torch.randn(1, 4, 2, 2, 3, generator=torch.Generator().manual_seed(0)).numpy())
+    frames = []
+    for weights in (None, str(root)):
+        options = GenerateOptions(model="hunyuanvideo-1.5", prompt=PROMPT, weights=weights, height=32, width=48, frames=5,
+                                  steps=2, latents=tmp_path / "noise.npy", out=tmp_path / "out.npy", compile_cache=False,
+                                  dtype="float32")
+        generator = HunyuanVideo15Generator(options.model, options)
+        assert generator.source.kind == ("repo" if weights is None else "folder")
+        frames.append(generator.generate(options).frames)
+    np.testing.assert_allclose(frames[0], frames[1], atol=1e-6, rtol=0)
+
+
 @pytest.fixture(scope="module")
 def saved_i2v(towers, tmp_path_factory):  # noqa: F811
     from diffusers import ClassifierFreeGuidance, FlowMatchEulerDiscreteScheduler

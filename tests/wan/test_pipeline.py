@@ -341,6 +341,22 @@ def test_runs_from_a_converted_folder(t2v, tmp_path):
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
 
+def test_runs_straight_from_the_hub(t2v, tmp_path, monkeypatch):
+    """No --weights: the registry's repo, read from the Hugging Face cache (offline) and converted on the fly."""
+    import huggingface_hub.constants
+
+    from vidax.translator.testing import make_hub_cache
+
+    folder, latents, expected = t2v
+    model = folder / "model"
+    files = {str(p.relative_to(model)): p for p in sorted(model.rglob("*")) if p.is_file()}
+    make_hub_cache(tmp_path / "hub", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", files)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    result = generate(_options(folder, latents, tmp_path / "v.npy", weights=None))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+    assert result.settings["weights_source"] == "Wan-AI/Wan2.1-T2V-1.3B-Diffusers@" + "0" * 40  # repo@commit
+
+
 def test_cli_writes_playable_mp4(t2v, tmp_path):
     from typer.testing import CliRunner
 

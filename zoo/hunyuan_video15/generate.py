@@ -124,7 +124,10 @@ class HunyuanVideo15Generator:
     def __init__(self, name: str, options: GenerateOptions):
         self.name = name
         entry = load_registry().get(name)
-        self.source = WeightsSource.resolve(options.weights, entry.repo() if entry else None)
+        # Without --weights: the variant's diffusers-layout mirror, the one Hub repo that holds every tower
+        # (the official repo ships DiT and VAE only; vidax-convert assembles the rest from their repos).
+        hub = (entry.repos.get("diffusers") or entry.repo()) if entry else None
+        self.source = WeightsSource.resolve(options.weights, hub)
         entry = self._recorded_variant(entry)
         tags = entry.variants if entry else ()
         choice = entry.choices.get(entry.variant) if entry and entry.choices else None
@@ -183,7 +186,7 @@ class HunyuanVideo15Generator:
         with timer.stage("decode"):
             frames = self.decode(latents, vae_cfg)
         settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name,
-                    "weights_source": str(self.source.root or self.source.repo), "latent_shape": list(shape)}
+                    "weights_source": self.source.label, "latent_shape": list(shape)}
         return GenerateResult(frames=frames[0], latents=np.asarray(latents), fps=FPS, settings=settings,
                               times=timer.times)
 

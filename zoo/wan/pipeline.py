@@ -368,7 +368,7 @@ class WanPipeline:
         with timer.stage("decode"):
             frames = self.decode(latents, options.dtype)
         settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name, "seed": options.seed,
-                    "weights_source": str(self.source.root or self.source.repo), "latent_shape": list(shape)}
+                    "weights_source": self.source.label, "latent_shape": list(shape)}
         return GenerateResult(frames=frames, latents=np.asarray(latents), fps=s.fps, settings=settings, times=timer.times)
 
     def _image_size(self, image: np.ndarray) -> dict[str, int]:
