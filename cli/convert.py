@@ -82,7 +82,8 @@ def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | No
             raise SourceError(_modelscope_hint(entry, component, source))
         try:
             return convert(spec, source, layout=layout if layout in spec.layouts else None, dtype=opts.dtype,
-                           revision=opts.revision or entry.revision, subfolder=subfolder, lazy=True)
+                           revision=opts.revision or entry.revision, subfolder=subfolder, lazy=True,
+                           headers_only=opts.check)  # --check on the Hub: headers, no weights downloaded
         except SourceError as err:
             first_error = first_error or err
     elsewhere = next((r for r in component.repo.values() if r.startswith("modelscope:")), None)
@@ -247,7 +248,7 @@ def main_command(
     dtype: str = typer.Option(None, "--dtype", help="override the spec's default dtype: float32, bfloat16, float16, keep"),
     layout: str = typer.Option(None, "--layout", help="source layout (e.g. official, diffusers) instead of detecting it"),
     variant: str = typer.Option(None, "--variant", help="one of the model's variants (see --list), e.g. 720p_i2v"),
-    check: bool = typer.Option(False, "--check", help="plan and verify coverage without writing"),
+    check: bool = typer.Option(False, "--check", help="plan and verify coverage without writing (Hub: reads only the safetensors headers)"),
     list_: bool = typer.Option(False, "--list", help="list registered models and their default repos"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
 ) -> None:

@@ -45,7 +45,8 @@ class LazyTree(Mapping):
 
 def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, tuple[int, ...]] | None = None, *,
             layout: str | None = None, dtype: str | None = None, revision: str | None = None,
-            subfolder: str | None = None, lazy: bool = False) -> dict[str, np.ndarray] | LazyTree:
+            subfolder: str | None = None, lazy: bool = False, headers_only: bool = False
+            ) -> dict[str, np.ndarray] | LazyTree:
     """Convert a PyTorch checkpoint into a flat host tree ``{"a/b/kernel": np.ndarray}``.
 
     Args:
@@ -59,6 +60,8 @@ def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, 
       revision: Hub revision (branch, tag or commit) when `source` is a repo id.
       subfolder: folder inside the repo or local folder that holds the model root.
       lazy: return a `LazyTree` (leaves computed on access) instead of a dict.
+      headers_only: with `lazy`, a Hub repo's safetensors headers are read without downloading the
+        weights (when the Hub answers): the tree is planned and accounted, its leaves cannot be read.
 
     Returns:
       The host tree. Leaves whose layout and dtype already match are zero-copy read-only views of
@@ -68,8 +71,11 @@ def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, 
       TranslatorError: SpecError, SourceError, FormatError, or AccountingError listing every
         unaccounted key, unfired rule and missing or misshapen leaf at once.
     """
+    if headers_only and not lazy:
+        raise ValueError("headers_only plans a conversion: it needs lazy=True")
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
-    opened = sources.resolve(spec, source, revision=revision, subfolder=subfolder, layout=layout)
+    opened = sources.resolve(spec, source, revision=revision, subfolder=subfolder, layout=layout,
+                             headers_only=headers_only)
     override = policy_dtype(dtype, "dtype") if dtype is not None else "spec"
     leaves = executor.plan(spec, opened.layout, opened.checkpoint, expected, override)
     tree = LazyTree(spec, opened, leaves)

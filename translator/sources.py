@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from vidax.translator.checkpoint import Checkpoint
 from vidax.translator.errors import SourceError
@@ -92,7 +92,7 @@ def open_local(spec: Spec, path: Path, layout: str | None = None) -> Source:
     raise SourceError(f"{path}: no checkpoint files of spec {spec.name} found (looked for {'; '.join(tried)})")
 
 
-def _glob_match(path: str, pattern: str) -> bool:
+def glob_match(path: str, pattern: str) -> bool:
     """Path-aware glob: `*` stays within one folder level, as with Path.glob."""
     parts, pattern_parts = path.split("/"), pattern.split("/")
     return len(parts) == len(pattern_parts) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern_parts))
@@ -110,23 +110,28 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(e for e in errors if isinstance(e, type) and issubclass(e, BaseException))
 
 
+def _unreachable() -> tuple[type[BaseException], ...]:
+    """The errors of a Hub call that cannot be made: offline mode, no network, refused or private."""
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    return (OfflineModeIsEnabled, HfHubHTTPError, OSError, *_transport_errors())
+
+
 def hub_patterns(repo: str, layouts: list[Layout], revision: str | None, subfolder: str | None) -> list[str]:
     """allow_patterns for a Hub snapshot: the first glob whose files the repo has, from its file
     listing; offline (no listing) every glob of `layouts`, which then only reads the cache."""
     every = sorted({g for l in layouts for g in l.files} | {g + ".index.json" for l in layouts for g in l.files})
     import huggingface_hub
-    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
-    unreachable = (OfflineModeIsEnabled, HfHubHTTPError, OSError, *_transport_errors())
     try:
         files = huggingface_hub.list_repo_files(repo, revision=revision)
-    except unreachable:  # offline, no network, or private: snapshot_download decides from the cache
+    except _unreachable():  # offline, no network, or private: snapshot_download decides from the cache
         return every
     prefix = f"{subfolder.strip('/')}/" if subfolder else ""
     relative = [f[len(prefix):] for f in files if f.startswith(prefix)]
     for layout in layouts:
         for glob in layout.files:
-            if any(_glob_match(f, glob) for f in relative):
+            if any(glob_match(f, glob) for f in relative):
                 return [glob, glob + ".index.json"]
     raise SourceError(f"{repo}: no files matching {', '.join(g for l in layouts for g in l.files)}"
                       + (f" under {subfolder}/" if subfolder else ""))
@@ -157,9 +162,38 @@ def download(repo: str, patterns: list[str], revision: str | None = None, subfol
     return (snapshot / prefix if prefix else snapshot), commit
 
 
+def _open_headers(spec: Spec, repo: str, layouts: list[Layout], revision: str | None, subfolder: str | None,
+                  pinned: bool) -> Source | None:
+    """A Hub checkpoint opened from its safetensors headers alone; None when that cannot be done
+    (offline, not safetensors, nothing matches), and the caller downloads as usual."""
+    import huggingface_hub
+
+    from vidax.translator.remote import header_checkpoint
+
+    try:
+        files = huggingface_hub.list_repo_files(repo, revision=revision)
+        for candidate in layouts:
+            found = header_checkpoint(repo, files, list(candidate.files), revision, subfolder)
+            if found is None:
+                continue
+            ckpt, names = found
+            try:
+                chosen = candidate if pinned else detect_layout(spec, ckpt.keys(), f"hf://{repo}")
+            except SourceError:  # another layout's (or component's) files: as open_local, go on
+                continue
+            return Source(chosen, ckpt, [PurePosixPath(n) for n in names], repo=repo, revision=revision or "main",
+                          origin=f"hf://{repo} (headers only)")
+    except _unreachable():
+        return None
+    return None
+
+
 def resolve(spec: Spec, source: str | Path, *, revision: str | None = None, subfolder: str | None = None,
-            layout: str | None = None) -> Source:
-    """Resolve `source` (file, folder, or Hub repo id) to an opened checkpoint of `spec`."""
+            layout: str | None = None, headers_only: bool = False) -> Source:
+    """Resolve `source` (file, folder, or Hub repo id) to an opened checkpoint of `spec`.
+
+    `headers_only`: for a Hub repo, read only the safetensors headers when the Hub answers (a plan
+    without tensor data); otherwise, and for local sources, open the files as usual."""
     text = str(source)
     if isinstance(source, Path) or not looks_like_repo(text):
         path = Path(text).expanduser()
@@ -167,6 +201,10 @@ def resolve(spec: Spec, source: str | Path, *, revision: str | None = None, subf
             path = path / subfolder
         return open_local(spec, path, layout)
     layouts = [spec.layouts[layout]] if layout else list(spec.layouts.values())
+    if headers_only:
+        opened = _open_headers(spec, text, layouts, revision, subfolder, pinned=layout is not None)
+        if opened is not None:
+            return opened
     patterns = hub_patterns(text, layouts, revision, subfolder)
     root, commit = download(text, patterns, revision, subfolder)
     opened = open_local(spec, root, layout)

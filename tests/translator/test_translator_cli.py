@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from safetensors.numpy import load_file as load_numpy
 from safetensors.torch import save_file
 
 import wan_transformer_spec_fixtures as wan
@@ -211,3 +214,65 @@ def test_gated_repo_says_what_to_do(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "snapshot_download", gated)
     with pytest.raises(SourceError, match=r"black-forest-labs/FLUX.1-Redux-dev is gated: accept its terms .* HF_TOKEN"):
         sources.download("black-forest-labs/FLUX.1-Redux-dev", ["*.safetensors"])
+
+
+def _fake_hub_api(monkeypatch, snapshot: Path, drop: str | None = None):
+    """huggingface_hub's listing, header parser and small-file download over a local snapshot; any
+    weight download fails the test. `drop`: a key the served headers leave out."""
+    import huggingface_hub
+    from huggingface_hub.utils import SafetensorsFileMetadata, TensorInfo
+
+    from vidax.translator.dtypes import safetensors_code
+    from vidax.translator.safetensors_io import SafetensorsFile
+
+    def parse(repo, filename, revision=None):
+        local = SafetensorsFile(snapshot / filename)
+        base = min(i.start for i in local.tensors.values())
+        return SafetensorsFileMetadata(local.metadata, {
+            k: TensorInfo(safetensors_code(i.dtype), list(i.shape), (i.start - base, i.end - base))
+            for k, i in local.tensors.items() if k != drop})
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("a --check on the Hub downloaded weights")
+
+    listing = sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file())
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo, revision=None: listing)
+    monkeypatch.setattr(huggingface_hub, "parse_safetensors_file_metadata", parse)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, name, revision=None: str(snapshot / name))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_check_on_the_hub_reads_only_headers(hub, tmp_path, monkeypatch, sharded):
+    """`vidax-convert MODEL --check` plans and accounts from the safetensors headers (a few hundred KB per
+    file) instead of downloading the weights; a shard index is followed; a missing tensor still fails."""
+    from safetensors.numpy import save_file as save_numpy
+
+    from vidax.cli.convert import ConvertOptions, run
+    from vidax.translator import AccountingError, convert
+
+    _, snapshot, _, expected = hub
+    if sharded:  # the same tensors as two shards and an index, as large repos ship them
+        whole = load_numpy(str(snapshot / "transformer" / "diffusion_pytorch_model.safetensors"))
+        keys = sorted(whole)
+        root = tmp_path / "sharded"
+        (root / "transformer").mkdir(parents=True)
+        weight_map = {}
+        for i, part in enumerate((keys[: len(keys) // 2], keys[len(keys) // 2:])):
+            name = f"diffusion_pytorch_model-0000{i + 1}-of-00002.safetensors"
+            save_numpy({k: np.ascontiguousarray(whole[k]) for k in part}, str(root / "transformer" / name))
+            weight_map.update({k: name for k in part})
+        (root / "transformer" / "diffusion_pytorch_model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {}, "weight_map": weight_map}))
+        snapshot = root
+    _fake_hub_api(monkeypatch, snapshot)
+    tree = convert(load_spec("wan/transformer"), REPO, lazy=True, headers_only=True, dtype="float32")
+    assert tree.shapes() == {p: a.shape for p, a in expected.items()}
+    assert tree.source.origin == f"hf://{REPO} (headers only)" and len(tree.source.files) == (2 if sharded else 1)
+    with pytest.raises(SourceError, match="only the checkpoint's headers"):
+        tree[next(iter(tree))]
+    assert run(ConvertOptions("wan2.1-t2v-1.3b", components=("transformer",), check=True)) == 0
+
+    _fake_hub_api(monkeypatch, snapshot, drop=sorted(load_numpy(str(hub[1] / "transformer" / "diffusion_pytorch_model.safetensors")))[0])
+    with pytest.raises(AccountingError):
+        run(ConvertOptions("wan2.1-t2v-1.3b", components=("transformer",), check=True))
