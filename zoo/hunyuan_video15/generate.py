@@ -44,7 +44,9 @@ from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
 from vidax.zoo.hunyuan_video15.sharding import DIT_RULES, place_transformer
 from vidax.zoo.mesh import check_heads, make_mesh
+from vidax.zoo.offload import StreamedDiT
 from vidax.zoo.runtime import use_mesh
+from vidax.zoo.sharding import mesh_shardings, place
 from vidax.zoo.video_io import read_image
 from vidax.zoo.pipeline import (
     GenerateOptions,
@@ -162,6 +164,8 @@ class HunyuanVideo15Generator:
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Run the whole pipeline; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
         image = self._check_image(options)
+        if options.offload_chunk is not None and options.offload_chunk < 1:
+            raise PipelineError(f"--offload-chunk must be at least 1 block, got {options.offload_chunk}")
         # None: one device (no planner for this family yet); a clear error when the devices do not suffice
         mesh = make_mesh(*(1 if d is None else d for d in (options.dp, options.tp, options.sp)))
         native = self.native
@@ -182,7 +186,7 @@ class HunyuanVideo15Generator:
             with timer.stage("image encode"):
                 condition = self.encode_image(image, s, vae_cfg, shape, options.dtype)
         with timer.stage("denoise", total=s.steps):
-            latents = self.denoise(s, noise, prompt, neg, condition, timer, options.dtype, mesh)
+            latents = self.denoise(s, noise, prompt, neg, condition, timer, options.dtype, mesh, options.offload_chunk)
         with timer.stage("decode"):
             frames = self.decode(latents, vae_cfg)
         settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name,
@@ -262,18 +266,24 @@ class HunyuanVideo15Generator:
         return condition
 
     def denoise(self, s: SampleSettings, noise: np.ndarray, prompt, negative, condition: ImageCondition | None,
-                timer: StageTimer, dtype: str | None, mesh: Mesh):
-        """Sampling; on a multi-device mesh the DiT runs tensor / sequence parallel (CFG branches on "data")."""
+                timer: StageTimer, dtype: str | None, mesh: Mesh, offload_chunk: int | None = None):
+        """Sampling; on a multi-device mesh the DiT runs tensor / sequence parallel (CFG branches on "data");
+        with `offload_chunk` its blocks stream from host memory that many at a time."""
         tree = self.load("transformer", "hunyuan_video15/transformer", (self.subfolder, None), dtype)
         cfg = TransformerConfig.from_param_shapes({p: tuple(a.shape) for p, a in tree.items()}, **self._rope())
         check_heads(cfg.num_attention_heads, mesh.shape["tensor"], mesh.shape["sequence"])
         dit = HunyuanVideo15Transformer(cfg)
         parallel = mesh.size > 1
-        params = place_transformer(dit, tree, mesh) if parallel else _place(tree)
+        streamed = host_blocks = None
+        if offload_chunk is not None:
+            params, streamed, host_blocks = self._streamed(dit, tree, mesh if parallel else None, offload_chunk)
+        else:
+            params = place_transformer(dit, tree, mesh) if parallel else _place(tree)
         if parallel:  # small inputs: whole on every device; the DiT's constraints split what it splits
             replicated = NamedSharding(mesh, PartitionSpec())
             noise, prompt, negative, condition = jax.device_put((noise, prompt, negative, condition), replicated)
-        pipe = HunyuanVideo15Pipeline(dit, params, None, None, vae_scaling=1.0)
+        pipe = HunyuanVideo15Pipeline(dit, params, None, None, vae_scaling=1.0, streamed=streamed,
+                                      host_blocks=host_blocks)
         last = [time.perf_counter()]
 
         def on_step(i: int, latents: Any) -> None:
@@ -286,7 +296,25 @@ class HunyuanVideo15Generator:
             latents = pipe.sample(prompt, jnp.asarray(noise), s, negative=negative, image=condition, callback=on_step)
             latents = np.asarray(latents)
         release(params)
+        if host_blocks is not None:
+            release(host_blocks.chunks)
         return jnp.asarray(latents)
+
+    @staticmethod
+    def _streamed(dit: HunyuanVideo15Transformer, tree: Mapping[str, np.ndarray], mesh: Mesh | None, chunk: int):
+        """Embed and head weights on the devices; the stacked block weights in host memory, streamed
+        `chunk` blocks at a time (each device fetches only its tensor-parallel shard)."""
+        nested = traverse_util.unflatten_dict(dict(tree), sep="/")
+        blocks = nested.pop("blocks")
+        specs = dit.logical_specs()
+        shardings = None
+        if mesh is not None:
+            params = place(nested, {k: specs[k] for k in nested}, DIT_RULES, mesh)
+            shardings = mesh_shardings(specs["blocks"], DIT_RULES, mesh)  # the layer axis stays whole
+        else:
+            params = jax.device_put(nested)
+        streamed = StreamedDiT(dit, chunk, shardings)
+        return params, streamed, streamed.offload(blocks)
 
     def _rope(self) -> dict:
         """RoPE settings, the only sizes not visible in the weights: diffusers or official config.json names."""

@@ -23,6 +23,7 @@ import numpy as np
 from vidax.zoo.dit import Params
 from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
+from vidax.zoo.offload import HostChunks, StreamedDiT
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.samplers import FlowEuler, flow_match_schedule, guide_batched, sample
 
@@ -148,13 +149,17 @@ class HunyuanVideo15Pipeline:
         transformer: the DiT; `dit_params` its (placed) parameter tree.
         vae: the VAE; `vae_params` its parameter tree.
         vae_scaling: the VAE config's `scaling_factor` (latents are divided by it before decode).
+        streamed, host_blocks: weight offload: `dit_params` then holds the embed and head weights only,
+            and the blocks stream from host memory (`StreamedDiT.offload`) chunk by chunk each step.
     """
 
     def __init__(self, transformer: HunyuanVideo15Transformer, dit_params: Params, vae: HunyuanVideo15VAE,
-                 vae_params: Params, vae_scaling: float | None = None):
+                 vae_params: Params, vae_scaling: float | None = None, streamed: StreamedDiT | None = None,
+                 host_blocks: HostChunks | None = None):
         self.transformer, self.dit_params = transformer, dit_params
         self.vae, self.vae_params = vae, vae_params
         self.vae_scaling = vae.cfg.scaling_factor if vae_scaling is None else vae_scaling
+        self.streamed, self.host_blocks = streamed, host_blocks
 
     def sample(self, prompt: TextFeatures, latents: jax.Array, settings: SampleSettings,
                negative: TextFeatures | None = None, image: "ImageCondition | None" = None, callback=None) -> jax.Array:
@@ -180,6 +185,9 @@ class HunyuanVideo15Pipeline:
 
         def model_fn(x, i, t):
             t_r = jnp.float32(next_t[i]) if meanflow else None
+            if self.streamed is not None:
+                run = partial(self.streamed, self.dit_params, self.host_blocks)
+                return guided_velocity(run, _dtype(self.dit_params), text, guidance, x, jnp.float32(t), t_r, cond)
             return _velocity(self.transformer, self.dit_params, text, guidance, x, jnp.float32(t), t_r, cond)
 
         return sample(model_fn, stepper, latents, callback=callback)
@@ -199,20 +207,34 @@ class ImageCondition:
     tokens: jax.Array  # [B, N, image_embed_dim]: SigLIP tokens, zeros for text-to-video
 
 
-@partial(jax.jit, static_argnums=(0, 3))
-def _velocity(transformer: HunyuanVideo15Transformer, params: Params, text: TextFeatures, guidance: float | None,
-              latents: jax.Array, timestep: jax.Array, timestep_r: jax.Array | None, cond: ImageCondition) -> jax.Array:
-    """One DiT call (both CFG branches as one batch, sharing the image condition) and the guided velocity."""
+def guided_velocity(run, dtype, text: TextFeatures, guidance: float | None, latents: jax.Array, timestep: jax.Array,
+                    timestep_r: jax.Array | None, cond: ImageCondition) -> jax.Array:
+    """One DiT call (both CFG branches as one batch, sharing the image condition) and the guided velocity.
+
+    `run(x, t, text, text_mask, text_2, text_mask_2, image_tokens, t_r)` is the DiT: resident (inside one
+    jit, `_velocity`) or streamed from host memory (`StreamedDiT`, a host loop over compiled chunks).
+    """
     branches = 1 if guidance is None else 2
-    dtype = params["x_embedder"]["proj"]["kernel"].dtype  # compute in the weights' dtype (bf16 as shipped)
     x = jnp.concatenate([latents, cond.latents.astype(latents.dtype)], axis=1).astype(dtype)
     x = jnp.concatenate([x] * branches, axis=0)
     tokens = jnp.concatenate([cond.tokens.astype(dtype)] * branches, axis=0)
     t = jnp.broadcast_to(timestep, (x.shape[0],)).astype(jnp.float32)
     t_r = None if timestep_r is None else jnp.broadcast_to(timestep_r, (x.shape[0],)).astype(jnp.float32)
-    out = transformer(params, x, t, text.text.astype(dtype), text.text_mask, text.text_2.astype(dtype),
-                      text.text_mask_2, tokens, t_r).astype(jnp.float32)
+    out = run(x, t, text.text.astype(dtype), text.text_mask, text.text_2.astype(dtype), text.text_mask_2, tokens,
+              t_r).astype(jnp.float32)
     return out if guidance is None else guide_batched(out, guidance)
+
+
+def _dtype(params: Params):
+    return params["x_embedder"]["proj"]["kernel"].dtype  # compute in the weights' dtype (bf16 as shipped)
+
+
+@partial(jax.jit, static_argnums=(0, 3))
+def _velocity(transformer: HunyuanVideo15Transformer, params: Params, text: TextFeatures, guidance: float | None,
+              latents: jax.Array, timestep: jax.Array, timestep_r: jax.Array | None, cond: ImageCondition) -> jax.Array:
+    """The resident DiT's guided velocity, one compiled unit per step."""
+    return guided_velocity(partial(transformer, params), _dtype(params), text, guidance, latents, timestep, timestep_r,
+                           cond)
 
 
 def t2v_condition(transformer: HunyuanVideo15Transformer, latents: jax.Array) -> ImageCondition:
