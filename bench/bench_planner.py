@@ -2,14 +2,18 @@
 
 Model sizes come from each family's own param shapes at the published default config (abstract
 shapes only: nothing is allocated). Accelerator runs use flash attention (no score tiles in HBM),
-bf16 weights; Wan keeps its fp32 residual stream. The text encoder and VAE sizes are the published
-parameter counts; the VAE's decode working set is an assumption stated in the table.
+bf16 weights; Wan keeps its fp32 residual stream. Wan's text encoder and VAE sizes are the published
+parameter counts and its VAE working set an assumption; HunyuanVideo-1.5's job is the one `vidax-gen
+--plan` builds (both VAE halves' real parameter count in fp32, the decode working set calibrated on
+XLA's memory analysis of the widest decoder stage).
 """
 
 from __future__ import annotations
 
 from vidax.zoo.hunyuan_video15.config import TransformerConfig as HunyuanConfig
-from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
+from vidax.zoo.hunyuan_video15.config import VAEConfig as HunyuanVAEConfig
+from vidax.zoo.hunyuan_video15.generate import memory_job as hunyuan_memory_job
+from vidax.zoo.hunyuan_video15.pipeline import SampleSettings
 from vidax.zoo.planner import GIB, Job, Layout, dit_sizes, plan, predict
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.transformer import WanTransformer
@@ -33,19 +37,9 @@ def wan14b_720p() -> Job:
 
 
 def hunyuan15_720p() -> Job:
-    cfg = HunyuanConfig()
-    sizes = dit_sizes(HunyuanVideo15Transformer(cfg).param_shapes(), dim=cfg.inner_dim, ffn_dim=cfg.mlp_dim, heads=cfg.num_attention_heads)
-    text_tokens = 1000 + 256  # Qwen2.5-VL prompt tokens + ByT5 glyph tokens share the joint sequence
-    return Job(
-        sizes,
-        tokens=31 * 45 * 80 + text_tokens,  # 121 frames 720x1280 -> latent 31x45x80, patch 1
-        text_tokens=0,
-        residual_bytes=2,
-        text_encoder_params=7_600_000_000 + 220_000_000,  # Qwen2.5-VL-7B language tower + ByT5
-        vae_params=600_000_000,  # assumption
-        vae_peak_activation_bytes=8 * GIB,  # assumption: one 256-px tile through the decoder
-        blockwise_attention=False,
-    )
+    """The generator's own memory job (vidax-gen --plan) for the shipped configs at 720p, 121 frames, CFG."""
+    settings = SampleSettings(height=720, width=1280, frames=121, guidance=6.0, shift=9.0)
+    return hunyuan_memory_job(HunyuanConfig(), HunyuanVAEConfig(), settings)
 
 
 def _gib(n: int) -> str:

@@ -65,6 +65,7 @@ class Job:
     text_encoder_params: int = 0
     text_encoder_bytes: int = 2
     vae_params: int = 0
+    vae_weight_bytes: int | None = None  # None: weight_bytes (a VAE kept in fp32 under bf16 DiT weights: 4)
     vae_peak_activation_bytes: int = 0  # the decoder's largest per-chunk working set
     blockwise_attention: bool = True  # the CPU / fallback kernel; False for cuDNN or Pallas flash
     q_block: int = BLOCK_Q  # the blockwise kernel's tile
@@ -147,7 +148,7 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
 def predict(job: Job, layout: Layout, release_stages: bool = True) -> Prediction:
     # the pipelines run the text encoder and the VAE on one device: only the DiT is split
     text_encoder = int(job.text_encoder_params * job.text_encoder_bytes)
-    vae = int(job.vae_params * job.weight_bytes + job.vae_peak_activation_bytes)
+    vae = int(job.vae_params * (job.vae_weight_bytes or job.weight_bytes) + job.vae_peak_activation_bytes)
     return Prediction(dit_weight_bytes(job, layout), dit_activation_bytes(job, layout), text_encoder, vae, release_stages)
 
 

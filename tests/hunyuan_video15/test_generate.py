@@ -75,6 +75,37 @@ def test_offloaded_blocks_match_reference(saved, tmp_path, layout, monkeypatch):
     assert streamed_chunks == [(chunk,) * (2 // chunk)] * 2  # 2 blocks in chunks of N, once per step
 
 
+def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
+    """`vidax-gen hunyuanvideo-1.5 --plan` and the automatic layout: sizes from the folder's configs (no
+    weights read); every video sequence carries the 1985 joint image + ByT5 + Qwen tokens."""
+    from typer.testing import CliRunner
+
+    from vidax.cli.gen import app
+    from vidax.zoo.hunyuan_video15.generate import memory_job
+    from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
+    from vidax.zoo.hunyuan_video15.pipeline import SampleSettings
+    from vidax.zoo.pipeline import choose_layout
+    from vidax.zoo.planner import Layout, predict
+
+    _, root = saved
+    options = GenerateOptions(model="hunyuanvideo-1.5", prompt=PROMPT, weights=str(root), height=32, width=48, frames=5,
+                              out=tmp_path / "out.npy", compile_cache=False)
+    generator = HunyuanVideo15Generator(options.model, options)
+    job = generator.memory_job(options)
+    assert job.tokens == 2 * 2 * 3 + 729 + 256 + 1000 and job.batch == 2 and job.dit.depth == 2
+    chosen, why = choose_layout(generator, options)
+    assert (chosen.tp, chosen.sp, chosen.dp) == (1, 1, 1) and "memory planner" in why  # CPU: one device when it fits
+    result = CliRunner().invoke(app, ["hunyuanvideo-1.5", "--weights", str(root), "--plan", "--devices", "4",
+                                      "--device-memory", "30.75"])
+    assert result.exit_code == 0, result.output
+    assert "GiB per device on 4 x 30.8 GiB" in result.output and "choice: dp=" in result.output
+
+    # the shipped sizes at 720p / 121 frames: the reference measured 30.3 GB per chip at TP=4 (MODELS.md)
+    settings = SampleSettings(height=720, width=1280, frames=121, guidance=6.0, shift=9.0)
+    full = predict(memory_job(TransformerConfig(), VAEConfig(), settings), Layout(tp=4))
+    assert abs(full.total - 30.3e9) <= 0.2 * 30.3e9  # bytes; predicted 29.0 GiB = 31.1 GB
+
+
 def test_generate_straight_from_the_hub(saved, tmp_path, monkeypatch):
     """No --weights: the variant's diffusers mirror, read from the Hugging Face cache (offline), converted on
     the fly; the frames are the local folder's."""

@@ -59,3 +59,29 @@ def test_decode(reference, vae, params, tiling):
     ours = np.asarray(vae.decode(params, jnp.asarray(to_np(latents)), tiling=tiling))
     assert ours.shape == expected.shape
     np.testing.assert_allclose(ours, expected, atol=ATOL, rtol=1e-5)
+
+
+@pytest.mark.parametrize("latent_frames", [3, 5])
+def test_decode_peak_prediction_matches_xla(latent_frames):
+    """The planner's VAE term: the widest decoder stage of the shipped VAE (real channel widths) on one
+    256-px tile, against XLA's own memory analysis of that compiled stage (abstract: nothing runs)."""
+    import jax
+
+    from vidax.zoo.hunyuan_video15.vae import _stage_params, decode_peak_bytes, decoder_stages, widest_stage_bytes
+
+    cfg = VAEConfig()
+    params = jax.eval_shape(HunyuanVideo15VAE(cfg).init_params, jax.random.key(0))["decoder"]
+    tile = cfg.tile_latent_min_size
+    x = jax.ShapeDtypeStruct((1, latent_frames, tile, tile, cfg.latent_channels), jnp.float32)
+    widest = 0
+    for key, module in decoder_stages(cfg):
+        run = jax.jit(lambda p, x, m=module: m.apply({"params": p}, x))
+        stage = run.lower(_stage_params(params, key), x).compile().memory_analysis()
+        weights = sum(np.prod(a.shape) * 4 for a in jax.tree.leaves(_stage_params(params, key)))
+        widest = max(widest, stage.argument_size_in_bytes - weights + stage.temp_size_in_bytes + stage.output_size_in_bytes)
+        x = jax.eval_shape(run, _stage_params(params, key), x)
+    frames, size = x.shape[1], x.shape[2]
+    assert size == cfg.tile_sample_min_size
+    predicted = widest_stage_bytes(cfg, frames, size, size)
+    assert abs(predicted - widest) <= 0.15 * widest, (predicted / 2**20, widest / 2**20)
+    assert decode_peak_bytes(cfg, frames, 720, 1280) > predicted  # the tiles held for the blend come on top

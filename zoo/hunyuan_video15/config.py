@@ -70,6 +70,21 @@ class TransformerConfig:
         return cls(**_pick(cls, hf))
 
     @classmethod
+    def from_official_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
+        """Sizes from the official repo's `transformer/<variant>/config.json` (hyvideo's
+        `HunyuanVideo_1_5_DiffusionTransformer` arguments); channels keep the shipped defaults."""
+        pt, _, p = (list(hf.get("patch_size", [1, 1, 1])) + [1, 1, 1])[:3]
+        sizes = dict(num_attention_heads=hf["heads_num"], attention_head_dim=hf["hidden_size"] // hf["heads_num"],
+                     num_layers=hf.get("mm_double_blocks_depth", cls.num_layers),
+                     mlp_ratio=hf.get("mlp_width_ratio", cls.mlp_ratio), patch_size=p, patch_size_t=pt,
+                     text_embed_dim=hf.get("text_states_dim", cls.text_embed_dim),
+                     text_embed_2_dim=hf.get("text_states_dim_2", cls.text_embed_2_dim),
+                     rope_theta=hf.get("rope_theta", cls.rope_theta),
+                     rope_axes_dim=tuple(hf.get("rope_dim_list", cls.rope_axes_dim)),
+                     use_meanflow=bool(hf.get("use_meanflow", False)))
+        return cls(**sizes)
+
+    @classmethod
     def from_param_shapes(cls, shapes: Mapping[str, tuple[int, ...]], **fixed: Any) -> "TransformerConfig":
         """Sizes read off a converted tree (either layout's checkpoint gives the same tree).
 

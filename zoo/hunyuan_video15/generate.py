@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import time
 from typing import Any, Mapping
 
@@ -32,6 +33,7 @@ from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
 from vidax.zoo.encoders.siglip import SIGLIP_MEAN, SIGLIP_STD, SiglipVisionModel, siglip_preprocess, siglip_vision_config
 from vidax.zoo.hunyuan_video15.pipeline import (
     HunyuanVideo15Pipeline,
+    IMAGE_TOKENS,
     ImageCondition,
     SampleSettings,
     bucket_size,
@@ -39,12 +41,13 @@ from vidax.zoo.hunyuan_video15.pipeline import (
     image_condition,
     resize_and_crop,
 )
-from vidax.zoo.hunyuan_video15.text import PromptEncoder
+from vidax.zoo.hunyuan_video15.text import BYT5_MAX_LENGTH, MLLM_MAX_LENGTH, PromptEncoder
 from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
-from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
+from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE, decode_peak_bytes
 from vidax.zoo.hunyuan_video15.sharding import DIT_RULES, place_transformer
 from vidax.zoo.mesh import check_heads, make_mesh
 from vidax.zoo.offload import StreamedDiT
+from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import mesh_shardings, place
 from vidax.zoo.video_io import read_image
@@ -101,6 +104,42 @@ def glyph_tokens(color_json: Mapping, font_json: Mapping) -> list[str]:
     return colors + fonts
 
 
+# Every video sequence is joined by the image (SigLIP, zeros for text-to-video), ByT5 and Qwen tokens.
+JOINT_TEXT_TOKENS = IMAGE_TOKENS + BYT5_MAX_LENGTH + MLLM_MAX_LENGTH
+TEXT_ENCODER_PARAMS = 7_070_000_000 + 218_000_000  # Qwen2.5-VL-7B language tower + ByT5-small encoder
+
+
+def memory_job(dit: TransformerConfig, vae: VAEConfig, settings: SampleSettings, *, dtype_bytes: int = 2,
+               text_encoder_params: int = TEXT_ENCODER_PARAMS, blockwise_attention: bool = False) -> Job:
+    """What the memory planner needs for one generation (abstract shapes only, nothing allocated).
+
+    Args:
+        dit, vae: the checkpoint's configs; settings: the size, frames and guidance to run.
+        dtype_bytes: 2 for bf16 weights and activations (as shipped), 4 for `--dtype float32`.
+        text_encoder_params: both text towers, resident together while the prompt is encoded.
+        blockwise_attention: the CPU kernel (score tiles in memory) rather than flash attention.
+    """
+    sizes = dit_sizes(HunyuanVideo15Transformer(dit).param_shapes(), dim=dit.inner_dim, ffn_dim=dit.mlp_dim,
+                      heads=dit.num_attention_heads)
+    _, _, f, h, w = settings.latent_shape(1, vae.latent_channels)
+    video_tokens = (f // dit.patch_size_t) * (h // dit.patch_size) * (w // dit.patch_size)
+    return Job(
+        sizes,
+        tokens=video_tokens + JOINT_TEXT_TOKENS,  # joint attention: the text tokens are in every block's sequence
+        text_tokens=0,
+        batch=2 if settings.cfg else 1,
+        weight_bytes=dtype_bytes,
+        activation_bytes=dtype_bytes,
+        residual_bytes=dtype_bytes,
+        text_encoder_params=text_encoder_params,
+        text_encoder_bytes=dtype_bytes,
+        vae_params=sum(math.prod(shape) for shape in HunyuanVideo15VAE(vae).param_shapes().values()),
+        vae_weight_bytes=4,  # as shipped (fp32), and decoded in fp32
+        vae_peak_activation_bytes=decode_peak_bytes(vae, settings.frames, settings.height, settings.width),
+        blockwise_attention=blockwise_attention,
+    )
+
+
 def resolve_settings(options: GenerateOptions, native: SampleSettings) -> SampleSettings:
     given = {k: getattr(options, k) for k in ("height", "width", "frames", "steps", "guidance", "shift")
              if getattr(options, k) is not None}
@@ -155,6 +194,41 @@ class HunyuanVideo15Generator:
             raise PipelineError(f"{path}: variant {recorded!r} is not one of {self.name}'s ({', '.join(entry.choices)})")
         return entry.select(recorded)
 
+    def memory_job(self, options: GenerateOptions) -> Job:
+        """What the memory planner needs for this checkpoint at the requested size (`--plan`, and the
+        automatic layout when no mesh flag is given); reads configs only, no weights."""
+        native = self.native
+        if options.image is not None and self.i2v:  # the image's aspect bucket decides the size
+            native = dataclasses.replace(native, **dict(zip(("height", "width"), bucket_size(
+                *read_image(options.image).shape[:2], self.target_size))))
+        s = resolve_settings(options, native)
+        vae_cfg = vae_config(self.source.read_json("vae/config.json", component="vae") or {})
+        return memory_job(self._dit_config(), vae_cfg, s, dtype_bytes=4 if options.dtype == "float32" else 2,
+                          text_encoder_params=self._text_encoder_params(),
+                          blockwise_attention=jax.default_backend() == "cpu")
+
+    def _dit_config(self) -> TransformerConfig:
+        """The DiT's sizes: a converted tree's shapes (memory-mapped, nothing read), else its config.json
+        (diffusers or official names), else the shipped 8.3B defaults."""
+        if self.source.kind == "converted":
+            tree = self.load("transformer", "hunyuan_video15/transformer", (self.subfolder, None))
+            return TransformerConfig.from_param_shapes({p: tuple(a.shape) for p, a in tree.items()}, **self._rope())
+        config = self.source.read_json("transformer/config.json", *self._dit_configs(), component="transformer") or {}
+        if "heads_num" in config:
+            return TransformerConfig.from_official_config(config)
+        return TransformerConfig.from_hf_config(config)
+
+    def _text_encoder_params(self) -> int:
+        """Both text towers' parameters from their configs (abstractly), else the published sizes."""
+        qwen = self.source.read_json("text_encoder/config.json", "text_encoder/llm/config.json", component="text_encoder")
+        byt5 = self.source.read_json("text_encoder_2/config.json", "tokenizer_2/config.json",
+                                     "text_encoder/byt5-small/config.json", component="text_encoder_2")
+        if qwen is None or byt5 is None:
+            return TEXT_ENCODER_PARAMS
+        ids = jnp.zeros((1, 8), jnp.int32)
+        return (abstract_param_count(DecoderTextModel(DecoderConfig.from_hf_config(qwen)), ids)
+                + abstract_param_count(T5EncoderModel(T5Config.from_hf_config(byt5)), ids, jnp.ones_like(ids)))
+
     def _dit_configs(self) -> list[str]:
         return [f"{self.subfolder}/config.json"] if self.subfolder else []
 
@@ -166,7 +240,7 @@ class HunyuanVideo15Generator:
         image = self._check_image(options)
         if options.offload_chunk is not None and options.offload_chunk < 1:
             raise PipelineError(f"--offload-chunk must be at least 1 block, got {options.offload_chunk}")
-        # None: one device (no planner for this family yet); a clear error when the devices do not suffice
+        # None (a library call without the planner): one device; a clear error when the devices do not suffice
         mesh = make_mesh(*(1 if d is None else d for d in (options.dp, options.tp, options.sp)))
         native = self.native
         if image is not None:  # the reference sizes image-to-video by the image's aspect

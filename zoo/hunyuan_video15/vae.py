@@ -265,6 +265,26 @@ def decoder_stages(cfg: VAEConfig) -> Stages:
     return stages
 
 
+# XLA's buffer assignment for the widest decoder stage (the last up block, at full resolution) keeps
+# about 5.2 fp32 maps of [frames, tile, tile, block_out_channels[0]] alive (CPU memory_analysis at 9
+# and 17 frames; tests/hunyuan_video15/test_vae.py checks the figure against it).
+DECODE_LIVE_MAPS = 5.5
+
+
+def widest_stage_bytes(cfg: VAEConfig, frames: int, height: int, width: int) -> int:
+    """The widest decoder stage's working set (fp32 maps, weights aside) on a `height` x `width` pixel output."""
+    return int(DECODE_LIVE_MAPS * frames * height * width * cfg.block_out_channels[0] * 4)
+
+
+def decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: bool = True) -> int:
+    """The working set of `decode` beyond its weights: the widest stage on one tile, plus the decoded
+    tiles held until they are blended and the blended video (frames, height, width in pixels)."""
+    tile = cfg.tile_sample_min_size if tiling else max(height, width)
+    overlap = (1 - cfg.tile_overlap_factor) ** -2 if tiling else 1.0  # every tile's output, then the blend
+    stitched = frames * height * width * cfg.out_channels * 4 * (1 + overlap)
+    return widest_stage_bytes(cfg, frames, min(height, tile), min(width, tile)) + int(stitched)
+
+
 @partial(jax.jit, static_argnums=0)
 def _run_stage(module: nn.Module, params: Params, x: jax.Array) -> jax.Array:
     return module.apply({"params": params}, x)
