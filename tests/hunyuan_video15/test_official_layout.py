@@ -60,3 +60,16 @@ def test_layout_is_detected(tmp_path):
 
     spec = load_spec("hunyuan_video15/vae")
     assert {name: resolve(spec, c.source).layout.name for name, c in cases.items()} == {"diffusers": "diffusers", "official": "official"}
+
+
+def test_official_transformer_config_names():
+    """hyvideo's `HunyuanVideo_1_5_DiffusionTransformer` arguments (the official config.json) give the sizes
+    diffusers' names give: the 8.3B 480p T2V model, and a meanflow (step-distilled) one."""
+    official = {"hidden_size": 2048, "heads_num": 16, "mm_double_blocks_depth": 54, "mm_single_blocks_depth": 0,
+                "mlp_width_ratio": 4.0, "patch_size": [1, 1, 1], "rope_dim_list": [16, 56, 56], "rope_theta": 256,
+                "text_states_dim": 3584, "text_states_dim_2": 1472, "use_meanflow": False}
+    assert TransformerConfig.from_official_config(official) == TransformerConfig()
+    small = {**official, "hidden_size": 256, "heads_num": 4, "mm_double_blocks_depth": 3, "rope_dim_list": [16, 24, 24],
+             "patch_size": [1, 2, 2], "use_meanflow": True}
+    cfg = TransformerConfig.from_official_config(small)
+    assert (cfg.num_attention_heads, cfg.attention_head_dim, cfg.num_layers, cfg.patch_size, cfg.use_meanflow) == (4, 64, 3, 2, True)
