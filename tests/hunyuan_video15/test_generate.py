@@ -34,16 +34,29 @@ def saved(towers, tmp_path_factory):  # noqa: F811
     return ref, root
 
 
-def test_generate_matches_reference(saved, tmp_path):
-    ref, root = saved
+@pytest.fixture(scope="module")
+def reference_run(saved, tmp_path_factory):
+    """(initial latents .npy, diffusers' frames) of one seeded run: 2 steps, 5 frames at 32x48."""
+    ref, _ = saved
     latents = torch.randn(1, 4, 2, 2, 3, generator=torch.Generator().manual_seed(0))
-    np.save(tmp_path / "noise.npy", latents.numpy())
+    noise = tmp_path_factory.mktemp("hv15_reference_run") / "noise.npy"
+    np.save(noise, latents.numpy())
     with torch.no_grad():
         expected = ref(prompt=PROMPT, latents=latents, height=32, width=48, num_frames=5, num_inference_steps=2,
                        output_type="np").frames[0]
-    options = GenerateOptions(model="hunyuanvideo-1.5", prompt=PROMPT, weights=str(root), height=32, width=48, frames=5,
-                              steps=2, latents=tmp_path / "noise.npy", out=tmp_path / "out.npy", compile_cache=False,
-                              dtype="float32")  # the encoder specs default to bf16; the reference runs fp32
+    return noise, expected
+
+
+def _options(weights, noise, tmp_path, **extra) -> GenerateOptions:
+    # the encoder specs default to bf16; the reference runs fp32
+    return GenerateOptions(model="hunyuanvideo-1.5", prompt=PROMPT, weights=weights, height=32, width=48, frames=5,
+                           steps=2, latents=noise, out=tmp_path / "out.npy", compile_cache=False, dtype="float32", **extra)
+
+
+def test_generate_matches_reference(saved, reference_run, tmp_path):
+    _, root = saved
+    noise, expected = reference_run
+    options = _options(str(root), noise, tmp_path)
     result = HunyuanVideo15Generator(options.model, options).generate(options)
     assert result.frames.shape == expected.shape == (5, 32, 48, 3)
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
@@ -51,7 +64,7 @@ def test_generate_matches_reference(saved, tmp_path):
 
 
 @pytest.mark.parametrize("layout", [dict(offload_chunk=1), dict(offload_chunk=2, tp=2), dict(offload_chunk=1, sp=2, dp=2)])
-def test_offloaded_blocks_match_reference(saved, tmp_path, layout, monkeypatch):
+def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout, monkeypatch):
     """`--offload-chunk N`: the blocks stream from host memory N at a time (also under a mesh); same frames."""
     from vidax.zoo.offload import StreamedDiT
 
@@ -59,17 +72,10 @@ def test_offloaded_blocks_match_reference(saved, tmp_path, layout, monkeypatch):
     run_blocks = StreamedDiT.run_blocks
     monkeypatch.setattr(StreamedDiT, "run_blocks",
                         lambda self, host, *a: streamed_chunks.append(host.sizes) or run_blocks(self, host, *a))
-    ref, root = saved
-    latents = torch.randn(1, 4, 2, 2, 3, generator=torch.Generator().manual_seed(0))
-    np.save(tmp_path / "noise.npy", latents.numpy())
-    with torch.no_grad():
-        expected = ref(prompt=PROMPT, latents=latents, height=32, width=48, num_frames=5, num_inference_steps=2,
-                       output_type="np").frames[0]
-    options = GenerateOptions(model="hunyuanvideo-1.5", prompt=PROMPT, weights=str(root), height=32, width=48, frames=5,
-                              steps=2, latents=tmp_path / "noise.npy", out=tmp_path / "out.npy", compile_cache=False,
-                              dtype="float32", **layout)
-    generator = HunyuanVideo15Generator(options.model, options)
-    result = generator.generate(options)
+    _, root = saved
+    noise, expected = reference_run
+    options = _options(str(root), noise, tmp_path, **layout)
+    result = HunyuanVideo15Generator(options.model, options).generate(options)
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
     chunk = layout["offload_chunk"]
     assert streamed_chunks == [(chunk,) * (2 // chunk)] * 2  # 2 blocks in chunks of N, once per step
@@ -106,27 +112,22 @@ def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
     assert abs(full.total - 30.3e9) <= 0.2 * 30.3e9  # bytes; predicted 29.0 GiB = 31.1 GB
 
 
-def test_generate_straight_from_the_hub(saved, tmp_path, monkeypatch):
+def test_generate_straight_from_the_hub(saved, reference_run, tmp_path, monkeypatch):
     """No --weights: the variant's diffusers mirror, read from the Hugging Face cache (offline), converted on
-    the fly; the frames are the local folder's."""
+    the fly; the frames are diffusers'."""
     import huggingface_hub.constants
 
     from vidax.translator.testing import make_hub_cache
 
     _, root = saved
+    noise, expected = reference_run
     files = {str(p.relative_to(root)): p for p in sorted(root.rglob("*")) if p.is_file()}
     make_hub_cache(tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", files)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    np.save(tmp_path / "noise.npy", torch.randn(1, 4, 2, 2, 3, generator=torch.Generator().manual_seed(0)).numpy())
-    frames = []
-    for weights in (None, str(root)):
-        options = GenerateOptions(model="hunyuanvideo-1.5", prompt=PROMPT, weights=weights, height=32, width=48, frames=5,
-                                  steps=2, latents=tmp_path / "noise.npy", out=tmp_path / "out.npy", compile_cache=False,
-                                  dtype="float32")
-        generator = HunyuanVideo15Generator(options.model, options)
-        assert generator.source.kind == ("repo" if weights is None else "folder")
-        frames.append(generator.generate(options).frames)
-    np.testing.assert_allclose(frames[0], frames[1], atol=1e-6, rtol=0)
+    options = _options(None, noise, tmp_path)
+    generator = HunyuanVideo15Generator(options.model, options)
+    assert generator.source.kind == "repo"
+    np.testing.assert_allclose(generator.generate(options).frames, expected, atol=1e-5, rtol=0)
 
 
 @pytest.fixture(scope="module")
