@@ -49,8 +49,9 @@ def reference_run(saved, tmp_path_factory):
 
 def _options(weights, noise, tmp_path, **extra) -> GenerateOptions:
     # the encoder specs default to bf16; the reference runs fp32
-    return GenerateOptions(model="hunyuanvideo-1.5", prompt=PROMPT, weights=weights, height=32, width=48, frames=5,
-                           steps=2, latents=noise, out=tmp_path / "out.npy", compile_cache=False, dtype="float32", **extra)
+    base = dict(model="hunyuanvideo-1.5", prompt=PROMPT, weights=weights, height=32, width=48, frames=5, steps=2,
+                latents=noise, out=tmp_path / "out.npy", compile_cache=False, dtype="float32")
+    return GenerateOptions(**{**base, **extra})
 
 
 def test_generate_matches_reference(saved, reference_run, tmp_path):
@@ -79,6 +80,18 @@ def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
     chunk = layout["offload_chunk"]
     assert streamed_chunks == [(chunk,) * (2 // chunk)] * 2  # 2 blocks in chunks of N, once per step
+
+
+@pytest.mark.parametrize("change, message", [(dict(sampler="unipc"), "not available for this family"),
+                                             (dict(offload_chunk=0), "at least 1 block"),
+                                             (dict(steps=0), "at least 1")])
+def test_bad_requests_fail_before_work(saved, reference_run, tmp_path, change, message):
+    from vidax.zoo.pipeline import PipelineError
+
+    _, root = saved
+    options = _options(str(root), reference_run[0], tmp_path, **change)
+    with pytest.raises(PipelineError, match=message):
+        HunyuanVideo15Generator(options.model, options).generate(options)
 
 
 def test_memory_job_plan_and_automatic_layout(saved, tmp_path):

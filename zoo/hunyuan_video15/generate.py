@@ -140,7 +140,14 @@ def memory_job(dit: TransformerConfig, vae: VAEConfig, settings: SampleSettings,
     )
 
 
+SAMPLERS = ("euler",)  # the reference's flow-match Euler (its shift and sigma grid)
+
+
 def resolve_settings(options: GenerateOptions, native: SampleSettings) -> SampleSettings:
+    """Native settings <- the user's options, validated (one-line errors before any work)."""
+    if options.sampler is not None and options.sampler not in SAMPLERS:
+        raise PipelineError(f"HunyuanVideo-1.5 samples with {', '.join(SAMPLERS)} (the reference's flow-match Euler); "
+                            f"--sampler {options.sampler} is not available for this family")
     given = {k: getattr(options, k) for k in ("height", "width", "frames", "steps", "guidance", "shift")
              if getattr(options, k) is not None}
     settings = dataclasses.replace(native, **given)
