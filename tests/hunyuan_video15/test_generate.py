@@ -84,7 +84,7 @@ def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout
 
 @pytest.mark.parametrize("change, message", [(dict(sampler="unipc"), "not available for this family"),
                                              (dict(offload_chunk=0), "at least 1 block"),
-                                             (dict(steps=0), "at least 1")])
+                                             (dict(steps=0), "at least 1"), (dict(guidance_2=3.0), "one DiT")])
 def test_bad_requests_fail_before_work(saved, reference_run, tmp_path, change, message):
     from vidax.zoo.pipeline import PipelineError
 

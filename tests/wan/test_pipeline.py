@@ -381,6 +381,7 @@ def test_cli_writes_playable_mp4(t2v, tmp_path):
     (dict(height=40), "nearest valid: 32"),
     (dict(image=Path("missing.png")), "text-to-video only"),
     (dict(tp=3), "cannot be split over tp=3"),
+    (dict(guidance_2=3.0), "only two-expert models"),
 ])
 def test_bad_requests_fail_before_work(t2v, tmp_path, change, message):
     folder, latents, _ = t2v

@@ -148,6 +148,8 @@ def resolve_settings(options: GenerateOptions, native: SampleSettings) -> Sample
     if options.sampler is not None and options.sampler not in SAMPLERS:
         raise PipelineError(f"HunyuanVideo-1.5 samples with {', '.join(SAMPLERS)} (the reference's flow-match Euler); "
                             f"--sampler {options.sampler} is not available for this family")
+    if options.guidance_2 is not None:
+        raise PipelineError("--guidance-2 is the low-noise expert's scale of two-expert models; HunyuanVideo-1.5 has one DiT")
     given = {k: getattr(options, k) for k in ("height", "width", "frames", "steps", "guidance", "shift")
              if getattr(options, k) is not None}
     settings = dataclasses.replace(native, **given)

@@ -203,6 +203,8 @@ def resolve_settings(options: GenerateOptions, native: WanSettings, model: WanMo
     s = dataclasses.replace(s, **given)
     if model.two_experts and s.boundary_ratio is None:
         raise PipelineError("a two-expert Wan2.2 checkpoint needs a boundary ratio (use a wan2.2-*-a14b model name)")
+    if options.guidance_2 is not None and not model.two_experts:
+        raise PipelineError("--guidance-2 is the low-noise expert's scale: only two-expert models (wan2.2-*-a14b) take it")
     _check_size(s, model)
     if s.sampler not in SAMPLERS:
         raise PipelineError(f"unknown sampler {s.sampler!r} (choose from {', '.join(SAMPLERS)})")
