@@ -85,6 +85,10 @@ def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | No
                            revision=opts.revision or entry.revision, subfolder=subfolder, lazy=True,
                            headers_only=opts.check)  # --check on the Hub: headers, no weights downloaded
         except SourceError as err:
+            if opts.source is None and "is gated" in str(err):  # another layout's repo may carry the same weights
+                others = [f"--layout {l} ({r})" for l, r in entry.repos.items() if l != layout and r != source]
+                if others:
+                    err = SourceError(f"{err}; or take every component from {' or '.join(others)}")
             first_error = first_error or err
     elsewhere = next((r for r in component.repo.values() if r.startswith("modelscope:")), None)
     if elsewhere and _local(opts.source):  # a local folder without the ModelScope download

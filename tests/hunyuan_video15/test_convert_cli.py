@@ -265,3 +265,17 @@ def test_convert_diffusers_pipeline_folder(saved, tmp_path):  # noqa: F811
         expected = ref(prompt=PROMPT, latents=torch.from_numpy(np.load(tmp_path / "noise.npy")), height=32, width=48,
                        num_frames=5, num_inference_steps=2, output_type="np").frames[0]
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
+
+
+def test_gated_vision_encoder_names_the_mirror(monkeypatch):
+    """FLUX.1-Redux-dev (the official SigLIP's repo) is gated: the error says what to do, and that the
+    variant's diffusers mirror carries every component."""
+    from vidax.translator import sources
+
+    def gated(repo, patterns, revision=None, subfolder=None):
+        raise SourceError(f"{repo} is gated: accept its terms on huggingface.co/{repo} and set HF_TOKEN")
+
+    monkeypatch.setattr(sources, "download", gated)
+    with pytest.raises(SourceError, match=r"FLUX.1-Redux-dev is gated.*--layout diffusers "
+                                          r"\(hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_i2v\)"):
+        run(ConvertOptions(model="hunyuanvideo-1.5", variant="480p_i2v", components=("image_encoder",), check=True))
