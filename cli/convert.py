@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from vidax.cli.common import byte_task, console, run_guarded
-from vidax.translator import LazyTree, SourceError, convert, load_spec, save_tree
+from vidax.translator import GatedRepoError, LazyTree, SourceError, convert, load_spec, save_tree
 from vidax.translator.registry import ModelEntry, get_model, load_registry
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -52,6 +52,11 @@ def _local(source: str | None) -> bool:
     return source is not None and Path(source).expanduser().exists()
 
 
+def _read_layout(component, layout: str, opts: ConvertOptions) -> str:
+    """The layout `component` is read in when the model's is `layout`: from the Hub, its `hub_layout`."""
+    return component.hub(layout) if opts.source is None else layout
+
+
 def _attempts(entry: ModelEntry, component, opts: ConvertOptions, detected: str | None = None
               ) -> list[tuple[str | None, str, str | None]]:
     """(layout, source, subfolder) tries for one component: the registry repo (the component's own,
@@ -61,7 +66,7 @@ def _attempts(entry: ModelEntry, component, opts: ConvertOptions, detected: str 
         layout = opts.layout or entry.default_layout
         if layout not in entry.repos:
             raise SourceError(f"model {entry.name} has no {layout!r} repo (has: {', '.join(entry.repos)})")
-        layout = component.hub(layout)
+        layout = _read_layout(component, layout, opts)
         return [(layout, component.repo.get(layout) or entry.repos[layout], component.folder(layout, local=False))]
     named = [l for l, repo in entry.repos.items() if repo == opts.source]  # a registry repo given explicitly
     layouts = [opts.layout] if opts.layout else named or ([detected] if detected else list(entry.repos))
@@ -85,10 +90,10 @@ def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | No
                            revision=opts.revision or entry.revision, subfolder=subfolder, lazy=True,
                            headers_only=opts.check)  # --check on the Hub: headers, no weights downloaded
         except SourceError as err:
-            if opts.source is None and "is gated" in str(err):  # another layout's repo may carry the same weights
+            if opts.source is None and isinstance(err, GatedRepoError):  # another layout's repo may carry it
                 others = [f"--layout {l} ({r})" for l, r in entry.repos.items() if l != layout and r != source]
                 if others:
-                    err = SourceError(f"{err}; or take every component from {' or '.join(others)}")
+                    err = GatedRepoError(f"{err}; or take every component from {' or '.join(others)}")
             first_error = first_error or err
     elsewhere = next((r for r in component.repo.values() if r.startswith("modelscope:")), None)
     if elsewhere and _local(opts.source):  # a local folder without the ModelScope download
@@ -111,8 +116,7 @@ def _copy_files(entry: ModelEntry, component, opts: ConvertOptions, layout: str,
     import posixpath
     import shutil
 
-    if opts.source is None:
-        layout = component.hub(layout)
+    layout = _read_layout(component, layout, opts)
     globs = component.copy.get(layout, [])
     if not globs:
         return []
@@ -197,7 +201,7 @@ def run(opts: ConvertOptions) -> int:
         component = entry.components[name]
         if component.spec is None:
             layout = detected or entry.default_layout
-            came_in[name] = component.hub(layout) if opts.source is None else layout
+            came_in[name] = _read_layout(component, layout, opts)
             if opts.check:
                 continue
             copied = _copy_files(entry, component, opts, layout, out)
@@ -207,7 +211,7 @@ def run(opts: ConvertOptions) -> int:
         _report(name, tree)
         layout = detected or _layout_of(entry, tree, opts)
         detected = detected or (layout if opts.source is not None else None)
-        came_in[name] = component.hub(layout) if opts.source is None else layout
+        came_in[name] = _read_layout(component, layout, opts)
         if opts.check:
             continue
         with byte_task(f"converting {name}", tree.nbytes) as advance:

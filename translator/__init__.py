@@ -10,6 +10,7 @@ from vidax.translator.api import LazyTree, convert
 from vidax.translator.errors import (
     AccountingError,
     FormatError,
+    GatedRepoError,
     OutputError,
     SourceError,
     SpecError,
@@ -19,6 +20,6 @@ from vidax.translator.output import load, save_tree
 from vidax.translator.spec import Spec, load_spec
 
 __all__ = [
-    "AccountingError", "FormatError", "LazyTree", "OutputError", "SourceError", "Spec", "SpecError",
+    "AccountingError", "FormatError", "GatedRepoError", "LazyTree", "OutputError", "SourceError", "Spec", "SpecError",
     "TranslatorError", "convert", "load", "load_spec", "save_tree",
 ]

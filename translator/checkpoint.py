@@ -40,14 +40,24 @@ class Checkpoint:
 
     def __init__(self, paths: list[Path]):
         self.paths = expand_files([Path(p) for p in paths])
+        self._index([open_file(path) for path in self.paths])
+
+    @classmethod
+    def from_readers(cls, readers: list) -> "Checkpoint":
+        """One key space over readers already opened (each with `path`, `tensors`, `array`, `release`)."""
+        checkpoint = cls.__new__(cls)
+        checkpoint.paths = [reader.path for reader in readers]
+        checkpoint._index(readers)
+        return checkpoint
+
+    def _index(self, readers: list) -> None:
         self._owner: dict[str, object] = {}
         self.metadata: dict[str, str] = {}
-        for path in self.paths:
-            reader = open_file(path)
+        for reader in readers:
             self.metadata.update(getattr(reader, "metadata", {}))
             for key in reader.tensors:
                 if key in self._owner:
-                    raise FormatError(f"{path}: tensor {key!r} also appears in {self._owner[key].path}")
+                    raise FormatError(f"{reader.path}: tensor {key!r} also appears in {self._owner[key].path}")
                 self._owner[key] = reader
 
     def keys(self) -> list[str]:

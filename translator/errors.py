@@ -19,6 +19,10 @@ class SourceError(TranslatorError):
     """A source cannot be resolved: missing file or folder, unknown model, no layout matches."""
 
 
+class GatedRepoError(SourceError):
+    """A Hub repo refuses downloads until its terms are accepted (and HF_TOKEN names the account)."""
+
+
 class AccountingError(TranslatorError):
     """Source keys, rules and target leaves do not account for each other; lists every violation."""
 

@@ -13,30 +13,18 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
+from vidax.translator.checkpoint import Checkpoint
 from vidax.translator.dtypes import SAFETENSORS_DTYPES
 from vidax.translator.errors import FormatError, SourceError
 from vidax.translator.safetensors_io import TensorInfo
 from vidax.translator.sources import glob_match
 
 
-class HeaderCheckpoint:
-    """`Checkpoint`'s key space (keys, info, nbytes) over remote headers; it has no tensor data."""
+class HeaderReader:
+    """One remote safetensors file as `Checkpoint` reads a file (`path`, `tensors`, `metadata`), without its data."""
 
-    def __init__(self, tables: dict[str, dict[str, TensorInfo]], metadata: dict[str, str]):
-        self.paths = [PurePosixPath(name) for name in tables]
-        self.metadata = metadata
-        self._info: dict[str, TensorInfo] = {}
-        for name, table in tables.items():
-            for key, info in table.items():
-                if key in self._info:
-                    raise FormatError(f"{name}: tensor {key!r} also appears in {self._info[key].path}")
-                self._info[key] = info
-
-    def keys(self) -> list[str]:
-        return list(self._info)
-
-    def info(self, key: str) -> TensorInfo:
-        return self._info[key]
+    def __init__(self, path: PurePosixPath, tensors: dict[str, TensorInfo], metadata: dict[str, str]):
+        self.path, self.tensors, self.metadata = path, tensors, metadata
 
     def array(self, key: str) -> np.ndarray:
         raise SourceError(f"{key}: only the checkpoint's headers were read (a --check); convert without it")
@@ -44,23 +32,19 @@ class HeaderCheckpoint:
     def release(self, key: str) -> None:
         pass
 
-    @property
-    def nbytes(self) -> int:
-        return sum(info.nbytes for info in self._info.values())
 
-
-def _table(repo: str, filename: str, revision: str | None) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+def _read_header(repo: str, filename: str, revision: str | None) -> HeaderReader:
     import huggingface_hub
 
     parsed = huggingface_hub.parse_safetensors_file_metadata(repo, filename, revision=revision)
-    table = {}
+    path = PurePosixPath(filename)
+    tensors = {}
     for key, remote in parsed.tensors.items():
         if remote.dtype not in SAFETENSORS_DTYPES:
             raise FormatError(f"{repo}/{filename}, tensor {key!r}: unknown dtype {remote.dtype!r}")
         begin, end = remote.data_offsets
-        table[key] = TensorInfo(key, PurePosixPath(filename), SAFETENSORS_DTYPES[remote.dtype], tuple(remote.shape),
-                                begin, end)
-    return table, dict(parsed.metadata or {})
+        tensors[key] = TensorInfo(key, path, SAFETENSORS_DTYPES[remote.dtype], tuple(remote.shape), begin, end)
+    return HeaderReader(path, tensors, dict(parsed.metadata or {}))
 
 
 def _shards(repo: str, index: str, revision: str | None) -> list[str]:
@@ -75,7 +59,7 @@ def _shards(repo: str, index: str, revision: str | None) -> list[str]:
 
 
 def header_checkpoint(repo: str, files: list[str], globs: list[str], revision: str | None = None,
-                      subfolder: str | None = None) -> tuple[HeaderCheckpoint, list[str]] | None:
+                      subfolder: str | None = None) -> Checkpoint | None:
     """The headers of the files of `repo` (its listing `files`) matching the first glob of `globs` that
     matches any (under `subfolder`); None when those are not all safetensors (no header to read)."""
     prefix = f"{subfolder.strip('/')}/" if subfolder else ""
@@ -90,10 +74,5 @@ def header_checkpoint(repo: str, files: list[str], globs: list[str], revision: s
             names = [s for index in sorted(set(indexes)) for s in _shards(repo, prefix + index, revision)]
         if not all(n.endswith(".safetensors") for n in names):
             return None
-        tables, metadata = {}, {}
-        for name in names:
-            tables[name], meta = _table(repo, name, revision)
-            metadata.update(meta)
-        return HeaderCheckpoint(tables, metadata), names
+        return Checkpoint.from_readers([_read_header(repo, name, revision) for name in names])
     return None
-

@@ -11,10 +11,10 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from vidax.translator.checkpoint import Checkpoint
-from vidax.translator.errors import SourceError
+from vidax.translator.errors import GatedRepoError, SourceError
 from vidax.translator.spec import Layout, Spec
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -144,15 +144,16 @@ def looks_like_repo(source: str) -> bool:
 def download(repo: str, patterns: list[str], revision: str | None = None, subfolder: str | None = None) -> tuple[Path, str]:
     """Snapshot the files matching `patterns` of a Hub model repo; returns (model root, commit)."""
     import huggingface_hub
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.errors import GatedRepoError as HubGated
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     prefix = f"{subfolder.strip('/')}/" if subfolder else ""
     try:
         snapshot = Path(huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=[prefix + p for p in patterns]))
     except LocalEntryNotFoundError:
         raise SourceError(f"{repo}: not in the local Hugging Face cache and the Hub is unreachable or offline (HF_HUB_OFFLINE)") from None
-    except GatedRepoError:
-        raise SourceError(f"{repo} is gated: accept its terms on huggingface.co/{repo} and set HF_TOKEN (or "
+    except HubGated:
+        raise GatedRepoError(f"{repo} is gated: accept its terms on huggingface.co/{repo} and set HF_TOKEN (or "
                           "`hf auth login`)") from None
     except HfHubHTTPError as err:
         raise SourceError(f"{repo}: Hub download failed ({str(err).splitlines()[0]})") from None
@@ -173,15 +174,14 @@ def _open_headers(spec: Spec, repo: str, layouts: list[Layout], revision: str | 
     try:
         files = huggingface_hub.list_repo_files(repo, revision=revision)
         for candidate in layouts:
-            found = header_checkpoint(repo, files, list(candidate.files), revision, subfolder)
-            if found is None:
+            ckpt = header_checkpoint(repo, files, list(candidate.files), revision, subfolder)
+            if ckpt is None:
                 continue
-            ckpt, names = found
             try:
                 chosen = candidate if pinned else detect_layout(spec, ckpt.keys(), f"hf://{repo}")
             except SourceError:  # another layout's (or component's) files: as open_local, go on
                 continue
-            return Source(chosen, ckpt, [PurePosixPath(n) for n in names], repo=repo, revision=revision or "main",
+            return Source(chosen, ckpt, ckpt.paths, repo=repo, revision=revision or "main",
                           origin=f"hf://{repo} (headers only)")
     except _unreachable():
         return None

@@ -18,12 +18,17 @@ unsharded): each device receives only its own tensor-parallel shard.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
+from flax import traverse_util
+from jax.sharding import Mesh
 
 from vidax.zoo.dit import Params, StackedDiT, scan_blocks
+from vidax.zoo.runtime import Rules
+from vidax.zoo.sharding import mesh_shardings, place
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +126,28 @@ class StreamedDiT:
         hidden, ctx = self._embed(params, *inputs)
         hidden = self.run_blocks(host, hidden, ctx)
         return self._head(params, hidden, ctx)
+
+
+def stream_blocks(model: StackedDiT, tree: Mapping[str, np.ndarray], chunk: int, rules: Rules,
+                  mesh: Mesh | None = None) -> tuple[Params, StreamedDiT, HostChunks]:
+    """A converted DiT tree split for streamed offload: `(params, streamed, host_blocks)`.
+
+    The embed and head weights are placed on the devices (under `rules` on `mesh`, else on the
+    default device); the stacked block weights go to host memory in chunks of `chunk` blocks, each
+    chunk's per-device shardings keeping the layer axis whole. `streamed(params, host_blocks, *inputs)`
+    then equals `zoo.dit.forward(model, all_params, *inputs)`.
+    """
+    nested = traverse_util.unflatten_dict(dict(tree), sep="/")
+    blocks = nested.pop("blocks")
+    shardings = None
+    if mesh is not None:
+        specs = model.logical_specs()
+        params = place(nested, {k: specs[k] for k in nested}, rules, mesh)
+        shardings = mesh_shardings(specs["blocks"], rules, mesh)
+    else:
+        params = jax.device_put(nested)
+    streamed = StreamedDiT(model, chunk, shardings)
+    return params, streamed, streamed.offload(blocks)
 
 
 def chunk_bytes(host: HostChunks) -> list[int]:

@@ -272,8 +272,10 @@ def test_gated_vision_encoder_names_the_mirror(monkeypatch):
     variant's diffusers mirror carries every component."""
     from vidax.translator import sources
 
+    from vidax.translator.errors import GatedRepoError
+
     def gated(repo, patterns, revision=None, subfolder=None):
-        raise SourceError(f"{repo} is gated: accept its terms on huggingface.co/{repo} and set HF_TOKEN")
+        raise GatedRepoError(f"{repo} is gated: accept its terms on huggingface.co/{repo} and set HF_TOKEN")
 
     monkeypatch.setattr(sources, "download", gated)
     with pytest.raises(SourceError, match=r"FLUX.1-Redux-dev is gated.*--layout diffusers "

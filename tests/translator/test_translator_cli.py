@@ -204,15 +204,17 @@ def test_registry_rejects_duplicate_models(tmp_path):
 
 def test_gated_repo_says_what_to_do(monkeypatch):
     import huggingface_hub
-    from huggingface_hub.errors import GatedRepoError
+    from huggingface_hub.errors import GatedRepoError as HubGated
+
+    from vidax.translator.errors import GatedRepoError
 
     def gated(repo, revision=None, allow_patterns=None):
-        error = GatedRepoError.__new__(GatedRepoError)  # its constructor wants an HTTP response (client varies)
+        error = HubGated.__new__(HubGated)  # its constructor wants an HTTP response (client varies)
         Exception.__init__(error, "401 Client Error. Cannot access gated repo")
         raise error
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", gated)
-    with pytest.raises(SourceError, match=r"black-forest-labs/FLUX.1-Redux-dev is gated: accept its terms .* HF_TOKEN"):
+    with pytest.raises(GatedRepoError, match=r"black-forest-labs/FLUX.1-Redux-dev is gated: accept its terms .* HF_TOKEN"):
         sources.download("black-forest-labs/FLUX.1-Redux-dev", ["*.safetensors"])
 
 

@@ -46,10 +46,9 @@ from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE, decode_peak_bytes
 from vidax.zoo.hunyuan_video15.sharding import DIT_RULES, place_transformer
 from vidax.zoo.mesh import check_heads, make_mesh
-from vidax.zoo.offload import StreamedDiT
+from vidax.zoo.offload import stream_blocks
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 from vidax.zoo.runtime import use_mesh
-from vidax.zoo.sharding import mesh_shardings, place
 from vidax.zoo.video_io import read_image
 from vidax.zoo.pipeline import (
     GenerateOptions,
@@ -358,8 +357,8 @@ class HunyuanVideo15Generator:
         dit = HunyuanVideo15Transformer(cfg)
         parallel = mesh.size > 1
         streamed = host_blocks = None
-        if offload_chunk is not None:
-            params, streamed, host_blocks = self._streamed(dit, tree, mesh if parallel else None, offload_chunk)
+        if offload_chunk is not None:  # embed and head resident, blocks streamed from host memory
+            params, streamed, host_blocks = stream_blocks(dit, tree, offload_chunk, DIT_RULES, mesh if parallel else None)
         else:
             params = place_transformer(dit, tree, mesh) if parallel else _place(tree)
         if parallel:  # small inputs: whole on every device; the DiT's constraints split what it splits
@@ -382,22 +381,6 @@ class HunyuanVideo15Generator:
         if host_blocks is not None:
             release(host_blocks.chunks)
         return jnp.asarray(latents)
-
-    @staticmethod
-    def _streamed(dit: HunyuanVideo15Transformer, tree: Mapping[str, np.ndarray], mesh: Mesh | None, chunk: int):
-        """Embed and head weights on the devices; the stacked block weights in host memory, streamed
-        `chunk` blocks at a time (each device fetches only its tensor-parallel shard)."""
-        nested = traverse_util.unflatten_dict(dict(tree), sep="/")
-        blocks = nested.pop("blocks")
-        specs = dit.logical_specs()
-        shardings = None
-        if mesh is not None:
-            params = place(nested, {k: specs[k] for k in nested}, DIT_RULES, mesh)
-            shardings = mesh_shardings(specs["blocks"], DIT_RULES, mesh)  # the layer axis stays whole
-        else:
-            params = jax.device_put(nested)
-        streamed = StreamedDiT(dit, chunk, shardings)
-        return params, streamed, streamed.offload(blocks)
 
     def _rope(self) -> dict:
         """RoPE settings, the only sizes not visible in the weights: diffusers or official config.json names."""

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import html
 import math
-import re
 import time
 from functools import partial
 from typing import Any, Mapping
@@ -43,11 +41,12 @@ from vidax.zoo.encoders.clip import (
     clip_preprocess,
     clip_vision_config,
 )
+from vidax.zoo.encoders.prompts import wan_prompt_clean
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.encoders.vision import VisionConfig
 from vidax.zoo.mesh import check_heads, make_mesh
-from vidax.zoo.offload import HostChunks, StreamedDiT
+from vidax.zoo.offload import HostChunks, StreamedDiT, stream_blocks
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 from vidax.zoo.pipeline import (
     GenerateOptions,
@@ -63,7 +62,6 @@ from vidax.zoo.pipeline import (
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.samplers import cfg, expert_for_timestep, sample
 from vidax.zoo.samplers.configs import stepper_from_config
-from vidax.zoo.sharding import mesh_shardings, place
 from vidax.zoo.video_io import read_image
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.sharding import DIT_RULES, place_transformer
@@ -106,18 +104,6 @@ NATIVE: dict[str, WanSettings] = {
     "wan2.2-i2v-a14b": WanSettings(height=720, width=1280, steps=40, shift=5.0, guidance=3.5, guidance_2=3.5,
                                    boundary_ratio=0.9),
 }
-
-
-def prompt_clean(text: str) -> str:
-    """diffusers' Wan `prompt_clean`: ftfy (when installed, as there), HTML unescape, whitespace collapse."""
-    try:
-        import ftfy
-
-        text = ftfy.fix_text(text)
-    except ImportError:
-        pass
-    text = html.unescape(html.unescape(text)).strip()
-    return re.sub(r"\s+", " ", text).strip()
 
 
 # the official repos' `models_t5_umt5-xxl-enc-bf16.pth` carries no config (sizes of google/umt5-xxl's
@@ -433,7 +419,7 @@ class WanPipeline:
         folder = self.source.find("tokenizer", "google/umt5-xxl", component="text_encoder")
         if folder is None:
             raise PipelineError(f"{self.source.root or self.source.repo}: no tokenizer folder found")
-        texts = [prompt_clean(prompt)] + ([prompt_clean(negative)] if negative is not None else [])
+        texts = [wan_prompt_clean(prompt)] + ([wan_prompt_clean(negative)] if negative is not None else [])
         batch = load_tokenizer(folder)(texts, max_length=MAX_SEQUENCE_LENGTH)
         tree = self.source.load("text_encoder", "encoders/umt5", ("text_encoder", None), dtype=dtype,
                                 progress=self.progress)
@@ -531,17 +517,8 @@ class WanPipeline:
 
     def _streamed_expert(self, model: WanTransformer, tree: Mapping[str, np.ndarray]) -> _Expert:
         """Embed and head weights on the devices; block weights in host memory, streamed in chunks."""
-        nested = traverse_util.unflatten_dict(dict(tree), sep="/")
-        blocks = nested.pop("blocks")
-        specs = model.logical_specs()
-        block_shardings = None
-        if self.mesh is not None:
-            params = place(nested, {k: specs[k] for k in nested}, DIT_RULES, self.mesh)
-            block_shardings = mesh_shardings(specs["blocks"], DIT_RULES, self.mesh)  # layer axis unsplit
-        else:
-            params = jax.device_put(nested)
-        streamed = StreamedDiT(model, self.offload_chunk, block_shardings)
-        return _Expert(model, params, streamed, streamed.offload(blocks))
+        params, streamed, host_blocks = stream_blocks(model, tree, self.offload_chunk, DIT_RULES, self.mesh)
+        return _Expert(model, params, streamed, host_blocks)
 
     def _first_frame_mask(self, shape: tuple[int, ...]) -> jax.Array:
         mask = np.ones((1, 1, *shape[2:]), np.float32)
