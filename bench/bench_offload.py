@@ -49,13 +49,13 @@ def main():
     print(f"{'resident':<22}{resident:>11.3f}{1.0:>13.2f}{'-':>11}{'-':>19}")
     for chunk in (1, 3, DEPTH):
         streamed = StreamedDiT(model, chunk)
-        host = streamed.offload(blocks)
+        host = streamed.offload({"blocks": blocks})
         jax.block_until_ready(streamed(others, host, x, t))
         elapsed = _best_of(lambda: streamed(others, host, x, t))
-        transfer = _best_of(lambda: streamed._fetch(host.chunks[0]), repeats=5)
+        transfer = _best_of(lambda: streamed._fetch("blocks", host["blocks"].chunks[0]), repeats=5)
         print(
             f"{f'offload chunk {chunk}':<22}{elapsed:>11.3f}{elapsed / resident:>13.2f}"
-            f"{chunk_bytes(host)[0] / 2**20:>11.0f}{transfer * 1e3:>19.1f}"
+            f"{chunk_bytes(host['blocks'])[0] / 2**20:>11.0f}{transfer * 1e3:>19.1f}"
         )
     print(f"devices: {jax.devices()}; target: offloaded within 1.15x of resident")
 

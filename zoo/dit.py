@@ -5,18 +5,25 @@ the repeated blocks run (scanned resident weights, streamed offload chunks, tens
 parallel):
 
     hidden, ctx = model.embed(params, *inputs)        # patchify, time/text embeddings, RoPE tables
-    hidden = run_blocks(model.block, params["blocks"], hidden, ctx)
+    for group in model.block_groups:                  # usually one: ("blocks", block)
+        hidden = run_blocks(group.block, params[group.name], hidden, ctx)
+        hidden = model.between_groups(group.name, hidden, ctx)
     out = model.head(params, hidden, ctx)             # final norm/modulation, unpatchify
 
-`params["blocks"]` holds every block's weights stacked on a leading layer axis (the spec's
-`stack` op writes them that way); `model.block` is a single-block linen module whose params are
-one slice of that stack. `ctx` is any pytree the blocks need besides the hidden state
-(timestep modulation, text tokens, RoPE tables, masks); it is broadcast to every block.
-Families with two block kinds (HunyuanVideo 1.0: dual then single) expose `block_groups`.
+`params[group]` holds every block of a group stacked on a leading layer axis (the spec's `stack`
+op writes them that way); `group.block` is a single-block linen module whose params are one slice
+of that stack. `ctx` is any pytree the blocks need besides the hidden state (timestep modulation,
+text tokens, RoPE tables, masks); it is broadcast to every block. Families with two block kinds
+(HunyuanVideo 1.0: dual-stream then single-stream) declare two groups.
+
+`StackedTransformer` is the base a family DiT subclasses: it sets `embedder`, `block_groups` (or
+`block`), `head_module`, the top-level module names `embed_modules` / `head_modules`, and
+`dummy_inputs()`; the base derives `init_params`, `param_shapes` and `logical_specs` from them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Protocol
 
 import flax
@@ -26,12 +33,20 @@ import jax
 Params = dict[str, Any]
 
 
-class StackedDiT(Protocol):
+@dataclasses.dataclass(frozen=True)
+class BlockGroup:
+    """One run of identical blocks: `params[name]` is their stack."""
+
+    name: str
     block: nn.Module
 
-    def embed(self, params: Params, *inputs: Any) -> tuple[jax.Array, Any]: ...
 
-    def head(self, params: Params, hidden: jax.Array, ctx: Any) -> jax.Array: ...
+class StackedDiT(Protocol):
+    """`block` (one block kind), or `block_groups` and `between_groups` (several, run in order)."""
+
+    def embed(self, params: Params, *inputs: Any) -> tuple[Any, Any]: ...
+
+    def head(self, params: Params, hidden: Any, ctx: Any) -> jax.Array: ...
 
 
 def scan_blocks(block: nn.Module, stacked: Params, hidden: jax.Array, ctx: Any) -> jax.Array:
@@ -61,10 +76,20 @@ def _constrain_hidden(hidden: Any) -> Any:
     return constrain(hidden, ("batch", "seq", "act_embed"))
 
 
+def block_groups(model: StackedDiT) -> tuple[BlockGroup, ...]:
+    """The model's block groups; a DiT with one block kind may declare only `block`."""
+    groups = getattr(model, "block_groups", None)
+    return tuple(groups) if groups else (BlockGroup("blocks", model.block),)
+
+
 def forward(model: StackedDiT, params: Params, *inputs: Any, run_blocks=scan_blocks) -> jax.Array:
-    """Whole-model forward pass; `run_blocks` is swapped for the offload runner when streaming."""
+    """Whole-model forward pass; `run_blocks(block, stacked, hidden, ctx)` is swapped for the
+    offload runner when streaming."""
     hidden, ctx = model.embed(params, *inputs)
-    hidden = run_blocks(model.block, params["blocks"], hidden, ctx)
+    for group in block_groups(model):
+        hidden = run_blocks(group.block, params[group.name], hidden, ctx)
+        if hasattr(model, "between_groups"):
+            hidden = model.between_groups(group.name, hidden, ctx)
     return model.head(params, hidden, ctx)
 
 
@@ -73,3 +98,105 @@ def param_shapes(init_params: Callable[[jax.Array], Params]) -> dict[str, tuple[
     (nothing allocated): the translator's expected tree and the memory planner's sizes."""
     tree = jax.eval_shape(init_params, jax.random.key(0))
     return {path: tuple(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+
+
+class StackedTransformer:
+    """Base of the family DiTs (the `StackedDiT` shape plus everything derived from its parts).
+
+    A subclass sets in `__init__`: `self.cfg`, `self.embedder` (its params are the top-level
+    modules named in `embed_modules`), `self.block` or `self.block_groups`, `self.head_module` (its
+    params: `head_modules`); and defines `embed`, `head`, `head_inputs` and `dummy_inputs`.
+    Instances are static arguments of jitted functions: equal configs compare equal.
+    """
+
+    embed_modules: tuple[str, ...] = ()
+    head_modules: tuple[str, ...] = ()
+    embedder: nn.Module
+    head_module: nn.Module
+    block: nn.Module
+
+    @property
+    def block_groups(self) -> tuple[BlockGroup, ...]:
+        return (BlockGroup("blocks", self.block),)
+
+    def num_blocks(self, group: str) -> int:
+        """Depth of a block group (the config's layer count)."""
+        return self.cfg.num_layers
+
+    def _key(self) -> tuple:
+        return (type(self), self.cfg, *(jax.numpy.dtype(d).name for d in self._dtypes()))
+
+    def _dtypes(self) -> tuple:
+        return tuple(getattr(self, name) for name in ("dtype", "residual_dtype") if hasattr(self, name))
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, StackedTransformer) and self._key() == other._key()
+
+    # --- the parts ---------------------------------------------------------------------------
+
+    @staticmethod
+    def subtree(params: Params, names: tuple[str, ...]) -> Params:
+        """The top-level modules `names` of a full tree (those present)."""
+        return {name: params[name] for name in names if name in params}
+
+    def between_groups(self, name: str, hidden: Any, ctx: Any) -> Any:
+        """What happens to the hidden state after block group `name` (default: nothing)."""
+        return hidden
+
+    def head_inputs(self, hidden: Any, ctx: Any) -> tuple:
+        """The arguments `head_module` is called with (for `init`)."""
+        raise NotImplementedError
+
+    def dummy_inputs(self, batch: int = 1) -> tuple:
+        """Smallest valid `embed` inputs (one patch per axis) for `init` / `eval_shape`."""
+        raise NotImplementedError
+
+    def __call__(self, params: Params, *inputs: Any, run_blocks=scan_blocks) -> jax.Array:
+        return forward(self, params, *inputs, run_blocks=run_blocks)
+
+    # --- derived -----------------------------------------------------------------------------
+
+    def _group_inputs(self, params: Params, inputs: tuple):
+        """`([(hidden, ctx) entering each block group], (hidden, ctx) entering the head)`."""
+        hidden, ctx = self.embed(params, *inputs)
+        entering = []
+        for group in self.block_groups:
+            entering.append((hidden, ctx))
+            hidden = self.between_groups(group.name, hidden, ctx)
+        return entering, (hidden, ctx)
+
+    def init_params(self, rng: jax.Array) -> Params:
+        """Random parameters of the full tree (blocks stacked), for shapes, benchmarks and tests."""
+        inputs = self.dummy_inputs()
+        k_embed, k_blocks, k_head = jax.random.split(rng, 3)
+        params = dict(nn.unbox(self.embedder.init(k_embed, *inputs)["params"]))
+        entering, last = self._group_inputs(params, inputs)
+        groups = self.block_groups
+        for group, (hidden, ctx), key in zip(groups, entering, jax.random.split(k_blocks, len(groups))):
+            keys = jax.random.split(key, self.num_blocks(group.name))
+            init = lambda k, b=group.block, h=hidden, c=ctx: nn.unbox(b.init(k, h, c)["params"])  # noqa: E731
+            params[group.name] = jax.vmap(init)(keys)
+        params.update(nn.unbox(self.head_module.init(k_head, *self.head_inputs(*last))["params"]))
+        return params
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree."""
+        return param_shapes(self.init_params)
+
+    def logical_specs(self) -> Params:
+        """Logical PartitionSpecs of the full tree (block groups with their leading "layers" axis)."""
+        from vidax.zoo.sharding import stack_specs
+
+        inputs = self.dummy_inputs()
+        key = jax.random.key(0)
+        embed = jax.eval_shape(self.embedder.init, key, *inputs)["params"]
+        specs = dict(nn.get_partition_spec(embed))
+        entering, last = jax.eval_shape(lambda p: self._group_inputs(p, inputs), nn.unbox(embed))
+        for group, (hidden, ctx) in zip(self.block_groups, entering):
+            specs[group.name] = stack_specs(jax.eval_shape(group.block.init, key, hidden, ctx)["params"])
+        head = jax.eval_shape(self.head_module.init, key, *self.head_inputs(*last))["params"]
+        specs.update(nn.get_partition_spec(head))
+        return specs

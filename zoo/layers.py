@@ -7,6 +7,7 @@ dtype) and casts its weights to it, except the norms, which compute in fp32 as t
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import flax.linen as nn
@@ -108,3 +109,88 @@ def gelu_tanh(x: jax.Array) -> jax.Array:
 
 def gelu_exact(x: jax.Array) -> jax.Array:
     return jax.nn.gelu(x, approximate=False)
+
+
+def split_heads(x: jax.Array, heads: int) -> jax.Array:
+    return x.reshape(*x.shape[:-1], heads, -1)  # [B, S, H, Dh]
+
+
+def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
+    """AdaLN modulation `x * (1 + scale) + shift` (shift and scale broadcast against x)."""
+    return x * (1 + scale) + shift
+
+
+def timestep_sinusoid(t: jax.Array, dim: int, *, flip_sin_to_cos: bool = True, downscale_freq_shift: float = 0.0,
+                      scale: float = 1.0, max_period: float = 10000.0) -> jax.Array:
+    """diffusers `get_timestep_embedding` (`Timesteps`) in fp32: `t [...] -> [..., dim]`.
+
+    `flip_sin_to_cos=True, downscale_freq_shift=0` (Wan, HunyuanVideo, LTX) gives `[cos, sin]`.
+    """
+    half = dim // 2
+    exponent = -math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / (half - downscale_freq_shift)
+    args = scale * (t.astype(jnp.float32)[..., None] * jnp.exp(exponent))
+    sin, cos = jnp.sin(args), jnp.cos(args)
+    emb = jnp.concatenate([cos, sin] if flip_sin_to_cos else [sin, cos], axis=-1)
+    if dim % 2:
+        emb = jnp.pad(emb, [(0, 0)] * (emb.ndim - 1) + [(0, 1)])
+    return emb
+
+
+class Linear(nn.Module):
+    """A `Dense` one level down (`ff.net.0.proj`): keeps diffusers' nesting in param paths."""
+
+    features: int
+    axes: Axes = ("embed", None)
+    child: str = "proj"
+    use_bias: bool = True
+    dtype: Any = None
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return Dense(self.features, axes=self.axes, use_bias=self.use_bias, dtype=self.dtype, name=self.child)(x)
+
+
+class MLPEmbedder(nn.Module):
+    """`linear_1 -> act -> linear_2` (diffusers `TimestepEmbedding`, `PixArtAlphaTextProjection`)."""
+
+    features: int
+    activation: Any = nn.silu
+    dtype: Any = None
+    out_features: int | None = None
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = self.activation(Dense(self.features, axes=(None, "embed"), dtype=self.dtype, name="linear_1")(x))
+        out = self.out_features or self.features
+        return Dense(out, axes=("embed", None), dtype=self.dtype, name="linear_2")(x)
+
+
+class FeedForward(nn.Module):
+    """diffusers `FeedForward`: `net.0.proj` (then its activation) and `net.2`; column then row parallel."""
+
+    dim: int
+    hidden: int
+    activation: Any = gelu_tanh
+    hidden_axis: str | None = "mlp"
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = self.activation(Linear(self.hidden, ("embed", self.hidden_axis), use_bias=self.use_bias, name="net_0")(x))
+        return Dense(self.dim, axes=(self.hidden_axis, "embed"), use_bias=self.use_bias, name="net_2")(h)
+
+
+def unpatchify(tokens: jax.Array, grid: tuple[int, int, int], patch: tuple[int, int, int], channels: int, *,
+               channels_first: bool = False) -> jax.Array:
+    """Tokens `[B, F*H*W, features]` in (f, h, w) order -> video `[B, C, F*pt, H*ph, W*pw]`.
+
+    Each token's features are the patch laid out `(pt, ph, pw, C)` (diffusers Wan, LTX, Cosmos), or
+    `(C, pt, ph, pw)` with `channels_first` (HunyuanVideo's `proj_out`).
+    """
+    (f, h, w), (pt, ph, pw) = grid, patch
+    b = tokens.shape[0]
+    if channels_first:
+        x = tokens.reshape(b, f, h, w, channels, pt, ph, pw).transpose(0, 4, 1, 5, 2, 6, 3, 7)
+    else:
+        x = tokens.reshape(b, f, h, w, pt, ph, pw, channels).transpose(0, 7, 1, 4, 2, 5, 3, 6)
+    return x.reshape(b, channels, f * pt, h * ph, w * pw)  # [B, C, F, pt, H, ph, W, pw] merged

@@ -11,7 +11,7 @@ Under a mesh, `device_shardings` holds the NamedShardings of one chunk's params 
 unsharded): each device receives only its own tensor-parallel shard.
 
     streamed = StreamedDiT(model, chunk=4)
-    blocks = streamed.offload(params.pop("blocks"))        # host copy, once
+    blocks = streamed.offload({"blocks": params.pop("blocks")})   # host copy, once
     out = streamed(params, blocks, *inputs)                # equals zoo.dit.forward(model, ...)
 """
 
@@ -26,7 +26,7 @@ import numpy as np
 from flax import traverse_util
 from jax.sharding import Mesh
 
-from vidax.zoo.dit import Params, StackedDiT, scan_blocks
+from vidax.zoo.dit import Params, StackedDiT, block_groups, scan_blocks
 from vidax.zoo.runtime import Rules
 from vidax.zoo.sharding import mesh_shardings, place
 
@@ -41,6 +41,10 @@ class HostChunks:
     @property
     def depth(self) -> int:
         return sum(self.sizes)
+
+
+# a pytree (the chunks are its leaves), so `pipeline.release(host_blocks)` frees them
+jax.tree_util.register_dataclass(HostChunks, data_fields=["chunks"], meta_fields=["sizes"])
 
 
 def chunk_bounds(depth: int, chunk: int) -> list[tuple[int, int]]:
@@ -88,62 +92,84 @@ def offload_blocks(stacked: Params, chunk: int, device_shardings: Params | None 
     return HostChunks(tuple(chunks), tuple(sizes))
 
 
+HostBlocks = dict[str, HostChunks]  # block group name -> its chunks (zoo.dit block groups)
+
+
 class StreamedDiT:
     """Runs a `zoo.dit.StackedDiT` with its blocks streamed from host memory chunk by chunk.
 
-    The embed and head are compiled once each, and the chunk body once per chunk size (at most
-    two). The loop over chunks is a host loop, as the runtime's rule says: jit the repeated unit.
+    The embed and head are compiled once each, and each block group's chunk body once per chunk
+    size (at most two). The loop over chunks is a host loop, as the runtime's rule says: jit the
+    repeated unit. Each block group (HunyuanVideo 1.0: dual-stream, then single-stream blocks) is
+    its own pool of chunks.
+
+    Args:
+      model: the DiT.
+      chunk: blocks per chunk.
+      device_shardings: `{group: shardings of one chunk's params}` under a mesh; None on one device.
     """
 
-    def __init__(self, model: StackedDiT, chunk: int, device_shardings: Params | None = None):
+    def __init__(self, model: StackedDiT, chunk: int, device_shardings: Mapping[str, Params] | None = None):
         self.model = model
         self.chunk = chunk
-        self.device_shardings = device_shardings
+        self.device_shardings = dict(device_shardings or {})
         self._embed = jax.jit(model.embed)
         self._head = jax.jit(model.head)
-        self._run_chunk = jax.jit(lambda blocks, h, ctx: scan_blocks(model.block, blocks, h, ctx), donate_argnums=1)
+        between = getattr(model, "between_groups", None)
+        self._between = None if between is None else jax.jit(between, static_argnums=0)
+        self._run_chunk = {
+            group.name: jax.jit(lambda blocks, h, ctx, b=group.block: scan_blocks(b, blocks, h, ctx), donate_argnums=1)
+            for group in block_groups(model)
+        }
 
-    def offload(self, stacked: Params) -> HostChunks:
-        return offload_blocks(stacked, self.chunk, self.device_shardings)
+    def offload(self, stacked: Mapping[str, Params]) -> HostBlocks:
+        """`{group: stacked block weights}` -> the groups' host-resident chunks."""
+        return {name: offload_blocks(blocks, self.chunk, self.device_shardings.get(name))
+                for name, blocks in stacked.items()}
 
-    def _fetch(self, host_chunk: Params) -> Params:
-        if self.device_shardings is None:
+    def _fetch(self, group: str, host_chunk: Params) -> Params:
+        shardings = self.device_shardings.get(group)
+        if shardings is None:
             target = jax.sharding.SingleDeviceSharding(jax.devices()[0], memory_kind="device")
             return jax.device_put(host_chunk, target)
-        return jax.device_put(host_chunk, self.device_shardings)
+        return jax.device_put(host_chunk, shardings)
 
-    def run_blocks(self, host: HostChunks, hidden: jax.Array, ctx: Any) -> jax.Array:
-        pending = self._fetch(host.chunks[0])
+    def run_group(self, group: str, host: HostChunks, hidden: Any, ctx: Any) -> Any:
+        """One block group's chunks, chunk i+1's transfer issued before chunk i's compute."""
+        pending = self._fetch(group, host.chunks[0])
         for index in range(len(host.chunks)):
             current = pending
             if index + 1 < len(host.chunks):
-                pending = self._fetch(host.chunks[index + 1])  # issued before this chunk's compute
-            hidden = self._run_chunk(current, hidden, ctx)
+                pending = self._fetch(group, host.chunks[index + 1])  # issued before this chunk's compute
+            hidden = self._run_chunk[group](current, hidden, ctx)
             del current  # its buffers go as soon as the compute that reads them is done
         return hidden
 
-    def __call__(self, params: Params, host: HostChunks, *inputs: Any) -> jax.Array:
+    def __call__(self, params: Params, host: HostBlocks, *inputs: Any) -> jax.Array:
         hidden, ctx = self._embed(params, *inputs)
-        hidden = self.run_blocks(host, hidden, ctx)
+        for group in block_groups(self.model):
+            hidden = self.run_group(group.name, host[group.name], hidden, ctx)
+            if self._between is not None:
+                hidden = self._between(group.name, hidden, ctx)
         return self._head(params, hidden, ctx)
 
 
 def stream_blocks(model: StackedDiT, tree: Mapping[str, np.ndarray], chunk: int, rules: Rules,
-                  mesh: Mesh | None = None) -> tuple[Params, StreamedDiT, HostChunks]:
+                  mesh: Mesh | None = None) -> tuple[Params, StreamedDiT, HostBlocks]:
     """A converted DiT tree split for streamed offload: `(params, streamed, host_blocks)`.
 
     The embed and head weights are placed on the devices (under `rules` on `mesh`, else on the
-    default device); the stacked block weights go to host memory in chunks of `chunk` blocks, each
-    chunk's per-device shardings keeping the layer axis whole. `streamed(params, host_blocks, *inputs)`
-    then equals `zoo.dit.forward(model, all_params, *inputs)`.
+    default device); each block group's stacked weights go to host memory in chunks of `chunk`
+    blocks, each chunk's per-device shardings keeping the layer axis whole.
+    `streamed(params, host_blocks, *inputs)` then equals `zoo.dit.forward(model, all_params, *inputs)`.
     """
     nested = traverse_util.unflatten_dict(dict(tree), sep="/")
-    blocks = nested.pop("blocks")
+    blocks = {group.name: nested.pop(group.name) for group in block_groups(model)}
     shardings = None
     if mesh is not None:
         specs = model.logical_specs()
         params = place(nested, {k: specs[k] for k in nested}, rules, mesh)
-        shardings = mesh_shardings(specs["blocks"], rules, mesh)
+        shardings = {name: mesh_shardings(specs[name], rules, mesh) for name in blocks}
     else:
         params = jax.device_put(nested)
     streamed = StreamedDiT(model, chunk, shardings)

@@ -35,8 +35,8 @@ def test_streamed_equals_resident(toy, chunk):
     model, params, x, t, resident = toy
     params = dict(params)
     streamed = StreamedDiT(model, chunk)
-    host = streamed.offload(jax.tree.map(np.asarray, params.pop("blocks")))
-    assert len(set(host.sizes)) <= 2 and host.depth == model.depth
+    host = streamed.offload({"blocks": jax.tree.map(np.asarray, params.pop("blocks"))})
+    assert len(set(host["blocks"].sizes)) <= 2 and host["blocks"].depth == model.depth
     out = streamed(params, host, x, t)
     np.testing.assert_array_equal(np.asarray(out), resident)
 
@@ -53,9 +53,9 @@ def test_streamed_equals_resident_under_a_mesh(toy, tp, sp):
     x = jax.device_put(x, NamedSharding(mesh, P(None, "sequence")))
     with use_mesh(mesh):
         resident = jax.jit(lambda p, x, t: forward(model, p, x, t))({**others, "blocks": jax.device_put(blocks, shardings)}, x, t)
-        streamed = StreamedDiT(model, 2, device_shardings=shardings)
-        host = streamed.offload(blocks)
-        q = streamed._fetch(host.chunks[0])["to_q"]["kernel"]
+        streamed = StreamedDiT(model, 2, device_shardings={"blocks": shardings})
+        host = streamed.offload({"blocks": blocks})
+        q = streamed._fetch("blocks", host["blocks"].chunks[0])["to_q"]["kernel"]
         assert {s.data.shape for s in q.addressable_shards} == {(2, model.dim, model.dim // tp)}
         out = streamed(others, host, x, t)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(resident))

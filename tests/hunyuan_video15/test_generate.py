@@ -70,9 +70,9 @@ def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout
     from vidax.zoo.offload import StreamedDiT
 
     streamed_chunks = []
-    run_blocks = StreamedDiT.run_blocks
-    monkeypatch.setattr(StreamedDiT, "run_blocks",
-                        lambda self, host, *a: streamed_chunks.append(host.sizes) or run_blocks(self, host, *a))
+    run_group = StreamedDiT.run_group
+    monkeypatch.setattr(StreamedDiT, "run_group",
+                        lambda self, name, host, *a: streamed_chunks.append(host.sizes) or run_group(self, name, host, *a))
     _, root = saved
     noise, expected = reference_run
     options = _options(str(root), noise, tmp_path, **layout)

@@ -262,7 +262,7 @@ def test_streamed_offload_matches_reference(cases):
     case = cases("ti2v")  # per-token modulation: the richest context the blocks receive
     params = dict(case.params)
     streamed = StreamedDiT(case.model, chunk=1)
-    host = streamed.offload(params.pop("blocks"))
+    host = streamed.offload({"blocks": params.pop("blocks")})
     got = streamed(params, host, *as_jax(case.inputs))
     np.testing.assert_allclose(np.asarray(got), case.want, rtol=1e-5, atol=1e-5)
 

@@ -379,7 +379,7 @@ class HunyuanVideo15Generator:
             latents = np.asarray(latents)
         release(params)
         if host_blocks is not None:
-            release(host_blocks.chunks)
+            release(host_blocks)
         return jnp.asarray(latents)
 
     def _rope(self) -> dict:

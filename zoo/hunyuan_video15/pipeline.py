@@ -23,7 +23,7 @@ import numpy as np
 from vidax.zoo.dit import Params
 from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
-from vidax.zoo.offload import HostChunks, StreamedDiT
+from vidax.zoo.offload import HostBlocks, StreamedDiT
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.samplers import FlowEuler, flow_match_schedule, guide_batched, sample
 
@@ -155,7 +155,7 @@ class HunyuanVideo15Pipeline:
 
     def __init__(self, transformer: HunyuanVideo15Transformer, dit_params: Params, vae: HunyuanVideo15VAE,
                  vae_params: Params, vae_scaling: float | None = None, streamed: StreamedDiT | None = None,
-                 host_blocks: HostChunks | None = None):
+                 host_blocks: HostBlocks | None = None):
         self.transformer, self.dit_params = transformer, dit_params
         self.vae, self.vae_params = vae, vae_params
         self.vae_scaling = vae.cfg.scaling_factor if vae_scaling is None else vae_scaling

@@ -9,8 +9,6 @@ AdaLN and the unpatchify. Module names mirror diffusers' so that the conversion 
 
 from __future__ import annotations
 
-import math
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -19,10 +17,25 @@ import numpy as np
 from flax import struct
 
 from vidax.zoo.attention import attention, joint_attention
-from vidax.zoo.dit import forward, param_shapes, Params, scan_blocks
+from vidax.zoo.dit import Params, StackedTransformer
 from vidax.zoo.hunyuan_video15.config import TransformerConfig
-from vidax.zoo.layers import Dense, gelu_exact, gelu_tanh, LayerNorm, logical_param, PatchEmbed, RMSNorm
-from vidax.zoo.sharding import constrain, stack_specs
+from vidax.zoo.layers import (
+    Dense,
+    FeedForward,
+    LayerNorm,
+    Linear,
+    MLPEmbedder,
+    PatchEmbed,
+    RMSNorm,
+    gelu_exact,
+    logical_param,
+    modulate,
+    split_heads,
+    timestep_sinusoid,
+    unpatchify,
+)
+from vidax.zoo.rope import rotate_interleaved as apply_rope
+from vidax.zoo.sharding import constrain
 
 # diffusers' `cond_type_embed` rows: which source a joint text token came from.
 COND_MLLM, COND_BYT5, COND_IMAGE = 0, 1, 2
@@ -55,14 +68,6 @@ class Context:
 # Small pieces
 
 
-def timestep_sinusoid(t: jax.Array, dim: int = 256, max_period: float = 10000.0) -> jax.Array:
-    """diffusers `Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)`: `[cos, sin]`."""
-    half = dim // 2
-    freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
-    args = t.astype(jnp.float32)[:, None] * freqs[None, :]
-    return jnp.concatenate([jnp.cos(args), jnp.sin(args)], axis=-1)
-
-
 def rope_tables(cfg: TransformerConfig, frames: int, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """cos/sin `[F*H*W, head_dim]` per token (t, h, w order), pairs interleaved (diffusers `use_real`)."""
     sizes = (frames // cfg.patch_size_t, height // cfg.patch_size, width // cfg.patch_size)
@@ -76,29 +81,6 @@ def rope_tables(cfg: TransformerConfig, frames: int, height: int, width: int) ->
     return np.concatenate(cos, axis=1), np.concatenate(sin, axis=1)
 
 
-def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotate interleaved pairs of `x` `[B, S, H, D]` (diffusers `apply_rotary_emb`, unbind dim -1)."""
-    pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], -1, 2)
-    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
-    out = x.astype(jnp.float32) * cos[None, :, None, :] + rotated * sin[None, :, None, :]
-    return out.astype(x.dtype)
-
-
-def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
-    return x * (1 + scale[:, None]) + shift[:, None]
-
-
-class MLPEmbedder(nn.Module):
-    """`linear_1 -> act -> linear_2` (diffusers `TimestepEmbedding`, `PixArtAlphaTextProjection`)."""
-
-    features: int
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = nn.silu(Dense(self.features, axes=(None, "embed"), name="linear_1")(x))
-        return Dense(self.features, axes=("embed", None), name="linear_2")(x)
-
-
 class TimeEmbedding(nn.Module):
     """diffusers `HunyuanVideo15TimeEmbedding`; the meanflow variant adds an embedding of `timestep_r`."""
 
@@ -107,44 +89,15 @@ class TimeEmbedding(nn.Module):
 
     @nn.compact
     def __call__(self, timestep: jax.Array, timestep_r: jax.Array | None = None) -> jax.Array:
-        temb = MLPEmbedder(self.features, name="timestep_embedder")(timestep_sinusoid(timestep))
+        temb = MLPEmbedder(self.features, name="timestep_embedder")(timestep_sinusoid(timestep, 256))
         if self.use_meanflow:
             r = timestep if timestep_r is None else timestep_r
             embedder_r = MLPEmbedder(self.features, name="timestep_embedder_r")
             if timestep_r is not None:
-                temb = temb + embedder_r(timestep_sinusoid(r))
+                temb = temb + embedder_r(timestep_sinusoid(r, 256))
             else:  # still create the params so that `init` matches the checkpoint
-                embedder_r(timestep_sinusoid(r))
+                embedder_r(timestep_sinusoid(r, 256))
         return temb
-
-
-class Linear(nn.Module):
-    """A `Dense` one level down (`norm1.linear`, `ff.net.0.proj`): keeps diffusers' nesting in param paths."""
-
-    features: int
-    axes: tuple = ("embed", None)
-    child: str = "linear"
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return Dense(self.features, axes=self.axes, name=self.child)(x)
-
-
-class FeedForward(nn.Module):
-    """diffusers `FeedForward`: `net.0.proj` (then its activation) and `net.2`."""
-
-    dim: int
-    hidden: int
-    activation: Any = gelu_tanh
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = self.activation(Linear(self.hidden, ("embed", "mlp"), child="proj", name="net_0")(x))
-        return Dense(self.dim, axes=("mlp", "embed"), name="net_2")(x)
-
-
-def split_heads(x: jax.Array, heads: int) -> jax.Array:
-    return x.reshape(*x.shape[:-1], heads, -1)  # [B, S, H, Dh]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,7 +130,7 @@ class RefinerBlock(nn.Module):
         cfg = self.cfg
         attn = RefinerAttention(cfg.num_attention_heads, cfg.inner_dim, name="attn")
         attn_out = attn(LayerNorm(eps=1e-6, name="norm1")(x), mask)
-        gates = Linear(2 * cfg.inner_dim, name="norm_out")(nn.silu(temb))
+        gates = Linear(2 * cfg.inner_dim, child="linear", name="norm_out")(nn.silu(temb))
         gate_msa, gate_mlp = jnp.split(gates[:, None], 2, axis=-1)
         x = x + attn_out * gate_msa
         ff = FeedForward(cfg.inner_dim, cfg.mlp_dim, activation=nn.silu, name="ff")
@@ -208,7 +161,7 @@ class _TimeTextEmbed(nn.Module):
 
     @nn.compact
     def __call__(self, timestep: jax.Array, pooled: jax.Array) -> jax.Array:
-        temb = MLPEmbedder(self.features, name="timestep_embedder")(timestep_sinusoid(timestep).astype(pooled.dtype))
+        temb = MLPEmbedder(self.features, name="timestep_embedder")(timestep_sinusoid(timestep, 256).astype(pooled.dtype))
         return temb + MLPEmbedder(self.features, name="text_embedder")(pooled)
 
 
@@ -346,15 +299,15 @@ class DualStreamBlock(nn.Module):
         cfg = self.cfg
         video, text = hidden.video, hidden.text
         act = nn.silu(ctx.temb)
-        mod = Linear(6 * cfg.inner_dim, name="norm1")(act).astype(video.dtype)
-        c_mod = Linear(6 * cfg.inner_dim, name="norm1_context")(act).astype(text.dtype)
+        mod = Linear(6 * cfg.inner_dim, child="linear", name="norm1")(act).astype(video.dtype)
+        c_mod = Linear(6 * cfg.inner_dim, child="linear", name="norm1_context")(act).astype(text.dtype)
         shift, scale, gate, shift_mlp, scale_mlp, gate_mlp = jnp.split(mod, 6, axis=-1)
         c_shift, c_scale, c_gate, c_shift_mlp, c_scale_mlp, c_gate_mlp = jnp.split(c_mod, 6, axis=-1)
         norm = LayerNorm(eps=1e-6, use_scale=False, use_bias=False)
 
         # 1. Joint attention on the AdaLN-modulated streams.
         attn_out, text_attn_out = JointAttention(cfg, name="attn")(
-            modulate(norm(video), shift, scale), modulate(norm(text), c_shift, c_scale), ctx
+            modulate(norm(video), shift[:, None], scale[:, None]), modulate(norm(text), c_shift[:, None], c_scale[:, None]), ctx
         )
         video = video + attn_out * gate[:, None]
         text = text + text_attn_out * c_gate[:, None]
@@ -362,8 +315,8 @@ class DualStreamBlock(nn.Module):
         # 2. Feed-forward per stream.
         ff = FeedForward(cfg.inner_dim, cfg.mlp_dim, name="ff")
         ff_text = FeedForward(cfg.inner_dim, cfg.mlp_dim, name="ff_context")
-        video = video + gate_mlp[:, None] * ff(modulate(norm(video), shift_mlp, scale_mlp))
-        text = text + c_gate_mlp[:, None] * ff_text(modulate(norm(text), c_shift_mlp, c_scale_mlp))
+        video = video + gate_mlp[:, None] * ff(modulate(norm(video), shift_mlp[:, None], scale_mlp[:, None]))
+        text = text + c_gate_mlp[:, None] * ff_text(modulate(norm(text), c_shift_mlp[:, None], c_scale_mlp[:, None]))
         return DualStream(constrain(video, VIDEO_AXES), constrain(text, TEXT_AXES))
 
 
@@ -393,7 +346,7 @@ class Head(nn.Module):
         cfg = self.cfg
         scale, shift = _AdaNormOut(cfg.inner_dim, name="norm_out")(temb)
         scale, shift = scale.astype(video.dtype), shift.astype(video.dtype)
-        video = modulate(LayerNorm(eps=1e-6, use_scale=False, use_bias=False)(video), shift, scale)
+        video = modulate(LayerNorm(eps=1e-6, use_scale=False, use_bias=False)(video), shift[:, None], scale[:, None])
         out = cfg.patch_size_t * cfg.patch_size**2 * cfg.out_channels
         return Dense(out, axes=("embed", None), name="proj_out")(video)
 
@@ -402,11 +355,7 @@ class Head(nn.Module):
 # The model
 
 
-EMBED_MODULES = ("time_embed", "x_embedder", "cond_type_embed", "context_embedder", "context_embedder_2", "image_embedder")
-HEAD_MODULES = ("norm_out", "proj_out")
-
-
-class HunyuanVideo15Transformer:
+class HunyuanVideo15Transformer(StackedTransformer):
     """HunyuanVideo-1.5 DiT in the `vidax.zoo.dit.StackedDiT` shape.
 
     Args:
@@ -418,6 +367,10 @@ class HunyuanVideo15Transformer:
         self.embedder = Embedder(cfg)
         self.block = DualStreamBlock(cfg)
         self.head_module = Head(cfg)
+
+    embed_modules = ("time_embed", "x_embedder", "cond_type_embed", "context_embedder", "context_embedder_2",
+                     "image_embedder")
+    head_modules = ("norm_out", "proj_out")
 
     def embed(
         self,
@@ -443,7 +396,7 @@ class HunyuanVideo15Transformer:
             timestep_r: `[B]`, the meanflow (step-distilled) models' second time; ignored otherwise.
         """
         cfg = self.cfg
-        sub = {name: params[name] for name in EMBED_MODULES if name in params}
+        sub = self.subtree(params, self.embed_modules)
         video, joint, joint_mask, temb = self.embedder.apply(
             {"params": sub}, latents, timestep, text, text_mask, text_2, text_mask_2, image_embeds, timestep_r
         )
@@ -455,46 +408,17 @@ class HunyuanVideo15Transformer:
     def head(self, params: Params, hidden: DualStream, ctx: Context) -> jax.Array:
         """Final AdaLN, projection and unpatchify to `[B, out_channels, F, H, W]`."""
         cfg = self.cfg
-        sub = {name: params[name] for name in HEAD_MODULES}
+        sub = self.subtree(params, self.head_modules)
         out = self.head_module.apply({"params": sub}, hidden.video, ctx.temb)
         out = constrain(out, ("batch", None, None))  # sequence parallel gathers here
-        (f, h, w), pt, p = ctx.grid, cfg.patch_size_t, cfg.patch_size
-        out = out.reshape(out.shape[0], f, h, w, cfg.out_channels, pt, p, p)
-        out = out.transpose(0, 4, 1, 5, 2, 6, 3, 7)  # [B, C, F, pt, H, p, W, p]
-        return out.reshape(out.shape[0], cfg.out_channels, f * pt, h * p, w * p)
+        patch = (cfg.patch_size_t, cfg.patch_size, cfg.patch_size)
+        return unpatchify(out, ctx.grid, patch, cfg.out_channels, channels_first=True)
 
-    def __call__(self, params: Params, *inputs: Any, run_blocks=scan_blocks) -> jax.Array:
-        return forward(self, params, *inputs, run_blocks=run_blocks)
+    def head_inputs(self, hidden: DualStream, ctx: Context) -> tuple:
+        return hidden.video, ctx.temb
 
-    def init_params(self, rng: jax.Array, batch: int = 1, frames: int = 1, size: int = 2, text_len: int = 2) -> Params:
-        """Random parameters of the full tree (blocks stacked), for shapes and tests of the runtime."""
-        cfg = self.cfg
-        inputs = _dummy_inputs(cfg, batch, frames, size, text_len)
-        k_embed, k_blocks, k_head = jax.random.split(rng, 3)
-        params = dict(nn.unbox(self.embedder.init(k_embed, *inputs)["params"]))
-        hidden, ctx = self.embed(params, *inputs)
-        keys = jax.random.split(k_blocks, cfg.num_layers)
-        params["blocks"] = jax.vmap(lambda k: nn.unbox(self.block.init(k, hidden, ctx)["params"]))(keys)
-        params.update(nn.unbox(self.head_module.init(k_head, hidden.video, ctx.temb)["params"]))
-        return params
-
-    def logical_specs(self) -> Params:
-        """Logical PartitionSpecs of the full tree (blocks with their leading "layers" axis)."""
-        cfg = self.cfg
-        inputs = _dummy_inputs(cfg, 1, 1, 2, 2)
-        key = jax.random.key(0)
-        embed = jax.eval_shape(self.embedder.init, key, *inputs)["params"]
-        hidden, ctx = jax.eval_shape(lambda p: self.embed(p, *inputs), nn.unbox(embed))
-        block = jax.eval_shape(self.block.init, key, hidden, ctx)["params"]
-        head = jax.eval_shape(self.head_module.init, key, hidden.video, ctx.temb)["params"]
-        specs = dict(nn.get_partition_spec(embed))
-        specs["blocks"] = stack_specs(block)
-        specs.update(nn.get_partition_spec(head))
-        return specs
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree."""
-        return param_shapes(self.init_params)
+    def dummy_inputs(self, batch: int = 1) -> tuple:
+        return _dummy_inputs(self.cfg, batch, 1, 2, 2)
 
 
 def _dummy_inputs(cfg: TransformerConfig, batch: int, frames: int, size: int, text_len: int):

@@ -46,7 +46,7 @@ from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.encoders.vision import VisionConfig
 from vidax.zoo.mesh import check_heads, make_mesh
-from vidax.zoo.offload import HostChunks, StreamedDiT, stream_blocks
+from vidax.zoo.offload import HostBlocks, StreamedDiT, stream_blocks
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 from vidax.zoo.pipeline import (
     GenerateOptions,
@@ -272,7 +272,7 @@ class _Expert:
     model: WanTransformer
     params: Params
     streamed: StreamedDiT | None = None
-    host_blocks: HostChunks | None = None
+    host_blocks: HostBlocks | None = None
 
     def __call__(self, latents, timestep, text, image, scale: float, guided: bool):
         if self.streamed is None:
@@ -283,7 +283,7 @@ class _Expert:
     def release(self) -> None:
         release(self.params)
         if self.host_blocks is not None:
-            release(self.host_blocks.chunks)
+            release(self.host_blocks)
 
 
 # --- the pipeline ------------------------------------------------------------------------------

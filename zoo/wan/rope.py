@@ -7,8 +7,6 @@ computed on the host in float64 and cast to float32, as the reference does.
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 THETA = 10000.0
@@ -38,11 +36,3 @@ def rope_tables(dims: tuple[int, int, int], grid: tuple[int, int, int]) -> tuple
     ).reshape(f * h * w, -1)
     angles = np.repeat(angles, 2, axis=-1)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-
-
-def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotate interleaved pairs `(x[2i], x[2i+1])` of `x` `[B, S, H, D]` by the tables `[S, D]`."""
-    x32 = x.astype(jnp.float32)
-    pairs = x32.reshape(*x.shape[:-1], -1, 2)
-    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)  # (-x2, x1)
-    return (x32 * cos[None, :, None] + rotated * sin[None, :, None]).astype(x.dtype)

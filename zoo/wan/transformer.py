@@ -23,12 +23,27 @@ import jax.numpy as jnp
 from flax import struct
 
 from vidax.zoo.attention import attention
-from vidax.zoo.dit import forward, param_shapes, Params, scan_blocks
-from vidax.zoo.layers import Dense, gelu_exact, gelu_tanh, LayerNorm, logical_param, PatchEmbed, RMSNorm
+from vidax.zoo.dit import Params, StackedTransformer
+from vidax.zoo.layers import (
+    Dense,
+    FeedForward,
+    LayerNorm,
+    MLPEmbedder,
+    PatchEmbed,
+    RMSNorm,
+    gelu_exact,
+    gelu_tanh,
+    logical_param,
+    modulate,
+    split_heads,
+    timestep_sinusoid,
+    unpatchify,
+)
 from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import constrain, stack_specs
+from vidax.zoo.sharding import constrain
 from vidax.zoo.wan.config import WanTransformerConfig
-from vidax.zoo.wan.rope import apply_rope, rope_tables
+from vidax.zoo.rope import rotate_interleaved as apply_rope
+from vidax.zoo.wan.rope import rope_tables
 
 # Sequence parallel splits the video tokens; the text/image context stays whole on every device.
 VIDEO_AXES = ("batch", "seq", "act_embed")
@@ -47,66 +62,6 @@ class Context:
     rope_cos: jax.Array  # [S, head_dim]
     rope_sin: jax.Array  # [S, head_dim]
     grid: tuple[int, int, int] = struct.field(pytree_node=False, default=(0, 0, 0))  # post-patch (F, H, W)
-
-
-def timestep_sinusoid(t: jax.Array, dim: int, max_period: float = 10000.0) -> jax.Array:
-    """diffusers `Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)`: `[cos, sin]`."""
-    half = dim // 2
-    freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
-    args = t.astype(jnp.float32)[..., None] * freqs
-    return jnp.concatenate([jnp.cos(args), jnp.sin(args)], axis=-1)
-
-
-def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
-    return x * (1 + scale) + shift
-
-
-def split_heads(x: jax.Array, heads: int) -> jax.Array:
-    return x.reshape(*x.shape[:-1], heads, -1)  # [B, S, H, Dh]
-
-
-# ---------------------------------------------------------------------------------------------
-# Embeddings
-
-
-class Linear(nn.Module):
-    """A `Dense` one level down (`ff.net.0.proj`): keeps diffusers' nesting in param paths."""
-
-    features: int
-    axes: tuple = ("embed", None)
-    child: str = "proj"
-    dtype: Any = None
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return Dense(self.features, axes=self.axes, dtype=self.dtype, name=self.child)(x)
-
-
-class MLPEmbedder(nn.Module):
-    """`linear_1 -> act -> linear_2` (diffusers `TimestepEmbedding`, `PixArtAlphaTextProjection`)."""
-
-    features: int
-    activation: Any = nn.silu
-    dtype: Any = None
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = self.activation(Dense(self.features, axes=(None, "embed"), dtype=self.dtype, name="linear_1")(x))
-        return Dense(self.features, axes=("embed", None), dtype=self.dtype, name="linear_2")(x)
-
-
-class FeedForward(nn.Module):
-    """diffusers `FeedForward`: `net.0.proj` (then its activation) and `net.2`."""
-
-    dim: int
-    hidden: int
-    activation: Any = gelu_tanh
-    hidden_axis: str | None = "mlp"
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = self.activation(Linear(self.hidden, ("embed", self.hidden_axis), name="net_0")(x))
-        return Dense(self.dim, axes=(self.hidden_axis, "embed"), name="net_2")(x)
 
 
 class ImageEmbedding(nn.Module):
@@ -250,11 +205,7 @@ class Head(nn.Module):
 # The model
 
 
-EMBED_MODULES = ("patch_embedding", "condition_embedder")
-HEAD_MODULES = ("scale_shift_table", "proj_out")
-
-
-class WanTransformer:
+class WanTransformer(StackedTransformer):
     """The Wan DiT in the `vidax.zoo.dit.StackedDiT` shape.
 
     Args:
@@ -271,20 +222,13 @@ class WanTransformer:
         self.block = WanBlock(cfg, dtype)
         self.head_module = Head(cfg, dtype)
 
+    embed_modules = ("patch_embedding", "condition_embedder")
+    head_modules = ("scale_shift_table", "proj_out")
+
     @classmethod
     def with_precision(cls, cfg: WanTransformerConfig, precision: Precision) -> "WanTransformer":
         """The model under a runtime `Precision` (its activations and residual dtypes)."""
         return cls(cfg, dtype=precision.activations, residual_dtype=precision.residual)
-
-    # equal models share jit caches when passed as a static argument (e.g. a reloaded expert)
-    def _key(self) -> tuple:
-        return (self.cfg, jnp.dtype(self.dtype).name, jnp.dtype(self.residual_dtype).name)
-
-    def __hash__(self):
-        return hash(self._key())
-
-    def __eq__(self, other):
-        return isinstance(other, WanTransformer) and self._key() == other._key()
 
     def embed(self, params: Params, latents, timestep, text, image=None) -> tuple[jax.Array, Context]:
         """Tokens and context from the diffusers forward's inputs.
@@ -298,7 +242,7 @@ class WanTransformer:
         """
         cfg = self.cfg
         grid = self._check_inputs(latents, timestep, text, image)
-        sub = {name: params[name] for name in EMBED_MODULES}
+        sub = self.subtree(params, self.embed_modules)
         video, temb, proj, text, image = self.embedder.apply({"params": sub}, latents, timestep, text, image)
         cos, sin = rope_tables(cfg.rope_dims, grid)
         proj = constrain(proj, MOD_AXES)
@@ -327,44 +271,13 @@ class WanTransformer:
     def head(self, params: Params, hidden: jax.Array, ctx: Context) -> jax.Array:
         """Final AdaLN, projection and unpatchify to `[B, out_channels, F, H, W]` (fp32 kept as computed)."""
         cfg = self.cfg
-        sub = {name: params[name] for name in HEAD_MODULES}
+        sub = self.subtree(params, self.head_modules)
         out = self.head_module.apply({"params": sub}, hidden, ctx.temb)
         out = constrain(out, ("batch", None, None))  # sequence parallel gathers here
-        (f, h, w), (pt, ph, pw) = ctx.grid, cfg.patch_size
-        out = out.reshape(out.shape[0], f, h, w, pt, ph, pw, cfg.out_channels)
-        out = out.transpose(0, 7, 1, 4, 2, 5, 3, 6)  # [B, C, F, pt, H, ph, W, pw]
-        return out.reshape(out.shape[0], cfg.out_channels, f * pt, h * ph, w * pw)
+        return unpatchify(out, ctx.grid, cfg.patch_size, cfg.out_channels)
 
-    def __call__(self, params: Params, *inputs: Any, run_blocks=scan_blocks) -> jax.Array:
-        return forward(self, params, *inputs, run_blocks=run_blocks)
-
-    def init_params(self, rng: jax.Array) -> Params:
-        """Random parameters of the full tree (blocks stacked), for shapes, benchmarks and runtime tests."""
-        inputs = self.dummy_inputs()
-        k_embed, k_blocks, k_head = jax.random.split(rng, 3)
-        params = dict(nn.unbox(self.embedder.init(k_embed, *inputs)["params"]))
-        hidden, ctx = self.embed(params, *inputs)
-        keys = jax.random.split(k_blocks, self.cfg.num_layers)
-        params["blocks"] = jax.vmap(lambda k: nn.unbox(self.block.init(k, hidden, ctx)["params"]))(keys)
-        params.update(nn.unbox(self.head_module.init(k_head, hidden, ctx.temb)["params"]))
-        return params
-
-    def logical_specs(self) -> Params:
-        """Logical PartitionSpecs of the full tree (blocks with their leading "layers" axis)."""
-        inputs = self.dummy_inputs()
-        key = jax.random.key(0)
-        embed = jax.eval_shape(self.embedder.init, key, *inputs)["params"]
-        hidden, ctx = jax.eval_shape(lambda p: self.embed(p, *inputs), nn.unbox(embed))
-        block = jax.eval_shape(self.block.init, key, hidden, ctx)["params"]
-        head = jax.eval_shape(self.head_module.init, key, hidden, ctx.temb)["params"]
-        specs = dict(nn.get_partition_spec(embed))
-        specs["blocks"] = stack_specs(block)
-        specs.update(nn.get_partition_spec(head))
-        return specs
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree."""
-        return param_shapes(self.init_params)
+    def head_inputs(self, hidden: jax.Array, ctx: Context) -> tuple:
+        return hidden, ctx.temb
 
     def dummy_inputs(self, batch: int = 1):
         """Smallest valid inputs (one patch per axis) for `init` / `eval_shape`."""

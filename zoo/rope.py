@@ -1,0 +1,34 @@
+"""Applying rotary position tables. Each family builds its own tables (their formulas differ and are
+not interchangeable); the two ways of rotating a head vector by them are shared here.
+
+Tables are `[S, D]` cos/sin per token (or `[B, S, D]` per sample), `x` is `[B, S, H, D]`; the
+rotation runs in fp32 and returns `x`'s dtype.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def _tables(table: jax.Array) -> jax.Array:
+    """`[S, D]` -> `[1, S, 1, D]`; `[B, S, D]` -> `[B, S, 1, D]`."""
+    return table[None, :, None] if table.ndim == 2 else table[:, :, None]
+
+
+def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate the pairs `(x[2i], x[2i+1])` (diffusers `apply_rotary_emb(use_real_unbind_dim=-1)`;
+    the tables repeat each angle for its pair)."""
+    x32 = x.astype(jnp.float32)
+    pairs = x32.reshape(*x.shape[:-1], -1, 2)
+    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)  # (-x2, x1)
+    return (x32 * _tables(cos) + rotated * _tables(sin)).astype(x.dtype)
+
+
+def rotate_half(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate the halves `(x[:D/2], x[D/2:])` (transformers `rotate_half`, diffusers
+    `use_real_unbind_dim=-2`; the tables hold each angle twice, `[freqs, freqs]`)."""
+    x32 = x.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    return (x32 * _tables(cos) + rotated * _tables(sin)).astype(x.dtype)
