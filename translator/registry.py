@@ -15,9 +15,9 @@ from vidax.translator.errors import SourceError, SpecError
 from vidax.translator.spec import SPECS_ROOT
 
 _MODEL_KEYS = {"description", "family", "repos", "default_layout", "revision", "variants", "default_variant",
-               "components", "alias_of", "variant"}
+               "components", "alias_of", "variant", "settings", "config"}
 _COMPONENT_KEYS = {"spec", "subfolder", "optional", "repo", "mount", "copy", "when", "hub_layout"}
-_VARIANT_KEYS = {"description", "tags", "repos", "subfolder", "settings"}
+_VARIANT_KEYS = {"description", "tags", "repos", "subfolder", "settings", "config"}
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ class Variant:
     tags: tuple[str, ...]
     repos: dict  # layout -> repo id overriding the model's
     subfolder: dict  # component -> {layout -> folder}
-    settings: dict  # free-form generation defaults (shift, guidance, ...) read by the family
+    settings: dict  # generation defaults (shift, guidance, ...) over the model's
+    config: dict  # component -> config entries over the model's
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,12 @@ class ModelEntry:
     variant: str | None = None  # the selected choice
     all_components: dict = field(default_factory=dict)  # before variant selection
     alias_of: str | None = None  # the model this name is an alias of (for one of its variants)
+    # native generation defaults (height, width, frames, steps, guidance, shift, fps, ...; family keys too),
+    # of the selected variant; the checkpoint folder's own scheduler and configs win over them
+    settings: dict = field(default_factory=dict)
+    # component -> its config.json entries as the released checkpoint ships them: the architecture
+    # sizes `vidax-gen --plan` needs before (or without) a download
+    config: dict = field(default_factory=dict)
 
     def repo(self, layout: str | None = None) -> str:
         return self.repos[layout or self.default_layout]
@@ -96,8 +103,9 @@ class ModelEntry:
             if cname in choice.subfolder:
                 comp = replace(comp, subfolder={**comp.subfolder, **choice.subfolder[cname]})
             components[cname] = comp
+        config = {c: {**self.config.get(c, {}), **choice.config.get(c, {})} for c in {*self.config, *choice.config}}
         return replace(self, repos={**self.repos, **choice.repos}, variants=choice.tags, components=components,
-                       variant=name)
+                       variant=name, settings={**self.settings, **choice.settings}, config=config)
 
 
 def _per_layout(value, repos: dict, what: str, where: str) -> dict:
@@ -140,7 +148,24 @@ def _variant(model: str, name: str, raw: dict, repos: dict, components: dict, wh
     subfolder = {c: _per_layout(v, repos, f"variant {name!r} subfolder", where) for c, v in sub.items()}
     return Variant(name, raw.get("description", ""), tuple(raw.get("tags", ())),
                    _per_layout(raw.get("repos", {}), repos, f"variant {name!r} repos", where), subfolder,
-                   dict(raw.get("settings", {})))
+                   _table(raw, "settings", f"variant {name!r} of {model!r}", where),
+                   _configs(raw, f"variant {name!r} of {model!r}", where))
+
+
+def _table(raw: dict, key: str, what: str, where: str) -> dict:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: {what}: {key} must be a table")
+    return dict(value)
+
+
+def _configs(raw: dict, what: str, where: str) -> dict:
+    """`config.<component> = { ... }`: a table of tables."""
+    configs = _table(raw, "config", what, where)
+    bad = [c for c, v in configs.items() if not isinstance(v, dict)]
+    if bad:
+        raise SpecError(f"{where}: {what}: config.{bad[0]} must be a table (the component's config.json entries)")
+    return {c: dict(v) for c, v in configs.items()}
 
 
 def _entry(name: str, raw: dict, where: str) -> ModelEntry:
@@ -168,7 +193,8 @@ def _entry(name: str, raw: dict, where: str) -> ModelEntry:
         default_variant = None
     entry = ModelEntry(name, raw.get("family", Path(where).parent.name), raw.get("description", ""), dict(repos),
                        default, raw.get("revision"), tuple(variants), components, choices, default_variant, None,
-                       components)
+                       components, settings=_table(raw, "settings", f"model {name!r}", where),
+                       config=_configs(raw, f"model {name!r}", where))
     return entry.select() if choices else entry
 
 

@@ -1,0 +1,113 @@
+"""The measuring protocol every comparative benchmark follows (README figures come from it).
+
+Contenders run interleaved (A, B, A, B, ...) after one warm-up call each, so that a change in the
+machine's load hits both alike; each call's wall and CPU seconds are recorded; the table reports
+best and median of both, the ratio to the reference contender, and the load average before and
+after. A figure is only quotable when both load averages are under 1.5 (a quiet machine).
+
+    timings = interleaved({"vidax": run_ours, "diffusers": run_ref}, repeats=3)
+    print_table("Wan DiT, 4 blocks", timings, reference="diffusers")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+QUIET_LOAD = 1.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    wall: tuple[float, ...]  # seconds per timed call
+    cpu: tuple[float, ...]  # process CPU seconds per timed call (all threads)
+
+    @property
+    def best(self) -> float:
+        return min(self.wall)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.wall)
+
+    @property
+    def cpu_best(self) -> float:
+        return min(self.cpu)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu)
+
+
+@dataclasses.dataclass(frozen=True)
+class Timings:
+    results: dict[str, Timing]
+    load_before: float
+    load_after: float
+    outputs: dict[str, Any]  # each contender's last return value (for a max |diff| beside the times)
+
+    @property
+    def quiet(self) -> bool:
+        return max(self.load_before, self.load_after) < QUIET_LOAD
+
+
+def load_average() -> float:
+    """The 1-minute load average (0.0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+def _block(value: Any) -> Any:
+    """Wait for asynchronous (jax) results so that the clock stops after the work."""
+    try:
+        import jax
+
+        return jax.block_until_ready(value)
+    except ImportError:
+        return value
+
+
+def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, warmup: int = 1) -> Timings:
+    """Time each contender `repeats` times, interleaved, after `warmup` untimed calls each.
+
+    Args:
+      contenders: name -> zero-argument callable (compile outside it: only steady calls are timed).
+      repeats: timed calls per contender.
+      warmup: untimed calls per contender first (allocators, lazy init, jit).
+    """
+    outputs = {}
+    for name, fn in contenders.items():
+        for _ in range(warmup):
+            outputs[name] = _block(fn())
+    load_before = load_average()
+    wall: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            outputs[name] = _block(fn())
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    results = {name: Timing(tuple(wall[name]), tuple(cpu[name])) for name in contenders}
+    return Timings(results, load_before, load_average(), outputs)
+
+
+def print_table(title: str, timings: Timings, reference: str | None = None, note: str = "") -> None:
+    """One row per contender: best and median wall seconds, CPU seconds, ratio to `reference`."""
+    repeats = len(next(iter(timings.results.values())).wall)
+    print(title)
+    print(f"{'':28}{'best s':>10}{'median s':>10}{'cpu best s':>12}{'cpu median s':>14}"
+          f"{'best / ' + reference if reference else '':>18}")
+    ref = timings.results.get(reference) if reference else None
+    for name, t in timings.results.items():
+        ratio = f"{t.best / ref.best:.2f}x" if ref is not None else ""
+        print(f"{name:28}{t.best:>10.3f}{t.median:>10.3f}{t.cpu_best:>12.2f}{t.cpu_median:>14.2f}{ratio:>18}")
+    quiet = "quiet" if timings.quiet else f"NOT quiet (> {QUIET_LOAD}): figures not quotable"
+    print(f"{repeats} interleaved calls each; load average {timings.load_before:.2f} before, "
+          f"{timings.load_after:.2f} after ({quiet}){'; ' + note if note else ''}")
