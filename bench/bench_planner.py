@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from vidax.zoo.hunyuan_video15.config import TransformerConfig as HunyuanConfig
 from vidax.zoo.hunyuan_video15.config import VAEConfig as HunyuanVAEConfig
-from vidax.zoo.hunyuan_video15.generate import memory_job as hunyuan_memory_job
-from vidax.zoo.hunyuan_video15.pipeline import SampleSettings
+from vidax.zoo.family import Settings
+from vidax.zoo.hunyuan_video15.family import memory_job as hunyuan_memory_job
 from vidax.zoo.planner import GIB, Job, Layout, dit_sizes, plan, predict
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.transformer import WanTransformer
@@ -38,7 +38,7 @@ def wan14b_720p() -> Job:
 
 def hunyuan15_720p() -> Job:
     """The generator's own memory job (vidax-gen --plan) for the shipped configs at 720p, 121 frames, CFG."""
-    settings = SampleSettings(height=720, width=1280, frames=121, guidance=6.0, shift=9.0)
+    settings = Settings(height=720, width=1280, frames=121, guidance=6.0, shift=9.0)
     return hunyuan_memory_job(HunyuanConfig(), HunyuanVAEConfig(), settings)
 
 

@@ -19,21 +19,22 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from vidax.translator.errors import TranslatorError
+from vidax.translator import VidaxError
 
 console = Console(stderr=True)
 
-# Errors a user can cause (bad name, missing file, malformed checkpoint, full disk): one line each.
-USER_ERRORS: tuple[type[BaseException], ...] = (TranslatorError, FileNotFoundError, PermissionError, ValueError)
+# Errors a user can cause (bad name, missing file, malformed checkpoint, full disk, a setting the model
+# cannot take) are vidax's own types: one line each. Anything else is a bug and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (VidaxError,)
 
 
 def run_guarded(work: Callable[[], int | None], *, debug: bool, errors: tuple[type[BaseException], ...] = USER_ERRORS) -> int:
-    """Run `work`; turn expected failures into one red line and exit code 1 (tracebacks only with --debug).
+    """Run `work`; turn vidax's errors into one red line and exit code 1 (tracebacks only with --debug).
 
     Args:
       work: the command body; its return value (None means 0) is the exit code.
       debug: re-raise instead, so the full traceback shows.
-      errors: exception types reported as one line; anything else is a bug and keeps its traceback.
+      errors: exception types reported as one line.
     """
     try:
         return work() or 0

@@ -2,9 +2,11 @@
 
     vidax-gen wan-tiny --prompt "a red kite over a grey sea" --out kite.mp4
     vidax-gen wan2.1-t2v-1.3b --prompt "..." --weights out/wan2.1-t2v-1.3b --steps 30
+    vidax-gen wan2.2-t2v-a14b --prompt "..." --guidance-2 3     # a family's own flag
     vidax-gen --list
 
-Thin: Typer parses the flags into `GenerateOptions` and calls `vidax.zoo.pipeline.generate`.
+Thin: Typer parses the common flags, the model's family parses its own (`Family.flags`), and one
+library call (`vidax.zoo.pipeline.generate`) does the work.
 """
 
 from __future__ import annotations
@@ -13,18 +15,16 @@ import os
 import sys
 from pathlib import Path
 
+import click
 import typer
 from rich.table import Table
 
-from vidax.cli.common import USER_ERRORS, console, run_guarded, step_progress
+from vidax.cli.common import console, run_guarded, step_progress
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from vidax.zoo.samplers.errors import SamplerError
-
-    return USER_ERRORS + (SamplerError,)
+FAMILY_FLAGS_HELP = ("Families add flags of their own (Wan2.2 A14B: --guidance-2; Wan FLF2V: --last-image; ...): "
+                     "`vidax-gen --list` names them per model.")
 
 
 class RichProgress:
@@ -55,15 +55,47 @@ class RichProgress:
 
 
 def list_models() -> int:
-    from vidax.zoo.registry import registered_models
+    from vidax.zoo.registry import family_class, registered_models
 
-    table = Table("model", "family", "description")
+    table = Table("model", "family", "own flags", "description")
     for name, model in registered_models().items():
-        table.add_row(name, model.family, model.description)
+        flags = ", ".join(flag.name for flag in family_class(model.family).flags)
+        table.add_row(name, model.family, flags, model.description)
     from rich.console import Console
 
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    Console(width=None if sys.stdout.isatty() else 220).print(table)
     return 0
+
+
+def family_options(model: str, args: list[str]) -> tuple[dict, dict]:
+    """The model family's own flags among the leftover command line: `(settings, images)`."""
+    from vidax.zoo.pipeline import PipelineError
+    from vidax.zoo.registry import family_class, lookup
+
+    flags = family_class(lookup(model).family).flags
+    if not args:
+        return {}, {}
+    command = click.Command(model, params=[_click_option(flag) for flag in flags], add_help_option=False)
+    try:
+        parsed = command.make_context(f"vidax-gen {model}", list(args), resilient_parsing=False).params
+    except click.UsageError as err:
+        have = ", ".join(flag.name for flag in flags) or "none"
+        raise PipelineError(f"{err.format_message()} ({model}'s own flags: {have})") from None
+    settings, images = {}, {}
+    for flag in flags:
+        value = parsed.get(flag.field)
+        if value is None or (flag.multiple and not value):
+            continue
+        (images if flag.image else settings)[flag.field] = value
+    return settings, images
+
+
+def _click_option(flag) -> click.Option:
+    if flag.kind is bool:
+        base = flag.name[2:]
+        return click.Option([f"--{base}/--no-{base}", flag.field], default=None, help=flag.help)
+    kind = click.Path(path_type=Path) if flag.kind is Path else flag.kind
+    return click.Option([flag.name, flag.field], type=kind, multiple=flag.multiple, default=None, help=flag.help)
 
 
 def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
@@ -102,8 +134,9 @@ def run(options) -> int:
     return 0
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, epilog=FAMILY_FLAGS_HELP)
 def main_command(
+    ctx: typer.Context,
     model: str = typer.Argument(None, help="registered model name (see --list)"),
     prompt: str = typer.Option(None, "--prompt", help="text prompt"),
     negative_prompt: str = typer.Option(None, "--negative-prompt", help="negative prompt (default: the model's)"),
@@ -111,18 +144,18 @@ def main_command(
     weights: str = typer.Option(None, "--weights", help="converted folder, local checkpoint folder, or Hub repo id"),
     height: int = typer.Option(None, "--height", help="video height (default: the model's native)"),
     width: int = typer.Option(None, "--width", help="video width"),
-    frames: int = typer.Option(None, "--frames", help="number of frames (4k+1 for Wan)"),
+    frames: int = typer.Option(None, "--frames", help="number of frames (e.g. 4k+1 for Wan)"),
     steps: int = typer.Option(None, "--steps", help="sampling steps"),
     guidance: float = typer.Option(None, "--guidance", help="classifier-free guidance scale"),
-    guidance_2: float = typer.Option(None, "--guidance-2", help="guidance of a two-expert model's low-noise expert"),
     shift: float = typer.Option(None, "--shift", help="flow shift of the schedule"),
-    sampler: str = typer.Option(None, "--sampler", help="unipc or euler"),
-    seed: int = typer.Option(0, "--seed", help="seed of the initial noise"),
+    sampler: str = typer.Option(None, "--sampler", help="euler, unipc or dpm++ (default: the checkpoint's scheduler)"),
+    fps: float = typer.Option(None, "--fps", help="frames per second (the MP4's, and the model's input where it takes one)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the initial noise and of any noise drawn while sampling"),
     tp: int = typer.Option(None, "--tp", help="tensor-parallel degree (default: the memory planner's choice)"),
     sp: int = typer.Option(None, "--sp", help="sequence-parallel degree"),
     dp: int = typer.Option(None, "--dp", help="data-parallel degree (2: CFG branches side by side)"),
     offload_chunk: int = typer.Option(None, "--offload-chunk", help="stream the DiT's blocks from host memory, N at a time"),
-    latents: Path = typer.Option(None, "--latents", help=".npy of initial latents instead of seeded noise"),
+    latents: Path = typer.Option(None, "--latents", help=".npy of initial latents [1, C, F', H', W'] instead of seeded noise"),
     save_latents: bool = typer.Option(False, "--save-latents", help="also write the final latents (OUT.latents.npy)"),
     out: Path = typer.Option(Path("out.mp4"), "--out", help="output .mp4 (H.264) or .npy (float32 frames)"),
     dtype: str = typer.Option(None, "--dtype", help="weights/compute dtype override: float32 or bfloat16"),
@@ -131,34 +164,45 @@ def main_command(
     plan: bool = typer.Option(False, "--plan", help="print the predicted memory per device of each layout, then exit"),
     devices: int = typer.Option(None, "--devices", help="with --plan: number of devices to plan for"),
     device_memory: float = typer.Option(None, "--device-memory", help="with --plan: GiB per device"),
-    list_: bool = typer.Option(False, "--list", help="list the models vidax-gen can run"),
+    list_: bool = typer.Option(False, "--list", help="list the models vidax-gen can run and their own flags"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
     no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="do not use the persistent compile cache"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
-        raise typer.Exit(run_guarded(list_models, debug=debug, errors=_user_errors()))
+        raise typer.Exit(run_guarded(list_models, debug=debug))
     if plan and model is not None:
         prompt = prompt or ""
     if model is None or prompt is None:
         console.print("[red]error:[/red] give a MODEL name and --prompt (see vidax-gen --list)")
         raise typer.Exit(2)
-    from vidax.zoo.pipeline import GenerateOptions
 
-    options = GenerateOptions(
-        model=model, prompt=prompt, negative_prompt=negative_prompt, image=image, weights=weights, height=height,
-        width=width, frames=frames, steps=steps, guidance=guidance, guidance_2=guidance_2, shift=shift,
-        sampler=sampler, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
-        save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
-        release_stages=release_stages)
+    def options():
+        from vidax.zoo.pipeline import GenerateOptions
+
+        extra, images = family_options(model, ctx.args)
+        return GenerateOptions(
+            model=model, prompt=prompt, negative_prompt=negative_prompt, image=image, images=images, weights=weights,
+            height=height, width=width, frames=frames, steps=steps, guidance=guidance, shift=shift, sampler=sampler,
+            fps=fps, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
+            save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
+            release_stages=release_stages, extra=extra)
+
     if plan:
         memory = None if device_memory is None else int(device_memory * 2**30)
-        raise typer.Exit(run_guarded(lambda: print_plan(options, devices, memory), debug=debug, errors=_user_errors()))
-    raise typer.Exit(run_guarded(lambda: run(options), debug=debug, errors=_user_errors()))
+        raise typer.Exit(run_guarded(lambda: print_plan(options(), devices, memory), debug=debug))
+    raise typer.Exit(run_guarded(lambda: run(options()), debug=debug))
 
 
 def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    try:
+        import flax  # noqa: F401
+        import jax  # noqa: F401
+    except ImportError as err:
+        console.print(f"[red]error:[/red] vidax-gen needs the model zoo's packages ({err.name} is missing): "
+                      "pip install 'vidax\\[zoo]'", highlight=False, soft_wrap=True)
+        raise SystemExit(1) from None
     app()
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-time set-up of a fresh machine: a virtual environment in .venv with vidax installed (editable).
-#   bash scripts/setup.sh          runtime only (translator, zoo, CLI)
+#   bash scripts/setup.sh          runtime (translator, zoo and both CLIs: `.[zoo]`)
 #   bash scripts/setup.sh --test   plus the test-only PyTorch oracles (torch 2.13.0 CPU, diffusers, transformers)
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
@@ -10,9 +10,9 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-extra=""
+extra="[zoo]"
 if [ "${1:-}" = "--test" ]; then
-  extra="[test]"
+  extra="[zoo,test]"
   # torch first and pinned: 2.13.0 is the CPU wheel; an unpinned torch would pull a CUDA build.
   .venv/bin/python -m pip install -q "torch==2.13.0"
 fi

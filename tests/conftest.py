@@ -28,6 +28,38 @@ def pytest_configure(config):
         pass
 
 
+# A test that skips proves nothing: an oracle that failed to import (torch, diffusers, transformers)
+# would turn its tests green. Any skip, at collection or in a test, fails the run.
+_SKIPPED: list[str] = []
+
+
+def pytest_collectreport(report):
+    if report.skipped:
+        _SKIPPED.append(f"{report.nodeid or 'collection'}: {_reason(report)}")
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped:
+        _SKIPPED.append(f"{report.nodeid}: {_reason(report)}")
+
+
+def _reason(report) -> str:
+    longrepr = report.longrepr
+    return str(longrepr[-1]) if isinstance(longrepr, tuple) else str(longrepr)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _SKIPPED and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _SKIPPED:
+        terminalreporter.section("skipped tests fail the run (a missing oracle must not pass)", red=True)
+        for line in _SKIPPED:
+            terminalreporter.line(line)
+
+
 @pytest.fixture
 def rng():
     import numpy as np

@@ -15,11 +15,17 @@ from vidax.translator.errors import (
     SourceError,
     SpecError,
     TranslatorError,
+    VidaxError,
 )
-from vidax.translator.output import load, save_tree
+from vidax.translator.models import MODEL_FILE, ConversionHooks, ConvertedModel, ConvertOptions, convert_model
+from vidax.translator.output import MANIFEST, is_complete, load, read_manifest, save_tree
+from vidax.translator.registry import ModelEntry, get_model, load_registry
+from vidax.translator.sources import looks_like_repo
 from vidax.translator.spec import Spec, load_spec
 
 __all__ = [
-    "AccountingError", "FormatError", "GatedRepoError", "LazyTree", "OutputError", "SourceError", "Spec", "SpecError",
-    "TranslatorError", "convert", "load", "load_spec", "save_tree",
+    "AccountingError", "ConversionHooks", "ConvertOptions", "ConvertedModel", "FormatError", "GatedRepoError", "LazyTree", "ModelEntry",
+    "OutputError", "SourceError", "Spec", "SpecError", "TranslatorError", "VidaxError", "convert", "convert_model",
+    "MANIFEST", "MODEL_FILE", "get_model", "is_complete", "load", "load_registry", "load_spec", "looks_like_repo",
+    "read_manifest", "save_tree",
 ]

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 
-class TranslatorError(Exception):
+class VidaxError(Exception):
+    """Base of every error vidax raises for a request it cannot honour (bad input, missing file,
+    unknown model, a checkpoint or setting it cannot use). The CLIs print these as one line; any
+    other exception is a bug and keeps its traceback."""
+
+
+class TranslatorError(VidaxError):
     """Base class: a checkpoint, spec, source or output problem, described in one line."""
 
 

@@ -7,6 +7,7 @@ this module globs them, validates them and answers lookups.
 from __future__ import annotations
 
 import difflib
+import os
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,7 +16,7 @@ from vidax.translator.errors import SourceError, SpecError
 from vidax.translator.spec import SPECS_ROOT
 
 _MODEL_KEYS = {"description", "family", "repos", "default_layout", "revision", "variants", "default_variant",
-               "components", "alias_of", "variant", "settings", "config"}
+               "components", "alias_of", "variant", "settings", "config", "embedded"}
 _COMPONENT_KEYS = {"spec", "subfolder", "optional", "repo", "mount", "copy", "when", "hub_layout"}
 _VARIANT_KEYS = {"description", "tags", "repos", "subfolder", "settings", "config"}
 
@@ -79,6 +80,8 @@ class ModelEntry:
     # component -> its config.json entries as the released checkpoint ships them: the architecture
     # sizes `vidax-gen --plan` needs before (or without) a download
     config: dict = field(default_factory=dict)
+    # a module that builds the model's weights locally (no checkpoint to fetch or convert: `wan-tiny`)
+    embedded: str | None = None
 
     def repo(self, layout: str | None = None) -> str:
         return self.repos[layout or self.default_layout]
@@ -176,10 +179,10 @@ def _entry(name: str, raw: dict, where: str) -> ModelEntry:
         raise SpecError(f"{where}: model {name!r} has unknown key(s) {', '.join(sorted(extra))}")
     repos = raw.get("repos") or {}
     default = raw.get("default_layout", next(iter(repos), None))
-    if not repos or default not in repos:
+    if not raw.get("embedded") and (not repos or default not in repos):
         raise SpecError(f"{where}: model {name!r} needs 'repos' (layout -> repo) containing its default_layout")
     components = {c: _component(name, c, r, repos, where) for c, r in (raw.get("components") or {}).items()}
-    if not components:
+    if not components and not raw.get("embedded"):
         raise SpecError(f"{where}: model {name!r} declares no components")
     variants = raw.get("variants", ())
     choices = {}
@@ -194,7 +197,7 @@ def _entry(name: str, raw: dict, where: str) -> ModelEntry:
     entry = ModelEntry(name, raw.get("family", Path(where).parent.name), raw.get("description", ""), dict(repos),
                        default, raw.get("revision"), tuple(variants), components, choices, default_variant, None,
                        components, settings=_table(raw, "settings", f"model {name!r}", where),
-                       config=_configs(raw, f"model {name!r}", where))
+                       config=_configs(raw, f"model {name!r}", where), embedded=raw.get("embedded"))
     return entry.select() if choices else entry
 
 
@@ -212,12 +215,27 @@ def _alias(name: str, raw: dict, models: dict, where: str) -> ModelEntry:
     return replace(chosen, name=name, description=raw.get("description", chosen.description), alias_of=raw["alias_of"])
 
 
+def registry_files(root: Path = SPECS_ROOT) -> list[Path]:
+    """The shipped `<family>/models.toml` files, then the user's (`VIDAX_MODELS`: paths joined by the
+    OS path separator): a new variant of a shipped family is a TOML file of one's own."""
+    extra = [Path(p).expanduser() for p in os.environ.get("VIDAX_MODELS", "").split(os.pathsep) if p]
+    missing = [str(p) for p in extra if not p.is_file()]
+    if missing:
+        raise SourceError(f"VIDAX_MODELS names missing file(s): {', '.join(missing)}")
+    return sorted(root.glob("*/models.toml")) + extra
+
+
 def load_registry(root: Path = SPECS_ROOT) -> dict[str, ModelEntry]:
-    """Every model of every `<family>/models.toml` under `root`; duplicates and bad entries are SpecErrors."""
+    """Every model of every registry file (`registry_files`); duplicates and bad entries are SpecErrors.
+
+    A model's family is the folder its `models.toml` sits in (`conversion_specs/wan/`), or its
+    `family` key (required in the user's files, which sit in no family folder).
+    """
     models: dict[str, ModelEntry] = {}
     aliases = []
-    for path in sorted(root.glob("*/models.toml")):
-        where = str(path.relative_to(root))
+    for path in registry_files(root):
+        shipped = path.is_relative_to(root)
+        where = str(path.relative_to(root)) if shipped else str(path)
         try:
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as err:
@@ -225,6 +243,8 @@ def load_registry(root: Path = SPECS_ROOT) -> dict[str, ModelEntry]:
         if set(raw) - {"models"}:
             raise SpecError(f"{where}: only [models.<name>] tables are allowed")
         for name, entry in raw.get("models", {}).items():
+            if not shipped and isinstance(entry, dict) and "alias_of" not in entry and "family" not in entry:
+                raise SpecError(f"{where}: model {name!r} needs a 'family' key (e.g. family = \"wan\")")
             if name in models:
                 raise SpecError(f"{where}: model {name!r} is already registered by another models.toml")
             if isinstance(entry, dict) and "alias_of" in entry:

@@ -18,12 +18,13 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
+from vidax.translator import VidaxError
 
 DATA, TENSOR, SEQUENCE = "data", "tensor", "sequence"
 MESH_AXES = (DATA, TENSOR, SEQUENCE)
 
 
-class MeshError(ValueError):
+class MeshError(VidaxError, ValueError):
     """A mesh or parallel degree that the devices or the model cannot honour."""
 
 

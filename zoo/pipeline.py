@@ -22,11 +22,12 @@ import jax
 import numpy as np
 
 from vidax.translator import SourceError, convert, load
-from vidax.translator.output import MANIFEST, read_manifest
-from vidax.translator.sources import looks_like_repo
+from vidax.translator import VidaxError
+from vidax.translator import MANIFEST, read_manifest
+from vidax.translator import looks_like_repo
 
 
-class PipelineError(ValueError):
+class PipelineError(VidaxError, ValueError):
     """A generation request the pipeline cannot honour (bad size, frame count, latents, image)."""
 
 
@@ -39,13 +40,14 @@ class GenerateOptions:
       prompt: the text prompt.
       negative_prompt: the negative prompt for classifier-free guidance (default: the family's).
       image: conditioning image for image-to-video.
+      images: further conditioning images a family takes, by role (`{"last_image": path}`).
       weights: converted folder, local checkpoint folder (official or diffusers layout) or Hub repo id.
       height, width, frames, steps: video size and number of sampling steps.
       guidance: classifier-free guidance scale (≤ 1 disables guidance).
-      guidance_2: guidance of the low-noise expert of a two-expert model (default `guidance`).
       shift: flow shift of the schedule.
-      sampler: "unipc" or "euler".
-      seed: seed of the initial noise.
+      sampler: "euler", "unipc" or "dpm++" (default: the checkpoint's scheduler).
+      fps: frames per second of the video (and the model's input where the family conditions on it).
+      seed: seed of the initial noise and of any noise drawn during sampling or decoding.
       tp, sp, dp: tensor, sequence and data parallel degrees; all None (with no offload_chunk) lets the
         memory planner choose the fastest layout that fits the devices (1 for any left unset otherwise).
       release_stages: free each stage's weights from the devices when the stage ends (text encoder,
@@ -57,21 +59,23 @@ class GenerateOptions:
       out: `.mp4` or `.npy` output path.
       dtype: weights/compute dtype override ("float32", "bfloat16"); default the specs' policy.
       compile_cache: use jax's persistent compilation cache (None: on unless VIDAX_NO_COMPILE_CACHE=1).
+      extra: the family's own settings by field name (its `Family.flags`: `{"guidance_2": 3.0}`).
     """
 
     model: str
     prompt: str
     negative_prompt: str | None = None
     image: Path | None = None
+    images: Mapping[str, Path] = dataclasses.field(default_factory=dict)
     weights: str | None = None
     height: int | None = None
     width: int | None = None
     frames: int | None = None
     steps: int | None = None
     guidance: float | None = None
-    guidance_2: float | None = None
     shift: float | None = None
     sampler: str | None = None
+    fps: float | None = None
     seed: int = 0
     tp: int | None = None
     sp: int | None = None
@@ -83,6 +87,14 @@ class GenerateOptions:
     out: Path = Path("out.mp4")
     dtype: str | None = None
     compile_cache: bool | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise PipelineError(f"unknown --dtype {self.dtype!r} (choose from {', '.join(DTYPES)})")
+
+
+DTYPES = ("float32", "bfloat16")  # --dtype: float32 is the parity setting; default: the specs' policy
 
 
 @dataclasses.dataclass
@@ -253,6 +265,24 @@ class WeightsSource:
         raise first_error
 
 
+    def shapes(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,)) -> dict[str, tuple]:
+        """The converted tree's leaf shapes, without reading the weights (Hub: the safetensors headers)."""
+        if self.kind == "converted" and (self.root / component / MANIFEST).is_file():
+            return {p: tuple(a.shape) for p, a in load(self.root / component).items()}
+        source = self.repo if self.kind == "repo" else (self.config_root(component) if self.kind == "converted"
+                                                         else self.root)
+        first_error = None
+        for subfolder in subfolders:
+            try:
+                lazy = convert(spec, source, revision=self.revision, subfolder=subfolder, lazy=True,
+                               headers_only=self.kind == "repo")
+            except SourceError as err:
+                first_error = first_error or err
+                continue
+            return dict(lazy.shapes())
+        raise first_error
+
+
 def _materialize(lazy, stage: str, progress: Progress) -> dict[str, np.ndarray]:
     """Every leaf of a planned conversion, with progress in MiB (small leaves round up to count)."""
     progress.begin(stage, max(1, lazy.nbytes >> 20))
@@ -409,6 +439,7 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
     timer = StageTimer(progress)
     with timer.stage("load"):
         pipeline = make_pipeline(options.model, options)
+        pipeline.source  # the weights must be reachable before a layout is planned for them
     options, choice = choose_layout(pipeline, options)
     result = pipeline.generate(options, progress)
     result.times = {**timer.times, **result.times}

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from vidax.translator import VidaxError
 
 VIDEO_SUFFIXES = (".mp4", ".npy")
 DEFAULT_CRF = 18  # visually lossless for x264; a generated clip is small either way
 
 
-class VideoIOError(ValueError):
+class VideoIOError(VidaxError, ValueError):
     """An output path or frame array that cannot be written, or an input image that cannot be read."""
 
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import diffusers  # noqa: F401  (the oracle must be installed)
 import numpy as np
-import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("diffusers")
+import torch  # noqa: F401  (re-exported to the tests)
 
 
 def save_diffusers(module, folder: Path) -> Path:

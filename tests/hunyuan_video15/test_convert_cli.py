@@ -16,12 +16,13 @@ import shutil
 import numpy as np
 import pytest
 
-from vidax.cli.convert import MODEL_FILE, ConvertOptions, run
+from vidax.translator.models import MODEL_FILE, ConvertOptions, convert_model as run
 from vidax.translator import SourceError, load
 from vidax.translator.output import read_manifest
 from vidax.translator.registry import get_model
 from vidax.translator.testing import mismatches
-from vidax.zoo.hunyuan_video15.generate import HunyuanVideo15Generator, glyph_tokens, native_settings
+from vidax.zoo.hunyuan_video15.family import glyph_tokens
+from vidax.zoo.registry import make_pipeline
 from vidax.zoo.pipeline import GenerateOptions
 
 from .helpers import torch
@@ -30,7 +31,7 @@ from .hunyuan_spec_fixtures import (dit_reference, expected_tree, official_dit_s
 from .test_generate import saved  # noqa: F401  (module fixture: a tiny diffusers pipeline folder)
 from .test_text_encode import towers  # noqa: F401  (module fixture: tiny Qwen2.5-VL tower and tokenizers)
 
-transformers = pytest.importorskip("transformers")
+import transformers
 
 PROMPT = 'a neon sign that says "OPEN" above a door'
 COLORS = {"white": 0, "black": 1, "red": 2}
@@ -89,7 +90,7 @@ def generate(weights, tmp_path, model="hunyuanvideo-1.5", image=None, **extra):
     options = GenerateOptions(model=model, prompt=PROMPT, weights=str(weights), frames=5, steps=2, image=image,
                               latents=tmp_path / "noise.npy", out=tmp_path / "out.npy", compile_cache=False,
                               dtype="float32", **size, **extra)
-    return HunyuanVideo15Generator(options.model, options).generate(options)
+    return make_pipeline(options.model, options).generate(options)
 
 
 def test_registry_variants():
@@ -104,19 +105,18 @@ def test_registry_variants():
     alias = get_model("hunyuanvideo-1.5-720p-i2v")  # the per-variant names of earlier releases
     assert alias.variant == "720p_i2v" and alias.components == i2v.components and alias.alias_of == entry.name
     assert get_model("hunyuanvideo-1.5-480p-t2v").alias_of == entry.name and entry.alias_of is None
-    assert native_settings(alias.name, alias.variants, i2v.choices["720p_i2v"].settings).shift == 7.0
+    assert alias.settings["shift"] == 7.0 and alias.settings["frames"] == 121  # variant over model settings
     step = get_model("hunyuanvideo-1.5-480p-i2v-step-distilled")  # hyvideo PIPELINE_CONFIGS: 12 steps, shift 7, no CFG
     assert step.components["transformer"].subfolder["official"] == "transformer/480p_i2v_step_distilled"
-    settings = native_settings(step.name, step.variants, entry.choices["480p_i2v_step_distilled"].settings)
-    assert (settings.steps, settings.shift, settings.guidance) == (12, 7.0, 1.0)
-    assert native_settings("hunyuanvideo-1.5", ("480p", "t2v")).steps == 50
+    assert (step.settings["steps"], step.settings["shift"], step.settings["guidance"]) == (12, 7.0, 1.0)
+    assert step.config["transformer"]["use_meanflow"] and entry.settings["steps"] == 50
     with pytest.raises(SourceError, match="no variant '720p'"):
         entry.select("720p")
 
 
 def test_hub_sources_per_component(tmp_path):
     """Without --source each component comes from its own repo, only the selected variant's folder."""
-    from vidax.cli.convert import _attempts, _open
+    from vidax.translator.models import _attempts, _open
 
     entry = get_model("hunyuanvideo-1.5").select("720p_i2v")
     opts = ConvertOptions(model="hunyuanvideo-1.5", variant="720p_i2v")
@@ -142,7 +142,7 @@ def test_convert_then_generate_t2v(ckpts, towers, tmp_path):  # noqa: F811
 
     root, states, (dit, vae, byt5) = ckpts
     out = tmp_path / "ckpt"
-    assert run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), variant="480p_t2v", out=out, dtype="float32")) == 0
+    run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), variant="480p_t2v", out=out, dtype="float32"))
     for component in ("transformer", "vae"):
         assert mismatches(load(out / component), expected_tree(states[component])) == [], component
     assert {p.name for p in out.iterdir()} == {"transformer", "vae", "text_encoder", "tokenizer", "text_encoder_2",
@@ -196,7 +196,7 @@ def test_hub_convert_then_generate(ckpts, tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
 
     out = tmp_path / "ckpt"
-    assert run(ConvertOptions(model="hunyuanvideo-1.5", out=out, dtype="float32")) == 0
+    run(ConvertOptions(model="hunyuanvideo-1.5", out=out, dtype="float32"))
     for component in ("transformer", "vae"):
         assert mismatches(load(out / component), expected_tree(states[component])) == [], component
     assert read_manifest(out / "text_encoder_2")["source"]["repo"].endswith("Diffusers-480p_t2v")
@@ -205,7 +205,7 @@ def test_hub_convert_then_generate(ckpts, tmp_path, monkeypatch):
     assert record["component_layouts"]["transformer"] == "official"
     np.testing.assert_allclose(generate(out, tmp_path).frames, generate(root, tmp_path).frames, atol=1e-6, rtol=0)
     # naming the registry's repo is the registry's way: every component still from its own repo
-    assert run(ConvertOptions(model="hunyuanvideo-1.5", source="tencent/HunyuanVideo-1.5", check=True)) == 0
+    run(ConvertOptions(model="hunyuanvideo-1.5", source="tencent/HunyuanVideo-1.5", check=True))
 
 
 def test_convert_then_generate_i2v(ckpts, tmp_path):
@@ -214,7 +214,7 @@ def test_convert_then_generate_i2v(ckpts, tmp_path):
 
     root, _, _ = ckpts
     out = tmp_path / "ckpt"
-    assert run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), variant="480p_i2v", out=out, dtype="float32")) == 0
+    run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), variant="480p_i2v", out=out, dtype="float32"))
     assert (out / "image_encoder" / "config.json").is_file()
     assert (out / "feature_extractor" / "preprocessor_config.json").is_file()
     Image.fromarray(np.random.default_rng(1).integers(0, 256, (30, 52, 3), dtype=np.uint8)).save(tmp_path / "first.png")
@@ -245,8 +245,8 @@ def test_convert_transformer_and_vae_of_either_layout(cases, layout, tmp_path):
     shutil.copytree(vae.source / "vae", root / "vae")
     (root / "vae" / "config.json").write_text("{}")
 
-    assert run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), out=tmp_path / "out", dtype="float32",
-                              components=("transformer", "vae"))) == 0
+    run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), out=tmp_path / "out", dtype="float32",
+                              components=("transformer", "vae")))
     for component, case in (("transformer", dit), ("vae", vae)):
         assert mismatches(load(tmp_path / "out" / component), case.expected) == [], component
         assert (tmp_path / "out" / component / "config.json").is_file()
@@ -257,7 +257,7 @@ def test_convert_diffusers_pipeline_folder(saved, tmp_path):  # noqa: F811
     what the reference pipeline does."""
     ref, root = saved
     out = tmp_path / "ckpt"
-    assert run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), out=out, dtype="float32")) == 0
+    run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), out=out, dtype="float32"))
     assert json.loads((out / MODEL_FILE).read_text())["layout"] == "diffusers"
     assert (out / "tokenizer_2" / "tokenizer_config.json").is_file() and (out / "text_encoder" / "config.json").is_file()
     result = generate(out, tmp_path)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vidax.zoo.hunyuan_video15.generate import HunyuanVideo15Generator
 from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.registry import make_pipeline
 
 from .helpers import torch
 from .hunyuan_spec_fixtures import dit_reference, vae_reference
@@ -58,7 +58,7 @@ def test_generate_matches_reference(saved, reference_run, tmp_path):
     _, root = saved
     noise, expected = reference_run
     options = _options(str(root), noise, tmp_path)
-    result = HunyuanVideo15Generator(options.model, options).generate(options)
+    result = make_pipeline(options.model, options).generate(options)
     assert result.frames.shape == expected.shape == (5, 32, 48, 3)
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
     assert result.settings["shift"] == 5.0 and result.settings["guidance"] == 6.0
@@ -76,22 +76,23 @@ def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout
     _, root = saved
     noise, expected = reference_run
     options = _options(str(root), noise, tmp_path, **layout)
-    result = HunyuanVideo15Generator(options.model, options).generate(options)
+    result = make_pipeline(options.model, options).generate(options)
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
     chunk = layout["offload_chunk"]
     assert streamed_chunks == [(chunk,) * (2 // chunk)] * 2  # 2 blocks in chunks of N, once per step
 
 
-@pytest.mark.parametrize("change, message", [(dict(sampler="unipc"), "not available for this family"),
+@pytest.mark.parametrize("change, message", [(dict(sampler="ddim"), "unknown sampler 'ddim'"),
                                              (dict(offload_chunk=0), "at least 1 block"),
-                                             (dict(steps=0), "at least 1"), (dict(guidance_2=3.0), "one DiT")])
+                                             (dict(steps=0), "at least 1"),
+                                             (dict(extra={"guidance_2": 3.0}), "takes no --guidance-2")])
 def test_bad_requests_fail_before_work(saved, reference_run, tmp_path, change, message):
     from vidax.zoo.pipeline import PipelineError
 
     _, root = saved
     options = _options(str(root), reference_run[0], tmp_path, **change)
     with pytest.raises(PipelineError, match=message):
-        HunyuanVideo15Generator(options.model, options).generate(options)
+        make_pipeline(options.model, options).generate(options)
 
 
 def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
@@ -100,16 +101,16 @@ def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
     from typer.testing import CliRunner
 
     from vidax.cli.gen import app
-    from vidax.zoo.hunyuan_video15.generate import memory_job
+    from vidax.zoo.family import Settings
     from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
-    from vidax.zoo.hunyuan_video15.pipeline import SampleSettings
+    from vidax.zoo.hunyuan_video15.family import memory_job
     from vidax.zoo.pipeline import choose_layout
     from vidax.zoo.planner import Layout, predict
 
     _, root = saved
     options = GenerateOptions(model="hunyuanvideo-1.5", prompt=PROMPT, weights=str(root), height=32, width=48, frames=5,
                               out=tmp_path / "out.npy", compile_cache=False)
-    generator = HunyuanVideo15Generator(options.model, options)
+    generator = make_pipeline(options.model, options)
     job = generator.memory_job(options)
     assert job.tokens == 2 * 2 * 3 + 729 + 256 + 1000 and job.batch == 2 and job.dit.depth == 2
     chosen, why = choose_layout(generator, options)
@@ -120,7 +121,7 @@ def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
     assert "GiB per device on 4 x 30.8 GiB" in result.output and "choice: dp=" in result.output
 
     # the shipped sizes at 720p / 121 frames: the reference measured 30.3 GB per chip at TP=4 (MODELS.md)
-    settings = SampleSettings(height=720, width=1280, frames=121, guidance=6.0, shift=9.0)
+    settings = Settings(height=720, width=1280, frames=121, guidance=6.0, shift=9.0)
     full = predict(memory_job(TransformerConfig(), VAEConfig(), settings), Layout(tp=4))
     assert abs(full.total - 30.3e9) <= 0.2 * 30.3e9  # bytes; predicted 29.0 GiB = 31.1 GB
 
@@ -138,7 +139,7 @@ def test_generate_straight_from_the_hub(saved, reference_run, tmp_path, monkeypa
     make_hub_cache(tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", files)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     options = _options(None, noise, tmp_path)
-    generator = HunyuanVideo15Generator(options.model, options)
+    generator = make_pipeline(options.model, options)
     assert generator.source.kind == "repo"
     np.testing.assert_allclose(generator.generate(options).frames, expected, atol=1e-5, rtol=0)
 
@@ -150,7 +151,7 @@ def saved_i2v(towers, tmp_path_factory):  # noqa: F811
 
     from .hunyuan_spec_fixtures import perturbed
 
-    transformers = pytest.importorskip("transformers")
+    import transformers
     text_ref, _ = towers
     siglip = perturbed(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(
         hidden_size=12, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)), 4)
@@ -180,7 +181,7 @@ def test_generate_i2v_matches_reference(saved_i2v, tmp_path):
     options = GenerateOptions(model="hunyuanvideo-1.5-480p-i2v", prompt=PROMPT, image=tmp_path / "first.png",
                               weights=str(root), frames=5, steps=2, shift=7.0, latents=tmp_path / "noise.npy",
                               out=tmp_path / "out.npy", compile_cache=False, dtype="float32")
-    result = HunyuanVideo15Generator(options.model, options).generate(options)
+    result = make_pipeline(options.model, options).generate(options)
     assert result.frames.shape == expected.shape
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
 
@@ -193,6 +194,6 @@ def test_generate_sequence_and_data_parallel_equals_one_device(saved, tmp_path):
                 latents=tmp_path / "noise.npy", out=tmp_path / "out.npy", compile_cache=False, dtype="float32")
     single = GenerateOptions(**base)
     sharded = GenerateOptions(**base, sp=2, dp=2)
-    one = HunyuanVideo15Generator(single.model, single).generate(single).frames
-    many = HunyuanVideo15Generator(sharded.model, sharded).generate(sharded).frames
+    one = make_pipeline(single.model, single).generate(single).frames
+    many = make_pipeline(sharded.model, sharded).generate(sharded).frames
     np.testing.assert_allclose(many, one, atol=1e-5, rtol=0)  # reduction order differs across shards

@@ -1,9 +1,9 @@
 """Text-to-video sampling and decode against diffusers `HunyuanVideo15Pipeline` saved with `save_pretrained`.
 
 The tiny transformer and VAE references, a FlowMatchEuler scheduler (shift 5) and CFG guider (6) are
-saved as a diffusers pipeline folder; vidax converts both components from it through the real specs.
-Both sides get the same text features (prompt and negative prompt, padded masks) and the same
-initial latents; the frames must agree.
+saved as a diffusers pipeline folder (no text towers); the family's denoise and decode stages read it
+through the real specs. Both sides get the same text features (prompt and negative prompt, padded
+masks) and the same initial latents; the frames must agree.
 """
 
 from __future__ import annotations
@@ -13,14 +13,17 @@ import numpy as np
 import pytest
 
 from vidax.translator import convert, load_spec
-from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig, VAEConfig
-from vidax.zoo.hunyuan_video15.pipeline import HunyuanVideo15Pipeline, SampleSettings, TextFeatures, default_size
-from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
+from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
+from vidax.zoo.hunyuan_video15.family import Condition, HunyuanPredict, default_size
+from vidax.zoo.hunyuan_video15.text import TextFeatures
+from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.registry import make_pipeline
 
 from .helpers import to_np, torch, unflatten
 from .hunyuan_spec_fixtures import dit_reference, vae_reference
 
-SETTINGS = SampleSettings(height=32, width=48, frames=5, steps=3, guidance=6.0, shift=5.0)
+SIZE = dict(height=32, width=48, frames=5, steps=3, guidance=6.0, shift=5.0)
+LATENT_SHAPE = (1, 4, 2, 2, 3)
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +33,8 @@ def saved(tmp_path_factory):
     vae = vae_reference()
     dit = dit_reference(out_channels=4, in_channels=9)  # latent 4 + condition latent 4 + mask 1
     ref = Reference(text_encoder=None, tokenizer=None, transformer=dit, vae=vae,
-                    scheduler=FlowMatchEulerDiscreteScheduler(shift=SETTINGS.shift), text_encoder_2=None,
-                    tokenizer_2=None, guider=ClassifierFreeGuidance(guidance_scale=SETTINGS.guidance))
+                    scheduler=FlowMatchEulerDiscreteScheduler(shift=SIZE["shift"]), text_encoder_2=None,
+                    tokenizer_2=None, guider=ClassifierFreeGuidance(guidance_scale=SIZE["guidance"]))
     root = tmp_path_factory.mktemp("hv15_pipeline")
     ref.save_pretrained(root)
     return ref, root
@@ -51,27 +54,27 @@ def ours(feats) -> TextFeatures:
     return TextFeatures(text, mask.astype(bool), text_2, mask_2.astype(bool))
 
 
-def test_frames_match_reference(saved):
+def test_frames_match_reference(saved, tmp_path):
     ref, root = saved
     prompt, negative = features(1, 5, 2), features(2, 3, 0)
-    latents = torch.randn(*SETTINGS.latent_shape(1, 4), generator=torch.Generator().manual_seed(3))
+    latents = torch.randn(*LATENT_SHAPE, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         expected = ref(prompt_embeds=prompt[0], prompt_embeds_mask=prompt[1], prompt_embeds_2=prompt[2],
                        prompt_embeds_mask_2=prompt[3], negative_prompt_embeds=negative[0],
                        negative_prompt_embeds_mask=negative[1], negative_prompt_embeds_2=negative[2],
-                       negative_prompt_embeds_mask_2=negative[3], latents=latents, height=SETTINGS.height,
-                       width=SETTINGS.width, num_frames=SETTINGS.frames, num_inference_steps=SETTINGS.steps,
+                       negative_prompt_embeds_mask_2=negative[3], latents=latents, height=SIZE["height"],
+                       width=SIZE["width"], num_frames=SIZE["frames"], num_inference_steps=SIZE["steps"],
                        output_type="np").frames
 
-    dit = HunyuanVideo15Transformer(TransformerConfig.from_hf_config(dict(ref.transformer.config)))
-    vae = HunyuanVideo15VAE(VAEConfig.from_hf_config(dict(ref.vae.config)))
-    dit_params = unflatten(convert(load_spec("hunyuan_video15/transformer"), root, dit.param_shapes()))
-    vae_params = unflatten(convert(load_spec("hunyuan_video15/vae"), root, vae.param_shapes()))
-    pipe = HunyuanVideo15Pipeline(dit, dit_params, vae, vae_params)
-    final = pipe.sample(ours(prompt), jnp.asarray(to_np(latents)), SETTINGS, negative=ours(negative))
-    frames = pipe.decode(final)
-    assert frames.shape == expected.shape == (1, 5, 32, 48, 3)
-    np.testing.assert_allclose(frames, expected, atol=1e-5, rtol=0)
+    options = GenerateOptions(model="hunyuanvideo-1.5", prompt="", weights=str(root), dtype="float32",
+                              out=tmp_path / "v.npy", **SIZE)
+    family = make_pipeline(options.model, options)
+    s = family.resolve_settings(options)
+    cond = Condition(TextFeatures.concat(ours(prompt), ours(negative)), None)
+    final = family.denoise(s, to_np(latents), cond, dtype="float32")
+    frames = family.decode(s, final)
+    assert frames.shape == expected.shape[1:] == (5, 32, 48, 3)
+    np.testing.assert_allclose(frames, expected[0], atol=1e-5, rtol=0)
 
 
 def test_default_size_is_the_reference_bucket():
@@ -82,20 +85,22 @@ def test_default_size_is_the_reference_bucket():
         assert default_size(target) == processor.calculate_default_height_width(9, 16, target)
 
 
-def test_settings_refuse_bad_sizes():
+def test_settings_refuse_bad_sizes(saved, tmp_path):
     from vidax.zoo.pipeline import PipelineError
 
-    with pytest.raises(PipelineError, match="4k\\+1"):
-        SampleSettings(height=32, width=48, frames=6)
-    with pytest.raises(PipelineError, match="multiples of 16"):
-        SampleSettings(height=30, width=48)
+    _, root = saved
+    for change, message in ((dict(frames=6), "4k\\+1"), (dict(height=30), "not a multiple of 16")):
+        options = GenerateOptions(model="hunyuanvideo-1.5", prompt="", weights=str(root), out=tmp_path / "v.npy",
+                                  **{**SIZE, **change})
+        with pytest.raises(PipelineError, match=message):
+            make_pipeline(options.model, options).resolve_settings(options)
 
 
 def test_bf16_weights_run_close_to_fp32(saved):
     """Weights converted as shipped (bf16) run the DiT in bf16; the velocity stays near the fp32 one."""
     import jax
 
-    from vidax.zoo.hunyuan_video15.pipeline import _velocity, t2v_condition
+    from vidax.zoo.family import _resident_prediction
 
     ref, root = saved
     dit = HunyuanVideo15Transformer(TransformerConfig.from_hf_config(dict(ref.transformer.config)))
@@ -104,11 +109,13 @@ def test_bf16_weights_run_close_to_fp32(saved):
     bf16 = unflatten(convert(spec, root, dit.param_shapes(), dtype="bfloat16"))
     assert bf16["x_embedder"]["proj"]["kernel"].dtype == jnp.bfloat16
     assert bf16["blocks"]["attn"]["norm_q"]["scale"].dtype == jnp.float32  # the spec keeps norms in fp32
-    latents = jnp.asarray(np.random.default_rng(0).standard_normal(SETTINGS.latent_shape(1, 4)), jnp.float32)
-    prompt, negative = ours(features(1, 5, 2)), ours(features(2, 3, 0))
-    text = TextFeatures.concat(prompt, negative)
-    outs = [_velocity(dit, jax.device_put(p), text, 6.0, latents, jnp.float32(500.0), None, t2v_condition(dit, latents))
-            for p in (fp32, bf16)]
+    latents = jnp.asarray(np.random.default_rng(0).standard_normal(LATENT_SHAPE), jnp.float32)
+    cond = Condition(TextFeatures.concat(ours(features(1, 5, 2)), ours(features(2, 3, 0))), None)
+    knobs = {"scale": jnp.float32(6.0), "timestep_r": jnp.float32(0.0)}
+    outs = []
+    for params, dtype in ((fp32, "float32"), (bf16, "bfloat16")):
+        predict = HunyuanPredict(True, dtype, False, 5, dit.cfg.image_embed_dim)
+        outs.append(_resident_prediction(predict, dit, jax.device_put(params), latents, jnp.float32(500.0), cond, knobs))
     assert outs[1].dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(outs[1])))
     scale = float(jnp.abs(outs[0]).max())
     assert float(jnp.abs(outs[1] - outs[0]).max()) < 0.05 * scale  # bf16 keeps ~3 significant digits

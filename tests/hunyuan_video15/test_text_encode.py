@@ -17,7 +17,7 @@ from vidax.zoo.hunyuan_video15.text import PromptEncoder
 from .helpers import to_np, torch, unflatten
 from .hunyuan_spec_fixtures import perturbed, vae_reference
 
-transformers = pytest.importorskip("transformers")
+import transformers
 
 PROMPTS = ['a neon sign that says "OPEN" above a door, “OPEN” again', "a red kite over a grey sea"]
 CHAT_TEMPLATE = (
@@ -83,3 +83,13 @@ def test_prompt_features_match_reference(towers):
     np.testing.assert_allclose(np.asarray(ours.text)[valid], to_np(text)[valid], atol=2e-5, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(ours.text_2), to_np(text_2), atol=2e-5, rtol=1e-5)
     assert jnp.asarray(ours.text).shape == (2, 1000, 32)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS + ["", '""', "no quotes", '"a" "b" "a"', "“only curly”",
+                                              "a “café” sign and a \"bar\" sign and \"bar\" again"])
+def test_glyph_text_matches_reference(prompt):
+    from diffusers.pipelines.hunyuan_video1_5.pipeline_hunyuan_video1_5 import extract_glyph_texts
+
+    from vidax.zoo.hunyuan_video15.text import glyph_text
+
+    assert glyph_text(prompt) == extract_glyph_texts(prompt)

@@ -250,7 +250,7 @@ def test_check_on_the_hub_reads_only_headers(hub, tmp_path, monkeypatch, sharded
     file) instead of downloading the weights; a shard index is followed; a missing tensor still fails."""
     from safetensors.numpy import save_file as save_numpy
 
-    from vidax.cli.convert import ConvertOptions, run
+    from vidax.translator.models import ConvertOptions, convert_model as run
     from vidax.translator import AccountingError, convert
 
     _, snapshot, _, expected = hub
@@ -273,7 +273,7 @@ def test_check_on_the_hub_reads_only_headers(hub, tmp_path, monkeypatch, sharded
     assert tree.source.origin == f"hf://{REPO} (headers only)" and len(tree.source.files) == (2 if sharded else 1)
     with pytest.raises(SourceError, match="only the checkpoint's headers"):
         tree[next(iter(tree))]
-    assert run(ConvertOptions("wan2.1-t2v-1.3b", components=("transformer",), check=True)) == 0
+    run(ConvertOptions("wan2.1-t2v-1.3b", components=("transformer",), check=True))
 
     _fake_hub_api(monkeypatch, snapshot, drop=sorted(load_numpy(str(hub[1] / "transformer" / "diffusion_pytorch_model.safetensors")))[0])
     with pytest.raises(AccountingError):

@@ -94,7 +94,8 @@ def test_sigkill_never_leaves_complete_looking_output(tmp_path, model, mode, whe
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # stale temp folders cleared
 
 
-def test_file_size_limit_is_a_clean_error(tmp_path, model):
+@pytest.mark.parametrize("writer", ["direct", "mapped"])
+def test_file_size_limit_is_a_clean_error(tmp_path, model, writer):
     source, _ = model
     out = tmp_path / "out"
     limit = 16 * 1024
@@ -102,8 +103,9 @@ def test_file_size_limit_is_a_clean_error(tmp_path, model):
     def cap():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
+    force = "import vidax.translator.output as o; o._filesystem = lambda folder: 'tmpfs'\n" if writer == "mapped" else ""
     script = "from vidax.translator import convert, save_tree, OutputError\n" \
-             "import sys\n" \
+             "import sys\n" + force + \
              "try:\n" \
              f"    save_tree(convert('wan/transformer', {str(source)!r}, dtype='float32', lazy=True), {str(out)!r})\n" \
              "except OutputError as err:\n" \
@@ -112,6 +114,26 @@ def test_file_size_limit_is_a_clean_error(tmp_path, model):
     assert proc.returncode == 3, proc.stderr
     assert "disk full or file size limit" in proc.stdout
     assert not out.exists() and [p for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_tmpfs_destination_converts_into_the_mapped_file(model, monkeypatch):
+    """/dev/shm takes no O_DIRECT: shards are allocated, mapped and converted in place; same tree."""
+    import shutil
+    import tempfile
+
+    import vidax.translator.output as output
+
+    source, expected = model
+    writers = []
+    original = output._open_writer
+    monkeypatch.setattr(output, "_open_writer", lambda *a: writers.append(original(*a)) or writers[-1])
+    folder = tempfile.mkdtemp(dir="/dev/shm")
+    try:
+        save_tree(convert("wan/transformer", source, dtype="float32", lazy=True), f"{folder}/out", shard_bytes=20_000)
+        assert writers and all(isinstance(w, output._MappedShardWriter) for w in writers)
+        assert mismatches(load(f"{folder}/out"), expected) == []
+    finally:
+        shutil.rmtree(folder)
 
 
 def test_manifest_records_leaves(tmp_path):

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-diffusers = pytest.importorskip("diffusers")
-transformers = pytest.importorskip("transformers")
+import torch
+import diffusers
+import transformers
 
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate  # noqa: E402
 from vidax.zoo.video_io import read_video  # noqa: E402
@@ -168,7 +168,8 @@ def _options(folder: Path, latents: Path, out: Path, **extra) -> GenerateOptions
     base = dict(model="wan2.1-t2v-1.3b", prompt=PROMPT, negative_prompt=NEGATIVE, weights=str(folder / "model"),
                 height=HEIGHT, width=WIDTH, frames=FRAMES, steps=STEPS, guidance=GUIDANCE, latents=latents,
                 out=out, dtype="float32", compile_cache=False)
-    return GenerateOptions(**{**base, **extra})
+    family = {k: extra.pop(k) for k in ("guidance_2",) if k in extra}  # Wan's own flags
+    return GenerateOptions(**{**base, **extra}, extra=family)
 
 
 @pytest.fixture(scope="module")
@@ -241,6 +242,28 @@ def i2v_a14b(tmp_path_factory):
     return folder, folder / "first.png", folder / "latents.npy", frames
 
 
+def test_a_variant_defined_only_in_a_users_registry_file_generates(t2v, tmp_path, monkeypatch):
+    """A new Wan variant is a TOML edit: this one exists only here (VIDAX_MODELS), with its own native
+    settings (the reference run's size, steps and guidance), and generates diffusers' frames."""
+    folder, latents, expected = t2v
+    (tmp_path / "mine.toml").write_text(f"""
+[models."wan-my-variant"]
+family = "wan"
+description = "a Wan2.1 T2V variant registered outside vidax"
+repos = {{ diffusers = "example/wan-my-variant" }}
+components.transformer = {{ spec = "wan/transformer" }}
+components.vae = {{ spec = "wan/vae" }}
+components.text_encoder = {{ spec = "encoders/umt5" }}
+settings = {{ height = {HEIGHT}, width = {WIDTH}, frames = {FRAMES}, steps = {STEPS}, guidance = {GUIDANCE}, fps = 12 }}
+""")
+    monkeypatch.setenv("VIDAX_MODELS", str(tmp_path / "mine.toml"))
+    options = GenerateOptions(model="wan-my-variant", prompt=PROMPT, negative_prompt=NEGATIVE, latents=latents,
+                              weights=str(folder / "model"), out=tmp_path / "v.npy", dtype="float32", compile_cache=False)
+    result = generate(options)
+    assert result.fps == 12 and result.settings["steps"] == STEPS
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
 def test_t2v_matches_diffusers(t2v, tmp_path):
     folder, latents, expected = t2v
     result = generate(_options(folder, latents, tmp_path / "video.npy", save_latents=True))
@@ -291,12 +314,15 @@ def test_i2v_a14b_matches_diffusers(i2v_a14b, tmp_path):
 
 def test_i2v_size_follows_the_image_aspect(i2v):
     """No --height/--width: the image's aspect at the native 480x832 area, on the 16-pixel grid (diffusers' example)."""
-    from vidax.zoo.wan.pipeline import WanPipeline
+    from vidax.zoo.registry import make_pipeline
 
     folder, _, latents, _ = i2v
-    pipeline = WanPipeline("wan2.1-i2v-14b-480p", _options(folder, latents, Path("v.npy")))
-    assert pipeline._image_size(np.zeros((1080, 1920, 3), np.uint8)) == {"height": 464, "width": 832}
-    assert pipeline._image_size(np.zeros((1920, 1080, 3), np.uint8)) == {"height": 832, "width": 464}
+    options = _options(folder, latents, Path("v.npy"), model="wan2.1-i2v-14b-480p", height=None, width=None)
+    pipeline = make_pipeline(options.model, options)
+    native = pipeline.resolve_settings(options)
+    assert (native.height, native.width) == (480, 832)
+    assert pipeline.size_for_image(np.zeros((1080, 1920, 3), np.uint8), native) == (464, 832)
+    assert pipeline.size_for_image(np.zeros((1920, 1080, 3), np.uint8), native) == (832, 464)
 
 
 def test_i2v_needs_an_image(i2v, tmp_path):
@@ -331,7 +357,7 @@ def test_offloaded_blocks_match_diffusers(t2v, tmp_path, mesh):
 def test_runs_from_a_converted_folder(t2v, tmp_path):
     """`vidax-convert` output as --weights: converted components load from it, the others (and the
     configs and tokenizer) from the source folder its manifest records."""
-    from vidax.cli.convert import ConvertOptions, run
+    from vidax.translator.models import ConvertOptions, convert_model as run
 
     folder, latents, expected = t2v
     converted = tmp_path / "converted"

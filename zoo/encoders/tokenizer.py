@@ -21,8 +21,10 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from vidax.translator import VidaxError
 
-class TokenizerError(ValueError):
+
+class TokenizerError(VidaxError, ValueError):
     """A tokenizer folder that cannot be loaded (missing files, unknown tokenizer kind)."""
 
 

@@ -9,6 +9,7 @@ features and an all-False mask.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from functools import partial
 from typing import Any
@@ -20,7 +21,6 @@ import numpy as np
 from vidax.zoo.encoders.decoder import DecoderTextModel
 from vidax.zoo.encoders.t5 import T5EncoderModel
 from vidax.zoo.encoders.tokenizer import Tokenizer, qwen_chat_prompt
-from vidax.zoo.hunyuan_video15.pipeline import TextFeatures
 
 # The reference's system message; its source wraps lines with `\` inside the string literal, so
 # the numbered items are separated by the 8 spaces of indentation the continuation keeps.
@@ -38,6 +38,24 @@ BYT5_MAX_LENGTH = 256
 HIDDEN_STATE = -3  # hidden_states[-(2 + 1)]: two layers skipped
 
 _QUOTED = re.compile(r"\"(.*?)\"|“(.*?)”")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextFeatures:
+    """Prompt features as the DiT takes them; masks are bool. Shapes `[B, T1, D1]`, `[B, T2, D2]`."""
+
+    text: jax.Array
+    text_mask: jax.Array
+    text_2: jax.Array
+    text_mask_2: jax.Array
+
+    @staticmethod
+    def concat(cond: "TextFeatures", uncond: "TextFeatures") -> "TextFeatures":
+        return jax.tree.map(lambda c, u: jnp.concatenate([c, u], 0), cond, uncond)
+
+
+jax.tree_util.register_dataclass(TextFeatures, data_fields=["text", "text_mask", "text_2", "text_mask_2"],
+                                 meta_fields=[])
 
 
 def glyph_text(prompt: str) -> str | None:

@@ -138,6 +138,8 @@ class CogVideoXDPM:
     def num_steps(self) -> int:
         return len(self.timesteps)
 
+    stochastic = True  # noise every step (`sample(..., step_noise=...)` or a key)
+
     def init(self, latents: jax.Array, key: jax.Array | None = None) -> State:
         if key is None:
             raise SamplerConfigError("CogVideoX DPM sampling injects noise every step: pass a jax.random key")

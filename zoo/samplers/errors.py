@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from vidax.translator import VidaxError
 
-class SamplerError(Exception):
+
+class SamplerError(VidaxError):
     """Base class for sampler failures."""
 
 

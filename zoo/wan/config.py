@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from functools import cached_property
 from typing import Any, Mapping
+from vidax.translator import VidaxError
 
 ACROSS_HEADS = "rms_norm_across_heads"  # the only q/k norm the released Wan models use
 
@@ -20,7 +21,7 @@ CLIP_IMAGE_DIM = 1280  # ViT-H/14 penultimate width, fixed by the official code
 CLIP_IMAGE_TOKENS = 257
 
 
-class WanConfigError(ValueError):
+class WanConfigError(VidaxError, ValueError):
     """A Wan transformer config that vidax cannot run."""
 
 

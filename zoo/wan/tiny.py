@@ -23,13 +23,11 @@ import numpy as np
 from flax import traverse_util
 
 from vidax.translator import save_tree
-from vidax.translator.output import is_complete
-from vidax.zoo import registry
+from vidax.translator import is_complete
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
-from vidax.zoo.pipeline import GenerateOptions, WeightsSource
+from vidax.zoo.pipeline import WeightsSource
 from vidax.zoo.runtime import default_cache_dir
 from vidax.zoo.wan.config import WanTransformerConfig
-from vidax.zoo.wan.pipeline import NATIVE, WanPipeline, WanSettings
 from vidax.zoo.wan.transformer import WanTransformer
 from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
 
@@ -50,7 +48,6 @@ TEXT_ENCODER = {"model_type": "umt5", "vocab_size": 0, "d_model": 32, "d_kv": 8,
                 "feed_forward_proj": "gated-gelu", "layer_norm_epsilon": 1e-6}
 SCHEDULER = {"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction", "use_flow_sigmas": True,
              "flow_shift": 3.0, "solver_order": 2, "solver_type": "bh2", "lower_order_final": True}
-SETTINGS = WanSettings(height=64, width=96, frames=9, steps=6, guidance=5.0, shift=3.0, fps=16.0)
 
 SPECIALS = ["<pad>", "</s>", "<unk>"]  # T5's ids 0, 1, 2
 
@@ -142,12 +139,6 @@ def default_root() -> Path:
     return default_cache_dir().parent / "models" / f"{NAME}-v{VERSION}"
 
 
-def _factory(name: str, options: GenerateOptions) -> WanPipeline:
-    if options.weights is not None:
-        return WanPipeline(name, options)
-    root = build(Path(os.environ.get("VIDAX_TINY_DIR") or default_root()))
-    return WanPipeline(name, options, source=WeightsSource("converted", root))
-
-
-NATIVE[NAME] = SETTINGS
-registry.register(NAME, "wan", "embedded tiny Wan2.1-architecture T2V model (random weights, no download)", _factory)
+def source() -> WeightsSource:
+    """The tiny model's folder as a weights source (built on first use; `VIDAX_TINY_DIR` overrides where)."""
+    return WeightsSource("converted", build(Path(os.environ.get("VIDAX_TINY_DIR") or default_root())))

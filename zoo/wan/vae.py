@@ -32,6 +32,7 @@ from vidax.zoo.layers import logical_param
 from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR
 from vidax.zoo.runtime import active_mesh, compile_step
 from vidax.zoo.sharding import constrain
+from vidax.translator import VidaxError
 
 Params = dict[str, Any]
 
@@ -50,7 +51,7 @@ _ACTIVATION_AXES = ("batch", None, None, "act_width", None)  # [B, F, H, W, C]
 ENCODE_CHUNK_FRAMES = 4  # after the first frame, the reference encodes 4 frames (1 latent) at a time
 
 
-class WanVAEError(ValueError):
+class WanVAEError(VidaxError, ValueError):
     """An input the Wan VAE cannot process (frame count, size)."""
 
 

@@ -1,0 +1,580 @@
+"""The family contract: what a model family supplies, and the generation steps every family shares.
+
+A family (`zoo/<family>/family.py`, exporting `FAMILY`) subclasses `Family` and supplies only what
+is its own:
+
+    read configs      `__init__` / cached properties over `self.read_config(...)` (checkpoint first,
+                      the registry's `config` tables when there is no checkpoint yet: `--plan`)
+    resolve settings  `settings_class` (a `Settings` subclass), `folder_settings`, `check_settings`,
+                      `latent_shape`, `size_for_image`
+    encode            `encode(s, inputs) -> cond` (any pytree: text features, image condition, ...)
+    one velocity      `dit_parts`, `build_dit`, `predictor(s, expert)` -> a frozen, hashable callable
+                      `predict(run, latents, timestep, cond, knobs)` that runs the DiT through `run`
+                      (CFG with `cfg_predict`), and `step_knobs(s, i, t, expert)` (per-step scalars)
+    decode            `decode(s, latents) -> frames [F, H, W, 3]` in [0, 1]
+    memory job        `memory_job(s, options) -> planner.Job`
+
+and the base class does the rest the same way for every family: settings from registry defaults,
+the folder and the user's flags (validated, family flags included); image checks; host-seeded
+noise (`--latents` too) and host-seeded per-step noise for stochastic samplers; the sampler choice
+(`--sampler`, the folder's scheduler by default); placement of each stage's weights (one
+`device_put`, or the mesh's shardings for the DiT) and their release (`--keep-stages` keeps them);
+the denoising loop with expert switching, offload (`--offload-chunk`) and the mesh; progress and
+stage times. A family overrides `sample` when one pass of the loop is not its whole story (LTX's
+two passes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property, partial
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import traverse_util
+from jax.sharding import NamedSharding, PartitionSpec
+
+from vidax.translator import ModelEntry, load_registry
+from vidax.translator import MODEL_FILE
+from vidax.zoo.dit import forward
+from vidax.zoo.pipeline import (
+    GenerateOptions,
+    GenerateResult,
+    PipelineError,
+    Progress,
+    StageTimer,
+    WeightsSource,
+    load_latents,
+    release,
+    seeded_noise,
+)
+
+Params = dict[str, Any]
+
+# --sampler names -> the diffusers scheduler class each stands for (flow matching)
+FLOW_SAMPLERS = {"euler": "FlowMatchEulerDiscreteScheduler", "unipc": "UniPCMultistepScheduler",
+                 "dpm++": "DPMSolverMultistepScheduler"}
+_FLOW_MODE = {"prediction_type": "flow_prediction", "use_flow_sigmas": True}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What one generation runs with. Defaults come from the model's registry `settings`, then the
+    checkpoint folder (its scheduler config), then the user's flags. Families subclass it with
+    their own fields; a family flag sets the field of its name.
+
+    Args:
+      height, width, frames: the video size.
+      steps: sampling steps.
+      guidance: classifier-free guidance scale (<= 1: no negative branch).
+      shift: flow shift of the schedule (None: the scheduler config's).
+      sampler: "euler", "unipc" or "dpm++" (None: the folder's scheduler class).
+      fps: frames per second of the MP4, and the model's input where the family conditions on it.
+      negative_prompt: the negative prompt of the guidance branch.
+    """
+
+    height: int
+    width: int
+    frames: int
+    steps: int = 50
+    guidance: float = 5.0
+    shift: float | None = None
+    sampler: str | None = None
+    fps: float = 16.0
+    negative_prompt: str = ""
+
+    @property
+    def guided(self) -> bool:
+        return self.guidance > 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """A `vidax-gen` flag only one family has; its value lands in the settings field `field`.
+
+    `kind` is float, int, str, bool (a `--x/--no-x` pair), or Path; `multiple` repeats it (a tuple);
+    `image` marks a conditioning image (it goes to `GenerateOptions.images` under `field`).
+    """
+
+    name: str
+    field: str
+    kind: type
+    help: str
+    multiple: bool = False
+    image: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class DiTPart:
+    """One denoiser of the model (two for Wan2.2 A14B's experts): where its weights are."""
+
+    component: str
+    spec: str
+    subfolders: tuple[str | None, ...] = (None,)
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """The request's conditioning inputs, read and checked: images as RGB uint8 `[H, W, 3]`."""
+
+    prompt: str
+    negative_prompt: str | None
+    images: Mapping[str, np.ndarray]  # option name ("image", "last_image", ...) -> image
+
+
+def cfg_predict(run: Callable, cond: tuple, uncond: tuple | None, scale, *, rescale: float = 0.0):
+    """`run(*inputs)` for the prompt and (when guided) the negative prompt as one batch, then CFG.
+
+    The two branches' inputs are joined on the batch axis (`sharding.cfg_batch`: on "data" when
+    dp = 2) and the output split again. `uncond` None runs the prompt branch alone.
+    """
+    from vidax.zoo.samplers import guide
+    from vidax.zoo.sharding import cfg_batch, cfg_split
+
+    if uncond is None:
+        return run(*cond).astype(jnp.float32)
+    out = run(*cfg_batch(cond, uncond)).astype(jnp.float32)
+    positive, negative = cfg_split(out)
+    return guide(positive, negative, scale, rescale=rescale)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _resident_prediction(predict, dit, params, latents, timestep, cond, knobs):
+    """One compiled unit per step: the family's prediction with the whole DiT resident."""
+    return predict(partial(forward, dit, params), latents, timestep, cond, knobs)
+
+
+@dataclasses.dataclass
+class LoadedDiT:
+    """A denoiser on the devices: all weights resident, or embed/head resident and blocks streamed."""
+
+    dit: Any
+    params: Params
+    streamed: Any = None
+    host_blocks: Any = None
+
+    def predict(self, predict, latents, timestep, cond, knobs):
+        if self.streamed is None:
+            return _resident_prediction(predict, self.dit, self.params, latents, timestep, cond, knobs)
+        run = partial(self.streamed, self.params, self.host_blocks)  # host loop over compiled chunks
+        return predict(run, latents, timestep, cond, knobs)
+
+    def release(self) -> None:
+        release((self.params, self.host_blocks))
+
+
+class ConfigNotFound(PipelineError):
+    """A config the family needs is in neither the checkpoint nor the registry."""
+
+
+class Family:
+    """Base of every model family; see the module docstring for what a subclass supplies.
+
+    Args:
+      entry: the model's registry entry (its variant selected).
+      options: the request (its weights source is resolved lazily: `--plan` needs configs only).
+      source: an already resolved weights source (embedded models pass theirs).
+    """
+
+    name: ClassVar[str]
+    settings_class: ClassVar[type[Settings]] = Settings
+    flags: ClassVar[tuple[Flag, ...]] = ()
+    samplers: ClassVar[tuple[str, ...]] = tuple(FLOW_SAMPLERS)
+    dit_rules: ClassVar[Any] = None  # None: the shared TRANSFORMER_RULES
+    size_multiple: ClassVar[int] = 16  # height and width are multiples of this (VAE x patch)
+    frame_step: ClassVar[int] = 4  # frames are frame_step * k + 1
+    default_negative_prompt: ClassVar[str] = ""
+
+    def __init__(self, entry: ModelEntry, options: GenerateOptions, source: WeightsSource | None = None):
+        self.entry = entry
+        self.name = entry.name
+        self.options = options
+        self._given_source = source
+        self.mesh = None
+        self.progress: Progress = Progress()
+        self.timer = StageTimer()
+        self._resident: dict = {}
+        self._select_recorded_variant()
+
+    # --- sources and configs ---------------------------------------------------------------
+
+    @cached_property
+    def source(self) -> WeightsSource:
+        """Where weights and configs come from: `--weights`, the embedded model, or the Hub (the
+        diffusers-layout repo when there is one: the layout whose one repo holds every tower)."""
+        if self._given_source is not None:
+            return self._given_source
+        if self.entry.embedded and self.options.weights is None:
+            return importlib.import_module(self.entry.embedded).source()
+        hub = self.entry.repos.get("diffusers") or self.entry.repo()
+        return WeightsSource.resolve(self.options.weights, hub, self.entry.revision)
+
+    @cached_property
+    def source_or_none(self) -> WeightsSource | None:
+        """The source when it resolves without a download (local, converted, cached); else None."""
+        try:
+            return self.source
+        except Exception as err:  # offline, not cached: the registry's configs stand in
+            from vidax.translator import TranslatorError
+
+            if isinstance(err, (TranslatorError, PipelineError)):
+                return None
+            raise
+
+    def read_config(self, name: str, *paths: str) -> dict | None:
+        """A config: the first of `paths` in the checkpoint (converted folders: in it or its source),
+        else the registry's `config.<name>` table, else None."""
+        source = self.source_or_none
+        if source is not None:
+            found = source.read_json(*paths, component=name) if paths else None
+            if found is not None:
+                return found
+        table = self.entry.config.get(name)
+        return dict(table) if table is not None else None
+
+    def require_config(self, name: str, *paths: str) -> dict:
+        found = self.read_config(name, *paths)
+        if found is None:
+            where = self.source_or_none.label if self.source_or_none else "the registry"
+            raise ConfigNotFound(f"{self.name}: no {name} config ({', '.join(paths) or name}) in {where}")
+        return found
+
+    def _select_recorded_variant(self) -> None:
+        """A converted folder's recorded variant wins over the name's (`vidax-gen hunyuanvideo-1.5
+        --weights ckpt` runs the variant `vidax-convert --variant` converted)."""
+        weights = self.options.weights or (self._given_source.root if self._given_source else None)
+        if weights is None or not self.entry.choices:
+            return
+        path = Path(str(weights)) / MODEL_FILE
+        recorded = json.loads(path.read_text()).get("variant") if path.is_file() else None
+        if recorded is None or recorded == self.entry.variant:
+            return
+        if recorded not in self.entry.choices:
+            raise PipelineError(f"{path}: variant {recorded!r} is not one of {self.name}'s ({', '.join(self.entry.choices)})")
+        base = load_registry()[self.entry.alias_of or self.entry.name]
+        self.entry = dataclasses.replace(base.select(recorded), name=self.entry.name)
+
+    # --- settings (override the hooks) -----------------------------------------------------
+
+    def folder_settings(self) -> dict:
+        """Settings the checkpoint folder decides (e.g. its scheduler's shift), over the registry's."""
+        return {}
+
+    def check_settings(self, s: Settings) -> None:
+        """Family checks beyond the common ones (raise PipelineError)."""
+
+    def size_for_image(self, image: np.ndarray, s: Settings) -> tuple[int, int] | None:
+        """(height, width) for an image-to-video request that gave no size (None: the native size)."""
+        return None
+
+    def image_roles(self) -> dict[str, bool]:
+        """Image options this model takes (`image`, `last_image`, ...) -> whether each is required."""
+        return {}
+
+    def resolve_settings(self, options: GenerateOptions, images: Mapping[str, np.ndarray] | None = None) -> Settings:
+        """Registry defaults <- the folder <- the user's flags; validated (one-line errors before any work)."""
+        cls = self.settings_class
+        fields = {f.name for f in dataclasses.fields(cls)}
+        native = dict(self.entry.settings)
+        unknown = sorted(set(native) - fields)
+        if unknown:
+            raise PipelineError(f"{self.name}: registry settings {', '.join(unknown)} are not {self.name.split('-')[0]} "
+                                f"settings ({', '.join(sorted(fields))})")
+        native.setdefault("negative_prompt", self.default_negative_prompt)
+        s = cls(**{**native, **self.folder_settings()})
+        given = {k: getattr(options, k) for k in ("height", "width", "frames", "steps", "guidance", "shift",
+                                                   "sampler", "fps", "negative_prompt")
+                 if getattr(options, k) is not None}
+        given.update(self._family_options(options))
+        image = (images or {}).get("image")
+        if image is not None and options.height is None and options.width is None:
+            size = self.size_for_image(image, dataclasses.replace(s, **given))
+            if size is not None:
+                given.update(height=size[0], width=size[1])
+        s = dataclasses.replace(s, **given)
+        self._check_common(s)
+        self.check_settings(s)
+        return s
+
+    def _family_options(self, options: GenerateOptions) -> dict:
+        known = {flag.field for flag in self.flags}
+        extra = dict(options.extra or {})
+        unknown = sorted(set(extra) - known)
+        if unknown:
+            have = ", ".join(flag.name for flag in self.flags) or "none"
+            raise PipelineError(f"{self.name} takes no {', '.join('--' + k.replace('_', '-') for k in unknown)} "
+                                f"(its own flags: {have})")
+        return extra
+
+    def _check_common(self, s: Settings) -> None:
+        if s.steps < 1:
+            raise PipelineError(f"--steps must be at least 1, got {s.steps}")
+        if s.sampler is not None and s.sampler not in self.samplers:
+            raise PipelineError(f"unknown sampler {s.sampler!r} for {self.name} (choose from {', '.join(self.samplers)})")
+        if s.fps <= 0:
+            raise PipelineError(f"--fps must be positive, got {s.fps}")
+        step = self.size_multiple
+        for what, value in (("height", s.height), ("width", s.width)):
+            if value < step or value % step:
+                nearest = max(step, round(value / step) * step)
+                raise PipelineError(f"--{what} {value} is not a multiple of {step} for this model; nearest valid: {nearest}")
+        t = self.frame_step
+        if s.frames < 1 or (s.frames - 1) % t:
+            nearest = max(1, round((s.frames - 1) / t) * t + 1)
+            raise PipelineError(f"--frames {s.frames} is not of the form {t}k+1; nearest valid: {nearest}")
+
+    def latent_shape(self, s: Settings) -> tuple[int, ...]:
+        """`[1, C, F', H', W']` of the initial noise (the `--latents` layout)."""
+        raise NotImplementedError
+
+    # --- inputs -----------------------------------------------------------------------------
+
+    def read_inputs(self, options: GenerateOptions) -> Inputs:
+        """The request's images, read and checked against what the model takes."""
+        from vidax.zoo.video_io import read_image
+
+        roles = self.image_roles()
+        given = {k: v for k, v in (options.images or {}).items() if v is not None}
+        if options.image is not None:
+            given["image"] = options.image
+        for role in given:
+            if role not in roles:
+                what = "image-to-video conditioning" if role == "image" else f"--{role.replace('_', '-')}"
+                raise PipelineError(f"{self.name} takes no {what} (it is {self._kind()})")
+        for role, required in roles.items():
+            if required and role not in given:
+                raise PipelineError(f"{self.name} is an image-to-video model: give --{role.replace('_', '-')} PATH")
+        return Inputs(options.prompt, None, {role: read_image(path) for role, path in given.items()})
+
+    def _kind(self) -> str:
+        return "text-to-video only" if not self.image_roles() else f"conditioned on {', '.join(self.image_roles())}"
+
+    def initial_latents(self, s: Settings, options: GenerateOptions) -> np.ndarray:
+        """`--latents`, else standard normal noise from the seed, drawn on the host."""
+        shape = self.latent_shape(s)
+        if options.latents is not None:
+            return load_latents(options.latents, shape)
+        return seeded_noise(options.seed, shape)
+
+    def host_noise(self, stream: int, index: int, shape: tuple[int, ...]) -> np.ndarray:
+        """Noise the reference draws inside sampling or decoding, from the run's seed on the host:
+        stream 1 = sampler steps, 2 = decode, 3+ = family use; `index` the step or chunk."""
+        rng = np.random.default_rng([self.options.seed, stream, index])
+        return rng.standard_normal(shape, dtype=np.float32)
+
+    # --- weights ----------------------------------------------------------------------------
+
+    def component(self, name: str) -> DiTPart:
+        """A registry component: its spec and the folders it may sit in (every layout's, local and Hub)."""
+        comp = self.entry.components.get(name) or self.entry.all_components.get(name)
+        if comp is None or comp.spec is None:
+            raise PipelineError(f"{self.name}: the registry has no convertible component {name!r}")
+        layouts = list(self.entry.repos) or [None]
+        folders = [comp.folder(layout, local) for layout in layouts for local in (True, False)]
+        return DiTPart(name, comp.spec, tuple(dict.fromkeys(folders)))
+
+    def load(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
+             dtype: str | None = None) -> Params:
+        """A stage's weights on the default device (one `device_put`); kept for later stages when
+        `--keep-stages`, else the caller `done()`s them when its stage ends."""
+        key = (component, spec, dtype)
+        if key in self._resident:
+            return self._resident[key]
+        return self.place(self.load_tree(component, spec, subfolders, dtype), key)
+
+    def place(self, tree: Mapping[str, np.ndarray], key: Any = None) -> Params:
+        """A host tree on the default device in one transfer; kept under `key` with `--keep-stages`."""
+        params = jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/"))
+        if key is not None and not self.options.release_stages:
+            self._resident[key] = params
+        return params
+
+    def load_tree(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
+                  dtype: str | None = None):
+        """A component's host tree (mmapped where possible), not placed."""
+        return self.source.load(component, spec, subfolders, dtype=dtype, progress=self.progress)
+
+    def done(self, params: Any) -> None:
+        """A stage is over: free its weights unless they are kept (`--keep-stages`)."""
+        if self.options.release_stages:
+            release(params)
+
+    # --- the denoiser (override the hooks) --------------------------------------------------
+
+    def dit_parts(self, s: Settings) -> list[DiTPart]:
+        """The model's denoisers; the expert index of `experts` picks one per step."""
+        raise NotImplementedError
+
+    def build_dit(self, part: DiTPart, tree: Mapping[str, np.ndarray], s: Settings):
+        """The DiT module for a converted tree (sizes from the tree or the configs)."""
+        raise NotImplementedError
+
+    def experts(self, s: Settings, timesteps: np.ndarray) -> list[int]:
+        """Which denoiser runs at each step (one DiT: always 0)."""
+        return [0] * len(timesteps)
+
+    def predictor(self, s: Settings, expert: int, dit: Any):
+        """A frozen (hashable) callable `predict(run, latents, timestep, cond, knobs) -> model output`
+        for the loaded denoiser `dit`."""
+        raise NotImplementedError
+
+    def step_knobs(self, s: Settings, index: int, timestep: float, expert: int) -> Any:
+        """Per-step values the predictor reads as data (default: the guidance scale)."""
+        return {"scale": jnp.float32(s.guidance)}
+
+    def scheduler_config(self) -> dict:
+        """The folder's scheduler config (else the registry's `config.scheduler`)."""
+        return self.read_config("scheduler", "scheduler/scheduler_config.json") or {}
+
+    def stepper(self, s: Settings, latents_shape: tuple[int, ...]):
+        """The folder's scheduler (or the `--sampler` in its place) on `s.steps` steps at `s.shift`."""
+        from vidax.zoo.samplers import stepper_from_config
+
+        config = dict(self.scheduler_config())
+        if s.sampler is not None and config.get("_class_name") != FLOW_SAMPLERS[s.sampler]:
+            config = {"_class_name": FLOW_SAMPLERS[s.sampler], "num_train_timesteps":
+                      config.get("num_train_timesteps", 1000)}
+            if s.sampler != "euler":
+                config.update(_FLOW_MODE)
+        if s.shift is not None:
+            config.update(flow_shift=s.shift, shift=s.shift)
+        sigmas = self.base_sigmas(s) if config.get("_class_name") == FLOW_SAMPLERS["euler"] else None
+        return stepper_from_config(config, s.steps, seq_len=self.tokens(s), sigmas=sigmas)
+
+    def base_sigmas(self, s: Settings) -> np.ndarray | None:
+        """Unshifted sigmas the reference pipeline passes to its flow-match Euler scheduler (None: its own)."""
+        return None
+
+    def tokens(self, s: Settings) -> int | None:
+        """Video tokens per sample (for dynamically shifted schedules)."""
+        return None
+
+    def place_dit(self, part: DiTPart, s: Settings, dtype: str | None) -> LoadedDiT:
+        """One denoiser's weights on the devices: resident (on the mesh under its rules) or, with
+        `--offload-chunk`, embed/head resident and the blocks streamed from host memory."""
+        from vidax.zoo.offload import stream_blocks
+        from vidax.zoo.sharding import TRANSFORMER_RULES, place
+
+        tree = self.load_tree(part.component, part.spec, part.subfolders, dtype)
+        dit = self.build_dit(part, tree, s)
+        rules = self.dit_rules or TRANSFORMER_RULES
+        if self.options.offload_chunk is not None:
+            params, streamed, host = stream_blocks(dit, tree, self.options.offload_chunk, rules, self.mesh)
+            return LoadedDiT(dit, params, streamed, host)
+        if self.mesh is not None:
+            return LoadedDiT(dit, place(tree, dit.logical_specs(), rules, self.mesh))
+        return LoadedDiT(dit, jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/")))
+
+    def heads(self) -> int:
+        """Attention heads of the DiT (tp and sp must divide them)."""
+        raise NotImplementedError
+
+    # --- the shared steps -------------------------------------------------------------------
+
+    def denoise(self, s: Settings, latents: np.ndarray, cond: Any, *, dtype: str | None = None,
+                stage: str = "denoise") -> jax.Array:
+        """One pass of the sampling loop from `latents`; returns the final latents on one device."""
+        from vidax.zoo.runtime import use_mesh
+        from vidax.zoo.samplers import sample
+        from vidax.zoo.sharding import TRANSFORMER_RULES
+
+        stepper = self.stepper(s, latents.shape)
+        timesteps = np.asarray(stepper.timesteps)
+        experts = self.experts(s, timesteps)
+        parts = self.dit_parts(s)
+        loaded: dict[int, LoadedDiT] = {}
+        if self.mesh is not None:  # small inputs whole on every device; the DiT's constraints split them
+            latents, cond = jax.device_put((latents, cond), NamedSharding(self.mesh, PartitionSpec()))
+        last = [time.perf_counter()]
+
+        def model_fn(x, i, t):
+            expert = experts[i]
+            if expert not in loaded:
+                for old in list(loaded):  # one denoiser's weights at a time
+                    loaded.pop(old).release()
+                loaded[expert] = self.place_dit(parts[expert], s, dtype)
+            knobs = self.step_knobs(s, i, float(t), expert)
+            denoiser = loaded[expert]
+            return denoiser.predict(self.predictor(s, expert, denoiser.dit), x, jnp.float32(t), cond, knobs)
+
+        def on_step(i, x):
+            x.block_until_ready()
+            now = time.perf_counter()
+            self.progress.advance(stage, 1, f"{now - last[0]:.3g} s/step")
+            last[0] = now
+
+        noise = None
+        if getattr(stepper, "stochastic", False):
+            noise = lambda i, shape: self.host_noise(1, i, shape)  # noqa: E731
+        on_mesh = use_mesh(self.mesh, self.dit_rules or TRANSFORMER_RULES) if self.mesh else contextlib.nullcontext()
+        with self.timer.stage(stage, total=stepper.num_steps), on_mesh:
+            out = sample(model_fn, stepper, jnp.asarray(latents) if self.mesh is None else latents, callback=on_step,
+                         step_noise=noise)
+            out = self.gather(out)
+        for denoiser in loaded.values():
+            denoiser.release()
+        return out
+
+    def gather(self, x: jax.Array) -> jax.Array:
+        """A mesh output back on one device (for the VAE and the output files)."""
+        return jnp.asarray(np.asarray(x))
+
+    def encode(self, s: Settings, inputs: Inputs) -> Any:
+        """Text (and image) conditioning, as the predictor takes it."""
+        raise NotImplementedError
+
+    def sample(self, s: Settings, latents: np.ndarray, cond: Any, inputs: Inputs) -> jax.Array:
+        """The denoising story from the initial latents to the final ones (default: one pass)."""
+        return self.denoise(s, latents, cond, dtype=self.options.dtype)
+
+    def decode(self, s: Settings, latents: jax.Array) -> np.ndarray:
+        """Final latents -> float32 frames `[F, H, W, 3]` in [0, 1]."""
+        raise NotImplementedError
+
+    def memory_job(self, options: GenerateOptions):
+        """What the memory planner needs at the requested size (configs only, nothing loaded)."""
+        raise NotImplementedError
+
+    def make_mesh(self, options: GenerateOptions):
+        """The DiT's mesh (None on one device); encoders and VAE run on one device."""
+        from vidax.zoo.mesh import check_heads, make_mesh
+
+        dp, tp, sp = (1 if d is None else d for d in (options.dp, options.tp, options.sp))
+        check_heads(self.heads(), tp, sp)
+        mesh = make_mesh(dp, tp, sp)  # a clear error when the devices do not suffice
+        return mesh if mesh.size > 1 else None
+
+    def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
+        """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
+        self.options = options
+        self.progress = progress or Progress()
+        self.timer = StageTimer(self.progress)
+        if options.offload_chunk is not None and options.offload_chunk < 1:
+            raise PipelineError(f"--offload-chunk must be at least 1 block, got {options.offload_chunk}")
+        inputs = self.read_inputs(options)
+        s = self.resolve_settings(options, inputs.images)
+        inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if s.guided else None)
+        self.mesh = self.make_mesh(options)
+        latents = self.initial_latents(s, options)
+        with self.timer.stage("encode"):
+            cond = self.encode(s, inputs)
+            jax.block_until_ready(cond)
+        latents = self.sample(s, latents, cond, inputs)
+        with self.timer.stage("decode"):
+            frames = self.decode(s, latents)
+        for params in self._resident.values():
+            release(params)
+        self._resident.clear()
+        settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name,
+                    "variant": self.entry.variant, "weights_source": self.source.label,
+                    "latent_shape": list(self.latent_shape(s))}
+        return GenerateResult(frames=np.asarray(frames, np.float32), latents=np.asarray(latents), fps=s.fps,
+                              settings=settings, times=self.timer.times)
