@@ -76,7 +76,7 @@ def _reference_t2v(folder: Path):
     return pipe
 
 
-def _reference_i2v(folder: Path):
+def _reference_i2v(folder: Path, **transformer):
     """Wan2.1 I2V: 36 input channels, CLIP image tokens through the added k/v cross-attention."""
     torch.manual_seed(1)
     build_tokenizer(folder.parent / "tokenizer_source")
@@ -84,7 +84,7 @@ def _reference_i2v(folder: Path):
     clip = transformers.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                                          image_size=32, patch_size=8, projection_dim=16, hidden_act="gelu")
     parts = dict(text_encoder=_text_encoder(len(tokenizer)), vae=_vae(),
-                 transformer=_transformer(in_channels=36, image_dim=32, added_kv_proj_dim=32),
+                 transformer=_transformer(in_channels=36, image_dim=32, added_kv_proj_dim=32, **transformer),
                  image_encoder=transformers.CLIPVisionModelWithProjection(clip).eval())
     for seed, module in enumerate(parts.values()):
         _perturb(module, 10 + seed)
@@ -275,6 +275,38 @@ def test_t2v_matches_diffusers(t2v, tmp_path):
     assert sidecar["seed"] == 0 and sidecar["steps"] == STEPS and sidecar["shift"] == 3.0  # the folder's scheduler
     assert sidecar["vidax_version"] and "denoise" in sidecar["stage_seconds"]
     assert np.load(tmp_path / "video.latents.npy").shape == (1, 16, 2, HEIGHT // 8, WIDTH // 8)
+
+
+@pytest.fixture(scope="module")
+def flf2v(tmp_path_factory):
+    """Wan2.1 FLF2V: the I2V architecture with a position table over both frames' CLIP tokens (2 x 17)."""
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("wan_flf2v")
+    pipe = _reference_i2v(folder / "model", pos_embed_seq_len=34)
+    rng = np.random.default_rng(4)
+    Image.fromarray(rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)).save(folder / "first.png")
+    Image.fromarray(rng.integers(0, 256, (36, 64, 3), dtype=np.uint8)).save(folder / "last.png")
+    latents = _latents((1, 16, (FRAMES - 1) // 4 + 1, HEIGHT // 8, WIDTH // 8), seed=5)
+    np.save(folder / "latents.npy", latents.numpy())
+    with torch.no_grad():
+        frames = pipe(Image.open(folder / "first.png"), PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH,
+                      num_frames=FRAMES, num_inference_steps=STEPS, guidance_scale=GUIDANCE,
+                      last_image=Image.open(folder / "last.png"), latents=latents.clone(), output_type="np").frames[0]
+    return folder, frames
+
+
+def test_first_last_frame_matches_diffusers(flf2v, tmp_path):
+    """`--image` and `--last-image` (wan2.1-flf2v-14b-720p) against `WanImageToVideoPipeline(last_image=...)`."""
+    folder, expected = flf2v
+    options = _options(folder, folder / "latents.npy", tmp_path / "v.npy", model="wan2.1-flf2v-14b-720p",
+                       image=folder / "first.png", images={"last_image": folder / "last.png"})
+    result = generate(options)
+    assert result.frames.shape == expected.shape
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+    with pytest.raises(PipelineError, match="give --last-image"):
+        generate(_options(folder, folder / "latents.npy", tmp_path / "w.npy", model="wan2.1-flf2v-14b-720p",
+                          image=folder / "first.png"))
 
 
 def test_i2v_matches_diffusers(i2v, tmp_path):
