@@ -201,3 +201,40 @@ def transformer_cases(tmp_path: Path) -> list[SpecCase]:
         SpecCase("diffusers", save(state, tmp_path / "diffusers" / "transformer").parent, expected),
         SpecCase("official", save_official_dit(state, tmp_path / "official"), expected),
     ]
+
+
+def save_official_vae(state: dict, folder: Path) -> Path:
+    """The official repo's `vae/pytorch_model.pt`: the same keys, a torch.save of the state dict."""
+    import torch
+
+    path = folder / "vae" / "pytorch_model.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({k: v.detach().clone().contiguous() for k, v in state.items()}, path)
+    return folder
+
+
+def expected_vae_tree(state: dict) -> dict[str, np.ndarray]:
+    """The converted VAE tree from the diffusers state dict alone."""
+    flat = {}
+    for key, tensor in state.items():
+        value = tensor.detach().numpy()
+        module, _, param = key.rpartition(".")
+        if param == "bias":
+            flat[f"{_tree_path(module)}/bias"] = value
+        elif value.ndim == 1:
+            flat[f"{_tree_path(module)}/scale"] = value
+        elif value.ndim == 2:
+            flat[f"{_tree_path(module)}/kernel"] = np.ascontiguousarray(value.T)
+        else:
+            flat[f"{_tree_path(module)}/kernel"] = np.ascontiguousarray(value.transpose(2, 3, 4, 1, 0))
+    return flat
+
+
+@register_spec_fixture("hunyuan_video/vae")
+def vae_cases(tmp_path: Path) -> list[SpecCase]:
+    state = vae_reference().state_dict()
+    expected = expected_vae_tree(state)
+    return [
+        SpecCase("diffusers", save(state, tmp_path / "diffusers" / "vae").parent, expected),
+        SpecCase("official", save_official_vae(state, tmp_path / "official"), expected),
+    ]
