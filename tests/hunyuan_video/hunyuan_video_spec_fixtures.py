@@ -238,3 +238,108 @@ def vae_cases(tmp_path: Path) -> list[SpecCase]:
         SpecCase("diffusers", save(state, tmp_path / "diffusers" / "vae").parent, expected),
         SpecCase("official", save_official_vae(state, tmp_path / "official"), expected),
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Text towers: CLIP-L text (pooled) and the I2V Llava
+
+
+def expected_encoder_tree(state: dict, prefixes: dict[str, str], ignore: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """A transformers state dict as our encoder trees: `prefixes` maps a key prefix to a tree prefix;
+    Linear weights -> kernel (transposed), conv -> kernel, tables -> embedding, 1-D norm weights ->
+    scale; `layers.N.` stacked."""
+    flat, layers = {}, {}
+    for key, tensor in state.items():
+        if key in ignore:
+            continue
+        prefix = next(p for p in sorted(prefixes, key=len, reverse=True) if key.startswith(p))
+        rest = key[len(prefix):]
+        value = tensor.detach().numpy()
+        module, _, param = rest.rpartition(".")
+        if param == "class_embedding":
+            leaf = f"{_tree_path(module)}/class_embedding"
+        elif value.ndim == 2 and module.endswith(("token_embedding", "position_embedding", "embed_tokens")):
+            leaf = f"{_tree_path(module)}/embedding"
+        elif param == "bias":
+            leaf = f"{_tree_path(module)}/bias"
+        elif value.ndim == 1:
+            leaf = f"{_tree_path(module)}/scale"
+        elif value.ndim == 2:
+            leaf, value = f"{_tree_path(module)}/kernel", value.T
+        else:
+            leaf, value = f"{_tree_path(module)}/kernel", value.transpose(2, 3, 1, 0)
+        leaf = "/".join(p for p in (prefixes[prefix], leaf) if p)
+        stacked = re.fullmatch(r"(.*)/layers_(\d+)/(.*)", leaf)
+        if stacked:
+            layers.setdefault(f"{stacked.group(1)}/layers/{stacked.group(3)}", {})[int(stacked.group(2))] = value
+        else:
+            flat[leaf] = np.ascontiguousarray(value)
+    for leaf, by_layer in layers.items():
+        flat[leaf] = np.stack([by_layer[i] for i in range(len(by_layer))])
+    return flat
+
+
+def save_transformers(state: dict, folder: Path) -> Path:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous() for k, v in state.items()}, folder / "model.safetensors")
+    return folder
+
+
+def clip_text_reference(seed: int = 5):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.CLIPTextConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, max_position_embeddings=12, eos_token_id=2)
+    return perturbed(transformers.CLIPTextModel(config), seed)
+
+
+def llava_reference(seed: int = 6, bias: bool = False):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    vision = transformers.CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                           image_size=16, patch_size=8)
+    text = transformers.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                    num_attention_heads=2, num_key_value_heads=1, attention_bias=bias, mlp_bias=bias)
+    config = transformers.LlavaConfig(vision_config=vision, text_config=text, image_token_index=39, pad_token_id=38)
+    return perturbed(transformers.LlavaForConditionalGeneration(config), seed)
+
+
+@register_spec_fixture("encoders/clip_text")
+def clip_text_cases(tmp_path: Path) -> list[SpecCase]:
+    state = clip_text_reference().state_dict()  # transformers 5 names; the Hub's files carry `text_model.`
+    expected = expected_encoder_tree(state, {"": "text_model"})
+    legacy = {f"text_model.{k}": v for k, v in state.items()}
+    return [
+        SpecCase("transformers5", save_transformers(state, tmp_path / "t5" / "text_encoder_2").parent, expected),
+        SpecCase("transformers4", save_transformers(legacy, tmp_path / "t4" / "text_encoder_2").parent, expected),
+    ]
+
+
+def llava_legacy_names(state: dict) -> dict:
+    """transformers 5 Llava names -> the transformers 4 names the Hub's checkpoints carry."""
+    renames = (("model.vision_tower.", "vision_tower.vision_model."), ("model.multi_modal_projector.", "multi_modal_projector."),
+               ("model.language_model.", "language_model.model."), ("lm_head.", "language_model.lm_head."))
+    out = {}
+    for key, value in state.items():
+        old, new = next((o, n) for o, n in renames if key.startswith(o))
+        out[new + key[len(old):]] = value
+    return out
+
+
+@register_spec_fixture("encoders/llava")
+def llava_cases(tmp_path: Path) -> list[SpecCase]:
+    prefixes = {"model.vision_tower.": "vision_tower/vision_model", "model.multi_modal_projector.": "multi_modal_projector",
+                "model.language_model.": "language_model"}
+    state, biased = llava_reference().state_dict(), llava_reference(bias=True).state_dict()  # biased: optional rule fires
+    return [
+        SpecCase("transformers5", save_transformers(state, tmp_path / "t5" / "text_encoder").parent,
+                 expected_encoder_tree(state, prefixes, ignore=("lm_head.weight",))),
+        SpecCase("transformers4-biased", save_transformers(llava_legacy_names(biased), tmp_path / "t4" / "text_encoder").parent,
+                 expected_encoder_tree(biased, prefixes, ignore=("lm_head.weight",))),
+    ]
