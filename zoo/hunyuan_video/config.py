@@ -9,9 +9,10 @@ from typing import Any, Mapping
 IMAGE_CONDITION_TYPES = (None, "latent_concat", "token_replace")
 
 
-def _pick(cls, hf: Mapping[str, Any]) -> dict[str, Any]:
+def _pick(cls, hf: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Keep the config.json entries `cls` declares (diffusers' `_class_name`, `_diffusers_version` go)."""
     names = {f.name for f in dataclasses.fields(cls)}
+    hf = {(renames or {}).get(k, k): v for k, v in hf.items()}
     return {k: tuple(v) if isinstance(v, list) else v for k, v in hf.items() if k in names}
 
 
@@ -149,5 +150,6 @@ class VAEConfig:
 
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "VAEConfig":
-        """Build from a diffusers `vae/config.json` dict (the official `vae/config.json` uses the same names)."""
-        return cls(**_pick(cls, hf))
+        """Build from a diffusers `vae/config.json` dict, or the official one (hyvideo's `AutoencoderKLCausal3D`:
+        `time_compression_ratio`, the other sizes under diffusers' names)."""
+        return cls(**_pick(cls, hf, {"time_compression_ratio": "temporal_compression_ratio"}))
