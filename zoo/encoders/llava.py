@@ -1,0 +1,132 @@
+"""Llava (transformers `LlavaForConditionalGeneration`) as a text tower that also sees an image:
+HunyuanVideo-I2V's `text_encoder` (xtuner/llava-llama-3-8b-v1_1-transformers).
+
+The CLIP vision tower's `hidden_states[vision_feature_layer]` (-2), without its class token
+(`vision_feature_select_strategy="default"`), goes through the two-layer projector and replaces the
+embeddings of the image placeholder tokens (transformers' `masked_scatter`, row by row); the Llama
+decoder then runs on the merged embeddings and every hidden state is returned.
+
+The decoder layers are `vidax.zoo.encoders.decoder`'s; `LanguageModel` repeats `DecoderTextModel`'s
+few lines of orchestration because that module embeds token ids itself and takes no embeddings.
+Parameter paths mirror transformers 5 (`vision_tower/vision_model/...`, `multi_modal_projector/linear_1`,
+`language_model/layers/...`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vidax.zoo.encoders.clip import CLIPVisionModelWithProjection, clip_vision_config
+from vidax.zoo.encoders.common import ENCODER_SHARDING_RULES, Embed, TextOutput, activation, scanned
+from vidax.zoo.encoders.decoder import DecoderConfig, DecoderLayer, rope_tables
+from vidax.zoo.encoders.vision import VisionConfig
+from vidax.zoo.layers import Dense, RMSNorm
+
+SHARDING_RULES = ENCODER_SHARDING_RULES
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LlavaConfig:
+    """Follows transformers `LlavaConfig` (its `vision_config` and `text_config` as our configs)."""
+
+    vision: VisionConfig
+    text: DecoderConfig
+    image_token_id: int
+    pad_token_id: int | None = None
+    vision_feature_layer: int = -2
+    vision_feature_select_strategy: str = "default"
+    projector_hidden_act: str = "gelu"
+    multimodal_projector_bias: bool = True
+
+    def __post_init__(self):
+        if self.vision_feature_select_strategy not in ("default", "full"):
+            raise ValueError(f"Llava: vision_feature_select_strategy {self.vision_feature_select_strategy!r} "
+                             "is not supported ('default' or 'full')")
+        if not isinstance(self.vision_feature_layer, int):
+            raise ValueError("Llava: a list of vision_feature_layer is not supported (one layer)")
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "LlavaConfig":
+        """From a transformers `LlavaConfig` dict (`image_token_index` is the transformers 4 name)."""
+        image_token = hf.get("image_token_id", hf.get("image_token_index"))
+        return cls(vision=clip_vision_config(hf["vision_config"]), text=DecoderConfig.from_hf_config(hf["text_config"]),
+                   image_token_id=int(image_token), pad_token_id=hf.get("pad_token_id"),
+                   vision_feature_layer=hf.get("vision_feature_layer", -2),
+                   vision_feature_select_strategy=hf.get("vision_feature_select_strategy", "default"),
+                   projector_hidden_act=hf.get("projector_hidden_act", "gelu"),
+                   multimodal_projector_bias=hf.get("multimodal_projector_bias", True))
+
+
+class Projector(nn.Module):
+    """transformers `LlavaMultiModalProjector`: linear_1, activation, linear_2."""
+
+    config: LlavaConfig
+
+    @nn.compact
+    def __call__(self, x):
+        c = self.config
+        dim, bias = c.text.hidden_size, c.multimodal_projector_bias
+        h = activation(c.projector_hidden_act, "Llava projector")(Dense(dim, ("embed", "mlp"), bias, name="linear_1")(x))
+        return Dense(dim, ("mlp", "embed"), bias, name="linear_2")(h)
+
+
+def merge_image_features(embeds: jax.Array, input_ids: jax.Array, features: jax.Array, image_token_id: int) -> jax.Array:
+    """Image features `[B, N, D]` into the placeholder positions of `embeds` `[B, S, D]`, in order, row by
+    row (transformers' `masked_scatter` when every row holds N placeholders)."""
+    is_image = input_ids == image_token_id
+    index = jnp.clip(jnp.cumsum(is_image, axis=1) - 1, 0, features.shape[1] - 1)  # [B, S]
+    gathered = jnp.take_along_axis(features, index[..., None], axis=1)
+    return jnp.where(is_image[..., None], gathered.astype(embeds.dtype), embeds)
+
+
+class LanguageModel(nn.Module):
+    """transformers `LlamaModel` (`language_model/`): its `embed_tokens`, the image features merged into the
+    placeholder positions, then `DecoderTextModel`'s layers, RoPE and final norm on the merged embeddings."""
+
+    config: DecoderConfig
+    image_token_id: int
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, input_ids, attention_mask, features) -> TextOutput:
+        c = self.config
+        s = input_ids.shape[1]
+        embeds = Embed(c.vocab_size, c.hidden_size, name="embed_tokens")(input_ids).astype(self.dtype)
+        embeds = merge_image_features(embeds, input_ids, features, self.image_token_id)
+        mask = jnp.tril(jnp.ones((s, s), bool))[None, None] & attention_mask.astype(bool)[:, None, None, :]
+        cos, sin = (jnp.asarray(t) for t in rope_tables(s, c.dim_per_head, c.rope_theta, c.llama3_rope))
+        last, per_layer = scanned(DecoderLayer, c.num_hidden_layers, "layers", config=c)(embeds, mask, cos, sin)
+        last = RMSNorm(c.rms_norm_eps, name="norm")(last)
+        return TextOutput(last, jnp.concatenate([embeds[None], per_layer[:-1], last[None]], axis=0))
+
+
+class LlavaTextEncoder(nn.Module):
+    """The Llava tower as HunyuanVideo-I2V uses it.
+
+    `__call__(input_ids [B, S], attention_mask [B, S], pixel_values [B, 3, H, W])` returns the language
+    model's `TextOutput` (`hidden_states[i]` is transformers' `hidden_states[i]`); each row of
+    `input_ids` holds one image's worth of placeholder tokens (`image_token_id`).
+
+    Attributes:
+      config: the Llava config.
+      dtype: compute dtype.
+    """
+
+    config: LlavaConfig
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, input_ids, attention_mask, pixel_values) -> TextOutput:
+        c = self.config
+        vision = CLIPVisionModelWithProjection(c.vision, self.dtype, with_projection=False, name="vision_tower")
+        features = vision(pixel_values).hidden_states[c.vision_feature_layer]
+        if c.vision_feature_select_strategy == "default":
+            features = features[:, 1:]  # drop the class token
+        features = Projector(c, name="multi_modal_projector")(features)
+        lm = LanguageModel(c.text, c.image_token_id, self.dtype, name="language_model")
+        return lm(input_ids, attention_mask, features.astype(self.dtype))

@@ -1,0 +1,155 @@
+"""Configs of the HunyuanVideo 1.0 transformer and VAE, read field by field from diffusers' config.json."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+from typing import Any, Mapping
+
+IMAGE_CONDITION_TYPES = (None, "latent_concat", "token_replace")
+
+
+def _pick(cls, hf: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Keep the config.json entries `cls` declares (diffusers' `_class_name`, `_diffusers_version` go)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    hf = {(renames or {}).get(k, k): v for k, v in hf.items()}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in hf.items() if k in names}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    """Follows diffusers `HunyuanVideoTransformer3DModel`'s constructor arguments and defaults (the 13B T2V)."""
+
+    in_channels: int = 16
+    out_channels: int = 16
+    num_attention_heads: int = 24
+    attention_head_dim: int = 128
+    num_layers: int = 20
+    num_single_layers: int = 40
+    num_refiner_layers: int = 2
+    mlp_ratio: float = 4.0
+    patch_size: int = 2
+    patch_size_t: int = 1
+    qk_norm: str = "rms_norm"
+    guidance_embeds: bool = True
+    text_embed_dim: int = 4096
+    pooled_projection_dim: int = 768
+    rope_theta: float = 256.0
+    rope_axes_dim: tuple[int, int, int] = (16, 56, 56)
+    image_condition_type: str | None = None
+
+    def __post_init__(self):
+        where = "HunyuanVideo transformer"
+        if self.qk_norm != "rms_norm":
+            raise ValueError(f"{where}: qk_norm {self.qk_norm!r} is not supported (only 'rms_norm')")
+        if sum(self.rope_axes_dim) != self.attention_head_dim:
+            raise ValueError(f"{where}: rope_axes_dim {self.rope_axes_dim} must sum to attention_head_dim "
+                             f"{self.attention_head_dim}")
+        if self.image_condition_type not in IMAGE_CONDITION_TYPES:
+            raise ValueError(f"{where}: image_condition_type {self.image_condition_type!r} is not one of "
+                             f"{IMAGE_CONDITION_TYPES}")
+        if self.mlp_ratio != 4.0:
+            # The token refiner hard-codes 4 (diffusers `HunyuanVideoTokenRefiner`), and the official
+            # single-block `linear1` [3D + 4D, D] is read as 7 equal parts (conversion_specs/hunyuan_video).
+            raise ValueError(f"{where}: mlp_ratio {self.mlp_ratio} is not supported (the released models use 4)")
+
+    @cached_property
+    def inner_dim(self) -> int:
+        return self.num_attention_heads * self.attention_head_dim
+
+    @cached_property
+    def mlp_dim(self) -> int:
+        return int(self.inner_dim * self.mlp_ratio)
+
+    @cached_property
+    def mlp_chunks(self) -> int:
+        """The single blocks' MLP is kept as this many column blocks of width `inner_dim` (see transformer.py)."""
+        return int(self.mlp_ratio)
+
+    @cached_property
+    def token_replace(self) -> bool:
+        return self.image_condition_type == "token_replace"
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
+        """Build from a diffusers `transformer/config.json` dict."""
+        return cls(**_pick(cls, hf))
+
+    @classmethod
+    def from_param_shapes(cls, shapes: Mapping[str, tuple[int, ...]], **fixed: Any) -> "TransformerConfig":
+        """Sizes read off a converted tree (the official checkpoint ships no config.json: its sizes are
+        hyvideo's `HUNYUAN_VIDEO_CONFIG["HYVideo-T/2-cfgdistill"]`, code, not data).
+
+        RoPE axes/theta and the image-condition type are not visible in shapes: they keep the
+        shipped defaults unless `fixed` says otherwise (I2V: `image_condition_type="token_replace"`).
+        """
+        pt, p, _, in_channels, inner = shapes["x_embedder/proj/kernel"]
+        head_dim = shapes["blocks/attn/norm_q/scale"][-1]
+        refiners = {k.split("/")[2] for k in shapes if k.startswith("context_embedder/token_refiner/refiner_blocks_")}
+        sizes = dict(
+            in_channels=in_channels,
+            out_channels=shapes["proj_out/kernel"][1] // (pt * p * p),
+            num_attention_heads=inner // head_dim,
+            attention_head_dim=head_dim,
+            num_layers=shapes["blocks/attn/norm_q/scale"][0],
+            num_single_layers=shapes["single_blocks/attn/norm_q/scale"][0],
+            num_refiner_layers=len(refiners),
+            patch_size=p,
+            patch_size_t=pt,
+            guidance_embeds="time_text_embed/guidance_embedder/linear_1/kernel" in shapes,
+            text_embed_dim=shapes["context_embedder/proj_in/kernel"][0],
+            pooled_projection_dim=shapes["time_text_embed/text_embedder/linear_1/kernel"][0],
+        )
+        return cls(**{**sizes, **fixed})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VAEConfig:
+    """Follows diffusers `AutoencoderKLHunyuanVideo`'s constructor arguments and defaults."""
+
+    in_channels: int = 3
+    out_channels: int = 3
+    latent_channels: int = 16
+    block_out_channels: tuple[int, ...] = (128, 256, 512, 512)
+    layers_per_block: int = 2
+    act_fn: str = "silu"
+    norm_num_groups: int = 32
+    scaling_factor: float = 0.476986
+    spatial_compression_ratio: int = 8
+    temporal_compression_ratio: int = 4
+    mid_block_add_attention: bool = True
+    # Tiling as diffusers' `AutoencoderKLHunyuanVideo.__init__` sets it (pixels and frames); spatial tiles
+    # are used after `enable_tiling()`, temporal tiles always (`use_framewise_decoding/encoding` default on).
+    tile_sample_min_size: int = 256
+    tile_sample_stride: int = 192
+    tile_sample_min_num_frames: int = 16
+    tile_sample_stride_num_frames: int = 12
+
+    def __post_init__(self):
+        if self.temporal_compression_ratio != 4:
+            raise ValueError(f"HunyuanVideo VAE: temporal_compression_ratio {self.temporal_compression_ratio} "
+                             "is not supported (diffusers' decoder takes only 4)")
+        if self.act_fn != "silu":
+            raise ValueError(f"HunyuanVideo VAE: act_fn {self.act_fn!r} is not supported (only 'silu')")
+
+    @cached_property
+    def tile_latent_min_size(self) -> int:
+        return self.tile_sample_min_size // self.spatial_compression_ratio
+
+    @cached_property
+    def tile_latent_stride(self) -> int:
+        return self.tile_sample_stride // self.spatial_compression_ratio
+
+    @cached_property
+    def tile_latent_min_num_frames(self) -> int:
+        return self.tile_sample_min_num_frames // self.temporal_compression_ratio
+
+    @cached_property
+    def tile_latent_stride_num_frames(self) -> int:
+        return self.tile_sample_stride_num_frames // self.temporal_compression_ratio
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "VAEConfig":
+        """Build from a diffusers `vae/config.json` dict, or the official one (hyvideo's `AutoencoderKLCausal3D`:
+        `time_compression_ratio`, the other sizes under diffusers' names)."""
+        return cls(**_pick(cls, hf, {"time_compression_ratio": "temporal_compression_ratio"}))
