@@ -173,13 +173,24 @@ def plan(spec: Spec, layout: Layout, ckpt: Checkpoint, expected: Mapping[str, tu
         if leaf:
             # "keep" (None) means the source's own dtype
             policy = spec.dtype.for_leaf(path, default)
-            leaf.dtype = ckpt.info(pieces[0].key).dtype if policy is None else policy
+            source_dtype = ckpt.info(pieces[0].key).dtype
+            leaf.dtype = source_dtype if policy is None else policy
+            if _is_fp8(source_dtype) and not _is_fp8(leaf.dtype):
+                # an fp8 checkpoint's values are meaningful only with its per-tensor scales (e.g.
+                # HunyuanVideo's `*_fp8_map.pt`); a plain cast would silently produce wrong weights
+                problems.append(f"{pieces[0].key!r} is float8 ({source_dtype}): fp8 checkpoints need their scales, "
+                                "which specs do not apply; convert the bf16/fp32 release instead")
+                continue
             leaves.append(leaf)
     problems += _layer_count_problems(leaves)
     problems += _expected_problems(leaves, expected if expected is not None else spec.shapes)
     if problems:
         raise AccountingError(problems)
     return leaves
+
+
+def _is_fp8(dtype: np.dtype) -> bool:
+    return np.dtype(dtype).name.startswith("float8")
 
 
 def _layer_count_problems(leaves: list[LeafPlan]) -> list[str]:

@@ -40,15 +40,26 @@ def abstract_param_count(module, *example_inputs) -> int:
     return int(sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes)))
 
 
-def dit_sizes(param_shapes: dict[str, tuple[int, ...]], *, dim: int, ffn_dim: int, heads: int, text_dim: int = 0) -> DiTSizes:
-    """DiTSizes from a model's flat param shapes (`{"blocks/...": (L, ...), ...}`, zoo/dit.py layout)."""
-    block_shapes = [shape for path, shape in param_shapes.items() if path.startswith("blocks/")]
-    if not block_shapes:
-        raise ValueError("no stacked block parameters (paths under blocks/)")
-    depth = block_shapes[0][0]
+def dit_sizes(param_shapes: dict[str, tuple[int, ...]], *, dim: int, ffn_dim: int, heads: int, text_dim: int = 0,
+              groups: tuple[str, ...] = ("blocks",)) -> DiTSizes:
+    """DiTSizes from a model's flat param shapes (`{"blocks/...": (L, ...), ...}`, zoo/dit.py layout).
+
+    `groups` are the stacked block groups (HunyuanVideo 1.0: `blocks`, `single_blocks`): depth counts
+    the blocks of all of them, and `block_params` is the largest group's block (what an offload chunk
+    of that group holds, so the prediction does not undercount).
+    """
     count = lambda shapes: sum(math.prod(shape) for shape in shapes)  # noqa: E731
-    others = [shape for path, shape in param_shapes.items() if not path.startswith("blocks/")]
-    return DiTSizes(depth, dim, ffn_dim, heads, count(block_shapes) // depth, count(others), text_dim)
+    depth, largest, stacked = 0, 0, set()
+    for group in groups:
+        paths = [path for path in param_shapes if path.startswith(f"{group}/")]
+        if not paths:
+            raise ValueError(f"no stacked block parameters (paths under {group}/)")
+        layers = param_shapes[paths[0]][0]
+        depth += layers
+        largest = max(largest, count(param_shapes[p] for p in paths) // layers)
+        stacked.update(paths)
+    others = [shape for path, shape in param_shapes.items() if path not in stacked]
+    return DiTSizes(depth, dim, ffn_dim, heads, largest, count(others), text_dim)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -206,3 +206,28 @@ def test_leaves_above_the_large_threshold(tmp_path):
     tree = convert(parse_spec(text, "t"), tmp_path / "m", dtype="bfloat16")
     assert tree["w"].flags.writeable and tree["w"].flags.c_contiguous
     np.testing.assert_array_equal(tree["w"], weight.T.astype(ml_dtypes.bfloat16))
+
+
+FP8_SPEC = r"""
+[dtype]
+default = "bfloat16"
+
+[layouts.t]
+files = ["*.safetensors"]
+signature = ['w']
+
+[[layouts.t.rules]]
+match = 'w'
+target = "w/kernel"
+op = "linear"
+"""
+
+
+def test_fp8_weights_without_their_scales_are_refused(tmp_path):
+    """A float8 checkpoint cast to bf16 without its per-tensor scales would load wrong weights silently."""
+    weight = np.ones((4, 2), np.float32).astype(ml_dtypes.float8_e4m3fn)
+    save_file({"w": weight}, tmp_path / "model.safetensors")
+    with pytest.raises(AccountingError, match="float8.*need their scales"):
+        convert(parse_spec(FP8_SPEC, "fp8"), tmp_path)
+    kept = convert(parse_spec(FP8_SPEC, "fp8"), tmp_path, dtype="keep")  # kept as float8, nothing is lost
+    assert kept["w/kernel"].dtype == ml_dtypes.float8_e4m3fn
