@@ -53,6 +53,7 @@ def render(results: dict) -> str:
         lines.append(f"- calibration: bf16 {cal['n']}^3 matmul through jnp.dot: {cal['tflops']:.1f} TFLOP/s{share}")
     lines.append(f"- run: {results.get('elapsed_s', 0):.0f} s of a {meta.get('budget_s', 0):.0f} s budget")
     lines += _dit_table(results.get("dit", {}), peak)
+    lines += _breakdown_table(results.get("dit", {}), results.get("attention", {}), peak)
     lines += _compile_table(results.get("compile", {}))
     lines += _attention_table(results.get("attention", {}), peak)
     lines += _offload_table(results.get("offload"))
@@ -96,14 +97,38 @@ def _dit_table(dits: dict, peak: float | None) -> list[str]:
     return lines
 
 
+def _breakdown_table(dits: dict, attention: dict, peak: float | None) -> list[str]:
+    """A vidax block's time split into its self-attention (timed alone, same shapes) and the rest."""
+    rows = []
+    for key, entry in dits.items():
+        fig = dit_figures(entry, "vidax", peak)
+        att = attention.get(key, {})
+        timed = [(name, row) for name, row in (att.get("vidax") or {}).get("rows", {}).items()
+                 if name.startswith("vidax entry point") and "median" in row]
+        if fig is None or not timed:
+            continue
+        name, row = timed[0]
+        att_s, att_flops = row["median"], att["flops"]
+        rest_s, rest_flops = fig["per_block"] - att_s, entry["flops"]["block"] - att_flops
+        rest = f"{rest_flops / rest_s / 1e12:.1f}" if rest_s > 0 else "-"
+        rows.append(f"| {entry['case']['label']} | {fig['per_block'] * 1e3:.1f} | {att_s * 1e3:.1f} "
+                    f"({name.split('(')[-1].rstrip(')')}) | {att_s / fig['per_block']:.0%} "
+                    f"| {att_flops / att_s / 1e12:.1f} | {rest_s * 1e3:.1f} | {rest} |")
+    if not rows:
+        return []
+    return ["", "## Where a vidax block's time goes (self-attention timed alone at the same shapes)", "",
+            "| case | block ms | attention ms (kernel) | attention share | attention TFLOP/s | rest ms "
+            "| rest TFLOP/s (projections, FFN, norms) |", "|---|---|---|---|---|---|---|"] + rows
+
+
 def _compile_table(compile_: dict) -> list[str]:
     if not compile_:
         return []
     lines = ["", f"## Compile: {compile_.get('label', '')} forward (one block body under lax.scan)", "",
              "| run | trace + lower s | compile s | persistent cache |", "|---|---|---|---|"]
-    names = {"cold": "this process, empty cache (first compile)",
-             "warm": "fresh process, same cache folder",
-             "cold_process": "fresh process, empty cache folder"}
+    names = {"cold": "this process, empty cache (its first compile)",
+             "cold_process": "fresh process, empty cache folder",
+             "warm": "fresh process, the cache folder filled above"}
     for key, name in names.items():
         row = compile_.get(key)
         if row is None:
@@ -166,7 +191,8 @@ def _vae_table(vaes: dict) -> list[str]:
     if not vaes:
         return []
     lines = ["", "## VAE decode, fp32 weights (as shipped), one video", "",
-             "| case | frames | side | first call s (incl. compile) | s / decode | ms / frame | peak GB | vs diffusers |",
+             "| case | frames | side | first call s (incl. compile) | s / decode | ms / frame | peak GB "
+             "| vs diffusers |",
              "|---|---|---|---|---|---|---|---|"]
     for entry in vaes.values():
         case = entry["case"]

@@ -122,8 +122,8 @@ class Run:
         self.out = Path(args.out)
         self.json_path = Path(args.json) if args.json else self.out.with_suffix(".json")
         self.artifacts = Path(args.artifacts) if args.artifacts else None
-        self.results: dict = {"meta": {"profile": args.profile, "budget_s": args.budget,
-                                       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")},
+        date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        self.results: dict = {"meta": {"profile": args.profile, "budget_s": args.budget, "date": date},
                               "skipped": self.budget.skipped, "errors": [], "timeline": []}
         self.harnesses: dict = {}
         self.worker: TorchWorker | None = None
@@ -148,7 +148,7 @@ class Run:
             fn()
         except Exception as err:  # noqa: BLE001
             traceback.print_exc()
-            self.results["errors"].append(f"{name}: {type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}")
+            self.results["errors"].append(f"{name}: {_one_line(err)}")
         self.results["timeline"].append([name, round(time.time() - started, 1), round(_cpu_seconds() - cpu, 1)])
         self.save()
 
@@ -176,12 +176,15 @@ class Run:
             entry["vidax"] = vidax_side.dit(harness, self.profile.repeats, self.budget.deadline, artifacts)
         except Exception as err:  # noqa: BLE001 - the diffusers side still runs
             traceback.print_exc()
-            entry["vidax"] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"}
+            entry["vidax"] = {"error": _one_line(err)}
         ok = "error" not in entry["vidax"]
         if ok and case.key == self.profile.dits[0].key:  # the first compile of the run: a cold one
             self.results["compile"] = {"label": case.label, "key": case.key, "cold": harness.compile_s[True]}
             if self.artifacts is not None:
-                entry["vidax"]["profile"] = vidax_side.profile_trace(harness, self.artifacts)
+                try:
+                    entry["vidax"]["profile"] = vidax_side.profile_trace(harness, self.artifacts)
+                except Exception as err:  # noqa: BLE001 - a profiler that cannot start costs the trace only
+                    entry["vidax"]["profile"] = {"error": f"{type(err).__name__}: {err}"[:300]}
         if ok and case.key == self.profile.offload:
             self.harnesses[case.key] = harness  # its blocks are streamed later
         del harness
@@ -202,6 +205,14 @@ class Run:
                 compile_[row] = json.loads(done.stdout.strip().splitlines()[-1])
         except subprocess.TimeoutExpired:
             compile_[row] = {"error": "probe timed out"}
+
+    def compile_warm(self) -> None:
+        """A fresh process compiles the first DiT case again from the run's cache folder; where this
+        process has not compiled it (`--only compile`), a first fresh process fills the folder."""
+        cache = self.results["meta"]["cache_dir"]
+        if "cold" not in self.results.get("compile", {}):
+            self.compile_probe("cold_process", cache)
+        self.compile_probe("warm", cache)
 
     def attention(self) -> None:
         from bench.accelerator import vidax_side
@@ -249,11 +260,11 @@ class Run:
     def __call__(self) -> int:
         args, meta = self.args, self.results["meta"]
         wanted = set(args.only.split(",")) if args.only else set(SECTIONS)
-        torch_device = _torch_device(args)
-        if torch_device != "none":
-            self.worker = TorchWorker(args.profile, torch_device)
-        from bench.accelerator import vidax_side
+        if args.torch_device != "none":  # torch is never imported here: one CUDA framework per process
+            self.worker = TorchWorker(args.profile, args.torch_device)
         from vidax.zoo.runtime import configure_compile_cache
+
+        from bench.accelerator import vidax_side
 
         meta["cache_dir"] = str(configure_compile_cache(True, args.cache_dir, min_compile_secs=0))
         meta.update(vidax_side.device_info(args.peak_tflops))
@@ -272,8 +283,7 @@ class Run:
             for case in low:
                 self.part(f"dit {case.key}", "dit", lambda case=case: self.dit(case))
         if "compile" in wanted:
-            self.part("compile warm", "compile_warm",
-                      lambda: self.compile_probe("warm", self.results["meta"]["cache_dir"]))
+            self.part("compile warm", "compile_warm", self.compile_warm)
         if "dit" in wanted:
             for case in high:
                 self.part(f"dit {case.key}", "dit", lambda case=case: self.dit(case))
@@ -284,7 +294,7 @@ class Run:
         if "vae" in wanted:
             for case in self.profile.vaes:
                 self.part(f"vae {case.key}", "vae", lambda case=case: self.vae(case))
-        if "compile" in wanted and self.profile.cold_process_compile:
+        if "compile" in wanted and self.profile.cold_process_compile and "cold_process" not in self.results["compile"]:
             fresh = tempfile.mkdtemp(prefix="vidax-cold-cache-")
             self.part("compile cold process", "compile_cold", lambda: self.compile_probe("cold_process", fresh))
         if self.worker is not None:
@@ -292,6 +302,11 @@ class Run:
         self.save()
         print(self.out.read_text(), flush=True)
         return 0
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).splitlines()
+    return f"{type(err).__name__}: {text[0][:300] if text else ''}"
 
 
 def _cpu_seconds() -> float:
@@ -306,19 +321,6 @@ def _public(case) -> dict:
     return {k: v for k, v in dataclasses.asdict(case).items() if k != "config"}
 
 
-def _torch_device(args: argparse.Namespace) -> str:
-    """`cuda` where torch sees a GPU; `cpu` only for the toy shapes; else no diffusers side."""
-    if args.torch_device != "auto":
-        return args.torch_device
-    try:
-        import torch
-    except ImportError:
-        return "none"
-    if torch.cuda.is_available():
-        return "cuda"
-    return "cpu" if args.profile == "toy" else "none"
-
-
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.accelerator", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="real", choices=sorted(cases.PROFILES),
@@ -327,10 +329,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", default=".bench/accelerator.md", help="the Markdown table")
     parser.add_argument("--json", default=None, help="all figures as JSON (default: --out with .json)")
     parser.add_argument("--artifacts", default=None, help="folder for HLO text and a jax.profiler trace")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="the chip's dense bf16 peak (overrides the table)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the chip's dense bf16 peak (overrides the table by device kind)")
     parser.add_argument("--cache-dir", default=None, help="persistent compile cache (default: a fresh temp folder)")
     parser.add_argument("--only", default=None, help=f"comma-separated sections of {','.join(SECTIONS)}")
-    parser.add_argument("--torch-device", default="auto", help="auto | cuda | cpu | none (the diffusers side)")
+    parser.add_argument("--torch-device", default="auto",
+                        help="the diffusers side: auto (cuda where torch sees one, else cpu for toy shapes), "
+                             "cuda, cpu or none")
     args = parser.parse_args(argv)
     if args.cache_dir is None:
         args.cache_dir = tempfile.mkdtemp(prefix="vidax-bench-cache-")  # empty: the first compile is cold

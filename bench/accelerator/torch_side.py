@@ -59,8 +59,13 @@ class Side:
     # --- DiT -------------------------------------------------------------------------------------
 
     def dit(self, case: cases.DitCase, repeats: int, deadline: float) -> dict:
-        torch = self.torch
         self.reset_peak()
+        result = self._dit(case, repeats, deadline)  # its model and inputs go when it returns
+        self.reset_peak()
+        return result
+
+    def _dit(self, case: cases.DitCase, repeats: int, deadline: float) -> dict:
+        torch = self.torch
         model = self._dit_model(case)
         inputs = self._dit_inputs(case)
         blocks_attr = "blocks" if case.family == "wan" else "transformer_blocks"
@@ -75,8 +80,6 @@ class Side:
         peak = self.peak_bytes()
         setattr(model, blocks_attr, torch.nn.ModuleList())  # embed + head alone
         outside = time_calls(run, self.sync, repeats, deadline=deadline)
-        del model, inputs, blocks
-        self.reset_peak()
         return {"full": full, "outside": outside, "peak_bytes": peak, "block_weight_bytes": block_bytes,
                 "attention_backend": "diffusers native (torch SDPA)"}
 
@@ -147,7 +150,7 @@ class Side:
                 mask = (valid[None, :] & valid[:, None])[None, None].expand(case.batch, 1, n, n)
                 rows["torch SDPA + SxS mask (diffusers)"] = lambda: F.scaled_dot_product_attention(q, k, v, mask)
             else:
-                rows["torch SDPA + SxS mask (diffusers)"] = f"not run: the [B,1,S,S] mask alone is {mask_bytes / 1e9:.0f} GB"
+                rows["torch SDPA + SxS mask (diffusers)"] = f"not run: its [B,1,S,S] mask is {mask_bytes / 1e9:.0f} GB"
             cut = slice(0, case.valid)
             rows["torch SDPA on the valid prefix"] = lambda: F.scaled_dot_product_attention(q[:, :, cut], k[:, :, cut],
                                                                                           v[:, :, cut])
@@ -166,8 +169,13 @@ class Side:
     # --- VAE -------------------------------------------------------------------------------------
 
     def vae(self, case: cases.VaeCase, repeats: int, deadline: float) -> dict:
-        torch = self.torch
         self.reset_peak()
+        result = self._vae(case, repeats, deadline)
+        self.reset_peak()
+        return result
+
+    def _vae(self, case: cases.VaeCase, repeats: int, deadline: float) -> dict:
+        torch = self.torch
         config = {k: list(v) if isinstance(v, tuple) else v for k, v in case.config.items()}  # diffusers adds lists
         tile = config.pop("tile_sample_min_size", None)
         if case.family == "wan":
@@ -189,10 +197,7 @@ class Side:
                 return vae.decode(latents).sample
 
         timing = time_calls(run, self.sync, min(repeats, 2), cap_s=15.0, deadline=deadline)
-        peak = self.peak_bytes()
-        del vae
-        self.reset_peak()
-        return {"decode": timing, "peak_bytes": peak}
+        return {"decode": timing, "peak_bytes": self.peak_bytes()}
 
 
 def _one_line(err: BaseException) -> str:
@@ -229,13 +234,26 @@ def info(side: Side) -> dict:
     return out
 
 
+def pick_device(device: str, profile: str) -> str:
+    """`cuda` where torch sees a GPU; `cpu` only for the toy shapes (real ones would take hours)."""
+    import torch
+
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    if profile == "toy":
+        return "cpu"
+    raise RuntimeError(f"torch {torch.__version__} sees no CUDA device: the diffusers side needs one at real shapes")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="real", choices=sorted(cases.PROFILES))
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="auto", help="auto: cuda where torch sees a GPU, else cpu for toy shapes")
     args = parser.parse_args(argv)
     try:
-        side = Side(cases.profile(args.profile), args.device)
+        side = Side(cases.profile(args.profile), pick_device(args.device, args.profile))
         hello = info(side)
     except Exception as err:  # noqa: BLE001 - the runner shows why the comparison side is missing
         hello = {"error": _one_line(err)}
