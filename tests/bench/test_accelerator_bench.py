@@ -2,7 +2,7 @@
 
 One run of `python -m bench.accelerator --profile toy` in a fresh process (one CPU device, the
 diffusers side on CPU) drives every part through the code the GPU run uses; the tests read its
-JSON and table. The FLOPs it divides by are checked against XLA's own count of a compiled forward.
+JSON and table. The FLOPs it divides by are checked against XLA's own count of the same forward.
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ def test_real_shapes():
 
 
 def test_counted_flops_match_xla_cost_analysis():
-    """Matmul and attention FLOPs from the shapes vs XLA's count of the compiled one-block forward
-    (which adds the few elementwise FLOPs, so it is a little larger), at sizes where matmuls dominate."""
+    """Matmul and attention FLOPs from the shapes vs XLA's count of the one-block forward (which adds
+    the elementwise FLOPs, so it is a little larger), at sizes where matmuls dominate."""
     import jax
     from flax.traverse_util import unflatten_dict
 
@@ -113,13 +113,9 @@ def test_counted_flops_match_xla_cost_analysis():
         layout = vidax_side.param_dtypes(model, spec)
         params = unflatten_dict({p: jax.ShapeDtypeStruct(s, d) for p, (s, d) in layout.items()}, sep="/")
         lowered = vidax_side.dit_forward.lower(model, True, params, *vidax_side.abstract_inputs(case))
-        cost = lowered.compile().cost_analysis()
+        cost = lowered.cost_analysis()  # of the program as traced: no compile, nothing optimised away
         xla = (cost[0] if isinstance(cost, list) else cost)["flops"]
         counted = cases.dit_flops(case)["step"]
-        if case.family == "hv15":  # the last block's text feed-forward and out-projection feed nothing: XLA drops them
-            b, t = case.batch, case.text_tokens
-            d = case.config["num_attention_heads"] * case.config["attention_head_dim"]
-            counted -= 2 * cases.matmul(b * t, 4 * d, d) + cases.matmul(b * t, d, d)
         assert counted <= xla <= 1.1 * counted, (case.family, counted, xla)
 
 
