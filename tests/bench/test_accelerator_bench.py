@@ -136,3 +136,15 @@ def test_step_is_scaled_from_the_block_difference():
     assert fig["per_block"] == pytest.approx(0.4) and fig["step"] == pytest.approx(16.2)
     assert fig["tflops"] == pytest.approx(8e15 / 16.2 / 1e12) and fig["mfu"] == pytest.approx(fig["tflops"] / 1000)
     assert fig["full_gb"] == pytest.approx(3 + 38)
+
+
+def test_block_time_is_split_into_attention_and_the_rest():
+    dit = {"case": {"label": "Wan", "run_depth": 2, "depth": 40, "tokens": 10, "text_tokens": 2},
+           "flops": {"step": 8e15, "block": 2e14},
+           "vidax": {"full": {"median": 1.0}, "outside": {"median": 0.2}, "plan_bytes": 3e9,
+                     "block_weight_bytes": 1e9, "attention_kernel": "cudnn", "fmha_calls": 2}}
+    attention = {"case": {"label": "Wan self-attn", "batch": 2, "tokens": 10, "heads": 1, "head_dim": 8},
+                 "flops": 1e14, "vidax": {"chosen": "cudnn", "rows": {"vidax entry point (cudnn)": {"median": 0.25}}}}
+    table = report.render({"meta": {"peak_tflops": 1000.0}, "dit": {"wan": dit}, "attention": {"wan": attention}})
+    # block 400 ms: attention 250 ms (62%, 400 TFLOP/s), the rest 150 ms doing 1e14 FLOPs (667 TFLOP/s)
+    assert "| Wan | 400.0 | 250.0 (cudnn) | 62% | 400.0 | 150.0 | 666.7 |" in table
