@@ -1,0 +1,9 @@
+"""One prepared accelerator benchmark: vidax beside diffusers + PyTorch SDPA on the same device.
+
+    python -m bench.accelerator                       # real shapes, on a GPU/TPU host (about 5.5 min)
+    python -m bench.accelerator --profile toy         # the same code path at toy sizes, on any CPU
+    bash scripts/bench_accelerator.sh                 # the wrapper: wheels, time limit, table to a file
+
+Modules: `cases` (shapes, FLOPs, chip peaks), `vidax_side` (JAX), `torch_side` (the diffusers
+worker process), `timing` (protocol and budget), `report` (the Markdown table), `run` (the order).
+"""
