@@ -53,3 +53,29 @@ def test_nothing_fits_is_one_clear_error(tiny, monkeypatch):
     monkeypatch.setattr("vidax.zoo.planner.device_memory_bytes", lambda: (1, 1024))
     with pytest.raises(PipelineError, match=r"needs about .* GiB per device.*see --plan"):
         choose_layout(pipeline, options)
+
+
+def test_plan_works_offline_for_every_registered_model(tmp_path, monkeypatch):
+    """`vidax-gen MODEL --plan` before any download: an empty Hugging Face cache, the Hub offline; the
+    sizes come from the registry's `config` tables (the shipped config.json entries)."""
+    from vidax.zoo.registry import registered_models
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    names = sorted(registered_models())
+    assert len(names) >= 10
+    for name in names:
+        result = CliRunner().invoke(app, [name, "--plan", "--devices", "4", "--device-memory", "30.75"])
+        assert result.exit_code == 0, f"{name}: {result.output}"
+        assert "choice: " in result.output or "nothing fits" in result.output, f"{name}: {result.output}"
+
+
+@pytest.mark.parametrize("sampler, cls", [("euler", "FlowEuler"), ("unipc", "UniPC"), ("dpm++", "DPMSolverPP")])
+def test_sampler_flag_picks_the_stepper(tiny, sampler, cls):
+    """`--sampler` replaces the folder's scheduler class and keeps the shift; unknown names list the valid ones."""
+    pipeline, options = tiny
+    s = pipeline.resolve_settings(dataclasses.replace(options, sampler=sampler))
+    stepper = pipeline.stepper(s, pipeline.latent_shape(s))
+    assert type(stepper).__name__ == cls and stepper.num_steps == s.steps
+    with pytest.raises(PipelineError, match=r"unknown sampler 'ddim'.*euler, unipc, dpm\+\+"):
+        pipeline.resolve_settings(dataclasses.replace(options, sampler="ddim"))

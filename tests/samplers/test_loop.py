@@ -129,3 +129,21 @@ def test_state_is_donated_between_steps_and_the_callers_arrays_survive():
     state = jax.tree.map(lambda x: jnp.array(x, copy=True), stepper.init(latents))
     jitted_step(stepper, state, jnp.zeros(SHAPE), jnp.int32(0))
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves(state))
+
+
+@pytest.mark.parametrize("kind", ["ancestral", "cogvideox-dpm"])
+def test_host_drawn_step_noise_replaces_the_key(kind):
+    """Pipelines draw a stochastic sampler's per-step noise on the host from the run's seed
+    (`step_noise`): the trajectory is the stepper driven with exactly that noise, whatever the key."""
+    stepper = PAIRS[kind]()[0]
+    latents = jnp.asarray(np.random.default_rng(0).standard_normal(SHAPE), jnp.float32)
+    draws = {i: np.random.default_rng([7, 1, i]).standard_normal(SHAPE, dtype=np.float32) for i in range(8)}
+    asked = []
+    out = sample(_model, stepper, latents, step_noise=lambda i, shape: asked.append((i, shape)) or draws[i])
+    assert asked == [(i, SHAPE) for i in range(stepper.num_steps)]
+    state = stepper.init(latents, jax.random.key(123))
+    for i in range(stepper.num_steps):
+        state, _ = stepper.step(state, _model(state["latents"], i, 0.0), jnp.int32(i), jnp.asarray(draws[i]))
+    np.testing.assert_allclose(np.asarray(out), np.asarray(state["latents"]), rtol=1e-6, atol=1e-6)
+    other = sample(_model, stepper, latents, key=jax.random.key(123))  # a key's own noise differs
+    assert float(jnp.abs(other - out).max()) > 1e-3
