@@ -80,7 +80,9 @@ def family_options(model: str, args: list[str]) -> tuple[dict, dict]:
         parsed = command.make_context(f"vidax-gen {model}", list(args), resilient_parsing=False).params
     except click.UsageError as err:
         have = ", ".join(flag.name for flag in flags) or "none"
-        raise PipelineError(f"{err.format_message()} ({model}'s own flags: {have})") from None
+        what = (f"unknown option {err.option_name}" if isinstance(err, click.NoSuchOption)
+                else err.format_message().rstrip("."))
+        raise PipelineError(f"{what} for {model} (its own flags: {have}; the common ones: vidax-gen --help)") from None
     settings, images = {}, {}
     for flag in flags:
         value = parsed.get(flag.field)

@@ -120,3 +120,20 @@ def test_wan_tiny_writes_playable_mp4_and_sidecar(tiny_dir, tmp_path):
     # transposed image would not
     lossless = np.load(again) * 255
     np.testing.assert_allclose(frames.mean(axis=(1, 2)), lossless.mean(axis=(1, 2)), atol=4)
+
+
+def test_fps_flag_sets_the_video_rate(tiny_dir, tmp_path):
+    out = tmp_path / "v.npy"
+    result = _invoke("wan-tiny", "--prompt", PROMPT, "--out", str(out), "--fps", "12", "--steps", "1",
+                     "--no-compile-cache")
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.with_suffix(".json").read_text())["fps"] == 12
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (("--dtype", "float64"), "unknown --dtype 'float64' (choose from float32, bfloat16)"),
+    (("--guidance-2", "3"), "only two-expert models"),
+    (("--no-such-flag", "3"), "unknown option --no-such-flag for wan-tiny (its own flags: --guidance-2, --last-image"),
+])
+def test_bad_values_and_flags_are_one_line(tiny_dir, tmp_path, flags, fragment):
+    _one_line_error(_invoke("wan-tiny", "--prompt", PROMPT, "--out", str(tmp_path / "v.mp4"), *flags), fragment)

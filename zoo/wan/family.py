@@ -36,7 +36,7 @@ from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
-from vidax.zoo.samplers import expert_for_timestep
+from vidax.zoo.samplers import TwoExperts
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH, wan_text_features
 from vidax.zoo.wan.transformer import WanTransformer
@@ -304,7 +304,11 @@ class WanFamily(Family):
     def experts(self, s: WanSettings, timesteps: np.ndarray) -> list[int]:
         if not self.model.two_experts:
             return [0] * len(timesteps)
-        return [expert_for_timestep(float(t), s.boundary_ratio) for t in timesteps]
+        return [self._two_experts(s).expert(float(t)) for t in timesteps]
+
+    @staticmethod
+    def _two_experts(s: WanSettings) -> TwoExperts:
+        return TwoExperts(boundary_ratio=s.boundary_ratio, guidance_scale=s.guidance, guidance_scale_2=s.guidance_2)
 
     def predictor(self, s: WanSettings, expert: int, dit: WanTransformer) -> WanPredict:
         _, ph, pw = self.model.transformer.patch_size
@@ -312,7 +316,7 @@ class WanFamily(Family):
 
     def step_knobs(self, s: WanSettings, index: int, timestep: float, expert: int) -> dict:
         # as diffusers: the first expert's scale decides whether to guide; guidance_2 then applies as is
-        scale = s.guidance if expert == 0 or s.guidance_2 is None else s.guidance_2
+        scale = self._two_experts(s).scale(timestep) if self.model.two_experts else s.guidance
         return {"scale": jnp.float32(scale)}
 
     def sample(self, s: WanSettings, latents: np.ndarray, cond: WanCondition, inputs: Inputs) -> jax.Array:
