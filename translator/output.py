@@ -92,7 +92,28 @@ def _window(nbytes: int) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), np.uint8)
 
 
-class _ShardWriter:
+class _InPlaceWrites:
+    """`write` for the shard writers: a chunk the executor converted into the buffer `alloc` gave it
+    only advances the fill; any other chunk is copied in with `put`."""
+
+    pending: tuple[int, int] | None  # (address, nbytes) of the last alloc
+    fill: int
+    error: BaseException | None = None
+
+    def write(self, chunk) -> None:
+        """Append `chunk`'s bytes (C order) to the file."""
+        if self.error is not None:
+            raise self.error
+        chunk = np.asarray(chunk)
+        if self.pending is not None and chunk.flags.c_contiguous and (chunk.ctypes.data, chunk.nbytes) == self.pending:
+            self.fill += chunk.nbytes  # converted in place
+            self.pending = None
+            return
+        self.pending = None
+        self.put(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
+
+
+class _ShardWriter(_InPlaceWrites):
     """Streams one shard file through a small ring of page-aligned windows that hold the file's
     bytes in order.
 
@@ -144,18 +165,6 @@ class _ShardWriter:
         buf = self.window[self.fill:self.fill + nbytes]
         self.pending = (buf.ctypes.data, nbytes)
         return buf.view(dtype).reshape(shape)
-
-    def write(self, chunk) -> None:
-        """Append `chunk`'s bytes (C order) to the file."""
-        if self.error is not None:
-            raise self.error
-        chunk = np.asarray(chunk)
-        if self.pending is not None and chunk.flags.c_contiguous and (chunk.ctypes.data, chunk.nbytes) == self.pending:
-            self.fill += chunk.nbytes  # converted in place
-            self.pending = None
-            return
-        self.pending = None
-        self.put(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
 
     def put(self, data) -> None:
         data = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
@@ -230,7 +239,7 @@ class _ShardWriter:
             self.fd = -1
 
 
-class _MappedShardWriter:
+class _MappedShardWriter(_InPlaceWrites):
     """On a memory-backed filesystem (tmpfs: /dev/shm) the shard file is allocated up front (`posix_fallocate`: a full disk is a clean error now, not a
     SIGBUS later) and mapped; the executor converts each chunk straight into the file's pages, which
     are the file itself: one copy in all, where the ring would copy into its windows and then again
@@ -259,15 +268,6 @@ class _MappedShardWriter:
             return host_empty(shape, dtype)
         self.pending = (buf.ctypes.data, nbytes)
         return buf.view(dtype).reshape(shape)
-
-    def write(self, chunk) -> None:
-        chunk = np.asarray(chunk)
-        if self.pending is not None and chunk.flags.c_contiguous and (chunk.ctypes.data, chunk.nbytes) == self.pending:
-            self.fill += chunk.nbytes  # converted in place, into the file
-            self.pending = None
-            return
-        self.pending = None
-        self.put(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
 
     def put(self, data) -> None:
         data = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
