@@ -120,14 +120,18 @@ def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
 
 
 def run(options) -> int:
-    """Generate with `options` and print where the video went and each stage's time."""
+    """Generate with `options` and print where the video went and each stage's time (process 0)."""
+    from vidax.zoo.distributed import is_writer
     from vidax.zoo.pipeline import generate
 
-    progress = RichProgress()
+    progress = RichProgress() if is_writer() else None
     try:
         result = generate(options, progress)
     finally:
-        progress.close()
+        if progress is not None:
+            progress.close()
+    if not is_writer():
+        return 0
     if result.settings.get("layout_choice", "as given") != "as given":
         console.print(f"layout: {result.settings['layout_choice']}", highlight=False, soft_wrap=True)
     times = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in result.times.items())
@@ -169,6 +173,10 @@ def main_command(
     list_: bool = typer.Option(False, "--list", help="list the models vidax-gen can run and their own flags"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
     no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="do not use the persistent compile cache"),
+    coordinator: str = typer.Option(None, "--coordinator", help="multi-process run: HOST:PORT of process 0 "
+                                    "(TPU pod slices, SLURM and Open MPI are detected without it)"),
+    num_processes: int = typer.Option(None, "--num-processes", help="multi-process run: number of processes"),
+    process_id: int = typer.Option(None, "--process-id", help="multi-process run: this process's index (0 writes)"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -180,8 +188,10 @@ def main_command(
         raise typer.Exit(2)
 
     def options():
+        from vidax.zoo.distributed import join
         from vidax.zoo.pipeline import GenerateOptions
 
+        join(coordinator, num_processes, process_id)  # before anything touches a device
         extra, images = family_options(model, ctx.args)
         return GenerateOptions(
             model=model, prompt=prompt, negative_prompt=negative_prompt, image=image, images=images, weights=weights,

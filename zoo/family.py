@@ -492,7 +492,8 @@ class Family:
         parts = self.dit_parts(s)
         loaded: dict[int, LoadedDiT] = {}
         if self.mesh is not None:  # small inputs whole on every device; the DiT's constraints split them
-            latents, cond = jax.device_put((latents, cond), NamedSharding(self.mesh, PartitionSpec()))
+            host = jax.tree.map(np.asarray, (latents, cond))  # each process holds the same values
+            latents, cond = jax.device_put(host, NamedSharding(self.mesh, PartitionSpec()))
         last = [time.perf_counter()]
 
         def model_fn(x, i, t):
@@ -524,8 +525,10 @@ class Family:
         return out
 
     def gather(self, x: jax.Array) -> jax.Array:
-        """A mesh output back on one device (for the VAE and the output files)."""
-        return jnp.asarray(np.asarray(x))
+        """A mesh output back on one device of this process (for the VAE and the output files)."""
+        from vidax.zoo.distributed import to_host
+
+        return jnp.asarray(to_host(x))
 
     def encode(self, s: Settings, inputs: Inputs) -> Any:
         """Text (and image) conditioning, as the predictor takes it."""
@@ -543,30 +546,54 @@ class Family:
         """What the memory planner needs at the requested size (configs only, nothing loaded)."""
         raise NotImplementedError
 
+    def _check_multiprocess_source(self) -> None:
+        """Across processes the weights come from a converted folder: each process then maps only the
+        slices its own devices hold (a checkpoint converted on the fly would pass whole tensors
+        through every host)."""
+        from vidax.zoo.distributed import multiprocess
+
+        if multiprocess() and self.source.kind != "converted":
+            raise PipelineError(f"a multi-process run reads a vidax-convert output folder (each process maps only its "
+                                f"own slices); {self.source.label} is a {self.source.kind}: convert it first with "
+                                f"`vidax-convert {self.name} --out DIR` and pass --weights DIR on every host")
+
     def make_mesh(self, options: GenerateOptions):
         """The DiT's mesh (None on one device); encoders and VAE run on one device."""
         from vidax.zoo.mesh import check_heads, make_mesh
 
+        from vidax.zoo.distributed import multiprocess
+
         dp, tp, sp = (1 if d is None else d for d in (options.dp, options.tp, options.sp))
         check_heads(self.heads(), tp, sp)
+        if multiprocess() and dp * tp * sp != jax.device_count():
+            raise PipelineError(f"a multi-process run spans all {jax.device_count()} devices of its "
+                                f"{jax.process_count()} processes: dp*tp*sp = {dp * tp * sp} must equal it")
         mesh = make_mesh(dp, tp, sp)  # a clear error when the devices do not suffice
         return mesh if mesh.size > 1 else None
 
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
+        from vidax.zoo.distributed import agree
+
         self.options = options
         self.progress = progress or Progress()
         self.timer = StageTimer(self.progress)
-        if options.offload_chunk is not None and options.offload_chunk < 1:
-            raise PipelineError(f"--offload-chunk must be at least 1 block, got {options.offload_chunk}")
-        inputs = self.read_inputs(options)
-        s = self.resolve_settings(options, inputs.images)
-        inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if s.guided else None)
-        self.mesh = self.make_mesh(options)
-        latents = self.initial_latents(s, options)
-        with self.timer.stage("encode"):
-            cond = self.encode(s, inputs)
-            jax.block_until_ready(cond)
+        try:  # everything before the first step that involves other processes
+            if options.offload_chunk is not None and options.offload_chunk < 1:
+                raise PipelineError(f"--offload-chunk must be at least 1 block, got {options.offload_chunk}")
+            self._check_multiprocess_source()
+            inputs = self.read_inputs(options)
+            s = self.resolve_settings(options, inputs.images)
+            inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if s.guided else None)
+            self.mesh = self.make_mesh(options)
+            latents = self.initial_latents(s, options)
+            with self.timer.stage("encode"):
+                cond = self.encode(s, inputs)
+                jax.block_until_ready(cond)
+        except BaseException as err:
+            agree(err, "preparation")
+            raise
+        agree(None, "preparation")
         latents = self.sample(s, latents, cond, inputs)
         with self.timer.stage("decode"):
             frames = self.decode(s, latents)

@@ -58,7 +58,7 @@ def chunk_bounds(depth: int, chunk: int) -> list[tuple[int, int]]:
 def _host_sharding(sharding: jax.sharding.Sharding | None) -> jax.sharding.Sharding | None:
     """The same layout in pinned host memory, where the backend has such a memory kind."""
     if sharding is None:
-        device = jax.devices()[0]
+        device = jax.local_devices()[0]
         kinds = {m.kind for m in device.addressable_memories()}
         if "pinned_host" not in kinds:
             return None
@@ -130,7 +130,7 @@ class StreamedDiT:
     def _fetch(self, group: str, host_chunk: Params) -> Params:
         shardings = self.device_shardings.get(group)
         if shardings is None:
-            target = jax.sharding.SingleDeviceSharding(jax.devices()[0], memory_kind="device")
+            target = jax.sharding.SingleDeviceSharding(jax.local_devices()[0], memory_kind="device")
             return jax.device_put(host_chunk, target)
         return jax.device_put(host_chunk, shardings)
 

@@ -386,10 +386,13 @@ def plan_layouts(pipeline: Any, options: GenerateOptions, devices: int | None = 
 
     if not hasattr(pipeline, "memory_job"):
         raise PipelineError(f"{options.model}: this family has no memory model for --plan yet")
+    from vidax.zoo.distributed import multiprocess
+
     local_devices, local_bytes = device_memory_bytes()
     devices = devices or local_devices
     device_bytes = device_bytes or local_bytes
-    rows, chosen = plan(pipeline.memory_job(options), devices, device_bytes, options.release_stages)
+    rows, chosen = plan(pipeline.memory_job(options), devices, device_bytes, options.release_stages,
+                        all_devices=multiprocess())
     return rows, chosen, devices, device_bytes
 
 
@@ -407,7 +410,9 @@ def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOpti
         raise PipelineError(
             f"{options.model} at this size needs about {smallest[1].total / 2**30:.1f} GiB per device even with "
             f"{smallest[0].describe()}; {devices} device(s) have {device_bytes / 2**30:.1f} GiB (see --plan)")
-    if jax.default_backend() == "cpu":  # CPU "devices" share the host's cores: spread only when one does not fit
+    from vidax.zoo.distributed import multiprocess
+
+    if jax.default_backend() == "cpu" and not multiprocess():  # CPU "devices" share the host's cores: spread only when one does not fit
         single = next(row for row in rows if row[0].devices == 1 and row[0].offload_chunk is None)
         chosen = single if single[2] else chosen
     layout, prediction, _ = chosen
@@ -430,19 +435,26 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
     Returns:
       The result, with `settings["outputs"]` naming the files written.
     """
+    from vidax.zoo.distributed import agree, is_writer
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.runtime import configure_compile_cache
     from vidax.zoo.video_io import check_output_path, write_frames, write_sidecar
 
-    check_output_path(options.out)
-    configure_compile_cache(options.compile_cache)
     timer = StageTimer(progress)
-    with timer.stage("load"):
-        pipeline = make_pipeline(options.model, options)
-        pipeline.source  # the weights must be reachable before a layout is planned for them
-    options, choice = choose_layout(pipeline, options)
-    result = pipeline.generate(options, progress)
+    try:
+        check_output_path(options.out)
+        configure_compile_cache(options.compile_cache)
+        with timer.stage("load"):
+            pipeline = make_pipeline(options.model, options)
+            pipeline.source  # the weights must be reachable before a layout is planned for them
+        options, choice = choose_layout(pipeline, options)
+    except BaseException as err:  # every process learns of it (multi-process runs), then it is raised
+        agree(err, "preparation")
+        raise
+    result = pipeline.generate(options, progress)  # agrees once its own preparation is over
     result.times = {**timer.times, **result.times}
+    if not is_writer():  # one process writes the outputs
+        return result
     outputs = {"video": str(options.out)}
     with timer.stage("write"):
         write_frames(options.out, result.frames, result.fps)

@@ -163,13 +163,14 @@ def predict(job: Job, layout: Layout, release_stages: bool = True) -> Prediction
     return Prediction(dit_weight_bytes(job, layout), dit_activation_bytes(job, layout), text_encoder, vae, release_stages)
 
 
-def candidate_layouts(devices: int, heads: int, depth: int) -> list[Layout]:
-    """Every (dp, tp, sp, offload) whose mesh fits `devices` and whose tp divides the heads."""
+def candidate_layouts(devices: int, heads: int, depth: int, *, all_devices: bool = False) -> list[Layout]:
+    """Every (dp, tp, sp, offload) whose mesh fits `devices` and whose tp divides the heads;
+    `all_devices` keeps only meshes of exactly `devices` (a multi-process run spans every process)."""
     out = []
     for dp in (1, 2):
         for tp in _powers_of_two(devices):
             for sp in _powers_of_two(devices):
-                if dp * tp * sp > devices or heads % tp:
+                if dp * tp * sp > devices or heads % tp or (all_devices and dp * tp * sp != devices):
                     continue
                 for chunk in (None, *_offload_chunks(depth)):
                     out.append(Layout(dp, tp, sp, chunk))
@@ -185,10 +186,13 @@ def relative_step_time(job: Job, layout: Layout) -> float:
     return compute * communication * offload
 
 
-def plan(job: Job, devices: int, device_bytes: int, release_stages: bool = True):
-    """All candidate layouts with their predictions, fastest first; and the fastest that fits (or None)."""
+def plan(job: Job, devices: int, device_bytes: int, release_stages: bool = True, *, all_devices: bool = False):
+    """All candidate layouts with their predictions, fastest first; and the fastest that fits (or None).
+
+    `all_devices`: only layouts over every device (multi-process runs; `--plan --devices N` counts the
+    devices of all hosts)."""
     rows = []
-    for layout in candidate_layouts(devices, job.dit.heads, job.dit.depth):
+    for layout in candidate_layouts(devices, job.dit.heads, job.dit.depth, all_devices=all_devices):
         prediction = predict(job, layout, release_stages)
         rows.append((layout, prediction, prediction.total <= device_bytes))
     rows.sort(key=lambda row: (relative_step_time(job, row[0]), row[1].total))

@@ -188,12 +188,25 @@ def place(host_tree: Mapping, specs: Any, rules: Rules, mesh: Mesh, *, lazy: boo
     return jax.tree.map(_from_slices, tree, shardings)
 
 
+_SLICE_BYTES = [0]  # bytes this process has read through `_from_slices` (what multi-host tests count)
+
+
+def slice_bytes_read() -> int:
+    """Bytes of host-tree slices this process has read to place arrays on its own devices."""
+    return _SLICE_BYTES[0]
+
+
 def _from_slices(leaf: Any, sharding: NamedSharding) -> jax.Array:
-    """A sharded array whose every device shard is read from `leaf[index]` alone."""
+    """A sharded array whose every device shard (of this process: the callback runs for the
+    addressable devices only) is read from `leaf[index]` alone."""
     dtype = np.dtype(leaf.dtype)
-    return jax.make_array_from_callback(
-        tuple(leaf.shape), sharding, lambda index: np.ascontiguousarray(leaf[index], dtype=dtype)
-    )
+
+    def read(index):
+        piece = np.ascontiguousarray(leaf[index], dtype=dtype)
+        _SLICE_BYTES[0] += piece.nbytes
+        return piece
+
+    return jax.make_array_from_callback(tuple(leaf.shape), sharding, read)
 
 
 # --- activations -----------------------------------------------------------------------------
