@@ -121,7 +121,7 @@ def test_block_zero(reference, model, params):
     _, ctx = model.embed(params, *our_inputs(inputs))
     video = jnp.asarray(to_np(seen["args"][0]))
     block_params = jax.tree.map(lambda a: a[0], params["blocks"])
-    out = model.block.apply({"params": block_params}, video, ctx)
+    out = jax.jit(model.block.apply)({"params": block_params}, video, ctx)
     np.testing.assert_allclose(np.asarray(out), to_np(seen["out"]), atol=ATOL, rtol=1e-5)
 
 

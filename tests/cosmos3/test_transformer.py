@@ -111,7 +111,8 @@ def test_end_to_end_embed_and_layer_zero(case):
     ids, latents = make_inputs()
     inputs = our_inputs(case, ids, latents)
     out = np.asarray(jax.jit(case.model.__call__)(case.params, *inputs))
-    streams, ctx = case.model.embed(case.params, *inputs)
+    streams, ctx = jax.jit(case.model.embed)(case.params, *inputs)
+    block = jax.jit(case.model.block.apply)
     for sample, length in enumerate(LENGTHS):
         expected, seen = run_reference(case, ids, latents, sample)
         und, gen, (cos_und, sin_und, cos_gen, sin_gen) = seen["args"]
@@ -125,7 +126,7 @@ def test_end_to_end_embed_and_layer_zero(case):
         layer = jax.tree.map(lambda a: a[0], case.params["blocks"])
         one = jax.tree.map(lambda a: a[sample:sample + 1, :length] if a.ndim > 1 and a.shape[1] == max(LENGTHS)
                            else a[sample:sample + 1], ctx)
-        got = case.model.block.apply({"params": layer}, Streams(jnp.asarray(und.numpy())[None],
+        got = block({"params": layer}, Streams(jnp.asarray(und.numpy())[None],
                                                                  jnp.asarray(gen.numpy())[None]), one)
         close(got.und[0], seen["out"][0], "layer 0 text stream")
         close(got.gen[0], seen["out"][1], "layer 0 video stream")
