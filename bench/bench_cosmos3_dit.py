@@ -43,11 +43,11 @@ def main() -> None:
     )
     from flax.traverse_util import unflatten_dict
     from safetensors.torch import save_file
-
-    from bench.protocol import interleaved, print_table
     from vidax.translator import convert, load_spec
     from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
     from vidax.zoo.cosmos3 import rope as cosmos3_rope
+
+    from bench.protocol import interleaved, print_table
 
     variant = os.environ.get("VIDAX_BENCH_COSMOS3", "nano")
     jax.config.update("jax_default_matmul_precision", "highest")

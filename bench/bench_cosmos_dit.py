@@ -57,10 +57,10 @@ def main() -> None:
     import torch
     from flax.traverse_util import unflatten_dict
     from safetensors.torch import save_file
-
-    from bench.protocol import interleaved, print_table
     from vidax.translator import convert, load_spec
     from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
+
+    from bench.protocol import interleaved, print_table
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
     torch.set_num_threads(os.cpu_count() or 1)
@@ -74,7 +74,7 @@ def main() -> None:
         params = jax.device_put(unflatten_dict(dict(tree), sep="/"))
         del tree
 
-    j = lambda t: jax.numpy.asarray(t.numpy())  # noqa: E731
+    j = lambda t: jax.numpy.asarray(t.numpy())
     ours_in = (j(inputs["hidden_states"]), j(inputs["timestep"].reshape(1, -1)), j(inputs["encoder_hidden_states"]),
                j(inputs["condition_mask"]), j(inputs["padding_mask"]))
     start = time.perf_counter()

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from vidax.translator.spec import module_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
 

@@ -9,7 +9,6 @@ config, against the pipeline run on the same tiny perturbed models and initial n
 
 from __future__ import annotations
 
-import functools
 import types
 
 import jax
@@ -19,9 +18,10 @@ import pytest
 import torch
 from diffusers import AutoencoderKLWan, UniPCMultistepScheduler
 from diffusers.pipelines.cosmos import pipeline_cosmos2_5_predict as reference_module
-from diffusers.pipelines.cosmos.pipeline_cosmos2_5_predict import Cosmos2_5_PredictBasePipeline
+from diffusers.pipelines.cosmos.pipeline_cosmos2_5_predict import (
+    Cosmos2_5_PredictBasePipeline,
+)
 from PIL import Image
-
 from vidax.translator import convert, load_spec
 from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
 from vidax.zoo.cosmos import conditioning as cond

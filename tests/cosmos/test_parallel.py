@@ -7,7 +7,6 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-
 from vidax.translator import convert, load_spec
 from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
 from vidax.zoo.cosmos.sharding import DIT_RULES, place_transformer

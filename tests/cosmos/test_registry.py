@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from vidax.translator.registry import load_registry
 from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
 from vidax.zoo.cosmos.text import DEFAULT_NEGATIVE_PROMPT

@@ -17,13 +17,20 @@ import numpy as np
 import pytest
 import torch
 from diffusers import CosmosTransformer3DModel
-from diffusers.loaders.single_file_utils import convert_cosmos_transformer_checkpoint_to_diffusers
-
+from diffusers.loaders.single_file_utils import (
+    convert_cosmos_transformer_checkpoint_to_diffusers,
+)
 from vidax.translator import AccountingError, convert, load_spec
 from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
-from vidax.zoo.cosmos.transformer import Context, per_token
+from vidax.zoo.cosmos.transformer import per_token
 
-from .cosmos_spec_fixtures import TINY_DIT, dit_reference, official_state_dict, save_diffusers, save_official
+from .cosmos_spec_fixtures import (
+    TINY_DIT,
+    dit_reference,
+    official_state_dict,
+    save_diffusers,
+    save_official,
+)
 from .helpers import install_torchvision_standin, randn, to_np, unflatten
 
 ATOL = 2e-5  # fp32 through ~12 matmuls and two softmaxes per block; observed max error ~1e-6
@@ -68,7 +75,7 @@ def make_inputs(per_frame: bool, frames: int = 3, pixel_padding: bool = False, s
 
 
 def our_inputs(inputs: dict):
-    j = lambda t: jnp.asarray(to_np(t))  # noqa: E731
+    j = lambda t: jnp.asarray(to_np(t))
     timestep = inputs["timestep"]
     timestep = timestep.reshape(timestep.shape[0], -1) if timestep.ndim == 5 else timestep
     return (j(inputs["hidden_states"]), j(timestep), j(inputs["encoder_hidden_states"]), j(inputs["condition_mask"]),
@@ -99,7 +106,7 @@ def test_end_to_end_and_embed(reference, model, params, per_frame, pixel_padding
     # Embed: the tokens, text, modulation inputs, RoPE and learned positions that diffusers hands block 0.
     hidden, ctx = model.embed(params, *ours_in)
     video, text, emb, temb, (cos, sin), pos = seen["args"][:6]
-    close = lambda a, b, what: np.testing.assert_allclose(np.asarray(a), to_np(b), atol=ATOL, rtol=1e-5, err_msg=what)  # noqa: E731
+    close = lambda a, b, what: np.testing.assert_allclose(np.asarray(a), to_np(b), atol=ATOL, rtol=1e-5, err_msg=what)
     close(hidden, video, "patch embedding")
     close(ctx.text, text, "cross-attention projection")
     # diffusers keeps [B, D] for one sigma per sample, [B, S, D] per token for per-frame sigmas

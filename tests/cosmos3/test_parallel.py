@@ -8,7 +8,6 @@ import jax
 import numpy as np
 import pytest
 from flax.traverse_util import unflatten_dict
-
 from vidax.translator import convert, load_spec
 from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
 from vidax.zoo.cosmos3.sharding import DIT_RULES, place_transformer

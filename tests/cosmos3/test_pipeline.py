@@ -11,6 +11,8 @@ UniPC stepper, against the pipeline on the same models and seed.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -20,9 +22,6 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import Cosmos3OmniPipeline
 from diffusers.utils.torch_utils import randn_tensor
 from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-import jax
-import jax.numpy as jnp
 from vidax.translator import convert, load_spec
 from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
 from vidax.zoo.cosmos3 import conditioning as cond
@@ -31,8 +30,9 @@ from vidax.zoo.cosmos3 import text as cosmos3_text
 from vidax.zoo.samplers import stepper_from_config
 from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
 
-from .cosmos3_spec_fixtures import dit_reference, perturb, save_diffusers
 from tests.cosmos.test_text import QWEN2_VL_TEMPLATE
+
+from .cosmos3_spec_fixtures import dit_reference, perturb, save_diffusers
 
 CORPUS = ["a robot arm folds a towel on a table", "the video is of 16 fps", "this image is not of resolution",
           "you are a helpful assistant who will generate videos"] * 20

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from vidax.translator.registry import load_registry
 from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
 from vidax.zoo.cosmos3.conditioning import latent_shape

@@ -15,8 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import get_3d_mrope_ids_text_tokens, get_3d_mrope_ids_vae_tokens
-
+from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
+    get_3d_mrope_ids_text_tokens,
+    get_3d_mrope_ids_vae_tokens,
+)
 from vidax.translator import AccountingError, convert, load_spec
 from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
 from vidax.zoo.cosmos3 import rope as cosmos3_rope
@@ -116,16 +118,19 @@ def test_end_to_end_embed_and_layer_zero(case):
     for sample, length in enumerate(LENGTHS):
         expected, seen = run_reference(case, ids, latents, sample)
         und, gen, (cos_und, sin_und, cos_gen, sin_gen) = seen["args"]
-        close = lambda a, b, what: np.testing.assert_allclose(np.asarray(a), b.numpy(), atol=ATOL, rtol=1e-5,  # noqa: E731
-                                                              err_msg=f"sample {sample}: {what}")
+        def close(a, b, what, sample=sample):
+            np.testing.assert_allclose(np.asarray(a), b.numpy(), atol=ATOL, rtol=1e-5, err_msg=f"sample {sample}: {what}")
+
         close(streams.und[sample, :length], und, "text stream")
         close(streams.gen[sample], gen, "video stream (time embedding on noisy frames only)")
-        close(ctx.und_cos[sample, :length], cos_und, "text rope")
-        close(ctx.gen_sin[sample], sin_gen, "video rope")
+        close(ctx.und_cos[sample, :length], cos_und, "text rope cos")
+        close(ctx.und_sin[sample, :length], sin_und, "text rope sin")
+        close(ctx.gen_cos[sample], cos_gen, "video rope cos")
+        close(ctx.gen_sin[sample], sin_gen, "video rope sin")
         # Layer 0 on the reference's own inputs (batch of one, no padding).
         layer = jax.tree.map(lambda a: a[0], case.params["blocks"])
-        one = jax.tree.map(lambda a: a[sample:sample + 1, :length] if a.ndim > 1 and a.shape[1] == max(LENGTHS)
-                           else a[sample:sample + 1], ctx)
+        one = jax.tree.map(lambda a, i=sample, n=length: a[i:i + 1, :n] if a.ndim > 1 and a.shape[1] == max(LENGTHS)
+                           else a[i:i + 1], ctx)
         got = block({"params": layer}, Streams(jnp.asarray(und.numpy())[None],
                                                                  jnp.asarray(gen.numpy())[None]), one)
         close(got.und[0], seen["out"][0], "layer 0 text stream")

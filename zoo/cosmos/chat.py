@@ -12,10 +12,11 @@ without added special tokens (the template writes them).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from vidax.zoo.encoders.tokenizer import TokenizerError
 

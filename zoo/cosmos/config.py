@@ -9,8 +9,9 @@ converted tree, so an official checkpoint runs without guessing a preset.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 
 class CosmosConfigError(ValueError):
@@ -89,12 +90,12 @@ class CosmosTransformerConfig:
         return tuple(m // p for m, p in zip(self.max_size, self.patch_size))
 
     @classmethod
-    def from_hf_config(cls, hf: Mapping[str, Any]) -> "CosmosTransformerConfig":
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> CosmosTransformerConfig:
         """Build from a diffusers `transformer/config.json` dict."""
         return cls(**_pick(cls, hf))
 
     @classmethod
-    def from_param_shapes(cls, shapes: Mapping[str, tuple[int, ...]], **fixed: Any) -> "CosmosTransformerConfig":
+    def from_param_shapes(cls, shapes: Mapping[str, tuple[int, ...]], **fixed: Any) -> CosmosTransformerConfig:
         """Sizes read off a converted tree (an official `.pt` carries no config).
 
         RoPE scaling, `max_size` and `concat_padding_mask` are not visible in shapes: they keep the

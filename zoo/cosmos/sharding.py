@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from jax.sharding import Mesh
-
 from vidax.zoo.cosmos.transformer import CosmosTransformer
 from vidax.zoo.sharding import TRANSFORMER_RULES, place
 

@@ -13,13 +13,12 @@ on the feature axis: 28 x 3584 = 100352 features per token for Reason1-7B, which
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from vidax.zoo.cosmos.chat import read_chat_template, render_chat, special_tokens
 from vidax.zoo.encoders.tokenizer import Tokenizer, load_tokenizer
 

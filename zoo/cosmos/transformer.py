@@ -27,7 +27,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-
 from vidax.zoo.attention import attention
 from vidax.zoo.cosmos.config import CosmosTransformerConfig
 from vidax.zoo.cosmos.rope import rope_tables
@@ -218,7 +217,7 @@ class CosmosAttention(nn.Module):
     def __call__(self, x: jax.Array, ctx: Context) -> jax.Array:
         cfg = self.cfg
         heads, dim = cfg.num_attention_heads, cfg.inner_dim
-        dense = lambda name: Dense(dim, axes=("embed", "heads"), use_bias=False, name=name)  # noqa: E731
+        dense = lambda name: Dense(dim, axes=("embed", "heads"), use_bias=False, name=name)
         source = ctx.text if self.cross else x
         q = RMSNorm(eps=QK_NORM_EPS, name="norm_q")(split_heads(dense("to_q")(x), heads))
         k = RMSNorm(eps=QK_NORM_EPS, name="norm_k")(split_heads(dense("to_k")(source), heads))
@@ -238,7 +237,7 @@ class CosmosBlock(nn.Module):
     @nn.compact
     def __call__(self, hidden: jax.Array, ctx: Context) -> jax.Array:
         cfg = self.cfg
-        ada = lambda name: AdaLNLoRA(cfg.inner_dim, cfg.adaln_lora_dim, 3, name=name)  # noqa: E731
+        ada = lambda name: AdaLNLoRA(cfg.inner_dim, cfg.adaln_lora_dim, 3, name=name)
         norm = LayerNorm(eps=ADALN_EPS, use_scale=False, use_bias=False)
         residual = hidden.astype(jnp.float32)
         if ctx.pos is not None:  # the learned embedding is added again at the start of every block
@@ -304,7 +303,7 @@ class CosmosTransformer(StackedTransformer):
     head_modules = ("norm_out", "proj_out")
 
     @classmethod
-    def with_precision(cls, cfg: CosmosTransformerConfig, precision: Precision) -> "CosmosTransformer":
+    def with_precision(cls, cfg: CosmosTransformerConfig, precision: Precision) -> CosmosTransformer:
         """The model under a runtime `Precision` (its activations and residual dtypes)."""
         return cls(cfg, dtype=precision.activations, residual_dtype=precision.residual)
 

@@ -10,8 +10,9 @@ video only and leaves those weights unconverted.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 ACTIVATIONS = ("silu", "relu2")  # the two diffusers accepts
 
@@ -72,7 +73,7 @@ class Cosmos3TransformerConfig:
         return self.use_und_k_norm_for_gen and not self.qk_norm_for_text
 
     @classmethod
-    def from_hf_config(cls, hf: Mapping[str, Any]) -> "Cosmos3TransformerConfig":
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> Cosmos3TransformerConfig:
         """Build from a diffusers `transformer/config.json` dict (`rope_axes_dim` falls back to
         `rope_scaling.mrope_section`, then (24, 20, 20), as the reference does)."""
         names = {f.name for f in dataclasses.fields(cls)}

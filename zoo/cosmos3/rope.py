@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from vidax.zoo.cosmos3.config import Cosmos3TransformerConfig
 
 

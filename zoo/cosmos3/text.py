@@ -16,11 +16,10 @@ Whether the system message is used is the checkpoint's `default_use_system_promp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
-
 from vidax.zoo.cosmos.chat import read_chat_template, render_chat, special_tokens
 from vidax.zoo.encoders.tokenizer import TokenizerError, load_tokenizer
 

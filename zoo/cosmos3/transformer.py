@@ -29,7 +29,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
-
 from vidax.zoo.attention import joint_attention
 from vidax.zoo.cosmos3.config import Cosmos3TransformerConfig
 from vidax.zoo.dit import Params, StackedTransformer
@@ -148,8 +147,8 @@ class MoTAttention(nn.Module):
         cfg = self.cfg
         h, kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         bias = cfg.attention_bias
-        proj = lambda n, name, x: Dense(n * d, ("embed", "heads"), bias, name=name)(x).reshape(*x.shape[:-1], n, d)  # noqa: E731
-        norm = lambda name: RMSNorm(eps=cfg.rms_norm_eps, name=name)  # noqa: E731
+        proj = lambda n, name, x: Dense(n * d, ("embed", "heads"), bias, name=name)(x).reshape(*x.shape[:-1], n, d)
+        norm = lambda name: RMSNorm(eps=cfg.rms_norm_eps, name=name)
 
         # 1. Per-pathway projections and per-head q/k norms.
         q_und, k_und, v_und = proj(h, "to_q", und), proj(kv, "to_k", und), proj(kv, "to_v", und)
@@ -160,8 +159,8 @@ class MoTAttention(nn.Module):
         q_gen, k_gen = norm("norm_added_q")(q_gen), norm("norm_added_k")(k_gen)
 
         # 2. RoPE, each pathway with its part of the joint positions.
-        und_rot = lambda x: rotate_half(x, ctx.und_cos, ctx.und_sin)  # noqa: E731
-        gen_rot = lambda x: rotate_half(x, ctx.gen_cos, ctx.gen_sin)  # noqa: E731
+        und_rot = lambda x: rotate_half(x, ctx.und_cos, ctx.und_sin)
+        gen_rot = lambda x: rotate_half(x, ctx.gen_cos, ctx.gen_sin)
         q_und, k_und, k_und_for_gen = und_rot(q_und), und_rot(k_und), und_rot(k_und_for_gen)
         q_gen, k_gen = gen_rot(q_gen), gen_rot(k_gen)
 
@@ -172,7 +171,7 @@ class MoTAttention(nn.Module):
 
         # 4. Video: full attention to the text keys and its own (grouped-query heads repeated); the text
         #    rows joint_attention also returns are not the text pathway's and are dropped.
-        rep = lambda x: jnp.repeat(x, h // kv, axis=2)  # noqa: E731
+        rep = lambda x: jnp.repeat(x, h // kv, axis=2)
         gen_out, _ = joint_attention(q_gen, rep(k_gen), rep(v_gen), q_und, rep(k_und_for_gen), rep(v_und),
                                      txt_mask=ctx.text_mask)
         und_out = Dense(cfg.hidden_size, ("heads", "embed"), bias, name="to_out")(und_out.reshape(*und.shape[:-1], -1))
@@ -189,7 +188,7 @@ class MoTLayer(nn.Module):
     @nn.compact
     def __call__(self, hidden: Streams, ctx: Context) -> Streams:
         cfg = self.cfg
-        norm = lambda name: RMSNorm(eps=cfg.rms_norm_eps, name=name)  # noqa: E731
+        norm = lambda name: RMSNorm(eps=cfg.rms_norm_eps, name=name)
         und, gen = hidden.und.astype(jnp.float32), hidden.gen.astype(jnp.float32)
 
         # 1. Mixture-of-transformers attention.
@@ -247,7 +246,7 @@ class Cosmos3Transformer(StackedTransformer):
         return self.cfg.num_hidden_layers
 
     @classmethod
-    def with_precision(cls, cfg: Cosmos3TransformerConfig, precision: Precision) -> "Cosmos3Transformer":
+    def with_precision(cls, cfg: Cosmos3TransformerConfig, precision: Precision) -> Cosmos3Transformer:
         return cls(cfg, dtype=precision.activations, residual_dtype=precision.residual)
 
     def embed(self, params: Params, input_ids, text_mask, latents, timestep, noisy, rope_cos, rope_sin
@@ -263,12 +262,11 @@ class Cosmos3Transformer(StackedTransformer):
           noisy: `[B, T]` 1 on the latent frames being denoised, 0 on conditioning frames.
           rope_cos, rope_sin: `[B, L + T*H*W/p^2, head_dim]` from `cosmos3.rope` (per prompt's length).
         """
-        cfg = self.cfg
         grid = self._check_inputs(input_ids, text_mask, latents, timestep, noisy, rope_cos)
         sub = self.subtree(params, self.embed_modules)
         und, gen = self.embedder.apply({"params": sub}, input_ids, text_mask, latents, timestep, noisy)
         length = input_ids.shape[1]
-        tables = lambda t: jnp.asarray(t, jnp.float32)  # noqa: E731
+        tables = lambda t: jnp.asarray(t, jnp.float32)
         ctx = Context(jnp.asarray(text_mask, bool), tables(rope_cos)[:, :length], tables(rope_sin)[:, :length],
                       constrain(tables(rope_cos)[:, length:], ("batch", "seq", None)),
                       constrain(tables(rope_sin)[:, length:], ("batch", "seq", None)), jnp.asarray(noisy), grid)
