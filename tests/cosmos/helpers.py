@@ -1,0 +1,34 @@
+"""Shared pieces of the Cosmos-Predict2.5 tests: the torchvision stand-in, trees, tensors."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from flax.traverse_util import unflatten_dict
+
+
+def install_torchvision_standin() -> None:
+    """diffusers' Cosmos transformer resizes the padding mask with torchvision (not installed here);
+    torchvision's tensor NEAREST resize is `F.interpolate(mode="nearest")`, which stands in."""
+    from diffusers.models.transformers import transformer_cosmos
+
+    def resize(x, size, interpolation=None):
+        return F.interpolate(x, size=list(size), mode="nearest")
+
+    transformer_cosmos.transforms = types.SimpleNamespace(
+        functional=types.SimpleNamespace(resize=resize), InterpolationMode=types.SimpleNamespace(NEAREST="nearest"))
+
+
+def unflatten(tree: dict) -> dict:
+    return unflatten_dict({k: np.asarray(v) for k, v in tree.items()}, sep="/")
+
+
+def to_np(t) -> np.ndarray:
+    return t.detach().float().numpy()
+
+
+def randn(*shape, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
