@@ -91,7 +91,7 @@ def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | No
             raise SourceError(_modelscope_hint(entry, component, source))
         try:
             return convert(spec, source, layout=layout if layout in spec.layouts else None, dtype=opts.dtype,
-                           revision=opts.revision or entry.revision, subfolder=subfolder, lazy=True,
+                           revision=opts.revision or entry.revision_of(layout), subfolder=subfolder, lazy=True,
                            headers_only=opts.check)  # --check on the Hub: headers, no weights downloaded
         except SourceError as err:
             if opts.source is None and isinstance(err, GatedRepoError):  # another layout's repo may carry it
@@ -132,7 +132,8 @@ def _copy_files(entry: ModelEntry, component, opts: ConvertOptions, layout: str,
         from huggingface_hub import snapshot_download
 
         try:
-            base = Path(snapshot_download(repo, revision=opts.revision or entry.revision, allow_patterns=patterns))
+            base = Path(snapshot_download(repo, revision=opts.revision or entry.revision_of(layout),
+                                          allow_patterns=patterns))
         except Exception as err:  # offline, gated, missing: one line
             raise SourceError(f"{repo}: could not fetch {component.name} files ({str(err).splitlines()[0]})") from None
     root = base / folder if folder else base

@@ -66,7 +66,7 @@ class ModelEntry:
     description: str
     repos: dict  # layout -> Hub repo id
     default_layout: str
-    revision: str | None
+    revision: str | dict | None  # one revision, or layout -> revision (a layout kept on a branch)
     variants: tuple[str, ...]  # tags (t2v, i2v, 480p, ...) of this entry, or of its selected variant
     components: dict  # name -> Component (for the selected variant)
     choices: dict = field(default_factory=dict)  # variant name -> Variant
@@ -85,6 +85,12 @@ class ModelEntry:
 
     def repo(self, layout: str | None = None) -> str:
         return self.repos[layout or self.default_layout]
+
+    def revision_of(self, layout: str | None = None) -> str | None:
+        """The Hub revision of a layout's repo (`revision` may be one string or a layout table)."""
+        if isinstance(self.revision, dict):
+            return self.revision.get(layout or self.default_layout)
+        return self.revision
 
     def select(self, variant: str | None = None) -> "ModelEntry":
         """This model with one of its `variants` chosen (None: the default); a model without
@@ -194,8 +200,11 @@ def _entry(name: str, raw: dict, where: str) -> ModelEntry:
         variants = ()
     else:
         default_variant = None
+    revision = raw.get("revision")
+    if isinstance(revision, dict) and set(revision) - set(repos):
+        raise SpecError(f"{where}: model {name!r}: revision must be a string or a table of known layouts ({', '.join(repos)})")
     entry = ModelEntry(name, raw.get("family", Path(where).parent.name), raw.get("description", ""), dict(repos),
-                       default, raw.get("revision"), tuple(variants), components, choices, default_variant, None,
+                       default, revision, tuple(variants), components, choices, default_variant, None,
                        components, settings=_table(raw, "settings", f"model {name!r}", where),
                        config=_configs(raw, f"model {name!r}", where), embedded=raw.get("embedded"))
     return entry.select() if choices else entry

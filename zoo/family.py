@@ -214,8 +214,9 @@ class Family:
             return self._given_source
         if self.entry.embedded and self.options.weights is None:
             return importlib.import_module(self.entry.embedded).source()
-        hub = self.entry.repos.get("diffusers") or self.entry.repo()
-        return WeightsSource.resolve(self.options.weights, hub, self.entry.revision)
+        layout = "diffusers" if "diffusers" in self.entry.repos else self.entry.default_layout
+        revision = self.entry.revision_of(layout) if self.options.weights is None else None
+        return WeightsSource.resolve(self.options.weights, self.entry.repo(layout), revision)
 
     @cached_property
     def source_or_none(self) -> WeightsSource | None:
