@@ -198,13 +198,17 @@ def slice_bytes_read() -> int:
 
 def _from_slices(leaf: Any, sharding: NamedSharding) -> jax.Array:
     """A sharded array whose every device shard (of this process: the callback runs for the
-    addressable devices only) is read from `leaf[index]` alone."""
+    addressable devices only) is read from `leaf[index]` alone, each distinct slice once (devices
+    that hold the same slice, e.g. across the sequence axis, share the read)."""
     dtype = np.dtype(leaf.dtype)
+    read_once: dict[tuple, np.ndarray] = {}
 
     def read(index):
-        piece = np.ascontiguousarray(leaf[index], dtype=dtype)
-        _SLICE_BYTES[0] += piece.nbytes
-        return piece
+        key = tuple((s.start, s.stop, s.step) if isinstance(s, slice) else s for s in index)
+        if key not in read_once:
+            read_once[key] = np.ascontiguousarray(leaf[index], dtype=dtype)
+            _SLICE_BYTES[0] += read_once[key].nbytes
+        return read_once[key]
 
     return jax.make_array_from_callback(tuple(leaf.shape), sharding, read)
 

@@ -37,6 +37,8 @@ def main(port: str, count: str, index: str, out: str, cases: str) -> None:
     for name, case in json.loads(cases).items():
         case = dict(case)
         die = case.pop("die_after_step", None)
+        if case.pop("latents_missing_on_process", None) == int(index):
+            case["latents"] = case["latents"] + ".missing"
         before = sharding.slice_bytes_read()
         options = GenerateOptions(**{**case, "out": out_dir / f"{name}.npy"})
         generate(options, DieAfter(die) if die else None)

@@ -1,0 +1,191 @@
+"""Two processes on JAX's multi-controller runtime (gloo collectives on CPU), one mesh over both.
+
+Each process is `tests/multihost/worker.py`, launched with its own fake CPU devices; they join
+through `--coordinator`-style arguments and run the same generations. Frames must equal the same
+layout run in this one process (8 fake devices) to 1e-6 at fp32; each process must read only the
+weight slices its own devices hold; a failure on one process must stop the other with an error in
+bounded time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.hunyuan_video15.test_generate import saved  # noqa: F401  (tiny HunyuanVideo-1.5 pipeline folder)
+from tests.hunyuan_video15.test_text_encode import towers  # noqa: F401
+from vidax.translator.models import ConvertOptions, convert_model
+from vidax.zoo.pipeline import GenerateOptions, generate
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = "a red kite over a grey sea"
+WAN = dict(height=32, width=48, frames=5, steps=2, guidance=4.0, negative_prompt="blurry", dtype="float32",
+           compile_cache=False, save_latents=True)
+WAN_LAYOUTS = {"dp2_tp2_sp2": dict(dp=2, tp=2, sp=2), "tp2_sp4": dict(tp=2, sp=4), "sp8": dict(sp=8),
+               "tp2_sp4_offload": dict(tp=2, sp=4, offload_chunk=1)}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(cases: dict, out: Path, devices_per_process: int, heartbeat: int = 60, timeout: float = 900):
+    """Run both processes to the end; returns [(returncode, output), ...] and the wall seconds."""
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_process}",
+           "JAX_PLATFORMS": "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest", "VIDAX_NO_COMPILE_CACHE": "1",
+           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "HEARTBEAT": str(heartbeat)}
+    port = _port()
+    start = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.multihost.worker", str(port), "2", str(i), str(out),
+                               json.dumps(cases)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    results = []
+    try:
+        for proc in procs:
+            output, _ = proc.communicate(timeout=timeout)
+            results.append((proc.returncode, output))
+    finally:
+        for proc in procs:
+            proc.kill()
+    return results, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def wan_folder(tmp_path_factory):
+    """A tiny Wan2.1 T2V pipeline with 8 heads (so tp x sp can reach 8), converted by vidax-convert."""
+    import diffusers
+    import torch
+    import transformers
+
+    from tests.wan.test_pipeline import _perturb, _scheduler, _text_encoder, _vae
+    from vidax.zoo.wan.tiny import build_tokenizer
+
+    root = tmp_path_factory.mktemp("multihost_wan")
+    torch.manual_seed(0)
+    build_tokenizer(root / "tokenizer_source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(root / "tokenizer_source")
+    dit = diffusers.WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=8, attention_head_dim=8,
+                                          in_channels=16, out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64,
+                                          num_layers=2, rope_max_seq_len=64).eval()
+    parts = dict(text_encoder=_text_encoder(len(tokenizer)), transformer=dit, vae=_vae())
+    for seed, module in enumerate(parts.values()):
+        _perturb(module, 40 + seed)
+    diffusers.WanPipeline(tokenizer=tokenizer, scheduler=_scheduler(), **parts).save_pretrained(root / "model")
+    convert_model(ConvertOptions("wan2.1-t2v-1.3b", source=str(root / "model"), out=root / "converted", dtype="float32"))
+    np.save(root / "latents.npy", np.random.default_rng(0).standard_normal((1, 16, 2, 4, 6)).astype(np.float32))
+    return root
+
+
+@pytest.fixture(scope="module")
+def wan_run(wan_folder, tmp_path_factory):
+    out = tmp_path_factory.mktemp("multihost_wan_out")
+    base = dict(model="wan2.1-t2v-1.3b", prompt=PROMPT, weights=str(wan_folder / "converted"),
+                latents=str(wan_folder / "latents.npy"), **WAN)
+    results, seconds = launch({name: {**base, **layout} for name, layout in WAN_LAYOUTS.items()}, out, 4)
+    for code, output in results:
+        assert code == 0, output[-4000:]
+    return base, out
+
+
+@pytest.mark.parametrize("layout", list(WAN_LAYOUTS))
+def test_wan_frames_equal_the_single_process_run(wan_run, layout, tmp_path):
+    base, out = wan_run
+    options = {**base, **WAN_LAYOUTS[layout], "latents": Path(base["latents"])}
+    expected = generate(GenerateOptions(**options, out=tmp_path / "one.npy"))
+    np.testing.assert_array_equal(np.load(out / f"{layout}.latents.npy"), expected.latents)
+    np.testing.assert_allclose(np.load(out / f"{layout}.npy"), expected.frames, atol=1e-6, rtol=0)
+    assert not (out / f"{layout}.p1.npy").exists()  # only process 0 writes
+
+
+def test_each_process_reads_only_its_own_slices(wan_run, wan_folder):
+    """tp=2 x sp=4 over two processes of 4 devices: each process reads the replicated leaves once and
+    one tensor-parallel half of the sharded ones, never a whole sharded weight; one process holding
+    all 8 devices reads both halves."""
+    from flax import traverse_util
+    from jax.sharding import PartitionSpec
+
+    from vidax.translator import load
+    from vidax.zoo.sharding import TRANSFORMER_RULES, slice_bytes_read, to_mesh_spec
+    from vidax.zoo.wan.config import WanTransformerConfig
+    from vidax.zoo.wan.transformer import WanTransformer
+
+    base, out = wan_run
+    dit = WanTransformer(WanTransformerConfig.from_hf_config(
+        json.loads((wan_folder / "model" / "transformer" / "config.json").read_text())))
+    specs = traverse_util.flatten_dict(dit.logical_specs(), sep="/", is_leaf=lambda _, x: isinstance(x, PartitionSpec))
+    tree = load(wan_folder / "converted" / "transformer")
+    split = {p: "tensor" in to_mesh_spec(specs[p], TRANSFORMER_RULES) for p in tree}
+    replicated = sum(a.nbytes for p, a in tree.items() if not split[p])
+    sharded = sum(a.nbytes for p, a in tree.items() if split[p])
+    assert replicated and sharded
+    per_process = [json.loads((out / f"tp2_sp4.p{i}.json").read_text())["bytes"] for i in range(2)]
+    assert per_process == [replicated + sharded // 2] * 2
+    before = slice_bytes_read()
+    generate(GenerateOptions(**{**base, **WAN_LAYOUTS["tp2_sp4"], "latents": Path(base["latents"])},
+                             out=out / "again.npy"))
+    assert slice_bytes_read() - before == replicated + sharded
+
+
+def test_a_process_that_fails_to_prepare_stops_both(wan_folder, tmp_path):
+    """Bad input on one process only (its --latents file is missing): both stop, with one clear line."""
+    base = dict(model="wan2.1-t2v-1.3b", prompt=PROMPT, weights=str(wan_folder / "converted"), sp=8, **WAN)
+    cases = {"bad": {**base, "latents": str(wan_folder / "latents.npy"), "latents_missing_on_process": 1}}
+    results, seconds = launch(cases, tmp_path, 4, timeout=300)
+    (code0, out0), (code1, out1) = results
+    assert code0 != 0 and code1 != 0
+    assert "process 1 failed during preparation" in out0
+    assert "latents file not found" in out1
+    assert seconds < 240
+
+
+def test_a_peer_killed_mid_run_ends_the_survivor(wan_folder, tmp_path):
+    """Process 1 exits hard after one sampling step; process 0 must stop (non-zero) within the
+    heartbeat timeout instead of waiting forever in the next collective."""
+    base = dict(model="wan2.1-t2v-1.3b", prompt=PROMPT, weights=str(wan_folder / "converted"), sp=8,
+                latents=str(wan_folder / "latents.npy"), **{**WAN, "steps": 6})
+    results, seconds = launch({"killed": {**base, "die_after_step": 1}}, tmp_path, 4, heartbeat=10, timeout=300)
+    (code0, out0), (code1, _) = results
+    assert code1 == 9 and code0 != 0
+    assert "died" in out0 or "heartbeat" in out0
+    assert not (tmp_path / "killed.npy").exists()
+    assert seconds < 240
+
+
+@pytest.fixture(scope="module")
+def hunyuan_converted(saved, tmp_path_factory):  # noqa: F811
+    _, root = saved
+    out = tmp_path_factory.mktemp("multihost_hv15") / "converted"
+    convert_model(ConvertOptions("hunyuanvideo-1.5", source=str(root), out=out, dtype="float32"))
+    return out
+
+
+def test_hunyuan_video15_across_processes(hunyuan_converted, tmp_path):
+    """HunyuanVideo-1.5 (joint text+video attention) with tp, sp (Ulysses across hosts) and dp, one
+    device per process, and offload; frames equal this process's runs of the same layouts."""
+    latents = tmp_path / "noise.npy"
+    np.save(latents, np.random.default_rng(1).standard_normal((1, 4, 2, 2, 3)).astype(np.float32))
+    base = dict(model="hunyuanvideo-1.5", prompt='a neon sign that says "OPEN"', weights=str(hunyuan_converted),
+                height=32, width=48, frames=5, steps=2, dtype="float32", compile_cache=False, latents=str(latents),
+                save_latents=True)
+    layouts = {"tp2": dict(tp=2), "sp2": dict(sp=2), "dp2_offload": dict(dp=2, offload_chunk=1)}
+    results, _ = launch({name: {**base, **layout} for name, layout in layouts.items()}, tmp_path, 1)
+    for code, output in results:
+        assert code == 0, output[-4000:]
+    for name, layout in layouts.items():
+        options = GenerateOptions(**{**base, **layout, "latents": latents}, out=tmp_path / f"{name}-one.npy")
+        one = generate(options)
+        # the sampled latents (all the cross-process work) are bit for bit this process's; the decode
+        # then runs on one device of a CPU client with 1 (there) or 8 (here) devices, whose threaded
+        # convolutions sum in another order: 1.2e-6 at most in [0, 1] frames
+        np.testing.assert_array_equal(np.load(tmp_path / f"{name}.latents.npy"), one.latents)
+        np.testing.assert_allclose(np.load(tmp_path / f"{name}.npy"), one.frames, atol=2e-6, rtol=0)
