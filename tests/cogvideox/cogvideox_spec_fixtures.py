@@ -153,7 +153,7 @@ def expected_dit_tree(state: dict) -> dict[str, np.ndarray]:
     """The converted DiT tree from the diffusers state dict alone: renames, transposes, halves, stacks."""
     flat, layers = {}, {}
     for key, tensor in state.items():
-        value = tensor.detach().numpy()
+        value = tensor.detach().float().numpy()  # diffusers keeps the learned table's buffer in float64
         module, _, param = key.rpartition(".")
         leaves = {}
         if key == "patch_embed.pos_embedding":
@@ -201,4 +201,70 @@ def transformer15_cases(tmp_path: Path) -> list[SpecCase]:
     return [
         SpecCase("diffusers-15_i2v", tmp_path / "diffusers", expected),
         SpecCase("sat-15_i2v", save_sat(state, tmp_path / "sat", "i2v"), expected),
+    ]
+
+
+# --- VAE -------------------------------------------------------------------------------------
+
+_SAT_VAE_RENAMES = [  # diffusers (full match) -> SAT's 3d-vae.pt, the inverse of convert_weight_sat2hf's
+    (r"encoder\.down_blocks\.(\d+)\.resnets\.(\d+)\.conv_shortcut\.(\w+)", r"encoder.down.\1.block.\2.nin_shortcut.\3"),
+    (r"encoder\.down_blocks\.(\d+)\.resnets\.(\d+)\.(.+)", r"encoder.down.\1.block.\2.\3"),
+    (r"encoder\.down_blocks\.(\d+)\.downsamplers\.0\.(.+)", r"encoder.down.\1.downsample.\2"),
+    (r"(encoder|decoder)\.mid_block\.resnets\.(\d+)\.(.+)", lambda m: f"{m[1]}.mid.block_{int(m[2]) + 1}.{m[3]}"),
+    (r"decoder\.up_blocks\.(\d+)\.resnets\.(\d+)\.conv_shortcut\.(\w+)",
+     lambda m: f"decoder.up.{3 - int(m[1])}.block.{m[2]}.nin_shortcut.{m[3]}"),
+    (r"decoder\.up_blocks\.(\d+)\.resnets\.(\d+)\.(.+)", lambda m: f"decoder.up.{3 - int(m[1])}.block.{m[2]}.{m[3]}"),
+    (r"decoder\.up_blocks\.(\d+)\.upsamplers\.0\.(.+)", lambda m: f"decoder.up.{3 - int(m[1])}.upsample.{m[2]}"),
+    (r"(encoder|decoder)\.(conv_in|conv_out|norm_out)\.(.+)", r"\1.\2.\3"),
+]
+
+
+def sat_vae_state(state: dict) -> dict:
+    """diffusers VAE state dict -> the SAT `3d-vae.pt` keys, plus a discriminator weight the spec drops."""
+    import torch
+
+    out = {}
+    for key, value in state.items():
+        for pattern, repl in _SAT_VAE_RENAMES:  # first match wins (shortcut renames come first)
+            if re.fullmatch(pattern, key):
+                out[re.sub(pattern, repl, key)] = value
+                break
+        else:
+            raise KeyError(f"{key}: no SAT name")
+    out["loss.discriminator.main.0.weight"] = torch.zeros(2, 3, 4, 4)
+    return out
+
+
+def save_sat_vae(state: dict, folder: Path) -> Path:
+    """`vae/3d-vae.pt`: a Lightning-style checkpoint with the weights under `state_dict`."""
+    import torch
+
+    (folder / "vae").mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": sat_vae_state(state)}, folder / "vae" / "3d-vae.pt")
+    return folder
+
+
+def expected_vae_tree(state: dict) -> dict[str, np.ndarray]:
+    """The converted VAE tree from the diffusers state dict alone (conv kernels permuted, norms renamed)."""
+    flat = {}
+    for key, tensor in state.items():
+        value = tensor.detach().float().numpy()
+        module, _, param = key.rpartition(".")
+        if param == "bias":
+            flat[f"{_tree_path(module)}/bias"] = value
+        elif value.ndim == 1:
+            flat[f"{_tree_path(module)}/scale"] = value
+        else:  # ConvNd (O, I, *k) -> (*k, I, O)
+            flat[f"{_tree_path(module)}/kernel"] = np.ascontiguousarray(value.transpose(*range(2, value.ndim), 1, 0))
+    return flat
+
+
+@register_spec_fixture("cogvideox/vae")
+def vae_cases(tmp_path: Path) -> list[SpecCase]:
+    state = state_dict(vae_reference())
+    expected = expected_vae_tree(state)
+    save(state, tmp_path / "diffusers" / "vae")
+    return [
+        SpecCase("diffusers", tmp_path / "diffusers", expected),
+        SpecCase("sat", save_sat_vae(state, tmp_path / "sat"), expected),
     ]
