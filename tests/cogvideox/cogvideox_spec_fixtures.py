@@ -182,6 +182,39 @@ def expected_dit_tree(state: dict) -> dict[str, np.ndarray]:
     return flat
 
 
+def expected_dit_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """`expected_dit_tree`'s leaf shapes from the diffusers state dict's shapes alone (no memory:
+    for the released sizes)."""
+    flat, layers = {}, {}
+    for key, shape in shapes.items():
+        module, _, param = key.rpartition(".")
+        leaves = {}
+        if key == "patch_embed.pos_embedding":
+            leaves[key.replace(".", "/")] = tuple(shape)
+        elif re.fullmatch(r"transformer_blocks\.\d+\.norm[12]\.linear", module):
+            half = (shape[1], shape[0] // 2) if len(shape) == 2 else (shape[0] // 2,)
+            name = "kernel" if len(shape) == 2 else "bias"
+            leaves.update({f"{_tree_path(module)}_{s}/{name}": half for s in ("video", "text")})
+        elif param == "bias":
+            leaves[f"{_tree_path(module)}/bias"] = tuple(shape)
+        elif len(shape) == 1:
+            leaves[f"{_tree_path(module)}/scale"] = tuple(shape)
+        elif len(shape) == 2:
+            leaves[f"{_tree_path(module)}/kernel"] = tuple(shape[::-1])
+        else:
+            leaves[f"{_tree_path(module)}/kernel"] = (shape[2], shape[3], shape[1], shape[0])
+        for leaf, leaf_shape in leaves.items():
+            block = re.fullmatch(r"transformer_blocks_(\d+)/(.*)", leaf)
+            if block:
+                layers.setdefault(f"blocks/{block[2]}", set()).add((int(block[1]), leaf_shape))
+            else:
+                flat[leaf] = leaf_shape
+    for leaf, entries in layers.items():
+        (shape,) = {s for _, s in entries}
+        flat[leaf] = (len(entries), *shape)
+    return flat
+
+
 @register_spec_fixture("cogvideox/transformer")
 def transformer_cases(tmp_path: Path) -> list[SpecCase]:
     cases = []
