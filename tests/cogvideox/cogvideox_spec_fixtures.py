@@ -292,6 +292,18 @@ def expected_vae_tree(state: dict) -> dict[str, np.ndarray]:
     return flat
 
 
+def expected_vae_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """`expected_vae_tree`'s leaf shapes from the state dict's shapes alone (released sizes)."""
+    flat = {}
+    for key, shape in shapes.items():
+        module, _, param = key.rpartition(".")
+        if param == "bias" or len(shape) == 1:
+            flat[f"{_tree_path(module)}/{'bias' if param == 'bias' else 'scale'}"] = tuple(shape)
+        else:
+            flat[f"{_tree_path(module)}/kernel"] = (*shape[2:], shape[1], shape[0])
+    return flat
+
+
 @register_spec_fixture("cogvideox/vae")
 def vae_cases(tmp_path: Path) -> list[SpecCase]:
     state = state_dict(vae_reference())
