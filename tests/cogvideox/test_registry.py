@@ -71,3 +71,34 @@ def test_sat_repo_folders_convert(tmp_path):
         assert tree.keys() == expected.keys()
         for path, value in expected.items():
             np.testing.assert_array_equal(tree[path], value, err_msg=path)
+
+
+# `model.network_config.params` of THUDM/CogVideo's SAT configs (sat/configs/*.yaml), the entries
+# `CogVideoXTransformerConfig.from_sat_config` reads (the rest of each file is training setup).
+SAT_CONFIGS = {
+    "cogvideox-5b-i2v": dict(  # cogvideox_5b_i2v.yaml
+        time_embed_dim=512, num_frames=49, latent_width=90, latent_height=60, num_layers=42, patch_size=2,
+        in_channels=32, out_channels=16, hidden_size=3072, num_attention_heads=48,
+        modules=dict(pos_embed_config=dict(target="dit_video_concat.Rotary3DPositionEmbeddingMixin",
+                                           params=dict(learnable_pos_embed=True, hidden_size_head=64, text_length=226)),
+                     patch_embed_config=dict(params=dict(text_hidden_size=4096)))),
+    "cogvideox1.5-5b-i2v": dict(  # cogvideox1.5_5b_i2v.yaml
+        ofs_embed_dim=512, time_embed_dim=512, num_frames=81, latent_width=300, latent_height=300, num_layers=42,
+        patch_size=[2, 2, 2], in_channels=32, out_channels=16, hidden_size=3072, num_attention_heads=48,
+        modules=dict(pos_embed_config=dict(target="dit_video_concat.Rotary3DPositionEmbeddingMixin",
+                                           params=dict(hidden_size_head=64, text_length=224)),
+                     patch_embed_config=dict(params=dict(text_hidden_size=4096)))),
+    "cogvideox-2b": dict(  # cogvideox_2b.yaml
+        time_embed_dim=512, num_frames=49, latent_width=90, latent_height=60, num_layers=30, patch_size=2,
+        in_channels=16, out_channels=16, hidden_size=1920, num_attention_heads=30,
+        modules=dict(pos_embed_config=dict(target="dit_video_concat.Basic3DPositionEmbeddingMixin",
+                                           params=dict(text_length=226, height_interpolation=1.875,
+                                                       width_interpolation=1.875)),
+                     patch_embed_config=dict(params=dict(text_hidden_size=4096)))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAT_CONFIGS))
+def test_sat_configs_read_as_the_released_configs(name):
+    released = CogVideoXTransformerConfig.from_hf_config(get_model(name).config["transformer"])
+    assert CogVideoXTransformerConfig.from_sat_config(SAT_CONFIGS[name]) == released
