@@ -91,7 +91,7 @@ def test_t2v_frames_guidance_and_decode_input(vae):
     dit_cfg, vae_cfg = configs(dit, vae)
     plan = frame_plan(9, vae_cfg, dit_cfg)
     assert (plan.latent_frames, plan.drop, plan.padded_frames) == (4, 1, 13)
-    b, c, f, h, w = latent_shape(1, plan, HEIGHT, WIDTH, vae_cfg, dit_cfg)
+    _, c, f, h, w = latent_shape(1, plan, HEIGHT, WIDTH, vae_cfg, dit_cfg)
     assert seen["input_shape"] == (2, f, c, h, w)  # the CFG batch in the reference's layout
 
     timesteps = pipe.scheduler.timesteps.numpy()

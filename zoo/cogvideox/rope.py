@@ -28,10 +28,10 @@ def resize_crop_region(grid: tuple[int, int], base_width: int, base_height: int)
     resized into the base grid, keeping its aspect ratio and centred."""
     h, w = grid
     if h / w > base_height / base_width:
-        resize_height, resize_width = base_height, int(round(base_height / h * w))
+        resize_height, resize_width = base_height, round(base_height / h * w)
     else:
-        resize_width, resize_height = base_width, int(round(base_width / w * h))
-    top, left = int(round((base_height - resize_height) / 2.0)), int(round((base_width - resize_width) / 2.0))
+        resize_width, resize_height = base_width, round(base_width / w * h)
+    top, left = round((base_height - resize_height) / 2.0), round((base_width - resize_width) / 2.0)
     return (top, left), (top + resize_height, left + resize_width)
 
 

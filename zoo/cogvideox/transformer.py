@@ -171,8 +171,10 @@ class Embedder(nn.Module):
         f, h, w = latents.shape[2:]
         mode = position_mode(cfg, f, h, w)
         table = jnp.asarray(sincos_table(cfg, f, h, w)) if mode == SINCOS else None
-        sinusoid = lambda t, dim: timestep_sinusoid(  # noqa: E731  diffusers `Timesteps`
-            t, dim, flip_sin_to_cos=cfg.flip_sin_to_cos, downscale_freq_shift=cfg.freq_shift)
+
+        def sinusoid(t, dim):  # diffusers `Timesteps`
+            return timestep_sinusoid(t, dim, flip_sin_to_cos=cfg.flip_sin_to_cos, downscale_freq_shift=cfg.freq_shift)
+
         temb = MLPEmbedder(cfg.time_embed_dim, dtype=jnp.float32, name="time_embedding")(sinusoid(timestep, cfg.inner_dim))
         if cfg.ofs_embed_dim:
             ofs_emb = MLPEmbedder(cfg.ofs_embed_dim, dtype=jnp.float32, name="ofs_embedding")
@@ -199,7 +201,10 @@ class AdaNormZero(nn.Module):
     def __call__(self, video, text, temb):
         cfg = self.cfg
         act = nn.silu(temb)
-        half = lambda name: Dense(3 * cfg.inner_dim, axes=(None, None), dtype=jnp.float32, name=name)(act)  # noqa: E731
+
+        def half(name):  # (shift, scale, gate) of one stream
+            return Dense(3 * cfg.inner_dim, axes=(None, None), dtype=jnp.float32, name=name)(act)
+
         shift, scale, gate = jnp.split(half("linear_video")[:, None], 3, axis=-1)
         c_shift, c_scale, c_gate = jnp.split(half("linear_text")[:, None], 3, axis=-1)
         norm = LayerNorm(eps=cfg.norm_eps, name="norm")  # shared by both streams

@@ -433,7 +433,7 @@ class CogVideoXVAE:
             tiled: diffusers' `enable_tiling()` (True: default tile sizes, or a `Tiling`).
         """
         cfg = self.cfg
-        b, c, t, h, w = video.shape
+        t, h, w = video.shape[2:]
         s = cfg.spatial_compression
         if h % s or w % s:
             raise CogVideoXVAEError(f"height and width must be multiples of {s}, got {h}x{w}")
