@@ -283,7 +283,7 @@ def expected_tree(state: dict) -> dict[str, np.ndarray]:
         if block:
             layers.setdefault(f"blocks/{block.group(2)}", {})[int(block.group(1))] = value
         else:
-            flat[leaf] = np.ascontiguousarray(value)
+            flat[leaf] = np.array(value)  # a copy; keeps 0-d leaves 0-d (ascontiguousarray would not)
     for leaf, by_layer in layers.items():
         flat[leaf] = np.stack([by_layer[i] for i in range(len(by_layer))])
     return flat
@@ -296,5 +296,20 @@ def transformer_cases(tmp_path: Path) -> list[SpecCase]:
     folder = save(ref.state_dict(), tmp_path / "diffusers" / "transformer", diffusers_config(ref, "LTXVideoTransformer3DModel"))
     return [
         SpecCase("diffusers", folder.parent, expected),
-        SpecCase("official", save_official_file(tmp_path / "official" / "ltxv-tiny.safetensors", dit=ref), expected),
+        SpecCase("official", save_official_file(tmp_path / "official" / "ltxv-tiny.safetensors", dit=ref,
+                                                vae=vae_reference()), expected),
     ]
+
+
+@register_spec_fixture("ltx_video/vae")
+def vae_cases(tmp_path: Path) -> list[SpecCase]:
+    """Each VAE generation in the diffusers layout and as an official single file (with a DiT beside it)."""
+    cases, dit = [], dit_reference()
+    for version in TINY_VAES:
+        ref = vae_reference(version)
+        expected = expected_tree(ref.state_dict())
+        folder = save(ref.state_dict(), tmp_path / version / "diffusers" / "vae", diffusers_config(ref, "AutoencoderKLLTXVideo"))
+        official = save_official_file(tmp_path / version / "official" / "ltxv-tiny.safetensors", dit=dit, vae=ref,
+                                      version=version)
+        cases += [SpecCase(f"diffusers-{version}", folder.parent, expected), SpecCase(f"official-{version}", official, expected)]
+    return cases

@@ -219,17 +219,24 @@ class VAEConfig:
     def num_down_blocks(self) -> int:
         return len(self.block_out_channels) - (1 if self.is_095 else 0)
 
+    def _downsamplings(self, kinds: tuple[str, ...]) -> int:
+        if not self.is_095:
+            return sum(self.spatio_temporal_scaling[: self.num_down_blocks])
+        return sum(s and t in kinds for s, t in zip(self.spatio_temporal_scaling, self.downsample_type))
+
     @cached_property
     def spatial_ratio(self) -> int:
+        """Pixels per latent row / column. diffusers derives `patch · 2^Σscaling` unless the config says;
+        the 0.9.5 encoder's space-only and time-only stages make that wrong, so count them here."""
         if self.spatial_compression_ratio is not None:
             return self.spatial_compression_ratio
-        return self.patch_size * 2 ** sum(self.spatio_temporal_scaling)
+        return self.patch_size * 2 ** self._downsamplings(("spatial", "spatiotemporal"))
 
     @cached_property
     def temporal_ratio(self) -> int:
         if self.temporal_compression_ratio is not None:
             return self.temporal_compression_ratio
-        return self.patch_size_t * 2 ** sum(self.spatio_temporal_scaling)
+        return self.patch_size_t * 2 ** self._downsamplings(("temporal", "spatiotemporal"))
 
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "VAEConfig":
