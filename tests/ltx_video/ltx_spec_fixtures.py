@@ -313,3 +313,27 @@ def vae_cases(tmp_path: Path) -> list[SpecCase]:
                                       version=version)
         cases += [SpecCase(f"diffusers-{version}", folder.parent, expected), SpecCase(f"official-{version}", official, expected)]
     return cases
+
+
+@register_spec_fixture("ltx_video/upsampler")
+def upsampler_cases(tmp_path: Path) -> list[SpecCase]:
+    """The diffusers folder and the official file (same keys, config in the header) of the spatial and a
+    spatio-temporal upsampler."""
+    cases = []
+    for name, overrides in (("spatial", {}), ("spatiotemporal", {"temporal_upsample": True})):
+        ref = upsampler_reference(**overrides)
+        expected = expected_tree(ref.state_dict())
+        folder = save(ref.state_dict(), tmp_path / name / "latent_upsampler",
+                      diffusers_config(ref, "LTXLatentUpsamplerModel"))
+        official = save(ref.state_dict(), tmp_path / name / "ltxv-spatial-upscaler-tiny.safetensors",
+                        metadata={"config": json.dumps(official_upsampler_config(ref))})
+        cases += [SpecCase(f"diffusers-{name}", folder.parent, expected), SpecCase(f"official-{name}", official, expected)]
+    return cases
+
+
+def official_upsampler_config(model) -> dict:
+    """The official `LatentUpsampler.config()` of `model` (its header's `config` entry)."""
+    c = model.config
+    return {"_class_name": "LatentUpsampler", "in_channels": c.in_channels, "mid_channels": c.mid_channels,
+            "num_blocks_per_stage": c.num_blocks_per_stage, "dims": c.dims, "spatial_upsample": c.spatial_upsample,
+            "temporal_upsample": c.temporal_upsample}
