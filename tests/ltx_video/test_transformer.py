@@ -282,3 +282,19 @@ def test_bad_inputs_are_clear_errors(case):
         model.embed(params, tokens, text, mask[:, :3], timestep, cos, sin)
     with pytest.raises(ValueError, match="rope_tables"):
         model.embed(params, tokens, text, mask, timestep, cos[:, :10], sin)
+
+
+def test_precision_budget(case):
+    """Under the runtime's default precision only proj_in, the timestep embedding and proj_out run at
+    "highest" (the module docstring's measured places); every block matmul and attention stays default."""
+    import re
+
+    _, model, params, _ = case
+    with jax.default_matmul_precision("default"):
+        text = jax.jit(lambda p, *i: model(p, *i)).lower(params, *our_inputs(model.cfg, make_inputs(model.cfg))).as_text()
+    dots = [line for line in text.splitlines() if "dot_general" in line]
+    kernels = [re.search(r", tensor<(\d+)x(\d+)xf32>\) ->", line) for line in dots if "HIGHEST" in line]
+    highest = sorted(f"{k.group(1)}>{k.group(2)}" for k in kernels)  # the [in, out] weight of each such dot
+    d, c = model.cfg.inner_dim, model.cfg
+    assert highest == sorted([f"{c.in_channels}>{d}", f"256>{d}", f"{d}>{d}", f"{d}>{6 * d}", f"{d}>{c.out_channels}"])
+    assert sum("DEFAULT" in line for line in dots) >= 2 * 8  # per block: q, k, v, out x 2, ff x 2, QK^T, PV

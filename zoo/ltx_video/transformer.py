@@ -14,22 +14,26 @@ Inputs, as the reference forward takes them: tokens `[B, S, in_channels]`, capti
 RoPE tables (`rope.rope_tables`, `[1 or B, S, inner_dim]`) built on the host from the positions.
 
 Dtypes: `dtype` is the activations' (matmul inputs, attention), `residual_dtype` the hidden state
-between blocks (fp32 by default). Norms, AdaLN modulation, the timestep embedding and RoPE run in
-fp32.
+between blocks (fp32 by default). Norms, AdaLN modulation, the timestep embedding, RoPE, `proj_in`
+and `proj_out` run in fp32.
 
-Precision (where "highest" matters; production runs at the default matmul precision): the paper's
-~2-decimal agreement with PyTorch is what a TPU's default precision (one bf16 pass per fp32
-matmul) gives everywhere; three places are worth more than that:
-  1. RoPE angles reach ±θ·π/2 ≈ 15708 rad: formed at anything below fp32 they are noise. They are
+Precision (where "highest" matters; the rest runs at the runtime's default matmul precision). A TPU's
+default precision computes an fp32 matmul as one bf16 pass, ~2^-9 relative error per product: the
+vidax paper's ~2-decimal agreement. Three places are set to "highest" here (`HIGH`), each a negligible
+share of the FLOPs:
+  1. `proj_in` and `proj_out` (128 <-> width, 0.1% of a 13B forward): the velocity leaves through
+     `proj_out`, so its rounding is a floor on the output's error whatever the blocks do. Emulating
+     bf16 passes per op group on a 4-block random-weight model (width 512, 320 tokens), the output's
+     relative rms error is 3.4e-3 with every matmul at bf16, 3.3e-3 from proj_in/proj_out alone, and
+     2.1e-4 with them (and 2.) at highest and all block matmuls, QK^T and PV at bf16
+     (tests/ltx_video/precision_probe.py; trained weights put more of the output through the blocks,
+     so expect less than that 15x there, never more error).
+  2. The timestep path: `timestep_sinusoid` (t up to 1000) and `time_embed`'s three small matmuls set
+     every block's six modulation vectors (5e-4 alone at bf16 in the same probe).
+  3. RoPE: angles reach ±θ·π/2 ≈ 15708 rad; formed at anything below fp32 positions are noise. They are
      built on the host in fp32 with float64 trig (`rope.py`), never through a device matmul.
-  2. The timestep path: `timestep_sinusoid` at t ≤ 1000 then `time_embed` (two small matmuls)
-     feeds every block's six modulation vectors; run it at "highest" (`TIME_PRECISION`, applied
-     here, cost negligible). The modulation itself is an fp32 add.
-  3. Attention logits: q/k are RMS-normed across the width with learned scales, so q·k sums
-     64 / 128 products of O(1) terms per head; bf16 inputs give ~3 significant digits there, the
-     same as every other bf16 matmul. Raising only this op costs a multi-pass QK^T on TPU; measured
-     on the tiny model (tests/ltx_video/test_transformer.py::test_precision_budget) it is not where
-     the error concentrates, so it stays at the default.
+These run in fp32 (inputs and weights cast up) under any activation dtype. Block matmuls, QK^T and PV
+stay at the default (alone in the probe: q/k/v/out and FFN ~1.5e-4 each, QK^T and PV ~2e-5).
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ CONTEXT_AXES = ("batch", "text_seq", "act_embed")
 MOD_AXES = ("batch", "seq", "act_embed")  # per-token modulation follows its tokens
 ROPE_AXES = ("batch", "seq", "act_heads")  # tables follow q/k: split by tokens (sp) and width (tp)
 TIME_FREQ_DIM = 256  # PixArtAlphaCombinedTimestepSizeEmbeddings' Timesteps(256)
-TIME_PRECISION = jax.lax.Precision.HIGHEST
+HIGH = "highest"  # the matmul precision of the ops the module docstring names
 
 
 @struct.dataclass
@@ -101,7 +105,7 @@ class TimeEmbedding(nn.Module):
     @nn.compact
     def __call__(self, timestep: jax.Array) -> tuple[jax.Array, jax.Array]:
         d = self.cfg.inner_dim
-        with jax.default_matmul_precision("highest"):
+        with jax.default_matmul_precision(HIGH):
             embedded = _Emb(d, name="emb")(timestep_sinusoid(timestep, TIME_FREQ_DIM))
             modulation = Dense(6 * d, axes=("embed", None), dtype=jnp.float32, name="linear")(nn.silu(embedded))
         return modulation, embedded
@@ -119,7 +123,8 @@ class Embedder(nn.Module):
         """Takes `embed`'s inputs (the mask and RoPE tables pass through untouched)."""
         cfg = self.cfg
         b = tokens.shape[0]
-        hidden = Dense(cfg.inner_dim, axes=(None, "embed"), name="proj_in")(tokens.astype(self.dtype))
+        with jax.default_matmul_precision(HIGH):  # see the module docstring, "Precision"
+            hidden = Dense(cfg.inner_dim, axes=(None, "embed"), dtype=jnp.float32, name="proj_in")(tokens)
         modulation, embedded = TimeEmbedding(cfg, name="time_embed")(timestep.reshape(-1))
         text = MLPEmbedder(cfg.inner_dim, activation=gelu_tanh, name="caption_projection")(text.astype(self.dtype))
         modulation = modulation.reshape(b, -1, 6 * cfg.inner_dim)  # [B, 1 or S, 6D], as diffusers' view
@@ -202,8 +207,9 @@ class Head(nn.Module):
         table = logical_param(self, "scale_shift_table", (2, cfg.inner_dim), (None, "embed"))
         mod = table.astype(jnp.float32) + embedded_timestep[:, :, None]  # [B, 1 or S, 2, D]
         norm = LayerNorm(eps=1e-6, use_scale=False, use_bias=False)(hidden.astype(jnp.float32))
-        x = modulate(norm, mod[:, :, 0], mod[:, :, 1]).astype(self.dtype)
-        return Dense(cfg.out_channels, axes=("embed", None), name="proj_out")(x)
+        x = modulate(norm, mod[:, :, 0], mod[:, :, 1])  # fp32 into proj_out, whatever the activation dtype
+        with jax.default_matmul_precision(HIGH):  # see the module docstring, "Precision"
+            return Dense(cfg.out_channels, axes=("embed", None), dtype=jnp.float32, name="proj_out")(x)
 
 
 # ---------------------------------------------------------------------------------------------
