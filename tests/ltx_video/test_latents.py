@@ -26,7 +26,6 @@ from diffusers.pipelines.ltx.pipeline_ltx_latent_upsample import LTXLatentUpsamp
 from vidax.zoo.ltx_video import latents as L
 from vidax.zoo.ltx_video.config import SchedulerConfig
 
-from .helpers import to_np
 from .ltx_spec_fixtures import vae_reference
 
 # diffusers' Lightricks/LTX-Video scheduler_config.json (0.9.0 / 0.9.1; ltx_video/utils/diffusers_config_mapping.py)

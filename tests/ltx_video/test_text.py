@@ -7,7 +7,6 @@ from __future__ import annotations
 from functools import partial
 from types import SimpleNamespace
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch

@@ -175,7 +175,7 @@ def image_to_video_latents(image_latents, noise):
       image_latents: normalised image latents `[B, C, 1, H', W']`.
       noise: `[B, C, F', H', W']`.
     """
-    b, c, f, h, w = noise.shape
+    b, _, f, h, w = noise.shape
     mask = np.zeros((b, 1, f, h, w), np.float32)
     mask[:, :, 0] = 1
     latents = image_latents * mask + noise * (1 - mask)
@@ -230,7 +230,7 @@ def prepare_conditioned(noise: np.ndarray, conditions: Sequence[Condition], *, n
       conditions: in order.
       latents, sigma: refinement of given latents (`denoise_strength` < 1): `σ·noise + (1 − σ)·latents`.
     """
-    b, c, f, h, w = noise.shape
+    b, _, f, h, w = noise.shape
     x = noise.copy() if latents is None or sigma is None else sigma * noise + (1 - sigma) * latents
     frame_mask = np.zeros((b, f), np.float32)
     extras = []

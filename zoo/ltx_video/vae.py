@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.layers import Dense, LayerNorm, MLPEmbedder, RMSNorm, logical_param, timestep_sinusoid
+from vidax.zoo.layers import LayerNorm, MLPEmbedder, RMSNorm, logical_param, timestep_sinusoid
 from vidax.zoo.ltx_video.config import VAEConfig
 
 Params = dict[str, Any]
@@ -130,7 +130,7 @@ class ResnetBlock(nn.Module):
         return spatial[None, None, :, :, None] * scale
 
 
-def _run_resnets(module: nn.Module, x, temb, noise, layers: int, **kwargs):
+def _run_resnets(x, temb, noise, layers: int, **kwargs):
     """`layers` resnets named `resnets_{i}`, each taking its two noise maps in turn."""
     for i in range(layers):
         x = ResnetBlock(x.shape[-1], **kwargs, name=f"resnets_{i}")(x, temb, noise[2 * i: 2 * i + 2])
@@ -235,7 +235,7 @@ class _Stage(nn.Module):
     def __call__(self, x, temb, noise):
         if self.timestep_conditioning:
             temb = TimeEmbedder(4 * x.shape[-1], name="time_embedder")(temb, x.dtype)
-        return _run_resnets(self, x, temb, noise, self.layers, causal=self.causal, eps=self.eps,
+        return _run_resnets(x, temb, noise, self.layers, causal=self.causal, eps=self.eps,
                             inject_noise=self.inject_noise, timestep_conditioning=self.timestep_conditioning)
 
 
@@ -250,7 +250,7 @@ class _DownBlock(nn.Module):
     def __call__(self, x):
         cfg, i = self.cfg, self.index
         causal, eps = cfg.encoder_causal, cfg.resnet_norm_eps
-        x = _run_resnets(self, x, None, (), cfg.layers_per_block[i], causal=causal, eps=eps)
+        x = _run_resnets(x, None, (), cfg.layers_per_block[i], causal=causal, eps=eps)
         if cfg.is_095:
             out = cfg.block_out_channels[i + 1]
             if cfg.spatio_temporal_scaling[i]:
@@ -300,7 +300,7 @@ class _UpBlock(nn.Module):
             temb = TimeEmbedder(4 * x.shape[-1] // factor, name="time_embedder")(temb, x.dtype)
         if r["scaling"][i]:
             x = Upsampler(factor, r["residual"][i], causal, name="upsamplers_0")(x)
-        return _run_resnets(self, x, temb, noise[used:], r["layers"][i + 1], causal=causal, eps=eps,
+        return _run_resnets(x, temb, noise[used:], r["layers"][i + 1], causal=causal, eps=eps,
                             inject_noise=inject, timestep_conditioning=tc)
 
 
