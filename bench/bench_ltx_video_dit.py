@@ -61,7 +61,8 @@ def main() -> None:
                   encoder_hidden_states=torch.randn(1, TEXT_LEN, 4096, generator=g),
                   timestep=torch.tensor([700.0]), encoder_attention_mask=mask)
     cos, sin = rope.rope_tables(rope.grid_coords(1, *grid, cfg, frame_rate=FPS), cfg)
-    ours_in = [jax.numpy.asarray(v.numpy()) for v in inputs.values()] + [jax.numpy.asarray(cos), jax.numpy.asarray(sin)]
+    order = ("hidden_states", "encoder_hidden_states", "encoder_attention_mask", "timestep")  # embed's argument order
+    ours_in = [jax.numpy.asarray(inputs[k].numpy()) for k in order] + [jax.numpy.asarray(cos), jax.numpy.asarray(sin)]
 
     start = time.perf_counter()
     compiled = jax.jit(model.__call__).lower(params, *ours_in).compile()
