@@ -6,7 +6,7 @@
 Imports no jax, flax or torch.
 """
 
-from vidax.translator.api import LazyTree, convert
+from vidax.translator.api import LazyTree, convert, read_metadata
 from vidax.translator.errors import (
     AccountingError,
     FormatError,
@@ -27,5 +27,5 @@ __all__ = [
     "AccountingError", "ConversionHooks", "ConvertOptions", "ConvertedModel", "FormatError", "GatedRepoError", "LazyTree", "ModelEntry",
     "OutputError", "SourceError", "Spec", "SpecError", "TranslatorError", "VidaxError", "convert", "convert_model",
     "MANIFEST", "MODEL_FILE", "get_model", "is_complete", "load", "load_registry", "load_spec", "looks_like_repo",
-    "read_manifest", "save_tree",
+    "read_manifest", "read_metadata", "save_tree",
 ]

@@ -45,8 +45,8 @@ class LazyTree(Mapping):
 
 def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, tuple[int, ...]] | None = None, *,
             layout: str | None = None, dtype: str | None = None, revision: str | None = None,
-            subfolder: str | None = None, lazy: bool = False, headers_only: bool = False
-            ) -> dict[str, np.ndarray] | LazyTree:
+            subfolder: str | None = None, lazy: bool = False, headers_only: bool = False,
+            files: tuple[str, ...] | None = None) -> dict[str, np.ndarray] | LazyTree:
     """Convert a PyTorch checkpoint into a flat host tree ``{"a/b/kernel": np.ndarray}``.
 
     Args:
@@ -62,6 +62,7 @@ def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, 
       lazy: return a `LazyTree` (leaves computed on access) instead of a dict.
       headers_only: with `lazy`, a Hub repo's safetensors headers are read without downloading the
         weights (when the Hub answers): the tree is planned and accounted, its leaves cannot be read.
+      files: globs that replace the spec layouts' own (one release's file in a repo that holds several).
 
     Returns:
       The host tree. Leaves whose layout and dtype already match are zero-copy read-only views of
@@ -74,9 +75,26 @@ def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, 
     if headers_only and not lazy:
         raise ValueError("headers_only plans a conversion: it needs lazy=True")
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    if files:
+        spec = spec.with_files(tuple(files))
     opened = sources.resolve(spec, source, revision=revision, subfolder=subfolder, layout=layout,
                              headers_only=headers_only)
     override = policy_dtype(dtype, "dtype") if dtype is not None else "spec"
     leaves = executor.plan(spec, opened.layout, opened.checkpoint, expected, override)
     tree = LazyTree(spec, opened, leaves)
     return tree if lazy else {path: tree[path] for path in tree}
+
+
+def read_metadata(spec: Spec | str | Path, source: str | Path, *, layout: str | None = None,
+                  revision: str | None = None, subfolder: str | None = None,
+                  files: tuple[str, ...] | None = None) -> dict[str, str]:
+    """The safetensors `__metadata__` of the checkpoint files `spec` reads from `source` (merged
+    over shards): LTX-Video's official single files carry their model config there. Local files are
+    read to their header only; a Hub repo's headers are fetched with range requests when the Hub
+    answers (else the files are downloaded as `convert` would).
+    """
+    spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    if files:
+        spec = spec.with_files(tuple(files))
+    opened = sources.resolve(spec, source, revision=revision, subfolder=subfolder, layout=layout, headers_only=True)
+    return dict(opened.checkpoint.metadata)

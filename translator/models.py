@@ -90,7 +90,8 @@ def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | No
         if source.startswith("modelscope:"):
             raise SourceError(_modelscope_hint(entry, component, source))
         try:
-            return convert(spec, source, layout=layout if layout in spec.layouts else None, dtype=opts.dtype,
+            return convert(spec, source, layout=layout if layout in spec.layouts else None,
+                           dtype=opts.dtype or component.dtype, files=component.files(layout),
                            revision=opts.revision or entry.revision_of(layout), subfolder=subfolder, lazy=True,
                            headers_only=opts.check)  # --check on the Hub: headers, no weights downloaded
         except SourceError as err:

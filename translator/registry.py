@@ -17,7 +17,7 @@ from vidax.translator.spec import SPECS_ROOT
 
 _MODEL_KEYS = {"description", "family", "repos", "default_layout", "revision", "variants", "default_variant",
                "components", "alias_of", "variant", "settings", "config", "embedded"}
-_COMPONENT_KEYS = {"spec", "subfolder", "optional", "repo", "mount", "copy", "when", "hub_layout"}
+_COMPONENT_KEYS = {"spec", "subfolder", "optional", "repo", "mount", "copy", "when", "hub_layout", "dtype", "file"}
 _VARIANT_KEYS = {"description", "tags", "repos", "subfolder", "settings", "config"}
 
 
@@ -37,6 +37,15 @@ class Component:
     # layout -> the layout whose Hub repo serves this component when it is fetched from the Hub (the
     # official HunyuanVideo-1.5 ByT5 is on ModelScope only; the diffusers mirror carries the same weights)
     hub_layout: dict = field(default_factory=dict)
+    dtype: str | None = None  # converted in this dtype unless the user says otherwise (CogVideoX's T5: fp32)
+    file: dict = field(default_factory=dict)  # layout -> globs replacing the spec's (one release among several)
+
+    def files(self, layout: str | None) -> tuple[str, ...] | None:
+        """The component's own file globs in `layout` (None: the spec's)."""
+        found = self.file.get(layout) if layout is not None else None
+        if found is None and len(set(map(tuple, self.file.values()))) == 1:
+            found = next(iter(self.file.values()))  # one file for every layout
+        return tuple(found) if found else None
 
     def hub(self, layout: str) -> str:
         """The layout to fetch this component in from the Hub when the model's layout is `layout`."""
@@ -141,10 +150,20 @@ def _component(model: str, name: str, raw: dict, repos: dict, where: str) -> Com
     hub_layout = _per_layout(raw.get("hub_layout", {}), repos, f"{what} hub_layout", where)
     if set(hub_layout.values()) - set(repos):
         raise SpecError(f"{where}: {what} hub_layout must name layouts of 'repos' ({', '.join(repos)})")
+    files = {k: [v] if isinstance(v, str) else list(v)
+             for k, v in _per_layout(raw.get("file", {}), repos, f"{what} file", where).items()}
+    dtype = raw.get("dtype")
+    if dtype is not None:
+        from vidax.translator.dtypes import policy_dtype
+
+        try:
+            policy_dtype(dtype, f"{what} dtype")
+        except SpecError as err:
+            raise SpecError(f"{where}: {err}") from None
     return Component(name, raw.get("spec"), subfolder, bool(raw.get("optional", False)),
                      _per_layout(raw.get("repo", {}), repos, f"{what} repo", where),
                      _per_layout(raw.get("mount", {}), repos, f"{what} mount", where), copy, raw.get("when"),
-                     hub_layout)
+                     hub_layout, dtype, files)
 
 
 def _variant(model: str, name: str, raw: dict, repos: dict, components: dict, where: str) -> Variant:

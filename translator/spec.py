@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +134,12 @@ class Spec:
     digest: str = ""
     path: Path | None = None
     shapes: dict | None = field(default=None, hash=False, compare=False)  # declared expected tree, if any
+
+    def with_files(self, files: tuple[str, ...]) -> "Spec":
+        """This spec with every layout reading `files` (globs) instead of its own: a registry
+        component that names its file (a repo holding several releases side by side at its root)."""
+        layouts = {name: replace(layout, files=tuple(files)) for name, layout in self.layouts.items()}
+        return replace(self, layouts=layouts)
 
 
 # ----------------------------------------------------------------------------- parsing

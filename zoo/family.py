@@ -114,11 +114,13 @@ class Flag:
 
 @dataclasses.dataclass(frozen=True)
 class DiTPart:
-    """One denoiser of the model (two for Wan2.2 A14B's experts): where its weights are."""
+    """A component of the model (a denoiser: two for Wan2.2 A14B's experts): where its weights are."""
 
     component: str
     spec: str
     subfolders: tuple[str | None, ...] = (None,)
+    dtype: str | None = None  # the registry's dtype for it (when the user gives no --dtype)
+    files: tuple[str, ...] | None = None  # the registry's file globs (one release among several)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,7 +382,7 @@ class Family:
             raise PipelineError(f"{self.name}: the registry has no convertible component {name!r}")
         layouts = list(self.entry.repos) or [None]
         folders = [comp.folder(layout, local) for layout in layouts for local in (True, False)]
-        return DiTPart(name, comp.spec, tuple(dict.fromkeys(folders)))
+        return DiTPart(name, comp.spec, tuple(dict.fromkeys(folders)), comp.dtype, comp.files(None))
 
     def load(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
              dtype: str | None = None) -> Params:
@@ -390,6 +392,10 @@ class Family:
         if key in self._resident:
             return self._resident[key]
         return self.place(self.load_tree(component, spec, subfolders, dtype), key)
+
+    def load_part(self, part: DiTPart, dtype: str | None = None) -> Params:
+        """`load` of a registry component (its own dtype and files unless `--dtype` says otherwise)."""
+        return self.load(part.component, part.spec, part.subfolders, dtype or self.options.dtype or part.dtype)
 
     def place(self, tree: Mapping[str, np.ndarray], key: Any = None) -> Params:
         """A host tree on the default device in one transfer; kept under `key` with `--keep-stages`."""
@@ -401,7 +407,10 @@ class Family:
     def load_tree(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
                   dtype: str | None = None):
         """A component's host tree (mmapped where possible), not placed."""
-        return self.source.load(component, spec, subfolders, dtype=dtype, progress=self.progress)
+        part = self.entry.components.get(component)
+        dtype = dtype or (part.dtype if part is not None else None)
+        files = part.files(None) if part is not None else None
+        return self.source.load(component, spec, subfolders, dtype=dtype, progress=self.progress, files=files)
 
     def done(self, params: Any) -> None:
         """A stage is over: free its weights unless they are kept (`--keep-stages`)."""

@@ -233,7 +233,8 @@ class WeightsSource:
         return None
 
     def load(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,), *,
-             dtype: str | None = None, progress: Progress | None = None) -> Mapping[str, np.ndarray]:
+             dtype: str | None = None, progress: Progress | None = None,
+             files: Sequence[str] | None = None) -> Mapping[str, np.ndarray]:
         """The host tree of one component (mmapped where the source allows).
 
         Args:
@@ -243,6 +244,7 @@ class WeightsSource:
             file globs then find `transformer/...` themselves).
           dtype: override the spec's default dtype.
           progress: reports a "convert COMPONENT" stage in MiB (checkpoints converted on the fly).
+          files: globs replacing the spec's (the registry component's own file).
         """
         source = self.repo if self.kind == "repo" else self.root
         if self.kind == "converted":
@@ -257,7 +259,8 @@ class WeightsSource:
         first_error = None
         for subfolder in subfolders:
             try:
-                lazy = convert(spec, source, dtype=dtype, revision=self.revision, subfolder=subfolder, lazy=True)
+                lazy = convert(spec, source, dtype=dtype, revision=self.revision, subfolder=subfolder, lazy=True,
+                               files=files)
             except SourceError as err:
                 first_error = first_error or err
                 continue

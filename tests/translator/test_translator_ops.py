@@ -231,3 +231,18 @@ def test_fp8_weights_without_their_scales_are_refused(tmp_path):
         convert(parse_spec(FP8_SPEC, "fp8"), tmp_path)
     kept = convert(parse_spec(FP8_SPEC, "fp8"), tmp_path, dtype="keep")  # kept as float8, nothing is lost
     assert kept["w/kernel"].dtype == ml_dtypes.float8_e4m3fn
+
+
+def test_metadata_and_a_components_own_files(tmp_path):
+    """`read_metadata` reads a single file's header config; `files` picks one release among several."""
+    from vidax.translator import read_metadata
+
+    for name, value in (("release-a", 1.0), ("release-b", 2.0)):
+        save_file({"w": np.full((4, 2), value, np.float32)}, tmp_path / f"{name}.safetensors",
+                  metadata={"config": f'{{"release": "{name}"}}'})
+    spec = parse_spec(FP8_SPEC, "two-releases")
+    with pytest.raises(Exception, match="also appears"):  # both files at the root: duplicate keys
+        convert(spec, tmp_path)
+    picked = convert(spec, tmp_path, files=("release-b.safetensors",), dtype="float32")
+    assert float(picked["w/kernel"][0, 0]) == 2.0
+    assert read_metadata(spec, tmp_path, files=("release-a.safetensors",)) == {"config": '{"release": "release-a"}'}

@@ -111,3 +111,23 @@ def test_op_arguments_are_typed():
         parse_spec(HEAD + _rule(match=r"a\.weight", target="a/kernel", op="transpose", perm="1,0"), "t")
     with pytest.raises(SpecError, match="axis must be an integer"):
         parse_spec(HEAD + _rule(match=r"a\.weight", target="a/kernel", op="squeeze", axis="0"), "t")
+
+
+def test_registry_component_dtype_and_file(tmp_path, monkeypatch):
+    """A component may fix its conversion dtype and name its own file; a dtype typo is a SpecError."""
+    from vidax.translator import SpecError, load_registry
+
+    def write(dtype):
+        (tmp_path / "m.toml").write_text(f"""
+[models."x-test"]
+family = "wan"
+repos = {{ official = "org/x" }}
+components.transformer = {{ spec = "wan/transformer", dtype = "{dtype}", file = {{ official = "x-1.0.safetensors" }} }}
+""")
+    monkeypatch.setenv("VIDAX_MODELS", str(tmp_path / "m.toml"))
+    write("float32")
+    part = load_registry()["x-test"].components["transformer"]
+    assert part.dtype == "float32" and part.files("official") == ("x-1.0.safetensors",) and part.files(None)
+    write("fp32")
+    with pytest.raises(SpecError, match="unknown dtype 'fp32'"):
+        load_registry()
