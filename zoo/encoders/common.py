@@ -7,13 +7,13 @@ additive bias for T5, a causal mask for the decoders). Video self-attention neve
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Callable, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vidax.zoo.configs import pick_fields  # noqa: F401  (the encoders' configs read through it)
 from vidax.zoo.layers import logical_param
 from vidax.zoo.mesh import DATA, TENSOR
 
@@ -51,17 +51,6 @@ def activation(name: str, where: str) -> Callable[[jax.Array], jax.Array]:
     if name not in ACTIVATIONS:
         raise ValueError(f"{where}: activation {name!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
     return ACTIVATIONS[name]
-
-
-def pick_fields(cls, hf: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The entries of an HF config.json that dataclass `cls` declares, renamed where asked."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    out = {}
-    for key, value in hf.items():
-        key = (renames or {}).get(key, key)
-        if key in names:
-            out[key] = tuple(value) if isinstance(value, list) else value
-    return out
 
 
 class Embed(nn.Module):

@@ -6,16 +6,7 @@ import dataclasses
 from functools import cached_property
 from typing import Any, Mapping
 
-
-def _pick(cls, hf: Mapping[str, Any], renames: Mapping[str, str] = {}) -> dict[str, Any]:
-    """Keep the config.json entries `cls` declares (diffusers' `_class_name`, `_diffusers_version` go)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    out = {}
-    for key, value in hf.items():
-        key = renames.get(key, key)
-        if key in names:
-            out[key] = tuple(value) if isinstance(value, list) else value
-    return out
+from vidax.zoo.configs import pick_fields
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -67,7 +58,7 @@ class TransformerConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
         """Build from a diffusers `transformer/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
 
     @classmethod
     def from_official_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
@@ -137,4 +128,4 @@ class VAEConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "VAEConfig":
         """Build from a diffusers `vae/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
