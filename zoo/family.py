@@ -456,7 +456,10 @@ class Family:
                 config.update(_FLOW_MODE)
         if s.shift is not None:
             config.update(flow_shift=s.shift, shift=s.shift)
-        sigmas = self.base_sigmas(s) if config.get("_class_name") == FLOW_SAMPLERS["euler"] else None
+        # diffusers' FlowMatchEuler and UniPC (flow sigmas) take a pipeline's own grid; DPM++ does not
+        takes = config.get("_class_name") in (FLOW_SAMPLERS["euler"], FLOW_SAMPLERS["unipc"]) and not config.get(
+            "use_karras_sigmas")
+        sigmas = self.base_sigmas(s) if takes else None
         return stepper_from_config(config, s.steps, seq_len=self.tokens(s), sigmas=sigmas)
 
     def base_sigmas(self, s: Settings) -> np.ndarray | None:

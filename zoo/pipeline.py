@@ -156,7 +156,7 @@ def release(tree: Any) -> None:
 
 # Files besides the weights that a pipeline reads: configs, scheduler, tokenizers (official Wan
 # keeps its tokenizer under google/umt5-xxl/).
-CONFIG_PATTERNS = ("*.json", "*/*.json", "*/*.model", "*/*.txt", "google/*/*")
+CONFIG_PATTERNS = ("*.json", "*/*.json", "*/*.model", "*/*.txt", "*/*.jinja", "google/*/*")
 
 
 def _is_converted(folder: Path) -> bool:

@@ -141,3 +141,17 @@ def test_stochastic_configs_with_given_noise(monkeypatch):
 def test_unsupported_configs_are_refused_by_name(config, message):
     with pytest.raises(SamplerConfigError, match=message):
         stepper_from_config(config, NUM_STEPS)
+
+
+def test_unipc_takes_a_pipelines_own_sigmas():
+    """`set_timesteps(sigmas=...)` on a flow-mode UniPC (Cosmos3-Edge's native schedule): shifted as the
+    default grid is, same timesteps and sigmas as diffusers."""
+    config = {"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction", "use_flow_sigmas": True,
+              "flow_shift": 3.0}
+    base = np.linspace(0.98, 0.05, 6)
+    reference = UniPCMultistepScheduler(**{k: v for k, v in config.items() if k != "_class_name"})
+    reference.set_timesteps(sigmas=base.copy(), device="cpu")
+    ours = stepper_from_config(config, 6, sigmas=base)
+    np.testing.assert_allclose(ours.timesteps, reference.timesteps.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(ours.sigmas, reference.sigmas.numpy(), rtol=1e-6)
+    assert not np.allclose(ours.sigmas[:-1], stepper_from_config(config, 6).sigmas[:-1])

@@ -132,6 +132,7 @@ def _unipc(config: Config, num_steps: int, mu, sigmas) -> UniPC:
         schedule = unipc_flow_schedule(
             num_steps, shift=config.get("flow_shift", 1.0), mu=mu if config.get("use_dynamic_shifting") else None,
             shift_terminal=config.get("shift_terminal"), final_sigma=final, num_train_timesteps=train,
+            base_sigmas=sigmas,
         )
     return UniPC.from_schedule(
         schedule,

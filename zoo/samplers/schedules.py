@@ -147,9 +147,19 @@ def unipc_flow_schedule(
     shift_terminal: float | None = None,
     final_sigma: Literal["zero", "sigma_min"] = "zero",
     num_train_timesteps: int = 1000,
+    base_sigmas: np.ndarray | None = None,
 ) -> Schedule:
-    """Grid of diffusers' `UniPCMultistepScheduler` with `use_flow_sigmas=True` (Wan, Cosmos3)."""
-    sigmas = np.linspace(1, 1 / num_train_timesteps, num_steps + 1)[:-1]
+    """Grid of diffusers' `UniPCMultistepScheduler` with `use_flow_sigmas=True` (Wan, Cosmos3).
+
+    `base_sigmas`: the unshifted sigmas a pipeline passes to `set_timesteps(sigmas=...)` (Cosmos3-Edge's
+    native flow schedule); the shift then applies to them as to the default grid.
+    """
+    if base_sigmas is not None:
+        sigmas = np.asarray(base_sigmas, np.float64).copy()
+        if len(sigmas) != num_steps:
+            raise ValueError(f"{len(sigmas)} base sigmas for {num_steps} steps")
+    else:
+        sigmas = np.linspace(1, 1 / num_train_timesteps, num_steps + 1)[:-1]
     sigmas = time_shift(sigmas, mu) if mu is not None else static_shift(sigmas, shift)
     if shift_terminal:
         sigmas = stretch_to_terminal(sigmas, shift_terminal)
