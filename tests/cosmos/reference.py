@@ -110,7 +110,8 @@ def user_registry(path: Path, pipe) -> Path:
         'components.vae = { spec = "wan/vae" }',
         'components.text_encoder = { spec = "encoders/decoder", mount = { official = "Cosmos-Reason1-7B" } }',
         'components.tokenizer = { mount = { official = "Cosmos-Reason1-7B" }, copy = "*" }',
-        f'settings = {{ height = {HEIGHT}, width = {WIDTH}, frames = {FRAMES}, steps = {STEPS}, guidance = 7.0, fps = 16 }}',
+        f'settings = {{ height = {HEIGHT}, width = {WIDTH}, frames = {FRAMES}, steps = {STEPS}, guidance = 7.0, '
+        'fps = 16 }',
         f'config.vae = {_toml(vae)}',
         f'config.scheduler = {_toml(scheduler)}',
     ]

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
 from vidax.zoo.registry import make_pipeline
 
@@ -115,7 +114,6 @@ def test_generate_straight_from_the_hub(saved, runs, tmp_path, monkeypatch):
     """No --weights: the registry's diffusers layout, on its branch (`revision = { diffusers = ... }`), read from
     the Hugging Face cache offline and converted on the fly."""
     import huggingface_hub.constants
-
     from vidax.translator.registry import load_registry
     from vidax.translator.testing import make_hub_cache
 
@@ -173,7 +171,6 @@ def test_plan_offline_and_the_14b_offload_figure(tmp_path, monkeypatch):
     figure for the 14B at 93 frames with its blocks streamed (the bench prints it beside the paper's)."""
     import huggingface_hub.constants
     from typer.testing import CliRunner
-
     from vidax.cli.gen import app
     from vidax.zoo.planner import Layout, predict
 

@@ -20,10 +20,12 @@ import pytest
 import torch
 import transformers
 from diffusers import AutoencoderKLWan, UniPCMultistepScheduler
-from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import Cosmos3OmniPipeline, _preprocess_conditioning_image
+from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
+    Cosmos3OmniPipeline,
+    _preprocess_conditioning_image,
+)
 from diffusers.utils.torch_utils import randn_tensor
 from PIL import Image
-
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
 from vidax.zoo.registry import make_pipeline
 
@@ -34,7 +36,8 @@ FRAME_ATOL = 2e-5
 PROMPT, NEGATIVE = "A robot arm folds a towel.", "blurry"
 HEIGHT, WIDTH, FRAMES, STEPS, FPS = 64, 64, 9, 3, 16.0  # 3 latent frames of 2 x 2 patches
 LATENT_SHAPE = (1, 4, 3, 4, 4)
-DIT = dict(attention_bias=False, latent_channel=4, patch_latent_dim=16, vocab_size=400, sound_gen=False, action_gen=False)
+DIT = dict(attention_bias=False, latent_channel=4, patch_latent_dim=16, vocab_size=400, sound_gen=False,
+           action_gen=False)
 FAMILY_FLAGS = ("video", "condition_frame_indexes_vision", "condition_video_keep", "use_system_prompt",
                 "add_resolution_template", "add_duration_template")
 
@@ -103,7 +106,8 @@ def test_frames_match_the_pipeline(saved, runs, tmp_path, case):
     assert result.frames.shape == runs[case].shape == (FRAMES, HEIGHT, WIDTH, 3)
     np.testing.assert_allclose(result.frames, runs[case], atol=FRAME_ATOL, rtol=0)
     sidecar = json.loads((tmp_path / "v.json").read_text())
-    assert sidecar["use_system_prompt"] is (variant == "nano") and sidecar["native_flow_schedule"] is (variant == "edge")
+    assert sidecar["use_system_prompt"] is (variant == "nano")  # model_index.json's flags
+    assert sidecar["native_flow_schedule"] is (variant == "edge")
     assert sidecar["shift"] == 10.0 and sidecar["fps"] == FPS
 
 
@@ -134,7 +138,6 @@ def test_converted_folder_on_the_mesh_and_streamed(saved, runs, tmp_path, monkey
 def test_generate_straight_from_the_hub(saved, runs, tmp_path, monkeypatch):
     """No --weights: the registry's repo (nvidia/Cosmos3-Edge), read from the Hugging Face cache offline."""
     import huggingface_hub.constants
-
     from vidax.translator.testing import make_hub_cache
 
     _, root = saved["edge"]
@@ -195,7 +198,6 @@ def test_plan_offline_and_the_nano_tp4_figure(tmp_path, monkeypatch):
     (the bench prints the TP=4 figure beside the paper's 29.5 GB)."""
     import huggingface_hub.constants
     from typer.testing import CliRunner
-
     from vidax.cli.gen import app
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))

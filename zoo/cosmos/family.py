@@ -140,7 +140,8 @@ class CosmosFamily(Family):
 
                 if not isinstance(err, TranslatorError):
                     raise
-                raise PipelineError(f"{source.label}: no Cosmos-Predict2.5 DiT found ({str(err).splitlines()[0]})") from None
+                why = str(err).splitlines()[0]
+                raise PipelineError(f"{source.label}: no Cosmos-Predict2.5 DiT found ({why})") from None
         return CosmosTransformerConfig.from_hf_config(self.require_config("transformer"))
 
     @cached_property
@@ -188,7 +189,8 @@ class CosmosFamily(Family):
             raise PipelineError(f"{self.name}: --shift has no effect on the Karras sigmas of its scheduler "
                                 "(choose another --sampler to use a shifted schedule)")
         if s.num_latent_conditional_frames not in (1, 2):
-            raise PipelineError(f"--num-latent-conditional-frames must be 1 or 2, got {s.num_latent_conditional_frames}")
+            raise PipelineError(f"--num-latent-conditional-frames must be 1 or 2, got "
+                                f"{s.num_latent_conditional_frames}")
         if s.max_sequence_length < 1:
             raise PipelineError(f"--max-sequence-length must be at least 1, got {s.max_sequence_length}")
         grid = tuple(n // p for n, p in zip(self.latent_shape(s)[2:], self.dit_config.patch_size))
@@ -240,7 +242,8 @@ class CosmosFamily(Family):
         """`[1 or 2, max_sequence_length, L * D]` Reason1 features (prompt, then the negative prompt)."""
         folder = self.source.find(*self._folders("tokenizer"), component="tokenizer")
         if folder is None:
-            raise PipelineError(f"{self.source.label}: no Reason1 tokenizer folder ({', '.join(self._folders('tokenizer'))})")
+            where = ", ".join(self._folders("tokenizer"))
+            raise PipelineError(f"{self.source.label}: no Reason1 tokenizer folder ({where})")
         tokenizer = PromptTokenizer(folder)
         part = self.component("text_encoder")
         params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)

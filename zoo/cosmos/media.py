@@ -42,7 +42,8 @@ def read_clip(path: str | Path) -> np.ndarray:
         try:
             frames = read_video(path)
         except Exception as err:  # PyAV's errors name the container problem
-            raise PipelineError(f"{path}: cannot read video ({err.__class__.__name__}: {str(err).splitlines()[0]})") from None
+            why = f"{err.__class__.__name__}: {str(err).splitlines()[0]}"
+            raise PipelineError(f"{path}: cannot read video ({why})") from None
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.shape[0] < 1:
         raise PipelineError(f"{path}: a conditioning clip is RGB frames [F, H, W, 3], got {frames.shape}")
     return frames

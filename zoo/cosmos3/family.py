@@ -168,7 +168,8 @@ class Cosmos3Family(Family):
             raise PipelineError(f"--condition-video-keep must be first or last, got {s.condition_video_keep!r}")
         indexes = tuple(s.condition_frame_indexes_vision)
         if not indexes or any(i < 0 for i in indexes):
-            raise PipelineError(f"--condition-frame-indexes-vision takes non-negative latent frame indexes, got {indexes}")
+            raise PipelineError(f"--condition-frame-indexes-vision takes non-negative latent frame indexes, "
+                                f"got {indexes}")
         if "video" in given and max(indexes) >= latent_frames:
             raise PipelineError(f"--condition-frame-indexes-vision {indexes} reaches past the {latent_frames} latent "
                                 f"frames of {s.frames} frames")
