@@ -108,7 +108,8 @@ def user_registry(path: Path, pipe) -> Path:
         'repos = { official = "example/cosmos-tiny" }',
         'components.transformer = { spec = "cosmos/transformer" }',
         'components.vae = { spec = "wan/vae" }',
-        'components.text_encoder = { spec = "encoders/decoder", mount = { official = "Cosmos-Reason1-7B" } }',
+        'components.text_encoder = { spec = "encoders/decoder", mount = { official = "Cosmos-Reason1-7B" }, '
+        'copy = "config.json" }',
         'components.tokenizer = { mount = { official = "Cosmos-Reason1-7B" }, copy = "*" }',
         f'settings = {{ height = {HEIGHT}, width = {WIDTH}, frames = {FRAMES}, steps = {STEPS}, guidance = 7.0, '
         'fps = 16 }',

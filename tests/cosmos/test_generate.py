@@ -76,10 +76,19 @@ def test_frames_match_the_pipeline(saved, runs, tmp_path, mode):
 
 def test_official_layout_folder(saved, runs, tmp_path, monkeypatch):
     """The official files (DiT `.pt`, `tokenizer.pth`, the Reason1 repo) of a model registered in a user's
-    registry file, whose `config` tables size the VAE and scheduler the official files do not describe."""
+    registry file, whose `config` tables size the VAE and scheduler the official files do not describe; then
+    `vidax-convert` of that folder."""
+    from vidax.translator import convert_model
+
     pipe, root = saved
     monkeypatch.setenv("VIDAX_MODELS", str(ref.user_registry(tmp_path / "mine.toml", pipe)))
     result = generate(options(root / "official", root, tmp_path, model="cosmos-tiny-official"))
+    np.testing.assert_allclose(result.frames, runs["t2v"], atol=FRAME_ATOL, rtol=0)
+    # converted from the official files: the DiT's sizes come from the converted tree (no config.json)
+    out = tmp_path / "converted"
+    convert_model("cosmos-tiny-official", source=str(root / "official"), out=out, dtype="float32")
+    assert not (out / "transformer" / "config.json").exists()
+    result = generate(options(out, root, tmp_path, model="cosmos-tiny-official"))
     np.testing.assert_allclose(result.frames, runs["t2v"], atol=FRAME_ATOL, rtol=0)
 
 
