@@ -9,7 +9,10 @@ would add 2.5 GB per side). `VIDAX_BENCH_COSMOS3=edge` takes Cosmos3-Edge's shap
 saved diffusers checkpoint; both sides run on the same threads, timed interleaved (`bench/protocol.py`).
 The reference runs one prompt per call, as its pipeline does.
 
-    .venv/bin/python -m bench cosmos3_dit
+    .venv/bin/python -m bench cosmos3_dit          # VIDAX_BENCH_PLAN_ONLY=1: the planner figures alone
+
+First it prints the memory planner's figures for Cosmos3-Nano at 704x1280 x 93 frames (bf16, flash attention,
+CFG batch 2) at TP=4, beside the vidax paper's 29.5 GB per chip.
 """
 
 from __future__ import annotations
@@ -32,7 +35,36 @@ SHAPES = {
 REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "3"))
 
 
+PAPER_NANO_TP4_GB = 29.5  # vidax paper: Cosmos3 Nano at TP=4, 704x1280x93, per chip (TPU v4)
+
+
+def planner_figures() -> None:
+    """The planner's GB per device for Cosmos3-Nano at 704x1280 x 93 frames from the registry's configs alone
+    (`vidax-gen cosmos3-nano --plan`), beside the paper's measured 29.5 GB per chip at TP=4."""
+    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.planner import Layout, predict
+    from vidax.zoo.registry import make_pipeline
+
+    options = GenerateOptions(model="cosmos3-nano", prompt="", out=Path("unused.mp4"))
+    import dataclasses
+
+    job = make_pipeline(options.model, options).memory_job(options)
+    job = dataclasses.replace(job, blockwise_attention=False)  # flash attention, as on the paper's TPU
+    print(f"Cosmos3-Nano, 704x1280 x 93 frames ({job.tokens} joint tokens, {job.dit.depth} layers), bf16, flash "
+          f"attention, CFG batch {job.batch}: planner, GB per device (10^9 bytes)")
+    print(f"{'layout':28}{'DiT weights':>12}{'activations':>12}{'denoise':>9}{'VAE':>8}{'peak':>8}{'paper':>8}")
+    for layout in (Layout(tp=4), Layout(tp=4, sp=1, offload_chunk=1), Layout(), Layout(sp=4)):
+        p = predict(job, layout)
+        paper = f"{PAPER_NANO_TP4_GB:.1f}" if (layout.tp, layout.offload_chunk) == (4, None) else ""
+        print(f"{layout.describe():28}{p.weights / 1e9:>12.2f}{p.activations / 1e9:>12.2f}{p.denoise_peak / 1e9:>9.2f}"
+              f"{p.vae / 1e9:>8.2f}{p.total / 1e9:>8.2f}{paper:>8}")
+    print()
+
+
 def main() -> None:
+    planner_figures()
+    if os.environ.get("VIDAX_BENCH_PLAN_ONLY"):
+        return
     import jax
     import numpy as np
     import torch

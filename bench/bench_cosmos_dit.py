@@ -7,7 +7,10 @@ conditioned (image-to-world), one batch (no CFG), fp32 at highest matmul precisi
 go through the real spec from a saved diffusers checkpoint; both sides run on the same threads and
 are timed interleaved (`bench/protocol.py`).
 
-    .venv/bin/python -m bench cosmos_dit
+    .venv/bin/python -m bench cosmos_dit          # VIDAX_BENCH_PLAN_ONLY=1: the planner figures alone
+
+First it prints the memory planner's figures for Cosmos-Predict2.5-14B at its native 704x1280 x 93 frames
+(bf16, flash attention, CFG batch 2) with the DiT's blocks streamed (`--offload-chunk`), beside the vidax paper's.
 """
 
 from __future__ import annotations
@@ -51,7 +54,34 @@ def _reference(torch):
     return ref, inputs
 
 
+def planner_figures() -> None:
+    """The planner's GiB per device for Cosmos-Predict2.5-14B at 704x1280 x 93 frames, resident and streamed,
+    from the registry's configs alone (`vidax-gen cosmos-predict2.5-14b --plan`); the paper's figure beside."""
+    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.planner import Layout, predict
+    from vidax.zoo.registry import make_pipeline
+
+    options = GenerateOptions(model="cosmos-predict2.5-14b", prompt="", out=Path("unused.mp4"))
+    import dataclasses
+
+    job = make_pipeline(options.model, options).memory_job(options)
+    job = dataclasses.replace(job, blockwise_attention=False)  # flash attention, as on the paper's TPU
+    print(f"Cosmos-Predict2.5-14B, 704x1280 x 93 frames ({job.tokens} video tokens, {job.dit.depth} blocks), bf16, "
+          f"flash attention, CFG batch {job.batch}: planner, GB per device (10^9 bytes)")
+    print(f"{'layout':28}{'DiT weights':>12}{'activations':>12}{'Reason1':>10}{'VAE':>8}{'peak':>8}")
+    layouts = (Layout(), Layout(offload_chunk=4), Layout(offload_chunk=1), Layout(tp=4), Layout(tp=4, offload_chunk=1))
+    for layout in layouts:
+        p = predict(job, layout)
+        print(f"{layout.describe():28}{p.weights / 1e9:>12.2f}{p.activations / 1e9:>12.2f}{p.text_encoder / 1e9:>10.2f}"
+              f"{p.vae / 1e9:>8.2f}{p.total / 1e9:>8.2f}")
+    print("vidax paper: Cosmos-Predict2.5-14B at 93 frames runs with offload on TPU v4 (30.75 GB per chip); "
+          "its per-chip figure is not recorded in MODELS.md\n")
+
+
 def main() -> None:
+    planner_figures()
+    if os.environ.get("VIDAX_BENCH_PLAN_ONLY"):
+        return
     import jax
     import numpy as np
     import torch

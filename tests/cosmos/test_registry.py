@@ -31,5 +31,7 @@ def test_configs_build_the_released_sizes(name):
 def test_settings_are_the_native_defaults(name):
     settings = load_registry()[name].settings
     assert (settings["height"], settings["width"], settings["frames"], settings["fps"]) == (704, 1280, 93, 16)
-    assert (settings["steps"], settings["guidance"], settings["sigma_min"], settings["sigma_max"]) == (35, 7.0, 0.01, 200.0)
+    assert (settings["steps"], settings["guidance"]) == (35, 7.0)
+    scheduler = load_registry()[name].config["scheduler"]  # the folder's own scheduler config wins over it
+    assert scheduler["use_karras_sigmas"] and (scheduler["sigma_min"], scheduler["sigma_max"]) == (0.01, 200.0)
     assert settings["negative_prompt"] == DEFAULT_NEGATIVE_PROMPT

@@ -1,0 +1,337 @@
+"""Cosmos-Predict2.5 on the family contract (follows diffusers `Cosmos2_5_PredictBasePipeline`).
+
+Text-, image- and video-to-world with one DiT:
+
+- text: Cosmos-Reason1 (Qwen2.5-VL-7B) hidden states of the chat-wrapped prompt, every layer
+  standardised and concatenated (`text.py`), for the prompt and (guidance > 1) the negative prompt,
+  `DEFAULT_NEGATIVE_PROMPT` unless one is given;
+- conditioning (`conditioning.py`): `--image` is the first frame followed by black frames, `--video`
+  the clip's last `4 (n - 1) + 1` frames padded with its last one (n = `--num-latent-conditional-frames`),
+  encoded by the Wan2.1 VAE and normalised; those latent frames stay clean (timestep 1e-4, the DiT sees the
+  clean latents, their velocity is `(x_0 - c)` with x_0 the initial noise);
+- sampling: the folder's scheduler (UniPC, Karras sigmas over sigma 0.01-200, flow mode), the DiT fed the
+  step's sigma in [0, 1] per latent frame, guidance `cond + g (cond - uncond)`;
+- decode: the Wan2.1 VAE (from `vidax.zoo.wan.vae`), frames in [0, 1].
+
+Sizes come from the checkpoint's configs (diffusers `*/config.json`), the converted or official DiT tree's
+shapes (the official `.pt` ships no config), else the registry's `config` tables (`--plan` offline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import cached_property, partial
+from pathlib import Path
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.zoo.cosmos import conditioning as cc
+from vidax.zoo.cosmos.config import CosmosTransformerConfig
+from vidax.zoo.cosmos.media import pil_frames, predict25_image, read_clip
+from vidax.zoo.cosmos.text import DEFAULT_NEGATIVE_PROMPT, PromptTokenizer, reason1_features
+from vidax.zoo.cosmos.transformer import CosmosTransformer
+from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
+from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings
+from vidax.zoo.pipeline import PipelineError
+from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
+
+REASON1_PARAMS = 7_070_000_000  # Qwen2.5-VL-7B's language tower, when no config says otherwise
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CosmosSettings(Settings):
+    """The common settings plus the pipeline's own keyword arguments (its defaults, from the registry)."""
+
+    video: Path | None = None  # video-to-world conditioning clip
+    num_latent_conditional_frames: int = 2  # video-to-world: latent frames kept clean (1 or 2)
+    conditional_frame_timestep: float = 1e-4  # the DiT's timestep on conditioning frames (< 0: the step's sigma)
+    max_sequence_length: int = 512  # Reason1 tokens (truncated and padded to it)
+
+
+@dataclasses.dataclass(frozen=True)
+class CosmosCondition:
+    """What the DiT gets besides the latents, and what the velocity needs."""
+
+    text: jax.Array  # [1 or 2, L, 28 * 3584]: prompt, then negative prompt when guided
+    latents: jax.Array  # [1, 16, F', H', W'] normalised conditioning latents (zeros: text-to-world)
+    indicator: jax.Array  # [1, 1, F', 1, 1]: 1 on conditioning latent frames
+    initial: jax.Array | None = None  # [1, 16, F', H', W'] the initial noise (x_0 of the ground-truth velocity)
+
+
+jax.tree_util.register_dataclass(CosmosCondition, data_fields=["text", "latents", "indicator", "initial"],
+                                 meta_fields=[])
+
+
+@dataclasses.dataclass(frozen=True)
+class CosmosPredict:
+    """The guided velocity at one step (hashable: one compiled unit per configuration)."""
+
+    guided: bool
+    dtype: str  # the DiT's compute dtype
+    conditional_frame_timestep: float
+
+    def __call__(self, run, latents, timestep, cond: CosmosCondition, knobs):
+        from vidax.zoo.sharding import cfg_batch, cfg_split
+
+        dtype = jnp.dtype(self.dtype)
+        mask = jnp.broadcast_to(cond.indicator, (1, 1, *latents.shape[2:])).astype(latents.dtype)
+        t = cc.frame_timesteps(cond.indicator, knobs["sigma"], self.conditional_frame_timestep)
+        x = cc.model_input(latents, cond.latents.astype(latents.dtype), mask).astype(dtype)
+        branch = lambda text: (x, t, text.astype(dtype), mask.astype(dtype))  # noqa: E731
+        if self.guided:
+            out = run(*cfg_batch(branch(cond.text[:1]), branch(cond.text[1:]))).astype(jnp.float32)
+            positive, negative = cfg_split(out)
+        else:
+            positive = run(*branch(cond.text[:1])).astype(jnp.float32)
+        initial = latents if cond.initial is None else cond.initial
+        velocity = partial(cc.conditioned_velocity, initial_latents=initial, cond_latents=cond.latents, mask=mask)
+        v = velocity(positive)
+        return cc.guide(v, velocity(negative), knobs["scale"]) if self.guided else v
+
+
+@partial(jax.jit, static_argnums=0)
+def _reason1(model: DecoderTextModel, params, ids) -> jax.Array:
+    return reason1_features(model, params, ids)
+
+
+class CosmosFamily(Family):
+    """Cosmos-Predict2.5 (2B, 14B): text-, image- and video-to-world."""
+
+    name = "cosmos"
+    settings_class = CosmosSettings
+    default_negative_prompt = DEFAULT_NEGATIVE_PROMPT
+    flags = (
+        Flag("--video", "video", Path, "video-to-world: a clip (video file or .npy of uint8 frames) whose last "
+             "4(n-1)+1 frames condition the video (n: --num-latent-conditional-frames)"),
+        Flag("--num-latent-conditional-frames", "num_latent_conditional_frames", int,
+             "video-to-world: latent frames kept from the clip, 1 or 2 (default 2)"),
+        Flag("--conditional-frame-timestep", "conditional_frame_timestep", float,
+             "the DiT's timestep on conditioning frames (default 1e-4; negative: the step's sigma)"),
+        Flag("--max-sequence-length", "max_sequence_length", int, "Reason1 prompt tokens (default 512)"),
+    )
+
+    # --- configs ----------------------------------------------------------------------------
+
+    def _folders(self, name: str) -> list[str]:
+        """Where a component sits in a local folder of any layout (its name first: converted folders)."""
+        comp = self.entry.components.get(name)
+        folders = [name] + ([comp.folder(layout, True) for layout in self.entry.repos] if comp else [])
+        return list(dict.fromkeys(f for f in folders if f))
+
+    @cached_property
+    def dit_config(self) -> CosmosTransformerConfig:
+        """diffusers' `transformer/config.json`; else the DiT tree's shapes (official `.pt`, converted from
+        it); else the registry's config (`--plan` before anything is downloaded)."""
+        source = self.source_or_none
+        if source is not None:
+            found = source.read_json("transformer/config.json", component="transformer")
+            if found is not None:
+                return CosmosTransformerConfig.from_hf_config(found)
+            part = self.component("transformer")
+            try:
+                return config_from_shapes(source.shapes(part.component, part.spec, part.subfolders))
+            except Exception as err:  # no DiT in the folder: say so in one line
+                from vidax.translator import TranslatorError
+
+                if not isinstance(err, TranslatorError):
+                    raise
+                why = str(err).splitlines()[0]
+                raise PipelineError(f"{source.label}: no Cosmos-Predict2.5 DiT found ({why})") from None
+        return CosmosTransformerConfig.from_hf_config(self.require_config("transformer"))
+
+    @cached_property
+    def vae_config(self) -> WanVAEConfig:
+        return WanVAEConfig.from_hf_config(self.require_config("vae", "vae/config.json"))
+
+    @cached_property
+    def text_config(self) -> DecoderConfig:
+        paths = [f"{folder}/config.json" for folder in self._folders("text_encoder")]
+        return DecoderConfig.from_hf_config(self.require_config("text_encoder", *paths))
+
+    def heads(self) -> int:
+        return self.dit_config.num_attention_heads
+
+    # --- settings ---------------------------------------------------------------------------
+
+    def folder_settings(self) -> dict:
+        scheduler = self.scheduler_config()
+        shift = scheduler.get("flow_shift") if "flow_shift" in scheduler else scheduler.get("shift")
+        return {} if shift is None or scheduler.get("use_karras_sigmas") else {"shift": float(shift)}
+
+    def image_roles(self) -> dict[str, bool]:
+        return {"image": False}
+
+    def read_inputs(self, options) -> Inputs:
+        """`--image` (image-to-world) or `--video` (video-to-world, its frames under `images["video"]`)."""
+        inputs = super().read_inputs(options)
+        video = (options.extra or {}).get("video")
+        if video is None:
+            return inputs
+        if "image" in inputs.images:
+            raise PipelineError(f"{self.name}: give --image (image-to-world) or --video (video-to-world), not both")
+        return dataclasses.replace(inputs, images={**inputs.images, "video": read_clip(video)})
+
+    def resolve_settings(self, options, images=None) -> CosmosSettings:
+        self._clip_frames = None if not images or images.get("video") is None else len(images["video"])
+        return super().resolve_settings(options, images)
+
+    def check_settings(self, s: CosmosSettings) -> None:
+        from vidax.zoo.family import FLOW_SAMPLERS
+
+        scheduler = self.scheduler_config()
+        own = s.sampler is None or FLOW_SAMPLERS[s.sampler] == scheduler.get("_class_name")  # else replaced
+        if s.shift is not None and own and scheduler.get("use_karras_sigmas"):
+            raise PipelineError(f"{self.name}: --shift has no effect on the Karras sigmas of its scheduler "
+                                "(choose another --sampler to use a shifted schedule)")
+        if s.num_latent_conditional_frames not in (1, 2):
+            raise PipelineError(f"--num-latent-conditional-frames must be 1 or 2, got "
+                                f"{s.num_latent_conditional_frames}")
+        if s.max_sequence_length < 1:
+            raise PipelineError(f"--max-sequence-length must be at least 1, got {s.max_sequence_length}")
+        grid = tuple(n // p for n, p in zip(self.latent_shape(s)[2:], self.dit_config.patch_size))
+        if any(g > m for g, m in zip(grid, self.dit_config.max_grid)):
+            limit = [m * p for m, p in zip(self.dit_config.max_size, self.dit_config.patch_size)]
+            raise PipelineError(f"{self.name}: {s.frames} frames at {s.height}x{s.width} exceed the DiT's position "
+                                f"tables ({limit[0]} latent frames, {limit[1] * 8}x{limit[2] * 8} pixels)")
+        clip = getattr(self, "_clip_frames", None)
+        if clip is not None:
+            keep = 4 * (s.num_latent_conditional_frames - 1) + 1
+            if clip < keep:
+                raise PipelineError(f"the conditioning video has {clip} frames; video-to-world with "
+                                    f"--num-latent-conditional-frames {s.num_latent_conditional_frames} needs {keep}")
+
+    def latent_shape(self, s: Settings) -> tuple[int, ...]:
+        v = self.vae_config
+        return (1, v.z_dim, (s.frames - 1) // v.scale_factor_temporal + 1, s.height // v.scale_factor_spatial,
+                s.width // v.scale_factor_spatial)
+
+    def tokens(self, s: Settings) -> int:
+        _, _, f, h, w = self.latent_shape(s)
+        return math.prod(n // p for n, p in zip((f, h, w), self.dit_config.patch_size))
+
+    # --- encode -----------------------------------------------------------------------------
+
+    def encode(self, s: CosmosSettings, inputs: Inputs) -> CosmosCondition:
+        text = self.encode_prompts(s, inputs.prompt, inputs.negative_prompt)
+        shape = self.latent_shape(s)
+        image, clip = inputs.images.get("image"), inputs.images.get("video")
+        if image is None and clip is None:
+            indicator, _ = cc.condition_mask(shape, 0)
+            return CosmosCondition(text, jnp.zeros(shape, jnp.float32), jnp.asarray(indicator))
+        if image is not None:
+            video, frames_in = cc.image_conditioning_video(predict25_image(image, s.height, s.width), s.frames), 1
+        else:  # the clip's last 4(n-1)+1 frames (the pipeline resizes them all, then keeps those)
+            keep = 4 * (s.num_latent_conditional_frames - 1) + 1
+            video, frames_in = cc.video_conditioning_video(pil_frames(clip[-keep:], s.height, s.width), s.frames,
+                                                           s.num_latent_conditional_frames)
+        part = self.component("vae")
+        params = self.load(part.component, part.spec, part.subfolders)
+        v = self.vae_config
+        latents = cc.normalize(WanVAE(v).encode(params, jnp.asarray(video)), v.latents_mean, v.latents_std)
+        latents.block_until_ready()
+        self.done(params)
+        indicator, _ = cc.condition_mask(shape, cc.conditional_latent_frames(frames_in))
+        return CosmosCondition(text, latents, jnp.asarray(indicator))
+
+    def encode_prompts(self, s: CosmosSettings, prompt: str, negative: str | None) -> jax.Array:
+        """`[1 or 2, max_sequence_length, L * D]` Reason1 features (prompt, then the negative prompt)."""
+        folder = self.source.find(*self._folders("tokenizer"), component="tokenizer")
+        if folder is None:
+            where = ", ".join(self._folders("tokenizer"))
+            raise PipelineError(f"{self.source.label}: no Reason1 tokenizer folder ({where})")
+        tokenizer = PromptTokenizer(folder)
+        part = self.component("text_encoder")
+        params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)
+        model = DecoderTextModel(self.text_config)
+        prompts = [prompt] + ([negative] if negative is not None else [])
+        features = [_reason1(model, {"params": params}, tokenizer([p], s.max_sequence_length)) for p in prompts]
+        text = jnp.concatenate(features, axis=0)
+        text.block_until_ready()
+        self.done(params)
+        return text
+
+    # --- denoise ----------------------------------------------------------------------------
+
+    def dit_parts(self, s: Settings) -> list[DiTPart]:
+        return [self.component("transformer")]
+
+    def build_dit(self, part: DiTPart, tree: Mapping[str, np.ndarray], s: Settings) -> CosmosTransformer:
+        # computes in its weights' dtype, as diffusers runs the transformer in its own
+        return CosmosTransformer(self.dit_config, dtype=jnp.dtype(tree["proj_out/kernel"].dtype))
+
+    def predictor(self, s: CosmosSettings, expert: int, dit: CosmosTransformer) -> CosmosPredict:
+        return CosmosPredict(s.guided, jnp.dtype(dit.dtype).name, float(s.conditional_frame_timestep))
+
+    def stepper(self, s: Settings, latents_shape: tuple[int, ...]):
+        stepper = super().stepper(s, latents_shape)
+        self._sigmas = np.asarray(stepper.sigmas, np.float32)
+        return stepper
+
+    def step_knobs(self, s: Settings, index: int, timestep: float, expert: int) -> dict:
+        # the DiT takes the step's sigma (scheduler.sigmas[i], in [0, 1]), not timesteps[i] / 1000
+        return {"scale": jnp.float32(s.guidance), "sigma": jnp.float32(self._sigmas[index])}
+
+    def sample(self, s: Settings, latents: np.ndarray, cond: CosmosCondition, inputs: Inputs) -> jax.Array:
+        # the ground-truth velocity of conditioning frames starts from the initial noise, fixed for the loop
+        cond = dataclasses.replace(cond, initial=jnp.asarray(latents, jnp.float32))
+        return self.denoise(s, latents, cond, dtype=self.options.dtype)
+
+    # --- decode -----------------------------------------------------------------------------
+
+    def decode(self, s: Settings, latents: jax.Array) -> np.ndarray:
+        """Frames `[F, H, W, 3]` float32 in [0, 1] (diffusers' `postprocess_video(output_type="np")`)."""
+        v = self.vae_config
+        part = self.component("vae")
+        params = self.load(part.component, part.spec, part.subfolders)
+        video = WanVAE(v).decode(params, cc.denormalize(latents.astype(jnp.float32), v.latents_mean, v.latents_std))
+        video = cc.match_num_frames(np.asarray(video), s.frames)
+        self.done(params)
+        return np.clip(video[0] / 2 + 0.5, 0.0, 1.0).transpose(1, 2, 3, 0).astype(np.float32)
+
+    # --- memory -----------------------------------------------------------------------------
+
+    def memory_job(self, options) -> Job:
+        """What the memory planner needs at the requested size (configs only, nothing loaded)."""
+        s = self.resolve_settings(options)
+        cfg, vae = self.dit_config, self.vae_config
+        dit = dit_sizes(CosmosTransformer(cfg).param_shapes(), dim=cfg.inner_dim, ffn_dim=cfg.mlp_dim,
+                        heads=cfg.num_attention_heads, text_dim=cfg.text_embed_dim)
+        width = 4 if options.dtype == "float32" else 2
+        try:
+            ids = jnp.zeros((1, 8), jnp.int32)
+            text_params = abstract_param_count(DecoderTextModel(self.text_config), ids)
+        except PipelineError:
+            text_params = REASON1_PARAMS
+        return Job(
+            dit,
+            tokens=self.tokens(s),
+            text_tokens=s.max_sequence_length,
+            batch=2 if s.guided else 1,
+            weight_bytes=width,
+            activation_bytes=width,
+            residual_bytes=4,  # the fp32 residual stream
+            text_encoder_params=text_params,
+            text_encoder_bytes=width,
+            vae_params=sum(math.prod(shape) for shape in WanVAE(vae).param_shapes().values()),
+            vae_weight_bytes=4,
+            # decode works one latent frame (4 video frames) at a time: a few fp32 [4, H, W, decoder_dim] maps
+            vae_peak_activation_bytes=4 * vae.scale_factor_temporal * s.height * s.width * vae.decoder_dim * 4,
+            blockwise_attention=jax.default_backend() == "cpu",
+        )
+
+
+def config_from_shapes(shapes: Mapping[str, tuple[int, ...]]) -> CosmosTransformerConfig:
+    """The DiT's config from its converted tree's shapes; `max_size` from the learned position tables."""
+    fixed: dict[str, Any] = {}
+    if "learnable_pos_embed/pos_emb_t" in shapes:
+        patch = CosmosTransformerConfig.patch_size
+        fixed["max_size"] = tuple(shapes[f"learnable_pos_embed/pos_emb_{axis}"][0] * p for axis, p in zip("thw", patch))
+    return CosmosTransformerConfig.from_param_shapes(shapes, **fixed)
+
+
+FAMILY = CosmosFamily
