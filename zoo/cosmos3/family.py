@@ -37,7 +37,7 @@ from vidax.zoo.cosmos3 import rope
 from vidax.zoo.cosmos3.config import Cosmos3TransformerConfig
 from vidax.zoo.cosmos3.text import PromptTokenizer, pad_prompts
 from vidax.zoo.cosmos3.transformer import Cosmos3Transformer
-from vidax.zoo.family import FLOW_SAMPLERS, DiTPart, Family, Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, dit_sizes
 from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
@@ -244,16 +244,6 @@ class Cosmos3Family(Family):
             return None
         return cc.native_flow_sigmas(s.steps, self.scheduler_config().get("num_train_timesteps", 1000))
 
-    def stepper(self, s: Cosmos3Settings, latents_shape: tuple[int, ...]):
-        stepper = super().stepper(s, latents_shape)
-        config = self.scheduler_config()
-        unipc = (s.sampler or "unipc") == "unipc" and (s.sampler is not None or
-                                                        config.get("_class_name") == FLOW_SAMPLERS["unipc"])
-        if s.native_flow_schedule and unipc:
-            stepper = native_unipc(stepper, self.base_sigmas(s), s.shift if s.shift is not None
-                                   else config.get("flow_shift", 1.0), config)
-        return stepper
-
     def sample(self, s: Settings, latents: np.ndarray, cond: Cosmos3Condition, inputs: Inputs) -> jax.Array:
         if cond.clean is not None:  # the conditioning frames start (and stay) clean
             mask = 1.0 - np.asarray(cond.noisy)[0]
@@ -304,21 +294,6 @@ def memory_job(cfg: Cosmos3TransformerConfig, vae: WanVAEConfig, s: Settings, *,
         vae_peak_activation_bytes=4 * vae.scale_factor_temporal * s.height * s.width * vae.decoder_dim * 4,
         blockwise_attention=blockwise_attention,
     )
-
-
-def native_unipc(stepper, base: np.ndarray, shift: float, config: Mapping):
-    """Local adapter: the shared UniPC builder (`samplers.configs._unipc`) ignores the sigmas a pipeline passes
-    to `set_timesteps(sigmas=...)`; this puts diffusers' grid for them on the folder's UniPC (shifted, the
-    first sigma nudged off 1, integer timesteps, the terminal sigma appended)."""
-    from vidax.zoo.samplers.schedules import static_shift
-
-    sigmas = static_shift(np.asarray(base, np.float64), shift)
-    if abs(sigmas[0] - 1) < 1e-6:
-        sigmas[0] -= 1e-6
-    timesteps = (sigmas * config.get("num_train_timesteps", 1000)).astype(np.int64)
-    last = 0.0 if config.get("final_sigmas_type", "zero") == "zero" else sigmas[-1]
-    return dataclasses.replace(stepper, sigmas=np.append(sigmas, last).astype(np.float32),
-                               timesteps=timesteps.astype(np.float32))
 
 
 FAMILY = Cosmos3Family
