@@ -191,3 +191,20 @@ def latents(seed: int, shape=LATENT_SHAPE) -> np.ndarray:
     import torch
 
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).numpy()
+
+
+def official_i2v_folder(root: Path, pipe) -> Path:
+    """tencent/HunyuanVideo-I2V's ckpts/: the DiT and VAE under hunyuan-video-i2v-720p/, the whole Llava
+    (xtuner/llava-llama-3-8b-v1_1-transformers: weights, tokenizer, image processor) in text_encoder_i2v/,
+    CLIP-L in text_encoder_2/."""
+    model = root / "hunyuan-video-i2v-720p"
+    save_official_dit(pipe.transformer.state_dict(), model)
+    save_official_vae(pipe.vae.state_dict(), model)
+    vae_config = {k: v for k, v in dict(pipe.vae.config).items() if not k.startswith("_")}
+    vae_config["time_compression_ratio"] = vae_config.pop("temporal_compression_ratio")
+    (model / "vae" / "config.json").write_text(json.dumps(vae_config, default=list))
+    for part in (pipe.text_encoder, pipe.tokenizer, pipe.image_processor):
+        part.save_pretrained(root / "text_encoder_i2v")
+    pipe.text_encoder_2.save_pretrained(root / "text_encoder_2")
+    pipe.tokenizer_2.save_pretrained(root / "text_encoder_2")
+    return root

@@ -66,6 +66,7 @@ def test_true_cfg_on_the_data_and_tensor_axes(saved, tmp_path):
     """`--true-cfg 3 --negative-prompt N --max-sequence-length 64` with `--dp 2 --tp 2`: the two branches
     side by side on "data", each DiT split over "tensor"; diffusers' true_cfg_scale frames."""
     root, _, noise, expected = saved
+    assert np.abs(expected["true_cfg"] - expected["embedded"]).max() > 1e-2
     opts = options(root / "model", noise, tmp_path, negative_prompt=tiny.NEGATIVE, true_cfg=3.0,
                    max_sequence_length=64, dp=2, tp=2)
     np.testing.assert_allclose(run(opts).frames, expected["true_cfg"], atol=FRAME_ATOL, rtol=0)
@@ -99,6 +100,25 @@ def test_unipc_sampler(saved, tmp_path):
                              width=tiny.WIDTH, num_frames=tiny.FRAMES, num_inference_steps=tiny.STEPS,
                              sigmas=np.linspace(1.0, 1 / 1000, tiny.STEPS + 1)[:-1], output_type="np").frames[0]
     result = run(options(root / "model", noise, tmp_path, sampler="unipc"))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+    # dpm++: diffusers' DPMSolverMultistepScheduler takes no custom sigmas, so HunyuanVideoPipeline cannot
+    # run it at all (no reference); vidax runs it in flow mode at the folder's shift on its own grid
+    dpm = run(options(root / "model", noise, tmp_path, sampler="dpm++"))
+    assert dpm.settings["sampler"] == "dpm++" and np.isfinite(dpm.frames).all()
+
+
+def test_prompt_2_is_clips_prompt(saved, tmp_path):
+    """`--prompt-2 P2`: CLIP pools P2, Llama reads the prompt. diffusers 0.42 takes `prompt_2` but hands CLIP
+    `prompt`; the reference here is its pipeline with P2's pooled embedding given (what the keyword documents)."""
+    root, pipe, noise, runs = saved
+    other = "a lighthouse at night"
+    with torch.no_grad():
+        pooled = pipe._get_clip_prompt_embeds(other, device=torch.device("cpu"))
+        expected = pipe(prompt=tiny.PROMPT, pooled_prompt_embeds=pooled, latents=torch.from_numpy(np.load(noise)),
+                        height=tiny.HEIGHT, width=tiny.WIDTH, num_frames=tiny.FRAMES, num_inference_steps=tiny.STEPS,
+                        output_type="np").frames[0]
+    assert np.abs(expected - runs["embedded"]).max() > 1e-2  # the pooled prompt shows in the frames
+    result = run(options(root / "model", noise, tmp_path, prompt_2=other))
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
 
@@ -182,8 +202,9 @@ def test_plan_offline_from_the_registry(tmp_path, monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
-    for model in ("hunyuanvideo", "hunyuanvideo-i2v"):
-        result = CliRunner().invoke(app, [model, "--plan", "--devices", "4", "--device-memory", "30.75"])
+    for model, flags in (("hunyuanvideo", ["--true-cfg", "3", "--max-sequence-length", "128", "--no-vae-tiling"]),
+                         ("hunyuanvideo-i2v", ["--image-embed-interleave", "2"])):  # the family's flags parse
+        result = CliRunner().invoke(app, [model, "--plan", "--devices", "4", "--device-memory", "30.75", *flags])
         assert result.exit_code == 0, result.output
         assert "GiB per device on 4 x 30.8 GiB" in result.output and "choice: " in result.output
 
@@ -195,3 +216,13 @@ def test_plan_offline_from_the_registry(tmp_path, monkeypatch):
     paper = predict(job, Layout(tp=4, offload_chunk=1))
     assert paper.total <= 30.75e9
     assert abs(paper.total - 18.4e9) <= 0.2 * 18.4e9  # the vidax paper measured 18.4 GB per chip
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.5, 6.0, 7.25])
+def test_embedded_guidance_as_the_references_build_it(scale):
+    """`torch.tensor([g], dtype=transformer_dtype) * 1000`: bf16 rounds 6000 to 6016; fp32 keeps it."""
+    from vidax.zoo.hunyuan_video.family import embedded_guidance
+
+    for dtype, torch_dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        assert embedded_guidance(scale, dtype) == float((torch.tensor([scale], dtype=torch_dtype) * 1000.0).float())
+    assert embedded_guidance(6.0, "bfloat16") == 6016.0

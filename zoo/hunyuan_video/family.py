@@ -54,6 +54,7 @@ from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
 from vidax.zoo.hunyuan_video.vae import HunyuanVideoVAE
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.wan.family import vae_image  # diffusers VideoProcessor.preprocess (Lanczos to the size, [-1, 1])
 
 # The Llama-3-8B tower (llava-llama-3's language model, as the official preprocess extracts it) and CLIP-L's
 # text tower: the sizes `--plan` falls back to when neither the checkpoint nor the registry has their configs.
@@ -147,14 +148,6 @@ def bucket_size(height: int, width: int, base: int = I2V_BUCKET_BASE, patch: int
     diffs = [round(h / w, 5) - ratio for h, w in buckets]
     candidates = [(i, d) for i, d in enumerate(diffs) if (d <= 0 if ratio >= 1 else d > 0)]
     return buckets[min(candidates, key=lambda pair: abs(pair[1]))[0]]
-
-
-def vae_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """diffusers `VideoProcessor.preprocess`: Lanczos resize to (width, height), [-1, 1], `[1, 3, 1, H, W]`."""
-    from PIL import Image
-
-    resized = np.asarray(Image.fromarray(image).resize((width, height), Image.LANCZOS), np.float32) / 255.0
-    return (resized * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]
 
 
 def vae_decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: bool = True) -> int:
