@@ -18,7 +18,7 @@ from vidax.zoo.registry import make_pipeline
 from . import pipelines as tiny
 
 # fp32 on both sides at highest matmul precision; what remains is summation order (XLA vs torch kernels,
-# blockwise vs plain softmax) through 2 steps of 4 DiT blocks and the VAE: measured below 1e-6.
+# blockwise vs plain softmax) through 2 steps of 4 DiT blocks and the VAE: measured max 5.4e-6 (T2V), 5.8e-6 (I2V).
 FRAME_ATOL = 2e-5
 
 
@@ -59,7 +59,6 @@ def test_generate_matches_reference(saved, tmp_path):
     np.testing.assert_allclose(result.frames, expected["embedded"], atol=FRAME_ATOL, rtol=0)
     s = result.settings
     assert (s["guidance"], s["shift"], s["true_cfg"], s["max_sequence_length"], s["vae_tiling"]) == (6.0, 7.0, 1.0, 256, True)
-    print("max |diff|", np.abs(result.frames - expected["embedded"]).max())
 
 
 def test_true_cfg_on_the_data_and_tensor_axes(saved, tmp_path):

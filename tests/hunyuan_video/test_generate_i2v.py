@@ -64,7 +64,6 @@ def test_i2v_matches_reference(saved, tmp_path):
     assert result.frames.shape == expected["embedded"].shape == (5, 32, 48, 3)
     np.testing.assert_allclose(result.frames, expected["embedded"], atol=FRAME_ATOL, rtol=0)
     assert (result.settings["guidance"], result.settings["image_embed_interleave"]) == (6.0, 4)
-    print("max |diff|", np.abs(result.frames - expected["embedded"]).max())
 
 
 def test_i2v_true_cfg_from_the_hub(saved, tmp_path, monkeypatch):
