@@ -28,7 +28,8 @@ def main() -> None:
     entry = get_model("hunyuanvideo")
     settings = HunyuanVideoSettings(**{k: v for k, v in entry.settings.items()
                                        if k in {f.name for f in dataclasses.fields(HunyuanVideoSettings)}})
-    dit, vae = TransformerConfig.from_hf_config(entry.config["transformer"]), VAEConfig.from_hf_config(entry.config["vae"])
+    dit = TransformerConfig.from_hf_config(entry.config["transformer"])
+    vae = VAEConfig.from_hf_config(entry.config["vae"])
     job = dataclasses.replace(memory_job(dit, vae, settings), blockwise_attention=False)
     shapes = HunyuanVideoTransformer(dit).param_shapes()
     true_params = sum(math.prod(s) for s in shapes.values())
@@ -42,7 +43,8 @@ def main() -> None:
         print(f"{layout.describe():<28}{p.weights / 1e9:>9.2f}{p.activations / 1e9:>9.2f}{p.text_encoder / 1e9:>10.2f}"
               f"{p.vae / 1e9:>8.2f}{p.total / 1e9:>9.2f}  {paper}")
     _, chosen = plan(job, 4, int(CHIP))
-    print(f"planner's choice: {chosen[0].describe()} (peak {chosen[1].total / 1e9:.2f} GB)" if chosen else "nothing fits")
+    if chosen:
+        print(f"planner's choice: {chosen[0].describe()} (peak {chosen[1].total / 1e9:.2f} GB)")
     print("note: the planner counts every block at the largest block kind's size (dual-stream, 340 M) for the "
           f"resident DiT: {job.dit.depth * job.dit.block_params / 1e9:.1f} B block params against "
           f"{(true_params - job.dit.other_params) / 1e9:.1f} B; the text encoder (Llama-3-8B + CLIP-L, one device) "

@@ -38,8 +38,8 @@ DIT = dict(in_channels=4, out_channels=4, num_attention_heads=2, attention_head_
            pooled_projection_dim=16, rope_axes_dim=(16, 56, 56))
 LLAMA = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
              rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
-CLIP = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=77,
-            eos_token_id=2)
+CLIP = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+            max_position_embeddings=77, eos_token_id=2)
 HEIGHT, WIDTH, FRAMES, STEPS = 32, 48, 5, 2
 LATENT_SHAPE = (1, 4, 2, 4, 6)
 
@@ -86,8 +86,9 @@ def clip_tokenizer_files(folder: Path, texts=None) -> int:
     tok = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="</w>"))
     tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
                                            normalizers.Lowercase()])
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(_CLIP_SPLIT), behavior="removed", invert=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_CLIP_SPLIT), behavior="removed", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False)])
     trainer = trainers.BpeTrainer(vocab_size=420, end_of_word_suffix="</w>",
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(list(texts or corpus()) * 3, trainer)

@@ -92,7 +92,8 @@ def test_i2v_official_folder_and_its_conversion(saved, tmp_path):
 
     root, pipe, _, expected = saved
     ckpts = tiny.official_i2v_folder(tmp_path / "ckpts", pipe)
-    np.testing.assert_allclose(run(options(ckpts, root, tmp_path)).frames, expected["embedded"], atol=FRAME_ATOL, rtol=0)
+    result = run(options(ckpts, root, tmp_path))
+    np.testing.assert_allclose(result.frames, expected["embedded"], atol=FRAME_ATOL, rtol=0)
     out = tmp_path / "converted"
     convert_model(ConvertOptions(model="hunyuanvideo-i2v", source=str(ckpts), out=out, dtype="float32"))
     assert (out / "image_processor" / "preprocessor_config.json").is_file()

@@ -243,7 +243,8 @@ def clip_bpe_tokenizer(root: Path, settings: TokenizerSettings) -> FastTokenizer
     added = [AddedToken(t["content"], special=bool(t.get("special", True)), lstrip=bool(t.get("lstrip")),
                         rstrip=bool(t.get("rstrip")), normalized=bool(t.get("normalized", False)))
              for _, t in sorted(settings.added_tokens.items())]
-    tok.add_special_tokens(added + [AddedToken(t, special=True, normalized=False) for t in dict.fromkeys((bos, eos, unk, pad))])
+    named = [AddedToken(t, special=True, normalized=False) for t in dict.fromkeys((bos, eos, unk, pad))]
+    tok.add_special_tokens(added + named)
     missing = [t for t in (bos, eos) if tok.token_to_id(t) is None]
     if missing:
         raise TokenizerError(f"{root}: vocab.json has no {', '.join(missing)}")

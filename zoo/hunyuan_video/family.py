@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import cached_property
-from pathlib import Path
 from typing import Mapping
 
 import jax
@@ -95,7 +94,8 @@ class Condition:
     image_latents: jax.Array | None  # [1, C, 1, H', W'] the first frame's latent (I2V token_replace), else None
 
 
-jax.tree_util.register_dataclass(Condition, data_fields=["text", "text_mask", "pooled", "image_latents"], meta_fields=[])
+jax.tree_util.register_dataclass(Condition, data_fields=["text", "text_mask", "pooled", "image_latents"],
+                                 meta_fields=[])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,7 +370,8 @@ class HunyuanVideoFamily(Family):
     def build_dit(self, part: DiTPart, tree: Mapping[str, np.ndarray], s: Settings) -> HunyuanVideoTransformer:
         shapes = {p: tuple(a.shape) for p, a in tree.items()}
         cfg = self.dit_config
-        fixed = dict(rope_axes_dim=cfg.rope_axes_dim, rope_theta=cfg.rope_theta, image_condition_type=cfg.image_condition_type)
+        fixed = dict(rope_axes_dim=cfg.rope_axes_dim, rope_theta=cfg.rope_theta,
+                     image_condition_type=cfg.image_condition_type)
         # the DiT computes in its weights' dtype (bf16 as shipped; --dtype float32 for parity)
         self._weights_dtype = jnp.dtype(tree["x_embedder/proj/kernel"].dtype).name
         return HunyuanVideoTransformer(TransformerConfig.from_param_shapes(shapes, **fixed))
@@ -431,7 +432,8 @@ class HunyuanVideoFamily(Family):
             size = cfg.vision.image_size
             total = abstract_param_count(LlavaTextEncoder(cfg), ids, jnp.ones_like(ids), jnp.zeros((1, 3, size, size)))
         else:
-            total = abstract_param_count(DecoderTextModel(DecoderConfig.from_hf_config(llm.get("text_config", llm))), ids)
+            llama = DecoderConfig.from_hf_config(llm.get("text_config", llm))
+            total = abstract_param_count(DecoderTextModel(llama), ids)
         if clip is None:
             return total + CLIP_TEXT_PARAMS
         return total + abstract_param_count(CLIPTextModel(CLIPTextConfig.from_hf_config(clip)), ids)
