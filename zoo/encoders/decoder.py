@@ -174,10 +174,14 @@ class DecoderLayer(nn.Module):
 class DecoderTextModel(nn.Module):
     """The decoder text tower.
 
-    `__call__(input_ids [B, S], attention_mask [B, S] 0/1 or None)` returns a `TextOutput`
-    whose `hidden_states[i]` is transformers' `hidden_states[i]` (HunyuanVideo-1.5 takes `[-3]`).
-    Attention is causal and masks padded keys, left or right padding alike; rows of padded
+    `__call__(input_ids [B, S], attention_mask [B, S] 0/1 or None, inputs_embeds=None)` returns a
+    `TextOutput` whose `hidden_states[i]` is transformers' `hidden_states[i]` (HunyuanVideo-1.5 takes
+    `[-3]`). Attention is causal and masks padded keys, left or right padding alike; rows of padded
     queries carry no meaning (as in the reference) and are for the caller to drop.
+
+    `inputs_embeds` `[B, S, D]` replaces the token embeddings (transformers' `inputs_embeds`): a
+    multimodal tower (`encoders.llava`) embeds the ids with `embed`, merges its image features, and
+    runs the decoder on the result.
 
     Attributes:
       config: the decoder's sizes and bias switches.
@@ -187,15 +191,26 @@ class DecoderTextModel(nn.Module):
     config: DecoderConfig
     dtype: Any = jnp.float32
 
-    @nn.compact
-    def __call__(self, input_ids, attention_mask=None) -> TextOutput:
+    def setup(self):
         c = self.config
-        s = input_ids.shape[1]
-        x = Embed(c.vocab_size, c.hidden_size, name="embed_tokens")(input_ids).astype(self.dtype)
+        self.embed_tokens = Embed(c.vocab_size, c.hidden_size)
+        self.layers = scanned(DecoderLayer, c.num_hidden_layers, None, config=c)
+        self.norm = RMSNorm(c.rms_norm_eps)
+
+    def embed(self, input_ids) -> jax.Array:
+        """Token embeddings `[B, S, D]` in the compute dtype (transformers' `get_input_embeddings()(ids)`)."""
+        return self.embed_tokens(input_ids).astype(self.dtype)
+
+    def __call__(self, input_ids=None, attention_mask=None, inputs_embeds=None) -> TextOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("DecoderTextModel: give exactly one of input_ids and inputs_embeds")
+        c = self.config
+        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds.astype(self.dtype)
+        s = x.shape[1]
         mask = jnp.tril(jnp.ones((s, s), bool))[None, None]  # [1, 1, Sq, Sk]
         if attention_mask is not None:
             mask = mask & attention_mask.astype(bool)[:, None, None, :]
         cos, sin = (jnp.asarray(t) for t in rope_tables(s, c.dim_per_head, c.rope_theta, c.llama3_rope))
-        last, per_layer = scanned(DecoderLayer, c.num_hidden_layers, "layers", config=c)(x, mask, cos, sin)
-        last = RMSNorm(c.rms_norm_eps, name="norm")(last)
+        last, per_layer = self.layers(x, mask, cos, sin)
+        last = self.norm(last)
         return TextOutput(last, jnp.concatenate([x[None], per_layer[:-1], last[None]], axis=0))

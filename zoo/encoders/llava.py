@@ -6,8 +6,8 @@ The CLIP vision tower's `hidden_states[vision_feature_layer]` (-2), without its 
 embeddings of the image placeholder tokens (transformers' `masked_scatter`, row by row); the Llama
 decoder then runs on the merged embeddings and every hidden state is returned.
 
-The decoder layers are `vidax.zoo.encoders.decoder`'s; `LanguageModel` repeats `DecoderTextModel`'s
-few lines of orchestration because that module embeds token ids itself and takes no embeddings.
+The language model is `vidax.zoo.encoders.decoder.DecoderTextModel`: its `embed` gives the token
+embeddings, the image features are merged into them, and the decoder runs on the result (`inputs_embeds`).
 Parameter paths mirror transformers 5 (`vision_tower/vision_model/...`, `multi_modal_projector/linear_1`,
 `language_model/layers/...`).
 """
@@ -22,10 +22,10 @@ import jax
 import jax.numpy as jnp
 
 from vidax.zoo.encoders.clip import CLIPVisionModelWithProjection, clip_vision_config
-from vidax.zoo.encoders.common import ENCODER_SHARDING_RULES, Embed, TextOutput, activation, scanned
-from vidax.zoo.encoders.decoder import DecoderConfig, DecoderLayer, rope_tables
+from vidax.zoo.encoders.common import ENCODER_SHARDING_RULES, TextOutput, activation
+from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
 from vidax.zoo.encoders.vision import VisionConfig
-from vidax.zoo.layers import Dense, RMSNorm
+from vidax.zoo.layers import Dense
 
 SHARDING_RULES = ENCODER_SHARDING_RULES
 
@@ -84,27 +84,6 @@ def merge_image_features(embeds: jax.Array, input_ids: jax.Array, features: jax.
     return jnp.where(is_image[..., None], gathered.astype(embeds.dtype), embeds)
 
 
-class LanguageModel(nn.Module):
-    """transformers `LlamaModel` (`language_model/`): its `embed_tokens`, the image features merged into the
-    placeholder positions, then `DecoderTextModel`'s layers, RoPE and final norm on the merged embeddings."""
-
-    config: DecoderConfig
-    image_token_id: int
-    dtype: Any = jnp.float32
-
-    @nn.compact
-    def __call__(self, input_ids, attention_mask, features) -> TextOutput:
-        c = self.config
-        s = input_ids.shape[1]
-        embeds = Embed(c.vocab_size, c.hidden_size, name="embed_tokens")(input_ids).astype(self.dtype)
-        embeds = merge_image_features(embeds, input_ids, features, self.image_token_id)
-        mask = jnp.tril(jnp.ones((s, s), bool))[None, None] & attention_mask.astype(bool)[:, None, None, :]
-        cos, sin = (jnp.asarray(t) for t in rope_tables(s, c.dim_per_head, c.rope_theta, c.llama3_rope))
-        last, per_layer = scanned(DecoderLayer, c.num_hidden_layers, "layers", config=c)(embeds, mask, cos, sin)
-        last = RMSNorm(c.rms_norm_eps, name="norm")(last)
-        return TextOutput(last, jnp.concatenate([embeds[None], per_layer[:-1], last[None]], axis=0))
-
-
 class LlavaTextEncoder(nn.Module):
     """The Llava tower as HunyuanVideo-I2V uses it.
 
@@ -128,5 +107,6 @@ class LlavaTextEncoder(nn.Module):
         if c.vision_feature_select_strategy == "default":
             features = features[:, 1:]  # drop the class token
         features = Projector(c, name="multi_modal_projector")(features)
-        lm = LanguageModel(c.text, c.image_token_id, self.dtype, name="language_model")
-        return lm(input_ids, attention_mask, features.astype(self.dtype))
+        lm = DecoderTextModel(c.text, self.dtype, name="language_model")
+        embeds = merge_image_features(lm.embed(input_ids), input_ids, features.astype(self.dtype), c.image_token_id)
+        return lm(attention_mask=attention_mask, inputs_embeds=embeds)

@@ -1,5 +1,6 @@
 """Tokenizers loaded from a model folder, without transformers: `tokenizer.json` through the
-`tokenizers` library, a byte-level ByT5 tokenizer, or a T5-style sentencepiece `.model`.
+`tokenizers` library, a CLIP BPE tokenizer saved as `vocab.json` + `merges.txt` only (built as
+transformers' `CLIPTokenizer` builds it), a byte-level ByT5 tokenizer, or a T5-style sentencepiece `.model`.
 
     tok = load_tokenizer("Wan2.1-T2V-1.3B-Diffusers/tokenizer")
     batch = tok(["a red kite"], max_length=512)          # padding="max_length", truncation on
@@ -116,12 +117,13 @@ class Tokenizer:
 
 
 class FastTokenizer(Tokenizer):
-    """A `tokenizer.json` run by the `tokenizers` library (its post-processor adds special tokens)."""
+    """A `tokenizer.json` (or a `tokenizers.Tokenizer` built in memory) run by the `tokenizers` library
+    (its post-processor adds special tokens)."""
 
-    def __init__(self, path: Path, settings: TokenizerSettings):
+    def __init__(self, path: Path | Any, settings: TokenizerSettings):
         from tokenizers import Tokenizer as RustTokenizer
 
-        self.backend = RustTokenizer.from_file(str(path))
+        self.backend = RustTokenizer.from_file(str(path)) if isinstance(path, (str, Path)) else path
         self.backend.no_padding()
         self.backend.no_truncation()
         pad = settings.pad_token
@@ -218,12 +220,53 @@ def _truncate_then_eos(ids: list[int], eos: int | None, max_length: int | None) 
 
 _SENTENCEPIECE_FILES = ("spiece.model", "tokenizer.model", "sentencepiece.bpe.model")
 
+# transformers 5 `CLIPTokenizer`'s pre-tokenizer split (the special tokens, contractions, letter runs,
+# single digits, other non-space runs)
+_CLIP_SPLIT = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
+
+
+def clip_bpe_tokenizer(root: Path, settings: TokenizerSettings) -> FastTokenizer:
+    """A CLIP tokenizer from `vocab.json` + `merges.txt`, as transformers' `CLIPTokenizer` builds it when a
+    folder has no `tokenizer.json` (openai/clip-vit-large-patch14's slow files; HunyuanVideo's diffusers
+    mirror ships its `tokenizer_2/` so): byte-level BPE with the `</w>` word suffix, NFC + whitespace
+    collapse + lowercase, `<|startoftext|> ... <|endoftext|>` around each text."""
+    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import Tokenizer as RustTokenizer
+
+    config = _read_json(root / "tokenizer_config.json")
+    special = _read_json(root / "special_tokens_map.json")
+    pick = lambda name, default: _token_text(config.get(name)) or _token_text(special.get(name)) or default  # noqa: E731
+    bos, eos = pick("bos_token", "<|startoftext|>"), pick("eos_token", "<|endoftext|>")
+    unk, pad = pick("unk_token", "<|endoftext|>"), pick("pad_token", "<|endoftext|>")
+    vocab, merges = models.BPE.read_file(str(root / "vocab.json"), str(root / "merges.txt"))
+    tok = RustTokenizer(models.BPE(vocab, merges, dropout=None, continuing_subword_prefix="", end_of_word_suffix="</w>",
+                                   fuse_unk=False, unk_token=unk))
+    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                           normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_CLIP_SPLIT), behavior="removed", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    added = [AddedToken(t["content"], special=bool(t.get("special", True)), lstrip=bool(t.get("lstrip")),
+                        rstrip=bool(t.get("rstrip")), normalized=bool(t.get("normalized", False)))
+             for _, t in sorted(settings.added_tokens.items())]
+    named = [AddedToken(t, special=True, normalized=False) for t in dict.fromkeys((bos, eos, unk, pad))]
+    tok.add_special_tokens(added + named)
+    missing = [t for t in (bos, eos) if tok.token_to_id(t) is None]
+    if missing:
+        raise TokenizerError(f"{root}: vocab.json has no {', '.join(missing)}")
+    tok.post_processor = processors.RobertaProcessing((eos, tok.token_to_id(eos)), (bos, tok.token_to_id(bos)),
+                                                      trim_offsets=False, add_prefix_space=False)
+    return FastTokenizer(tok, dataclasses.replace(settings, pad_token=pad))
+
 
 def load_tokenizer(folder: str | Path, subfolder: str | None = None) -> Tokenizer:
     """The tokenizer stored in a model folder.
 
-    `tokenizer.json` wins when present; a `ByT5Tokenizer` config selects the byte tokenizer; a
-    lone sentencepiece model is read as T5 reads it.
+    `tokenizer.json` wins when present; a `CLIPTokenizer` config with `vocab.json` + `merges.txt`
+    builds CLIP's BPE; a `ByT5Tokenizer` config selects the byte tokenizer; a lone sentencepiece
+    model is read as T5 reads it.
 
     Args:
       folder: the tokenizer folder, or a model root with `subfolder`.
@@ -242,10 +285,14 @@ def load_tokenizer(folder: str | Path, subfolder: str | None = None) -> Tokenize
         raise TokenizerError(f"{root}: truncation_side {settings.truncation_side!r} needs a tokenizer.json")
     if settings.tokenizer_class.startswith("ByT5"):
         return ByteTokenizer(settings)
+    if settings.tokenizer_class.startswith("CLIPTokenizer") and (root / "vocab.json").is_file() \
+            and (root / "merges.txt").is_file():
+        return clip_bpe_tokenizer(root, settings)
     for name in _SENTENCEPIECE_FILES:
         if (root / name).is_file():
             return SentencePieceTokenizer(root / name, settings)
-    raise TokenizerError(f"{root}: no tokenizer.json, ByT5 tokenizer_config.json or sentencepiece model found")
+    raise TokenizerError(f"{root}: no tokenizer.json, CLIP vocab.json + merges.txt, ByT5 tokenizer_config.json "
+                         "or sentencepiece model found")
 
 
 # Qwen2.5's chat template rendered for the (system, user) messages the video pipelines send,

@@ -21,8 +21,10 @@ conditioning.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import Any, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -32,6 +34,7 @@ MAX_LENGTH = 256  # text tokens after the crop (the pipelines' `max_sequence_len
 CLIP_MAX_LENGTH = 77
 SKIP_LAYERS = 2  # hidden_states[-(2 + 1)]
 IMAGE_EMBED_INTERLEAVE = {"token_replace": 4, "latent_concat": 2}  # the I2V pipeline's default per model
+END_HEADER = "<|end_header_id|>"  # the I2V text crop cuts around the assistant's header
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,15 +88,16 @@ def llama_text_features(model, params: Any, tokenizer: Tokenizer, prompts: Seque
     """
     crop = template.crop_start
     batch = tokenizer([template.template.format(p) for p in prompts], max_length=max_length + crop)
-    out = model.apply({"params": params}, jnp.asarray(batch.input_ids), jnp.asarray(batch.attention_mask))
-    return out.hidden_states[-(skip_layers + 1)][:, crop:], jnp.asarray(batch.attention_mask[:, crop:])
+    hidden = _hidden_state(model, params, -(skip_layers + 1), jnp.asarray(batch.input_ids),
+                           jnp.asarray(batch.attention_mask))
+    return hidden[:, crop:], jnp.asarray(batch.attention_mask[:, crop:])
 
 
 def clip_pooled(model, params: Any, tokenizer: Tokenizer, prompts: Sequence[str], *,
                 max_length: int = CLIP_MAX_LENGTH) -> jnp.ndarray:
     """CLIP's pooled text embedding `[B, D]` of the raw prompts (`_get_clip_prompt_embeds`: no mask)."""
     batch = tokenizer(list(prompts), max_length=max_length)
-    return model.apply({"params": params}, jnp.asarray(batch.input_ids)).pooler_output
+    return _pooled(model, params, jnp.asarray(batch.input_ids))
 
 
 def expand_image_tokens(input_ids: np.ndarray, image_token_id: int, pad_token_id: int,
@@ -142,8 +146,8 @@ def llava_text_features(model, params: Any, tokenizer: Tokenizer, prompts: Seque
     cfg, crop, n_image = model.config, template.crop_start, template.image_emb_len
     batch = tokenizer([template.template.format(p) for p in prompts], max_length=max_length + crop)
     ids, mask = expand_image_tokens(batch.input_ids, cfg.image_token_id, cfg.pad_token_id, template)
-    out = model.apply({"params": params}, jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(pixel_values))
-    hidden = out.hidden_states[-(skip_layers + 1)]
+    hidden = _hidden_state(model, params, -(skip_layers + 1), jnp.asarray(ids), jnp.asarray(mask),
+                           jnp.asarray(pixel_values))
 
     # 1. Text tokens: from the crop, without the 4 tokens ending the user turn / opening the assistant's.
     starts = _assistant_starts(batch.input_ids, end_header_id)
@@ -159,3 +163,14 @@ def llava_text_features(model, params: Any, tokenizer: Tokenizer, prompts: Seque
         image = image[:, ::interleave]
     image_mask = np.ones(image.shape[:2], text_mask.dtype)
     return jnp.concatenate([image, text], axis=1), jnp.asarray(np.concatenate([image_mask, text_mask], axis=1))
+
+
+@partial(jax.jit, static_argnums=(0, 2))
+def _hidden_state(model, params: Any, index: int, *inputs) -> jax.Array:
+    """One compiled unit per tower and shape: `hidden_states[index]` of `model.apply(params, *inputs)`."""
+    return model.apply({"params": params}, *inputs).hidden_states[index]
+
+
+@partial(jax.jit, static_argnums=0)
+def _pooled(model, params: Any, ids: jax.Array) -> jax.Array:
+    return model.apply({"params": params}, ids).pooler_output
