@@ -152,7 +152,8 @@ def main_command(
     width: int = typer.Option(None, "--width", help="video width"),
     frames: int = typer.Option(None, "--frames", help="number of frames (e.g. 4k+1 for Wan)"),
     steps: int = typer.Option(None, "--steps", help="sampling steps"),
-    guidance: float = typer.Option(None, "--guidance", help="classifier-free guidance scale"),
+    guidance: float = typer.Option(None, "--guidance", help="guidance scale (classifier-free; the DiT's embedded "
+                                   "guidance for guidance-distilled models such as hunyuanvideo)"),
     shift: float = typer.Option(None, "--shift", help="flow shift of the schedule"),
     sampler: str = typer.Option(None, "--sampler", help="euler, unipc or dpm++ (default: the checkpoint's scheduler)"),
     fps: float = typer.Option(None, "--fps", help="frames per second (the MP4's, and the model's input where it takes one)"),

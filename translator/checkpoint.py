@@ -66,6 +66,10 @@ class Checkpoint:
     def info(self, key: str) -> TensorInfo:
         return self._owner[key].tensors[key]
 
+    def path_of(self, key: str):
+        """The file that holds `key`."""
+        return self._owner[key].path
+
     def array(self, key: str) -> np.ndarray:
         return self._owner[key].array(key)
 

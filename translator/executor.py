@@ -175,11 +175,11 @@ def plan(spec: Spec, layout: Layout, ckpt: Checkpoint, expected: Mapping[str, tu
             policy = spec.dtype.for_leaf(path, default)
             source_dtype = ckpt.info(pieces[0].key).dtype
             leaf.dtype = source_dtype if policy is None else policy
-            if _is_fp8(source_dtype) and not _is_fp8(leaf.dtype):
+            if _is_fp8(source_dtype):
                 # an fp8 checkpoint's values are meaningful only with its per-tensor scales (e.g.
-                # HunyuanVideo's `*_fp8_map.pt`); a plain cast would silently produce wrong weights
-                problems.append(f"{pieces[0].key!r} is float8 ({source_dtype}): fp8 checkpoints need their scales, "
-                                "which specs do not apply; convert the bf16/fp32 release instead")
+                # HunyuanVideo's `*_fp8_map.pt`); cast or kept as is, they would be wrong weights
+                problems.append(f"{pieces[0].key!r} in {ckpt.path_of(pieces[0].key)} is float8 ({source_dtype}): fp8 checkpoints need their "
+                                "scales, which specs do not apply; convert the bf16/fp32 release instead")
                 continue
             leaves.append(leaf)
     problems += _layer_count_problems(leaves)

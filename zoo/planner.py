@@ -27,9 +27,14 @@ class DiTSizes:
     dim: int
     ffn_dim: int
     heads: int
-    block_params: int  # parameters in one block
+    block_params: int  # parameters in one block (the largest kind's, with several block groups)
     other_params: int  # embeddings, head, everything outside the blocks
     text_dim: int = 0  # width of the text tokens the blocks cross-attend to (0 = joint or none)
+    total_block_params: int | None = None  # every block of every group (None: depth x block_params)
+
+    @property
+    def all_blocks(self) -> int:
+        return self.total_block_params if self.total_block_params is not None else self.depth * self.block_params
 
 
 def abstract_param_count(module, *example_inputs) -> int:
@@ -49,17 +54,19 @@ def dit_sizes(param_shapes: dict[str, tuple[int, ...]], *, dim: int, ffn_dim: in
     of that group holds, so the prediction does not undercount).
     """
     count = lambda shapes: sum(math.prod(shape) for shape in shapes)  # noqa: E731
-    depth, largest, stacked = 0, 0, set()
+    depth, largest, total, stacked = 0, 0, 0, set()
     for group in groups:
         paths = [path for path in param_shapes if path.startswith(f"{group}/")]
         if not paths:
             raise ValueError(f"no stacked block parameters (paths under {group}/)")
         layers = param_shapes[paths[0]][0]
+        group_params = count(param_shapes[p] for p in paths)
         depth += layers
-        largest = max(largest, count(param_shapes[p] for p in paths) // layers)
+        total += group_params
+        largest = max(largest, group_params // layers)
         stacked.update(paths)
     others = [shape for path, shape in param_shapes.items() if path not in stacked]
-    return DiTSizes(depth, dim, ffn_dim, heads, largest, count(others), text_dim)
+    return DiTSizes(depth, dim, ffn_dim, heads, largest, count(others), text_dim, total)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,9 +129,11 @@ class Prediction:
 def dit_weight_bytes(job: Job, layout: Layout) -> int:
     """Resident DiT weights per device: TP splits every block; offload keeps two chunks on device."""
     d = job.dit
-    resident_blocks = d.depth if layout.offload_chunk is None else min(d.depth, 2 * layout.offload_chunk)
-    block = d.block_params * job.weight_bytes / layout.tp
-    return int(resident_blocks * block + d.other_params * job.weight_bytes)
+    if layout.offload_chunk is None:
+        blocks = d.all_blocks
+    else:  # two chunks of the largest block kind on device
+        blocks = min(d.depth, 2 * layout.offload_chunk) * d.block_params
+    return int(blocks * job.weight_bytes / layout.tp + d.other_params * job.weight_bytes)
 
 
 def dit_activation_bytes(job: Job, layout: Layout) -> int:
@@ -163,11 +172,11 @@ def predict(job: Job, layout: Layout, release_stages: bool = True) -> Prediction
     return Prediction(dit_weight_bytes(job, layout), dit_activation_bytes(job, layout), text_encoder, vae, release_stages)
 
 
-def candidate_layouts(devices: int, heads: int, depth: int, *, all_devices: bool = False) -> list[Layout]:
+def candidate_layouts(devices: int, heads: int, depth: int, *, all_devices: bool = False, batch: int = 2) -> list[Layout]:
     """Every (dp, tp, sp, offload) whose mesh fits `devices` and whose tp divides the heads;
     `all_devices` keeps only meshes of exactly `devices` (a multi-process run spans every process)."""
     out = []
-    for dp in (1, 2):
+    for dp in (1, 2) if batch > 1 else (1,):  # the data axis carries CFG's two branches: idle at batch 1
         for tp in _powers_of_two(devices):
             for sp in _powers_of_two(devices):
                 if dp * tp * sp > devices or heads % tp or (all_devices and dp * tp * sp != devices):
@@ -192,7 +201,7 @@ def plan(job: Job, devices: int, device_bytes: int, release_stages: bool = True,
     `all_devices`: only layouts over every device (multi-process runs; `--plan --devices N` counts the
     devices of all hosts)."""
     rows = []
-    for layout in candidate_layouts(devices, job.dit.heads, job.dit.depth, all_devices=all_devices):
+    for layout in candidate_layouts(devices, job.dit.heads, job.dit.depth, all_devices=all_devices, batch=job.batch):
         prediction = predict(job, layout, release_stages)
         rows.append((layout, prediction, prediction.total <= device_bytes))
     rows.sort(key=lambda row: (relative_step_time(job, row[0]), row[1].total))

@@ -144,3 +144,11 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
             return np.asarray(image.convert("RGB"))
     except (UnidentifiedImageError, OSError) as err:
         raise VideoIOError(f"{path}: cannot read image ({err.__class__.__name__}: {str(err).splitlines()[0]})") from None
+
+
+def vae_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """diffusers `VideoProcessor.preprocess`: Lanczos resize to (width, height), [-1, 1], `[1, 3, 1, H, W]`."""
+    from PIL import Image
+
+    resized = np.asarray(Image.fromarray(image).resize((width, height), Image.LANCZOS), np.float32) / 255.0
+    return (resized * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]

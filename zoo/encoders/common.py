@@ -95,7 +95,7 @@ def padding_mask(attention_mask: jax.Array | None) -> jax.Array | None:
     return attention_mask.astype(bool)[:, None, None, :]
 
 
-def scanned(block_cls, length: int, name: str, **kwargs):
+def scanned(block_cls, length: int, name: str | None, **kwargs):
     """`length` copies of `block_cls` as one `nn.scan`: params stacked on a leading `layers` axis.
 
     The block's `__call__(carry, *broadcast)` returns `(carry, per_layer_output)`.

@@ -53,7 +53,7 @@ from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
 from vidax.zoo.hunyuan_video.vae import HunyuanVideoVAE
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
-from vidax.zoo.wan.family import vae_image  # diffusers VideoProcessor.preprocess (Lanczos to the size, [-1, 1])
+from vidax.zoo.video_io import vae_image
 
 # The Llama-3-8B tower (llava-llama-3's language model, as the official preprocess extracts it) and CLIP-L's
 # text tower: the sizes `--plan` falls back to when neither the checkpoint nor the registry has their configs.

@@ -35,6 +35,7 @@ from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
+from vidax.zoo.video_io import vae_image
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 from vidax.zoo.samplers import TwoExperts
 from vidax.zoo.wan.config import WanTransformerConfig
@@ -364,14 +365,6 @@ class WanFamily(Family):
             vae_peak_activation_bytes=4 * vae_cfg.scale_factor_temporal * s.height * s.width * vae_cfg.decoder_dim * 4,
             blockwise_attention=jax.default_backend() == "cpu",
         )
-
-
-def vae_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """diffusers `VideoProcessor.preprocess`: Lanczos resize to (width, height), [-1, 1], `[1, 3, 1, H, W]`."""
-    from PIL import Image
-
-    resized = np.asarray(Image.fromarray(image).resize((width, height), Image.LANCZOS), np.float32) / 255.0
-    return (resized * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]
 
 
 FAMILY = WanFamily
