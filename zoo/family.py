@@ -474,7 +474,7 @@ class Family:
         """One denoiser's weights on the devices: resident (on the mesh under its rules) or, with
         `--offload-chunk`, embed/head resident and the blocks streamed from host memory."""
         from vidax.zoo.offload import stream_blocks
-        from vidax.zoo.sharding import TRANSFORMER_RULES, place
+        from vidax.zoo.sharding import TRANSFORMER_RULES, place_model
 
         tree = self.load_tree(part.component, part.spec, part.subfolders, dtype)
         dit = self.build_dit(part, tree, s)
@@ -483,7 +483,7 @@ class Family:
             params, streamed, host = stream_blocks(dit, tree, self.options.offload_chunk, rules, self.mesh)
             return LoadedDiT(dit, params, streamed, host)
         if self.mesh is not None:
-            return LoadedDiT(dit, place(tree, dit.logical_specs(), rules, self.mesh))
+            return LoadedDiT(dit, place_model(dit, tree, rules, self.mesh))
         return LoadedDiT(dit, jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/")))
 
     def heads(self) -> int:

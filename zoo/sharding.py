@@ -196,6 +196,12 @@ def slice_bytes_read() -> int:
     return _SLICE_BYTES[0]
 
 
+def place_model(model: Any, host_tree: Mapping, rules: Rules, mesh: Mesh) -> dict:
+    """Put a model's converted host tree on `mesh` in one placement under the component's `rules`
+    (its `logical_specs()` say how each leaf is split)."""
+    return place(host_tree, model.logical_specs(), rules, mesh)
+
+
 def _from_slices(leaf: Any, sharding: NamedSharding) -> jax.Array:
     """A sharded array whose every device shard (of this process: the callback runs for the
     addressable devices only) is read from `leaf[index]` alone, each distinct slice once (devices

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from vidax.translator import convert, load_spec
 from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
-from vidax.zoo.cosmos.sharding import DIT_RULES, place_transformer
+from vidax.zoo.cosmos.sharding import DIT_RULES
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.offload import stream_blocks
 from vidax.zoo.runtime import use_mesh
+from vidax.zoo.sharding import place_model
 
 from .cosmos_spec_fixtures import dit_reference, save_diffusers
 from .helpers import unflatten
@@ -34,7 +35,7 @@ def setup(tmp_path_factory):
 def test_mesh_equals_one_device(setup, dp, tp, sp):
     model, tree, inputs, single = setup
     mesh = make_mesh(dp=dp, tp=tp, sp=sp)
-    params = place_transformer(model, tree, mesh)
+    params = place_model(model, tree, DIT_RULES, mesh)
     assert params["blocks"]["attn1"]["to_q"]["kernel"].sharding.spec[2] == "tensor"  # column-parallel q (no-op at tp=1)
     with use_mesh(mesh, DIT_RULES):
         out = np.asarray(jax.jit(model.__call__)(params, *inputs))

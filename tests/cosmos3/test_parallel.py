@@ -10,10 +10,11 @@ import pytest
 from flax.traverse_util import unflatten_dict
 from vidax.translator import convert, load_spec
 from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
-from vidax.zoo.cosmos3.sharding import DIT_RULES, place_transformer
+from vidax.zoo.cosmos3.sharding import DIT_RULES
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.offload import stream_blocks
 from vidax.zoo.runtime import use_mesh
+from vidax.zoo.sharding import place_model
 
 from .cosmos3_spec_fixtures import dit_reference, save_diffusers
 from .test_transformer import make_inputs, our_inputs
@@ -36,7 +37,7 @@ def setup(tmp_path_factory):
 def test_mesh_equals_one_device(setup, dp, tp, sp):
     model, tree, inputs, single = setup
     mesh = make_mesh(dp=dp, tp=tp, sp=sp)
-    params = place_transformer(model, tree, mesh)
+    params = place_model(model, tree, DIT_RULES, mesh)
     assert params["blocks"]["self_attn"]["add_q_proj"]["kernel"].sharding.spec[2] == "tensor"
     with use_mesh(mesh, DIT_RULES):
         out = np.asarray(jax.jit(model.__call__)(params, *inputs))

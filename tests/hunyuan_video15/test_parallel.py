@@ -6,12 +6,12 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-
 from vidax.translator import convert, load_spec
 from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
-from vidax.zoo.hunyuan_video15.sharding import DIT_RULES, place_transformer
+from vidax.zoo.hunyuan_video15.sharding import DIT_RULES
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.runtime import use_mesh
+from vidax.zoo.sharding import place_model
 
 from .helpers import save_diffusers, unflatten
 from .hunyuan_spec_fixtures import dit_reference
@@ -33,7 +33,7 @@ def setup(tmp_path_factory):
 def test_mesh_equals_one_device(setup, dp, tp, sp):
     model, tree, inputs, single = setup
     mesh = make_mesh(dp=dp, tp=tp, sp=sp)
-    params = place_transformer(model, tree, mesh)
+    params = place_model(model, tree, DIT_RULES, mesh)
     kernel = params["blocks"]["attn"]["to_q"]["kernel"]
     assert kernel.sharding.spec[2] == "tensor"  # column-parallel q projection (a no-op axis at tp=1)
     with use_mesh(mesh, DIT_RULES):

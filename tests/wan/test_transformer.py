@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 import torch
 from flax import traverse_util
-
 from vidax.translator import convert, load_spec
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.offload import StreamedDiT
 from vidax.zoo.runtime import BF16, use_mesh
+from vidax.zoo.sharding import place_model
 from vidax.zoo.wan.config import WanConfigError, WanTransformerConfig
 from vidax.zoo.wan.rope import rope_tables
-from vidax.zoo.wan.sharding import DIT_RULES, place_transformer
+from vidax.zoo.wan.sharding import DIT_RULES
 from vidax.zoo.wan.transformer import Context, WanTransformer
 
 LATENT = (3, 4, 6)  # latent frames, height, width -> 3 x 2 x 3 = 18 tokens after the (1, 2, 2) patch
@@ -318,7 +318,7 @@ def sharded_case(tmp_path_factory, spec, wan_dit):
 def test_sharded_equals_one_device(sharded_case, dp, tp, sp):
     model, tree, inputs, want = sharded_case
     mesh = make_mesh(dp=dp, tp=tp, sp=sp)
-    params = place_transformer(model, tree, mesh)
+    params = place_model(model, tree, DIT_RULES, mesh)
     assert params["blocks"]["attn1"]["to_q"]["kernel"].sharding.spec[-1] == "tensor"
     with use_mesh(mesh, DIT_RULES):
         got = _forward(model, params, *inputs)

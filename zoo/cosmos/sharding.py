@@ -1,4 +1,4 @@
-"""Sharding of the Cosmos-Predict2.5 DiT: the shared table, and placement of its host tree.
+"""Sharding of the Cosmos-Predict2.5 DiT: the shared table.
 
 Megatron column -> row on "heads" / "mlp" (q/k/v and the FFN input column-parallel; `to_out_0` and
 `ff/net_2` row-parallel; the DiT has no biases there), DeepSpeed-Ulysses on "seq": the video tokens
@@ -11,21 +11,6 @@ The Wan2.1 VAE keeps `vidax.zoo.wan`'s table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from jax.sharding import Mesh
-from vidax.zoo.cosmos.transformer import CosmosTransformer
-from vidax.zoo.sharding import TRANSFORMER_RULES, place
+from vidax.zoo.sharding import TRANSFORMER_RULES
 
 DIT_RULES = TRANSFORMER_RULES
-
-
-def place_transformer(model: CosmosTransformer, host_tree: Mapping, mesh: Mesh) -> dict:
-    """Put a converted DiT tree on `mesh` in one placement under `DIT_RULES`.
-
-    Args:
-      model: the transformer whose logical specs say how each leaf is split.
-      host_tree: the translator's flat (or nested) tree.
-      mesh: from `vidax.zoo.mesh.make_mesh`; the heads must divide by tp * sp.
-    """
-    return place(host_tree, model.logical_specs(), DIT_RULES, mesh)

@@ -1,4 +1,4 @@
-"""Sharding rules of the Wan DiT, and placement of its host tree.
+"""Sharding rules of the Wan DiT.
 
 The DiT uses the shared table (`vidax.zoo.sharding.TRANSFORMER_RULES`): Megatron column -> row on
 "heads" / "mlp" (q/k/v, the q/k RMS-norm scales and the FFN input are split by heads or hidden
@@ -12,22 +12,6 @@ two branches run on "batch" -> "data".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from jax.sharding import Mesh
-
-from vidax.zoo.sharding import TRANSFORMER_RULES, place
-from vidax.zoo.wan.transformer import WanTransformer
+from vidax.zoo.sharding import TRANSFORMER_RULES
 
 DIT_RULES = TRANSFORMER_RULES
-
-
-def place_transformer(model: WanTransformer, host_tree: Mapping, mesh: Mesh) -> dict:
-    """Put a converted Wan DiT tree on `mesh` in one placement under `DIT_RULES`.
-
-    Args:
-      model: the transformer whose logical specs say how each leaf is split.
-      host_tree: the translator's flat (or nested) tree.
-      mesh: from `vidax.zoo.mesh.make_mesh`; the heads must divide by tp * sp.
-    """
-    return place(host_tree, model.logical_specs(), DIT_RULES, mesh)
