@@ -1,0 +1,149 @@
+"""Tiny LTX-2 references and the test checkpoints of the `ltx2/*` specs.
+
+Registered with `vidax.translator.testing`: for each spec, tiny perturbed diffusers references saved
+in the layouts the spec reads, and the tree each must convert to, computed from the diffusers state
+dict alone (module paths, transposes, stacking), not from the spec. The official layout is made by
+renaming diffusers keys with the inverse of diffusers' single-file converters (tables below; the
+LTX-2.0 transformer's inverse is checked against `convert_ltx2_transformer_to_diffusers` in
+test_official_layout.py).
+
+Imported by file path (no package): absolute imports only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from vidax.translator.spec import module_path
+from vidax.translator.testing import SpecCase, register_spec_fixture
+
+# Three transformer variants: LTX-2.0 (split RoPE, caption projection in the DiT, FFN biases),
+# LTX-2.3 (interleaved RoPE here, gated attention, prompt AdaLN, projections in the connectors) and
+# LTX-2.5 (no video FFN bias, KV-cacheable prompt modulation, keyframe embedding).
+TINY_DIT_BASE = dict(
+    in_channels=6, out_channels=6, num_attention_heads=2, attention_head_dim=8, cross_attention_dim=16,
+    audio_in_channels=5, audio_out_channels=5, audio_num_attention_heads=2, audio_attention_head_dim=4,
+    audio_cross_attention_dim=8, num_layers=2, caption_channels=12, perturbed_attn=True,
+)
+TINY_DIT = {
+    "2.0": dict(TINY_DIT_BASE, rope_type="split"),
+    "2.3": dict(TINY_DIT_BASE, rope_type="interleaved", gated_attn=True, audio_gated_attn=True, cross_attn_mod=True,
+                audio_cross_attn_mod=True, use_prompt_embeddings=False),
+    "2.5": dict(TINY_DIT_BASE, rope_type="split", gated_attn=True, audio_gated_attn=True, cross_attn_mod=True,
+                audio_cross_attn_mod=True, use_prompt_embeddings=False, ff_bias=False, use_prompt_adaln_single=False,
+                use_keyframes_abs_pos_embedding=True),
+}
+
+# diffusers key (full match) -> official key, the inverse of diffusers' `convert_ltx2_transformer_to_diffusers`
+# (plus ltx_core's LTX-2.3/2.5 module names).
+DIT_TO_OFFICIAL = [
+    (r"(audio_)?proj_in\.(\w+)", r"\1patchify_proj.\2"),
+    (r"time_embed\.(.+)", r"adaln_single.\1"),
+    (r"audio_time_embed\.(.+)", r"audio_adaln_single.\1"),
+    (r"(audio_)?prompt_adaln\.(.+)", r"\1prompt_adaln_single.\2"),
+    (r"av_cross_attn_video_scale_shift\.(.+)", r"av_ca_video_scale_shift_adaln_single.\1"),
+    (r"av_cross_attn_audio_scale_shift\.(.+)", r"av_ca_audio_scale_shift_adaln_single.\1"),
+    (r"av_cross_attn_video_a2v_gate\.(.+)", r"av_ca_a2v_gate_adaln_single.\1"),
+    (r"av_cross_attn_audio_v2a_gate\.(.+)", r"av_ca_v2a_gate_adaln_single.\1"),
+    (r"transformer_blocks\.(\d+)\.video_a2v_cross_attn_scale_shift_table", r"transformer_blocks.\1.scale_shift_table_a2v_ca_video"),
+    (r"transformer_blocks\.(\d+)\.audio_a2v_cross_attn_scale_shift_table", r"transformer_blocks.\1.scale_shift_table_a2v_ca_audio"),
+    (r"transformer_blocks\.(\d+)\.(\w+)\.norm_([qk])\.weight", r"transformer_blocks.\1.\2.\3_norm.weight"),
+    (r"(.+)", r"\1"),  # everything else keeps its name
+]
+
+
+def rename(key: str, table) -> str:
+    for pattern, repl in table:
+        if re.fullmatch(pattern, key):
+            return re.sub(f"^{pattern}$", repl, key)
+    raise KeyError(key)
+
+
+def perturbed(module, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.is_floating_point():
+                p.add_(torch.randn(p.shape, generator=gen) * 0.02)  # zero-initialised biases/tables must differ
+    return module.eval()
+
+
+def dit_reference(variant: str = "2.0", seed: int = 0, **overrides):
+    from diffusers import LTX2VideoTransformer3DModel
+
+    torch.manual_seed(seed)
+    return perturbed(LTX2VideoTransformer3DModel(**{**TINY_DIT[variant], **overrides}), seed + 1)
+
+
+def state_of(module) -> dict:
+    return {k: v.detach().contiguous() for k, v in module.state_dict().items()}
+
+
+def save_diffusers(module, folder: Path, state: dict | None = None) -> Path:
+    """`save_pretrained`-style folder: config.json and diffusion_pytorch_model.safetensors."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(state if state is not None else state_of(module), folder / "diffusion_pytorch_model.safetensors")
+    (folder / "config.json").write_text(json.dumps(dict(module.config), default=list))
+    return folder
+
+
+def official_dit_state(state: dict, prefix: str = "model.diffusion_model.") -> dict:
+    return {prefix + rename(k, DIT_TO_OFFICIAL): v for k, v in state.items()}
+
+
+def expected_tree(state: dict, stacks: dict[str, str] | None = None, prefix: str = "") -> dict:
+    """The host tree a diffusers state dict must convert to, from CONTRIBUTING.md's naming rules alone:
+    2-D `weight` -> transposed `kernel`, conv `weight` -> `(*k, I, O)` `kernel`, 1-D `weight` ->
+    `scale`, `bias` kept, bare parameters kept; `stacks` (diffusers ModuleList prefix -> tree name)
+    stacked on a leading layer axis."""
+    stacks = stacks or {}
+    flat, stacked = {}, {}
+    for key, value in state.items():
+        array = value.float().numpy()
+        stem, _, leaf = key.rpartition(".")
+        if leaf == "weight" and array.ndim == 2:
+            stem, array = stem + ".kernel", array.T
+        elif leaf == "weight" and array.ndim > 2:
+            stem, array = stem + ".kernel", np.moveaxis(array, (0, 1), (-1, -2))
+        elif leaf == "weight":
+            stem = stem + ".scale"
+        elif leaf == "bias":
+            stem = stem + ".bias"
+        else:
+            stem = key
+        for source, target in stacks.items():
+            m = re.fullmatch(rf"{re.escape(source)}\.(\d+)\.(.+)", stem)
+            if m:
+                stacked.setdefault(f"{target}/{module_path(m.group(2))}", {})[int(m.group(1))] = array
+                break
+        else:
+            flat[prefix + module_path(stem)] = array
+    for path, layers in stacked.items():
+        flat[prefix + path] = np.stack([layers[i] for i in range(len(layers))])
+    return flat
+
+
+def dit_expected(state: dict) -> dict:
+    return expected_tree(state, {"transformer_blocks": "blocks"})
+
+
+@register_spec_fixture("ltx2/transformer")
+def ltx2_transformer_cases(tmp_path):
+    cases = []
+    for variant in TINY_DIT:
+        ref = dit_reference(variant)
+        state = state_of(ref)
+        root = tmp_path / f"diffusers_{variant}"
+        save_diffusers(ref, root / "transformer", state)
+        cases.append(SpecCase("diffusers", root, dit_expected(state)))
+        official = tmp_path / f"official_{variant}"
+        official.mkdir()
+        save_file(official_dit_state(state), official / f"ltx-{variant}.safetensors")
+        cases.append(SpecCase("official", official, dit_expected(state)))
+    return cases

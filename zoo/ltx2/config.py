@@ -1,0 +1,225 @@
+"""Configs of the LTX-2.x components, read field by field from the shipped config.json files.
+
+Each dataclass follows the constructor arguments (names and defaults) of the diffusers class it
+mirrors, so `from_hf_config(config_json)` is a filter plus a few checks. `from_official_config`
+reads the `config` metadata that Lightricks' single-file checkpoints carry (ltx_core's
+`model_configurator` names) where they differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+from typing import Any, Mapping
+
+ROPE_TYPES = ("interleaved", "split")
+
+
+def _pick(cls, hf: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The config.json entries `cls` declares (diffusers' `_class_name`, `_diffusers_version` go)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    out = {}
+    for key, value in hf.items():
+        key = (renames or {}).get(key, key)
+        if key in names:
+            if isinstance(value, list):
+                value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+            out[key] = value
+    return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    """Follows diffusers `LTX2VideoTransformer3DModel`'s constructor arguments and defaults.
+
+    LTX-2.0 ships `rope_type="split"` and a caption projection inside the DiT
+    (`use_prompt_embeddings`); LTX-2.3 adds gated attention (`gated_attn`), prompt AdaLN
+    (`cross_attn_mod`) and moves the caption projections into the connectors; LTX-2.5 drops the
+    video FFN biases (`ff_bias=False`) and the timestep-dependent prompt AdaLN
+    (`use_prompt_adaln_single=False`).
+    """
+
+    in_channels: int = 128
+    out_channels: int | None = 128
+    patch_size: int = 1
+    patch_size_t: int = 1
+    num_attention_heads: int = 32
+    attention_head_dim: int = 128
+    cross_attention_dim: int = 4096
+    vae_scale_factors: tuple[int, int, int] = (8, 32, 32)
+    pos_embed_max_pos: int = 20
+    base_height: int = 2048
+    base_width: int = 2048
+    gated_attn: bool = False
+    cross_attn_mod: bool = False
+    audio_in_channels: int = 128
+    audio_out_channels: int | None = 128
+    audio_patch_size: int = 1
+    audio_patch_size_t: int = 1
+    audio_num_attention_heads: int = 32
+    audio_attention_head_dim: int = 64
+    audio_cross_attention_dim: int = 2048
+    audio_scale_factor: int = 4
+    audio_pos_embed_max_pos: int = 20
+    audio_sampling_rate: int = 16000
+    audio_hop_length: int = 160
+    audio_gated_attn: bool = False
+    audio_cross_attn_mod: bool = False
+    num_layers: int = 48
+    activation_fn: str = "gelu-approximate"
+    qk_norm: str = "rms_norm_across_heads"
+    norm_elementwise_affine: bool = False
+    norm_eps: float = 1e-6
+    caption_channels: int = 3840
+    attention_bias: bool = True
+    attention_out_bias: bool = True
+    rope_theta: float = 10000.0
+    rope_double_precision: bool = True
+    causal_offset: int = 1
+    timestep_scale_multiplier: int = 1000
+    cross_attn_timestep_scale_multiplier: int = 1000
+    rope_type: str = "interleaved"
+    use_prompt_embeddings: bool = True
+    perturbed_attn: bool = False
+    ff_bias: bool = True
+    audio_ff_bias: bool = True
+    use_prompt_adaln_single: bool = True
+    use_keyframes_abs_pos_embedding: bool = False
+
+    def __post_init__(self):
+        where = "LTX-2 transformer"
+        if self.rope_type not in ROPE_TYPES:
+            raise ValueError(f"{where}: rope_type {self.rope_type!r} is not one of {ROPE_TYPES}")
+        if self.qk_norm != "rms_norm_across_heads":
+            raise ValueError(f"{where}: qk_norm {self.qk_norm!r} is not supported (only 'rms_norm_across_heads')")
+        if self.activation_fn != "gelu-approximate":
+            raise ValueError(f"{where}: activation_fn {self.activation_fn!r} is not supported (only 'gelu-approximate')")
+        if self.norm_elementwise_affine:
+            raise ValueError(f"{where}: norm_elementwise_affine=True is not supported (every release ships False)")
+        if self.patch_size != 1 or self.patch_size_t != 1 or self.audio_patch_size != 1 or self.audio_patch_size_t != 1:
+            raise ValueError(f"{where}: patch sizes other than 1 are not supported (the pipeline packs 1x1x1 tokens)")
+        for name, dim in (("video", self.inner_dim), ("audio", self.audio_inner_dim),
+                          ("cross-modal", self.audio_cross_attention_dim)):
+            if dim % 2:
+                raise ValueError(f"{where}: the {name} RoPE width {dim} must be even")
+
+    @cached_property
+    def inner_dim(self) -> int:
+        return self.num_attention_heads * self.attention_head_dim
+
+    @cached_property
+    def audio_inner_dim(self) -> int:
+        return self.audio_num_attention_heads * self.audio_attention_head_dim
+
+    @cached_property
+    def video_out_channels(self) -> int:
+        return self.out_channels or self.in_channels
+
+    @cached_property
+    def audio_channels_out(self) -> int:
+        return self.audio_out_channels or self.audio_in_channels
+
+    @cached_property
+    def video_mod_params(self) -> int:
+        return 9 if self.cross_attn_mod else 6
+
+    @cached_property
+    def audio_mod_params(self) -> int:
+        return 9 if self.audio_cross_attn_mod else 6
+
+    @cached_property
+    def prompt_modulation(self) -> bool:
+        """Per-block prompt (K/V) scale/shift tables exist (LTX-2.3 and later)."""
+        return self.cross_attn_mod or self.audio_cross_attn_mod
+
+    @cached_property
+    def prompt_adaln(self) -> bool:
+        """The prompt modulation depends on the timestep through `prompt_adaln` (LTX-2.3, not 2.5)."""
+        return self.prompt_modulation and self.use_prompt_adaln_single
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
+        """Build from a diffusers `transformer/config.json` dict."""
+        return cls(**_pick(cls, hf))
+
+    @classmethod
+    def from_official_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
+        """From the `config` metadata of Lightricks' single-file checkpoint (its `transformer` entry).
+
+        Names per ltx_core's `LTXModelConfigurator`; what it does not carry keeps diffusers' default.
+        Checkpoints whose caption projection sits before the connectors (LTX-2.3+) set
+        `caption_proj_before_connector`.
+        """
+        t = dict(hf.get("transformer", hf))
+        max_pos = list(t.get("positional_embedding_max_pos", [20, 2048, 2048]))
+        gated = bool(t.get("apply_gated_attention", False))
+        adaln = bool(t.get("cross_attention_adaln", False))
+        sizes = dict(
+            in_channels=t.get("in_channels", 128), out_channels=t.get("out_channels", 128),
+            num_attention_heads=t.get("num_attention_heads", 32), attention_head_dim=t.get("attention_head_dim", 128),
+            cross_attention_dim=t.get("cross_attention_dim", 4096), num_layers=t.get("num_layers", 48),
+            norm_eps=t.get("norm_eps", 1e-6), rope_theta=t.get("positional_embedding_theta", 10000.0),
+            pos_embed_max_pos=max_pos[0], base_height=max_pos[1], base_width=max_pos[2],
+            audio_num_attention_heads=t.get("audio_num_attention_heads", 32),
+            audio_attention_head_dim=t.get("audio_attention_head_dim", 64),
+            audio_in_channels=t.get("audio_in_channels", 128), audio_out_channels=t.get("audio_out_channels", 128),
+            audio_cross_attention_dim=t.get("audio_cross_attention_dim", 2048),
+            audio_pos_embed_max_pos=list(t.get("audio_positional_embedding_max_pos", [20]))[0],
+            timestep_scale_multiplier=t.get("timestep_scale_multiplier", 1000),
+            cross_attn_timestep_scale_multiplier=t.get("av_ca_timestep_scale_multiplier", 1),
+            rope_type=t.get("rope_type", "split"),
+            rope_double_precision=t.get("frequencies_precision") == "float64",
+            caption_channels=t.get("caption_channels", 3840),
+            gated_attn=gated, audio_gated_attn=gated, cross_attn_mod=adaln, audio_cross_attn_mod=adaln,
+            use_prompt_embeddings=not t.get("caption_proj_before_connector", False),
+            # the official blocks always honour STG's perturbation mask
+            perturbed_attn=True,
+            use_prompt_adaln_single=t.get("use_prompt_adaln_single", True),
+            ff_bias=t.get("ff_bias", True), audio_ff_bias=t.get("audio_ff_bias", True),
+            use_keyframes_abs_pos_embedding=t.get("use_keyframes_abs_pos_embedding", False),
+        )
+        return cls(**sizes)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConnectorsConfig:
+    """Follows diffusers `LTX2TextConnectors`' constructor arguments and defaults."""
+
+    caption_channels: int = 3840
+    text_proj_in_factor: int = 49
+    video_connector_num_attention_heads: int = 30
+    video_connector_attention_head_dim: int = 128
+    video_connector_num_layers: int = 2
+    video_connector_num_learnable_registers: int | None = 128
+    video_gated_attn: bool = False
+    audio_connector_num_attention_heads: int = 30
+    audio_connector_attention_head_dim: int = 128
+    audio_connector_num_layers: int = 2
+    audio_connector_num_learnable_registers: int | None = 128
+    audio_gated_attn: bool = False
+    connector_rope_base_seq_len: int = 4096
+    rope_theta: float = 10000.0
+    rope_double_precision: bool = True
+    causal_temporal_positioning: bool = False
+    rope_type: str = "interleaved"
+    per_modality_projections: bool = False
+    video_hidden_dim: int = 4096
+    audio_hidden_dim: int = 2048
+    proj_bias: bool = False
+
+    def __post_init__(self):
+        if self.rope_type not in ROPE_TYPES:
+            raise ValueError(f"LTX-2 connectors: rope_type {self.rope_type!r} is not one of {ROPE_TYPES}")
+        if self.causal_temporal_positioning:
+            raise ValueError("LTX-2 connectors: causal_temporal_positioning=True is not supported "
+                             "(diffusers ignores it too; every release ships False)")
+
+    @cached_property
+    def text_dim(self) -> int:
+        """Width of the stacked text-encoder features: hidden size x (layers + 1)."""
+        return self.caption_channels * self.text_proj_in_factor
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "ConnectorsConfig":
+        """Build from a diffusers `connectors/config.json` dict."""
+        return cls(**_pick(cls, hf))
