@@ -147,3 +147,53 @@ def ltx2_transformer_cases(tmp_path):
         save_file(official_dit_state(state), official / f"ltx-{variant}.safetensors")
         cases.append(SpecCase("official", official, dit_expected(state)))
     return cases
+
+
+# Connectors: LTX-2.0 (one projection, masked mean/range norm, no registers so the masks matter) and
+# LTX-2.3+ (per-modality projections with bias, gated attention, registers).
+TINY_CONNECTORS = {
+    "2.0": dict(caption_channels=16, text_proj_in_factor=3, video_connector_num_attention_heads=2,
+                video_connector_attention_head_dim=8, video_connector_num_layers=2,
+                video_connector_num_learnable_registers=None, audio_connector_num_attention_heads=4,
+                audio_connector_attention_head_dim=4, audio_connector_num_layers=1,
+                audio_connector_num_learnable_registers=None, connector_rope_base_seq_len=32, rope_type="split"),
+    "2.3": dict(caption_channels=8, text_proj_in_factor=3, video_connector_num_attention_heads=2,
+                video_connector_attention_head_dim=8, video_connector_num_layers=2,
+                video_connector_num_learnable_registers=4, audio_connector_num_attention_heads=2,
+                audio_connector_attention_head_dim=4, audio_connector_num_layers=1,
+                audio_connector_num_learnable_registers=4, connector_rope_base_seq_len=32,
+                per_modality_projections=True, video_hidden_dim=16, audio_hidden_dim=8, proj_bias=True,
+                video_gated_attn=True, audio_gated_attn=True),
+}
+
+CONNECTORS_TO_OFFICIAL = [
+    (r"text_proj_in\.(\w+)", r"text_embedding_projection.aggregate_embed.\1"),
+    (r"(video|audio)_text_proj_in\.(\w+)", r"text_embedding_projection.\1_aggregate_embed.\2"),
+    (r"(video|audio)_connector\.learnable_registers", r"model.diffusion_model.\1_embeddings_connector.learnable_registers"),
+    (r"(video|audio)_connector\.transformer_blocks\.(\d+)\.attn1\.norm_([qk])\.weight",
+     r"model.diffusion_model.\1_embeddings_connector.transformer_1d_blocks.\2.attn1.\3_norm.weight"),
+    (r"(video|audio)_connector\.transformer_blocks\.(.+)", r"model.diffusion_model.\1_embeddings_connector.transformer_1d_blocks.\2"),
+]
+
+
+def connectors_reference(variant: str = "2.0", seed: int = 0):
+    from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
+
+    torch.manual_seed(seed)
+    return perturbed(LTX2TextConnectors(**TINY_CONNECTORS[variant]), seed + 1)
+
+
+@register_spec_fixture("ltx2/connectors")
+def ltx2_connectors_cases(tmp_path):
+    cases = []
+    for variant in TINY_CONNECTORS:
+        ref = connectors_reference(variant)
+        state = state_of(ref)
+        root = tmp_path / f"diffusers_{variant}"
+        save_diffusers(ref, root / "connectors", state)
+        cases.append(SpecCase("diffusers", root, expected_tree(state)))
+        official = tmp_path / f"official_{variant}"
+        official.mkdir()
+        save_file({rename(k, CONNECTORS_TO_OFFICIAL): v for k, v in state.items()}, official / "ltx-2.safetensors")
+        cases.append(SpecCase("official", official, expected_tree(state)))
+    return cases
