@@ -197,3 +197,66 @@ def ltx2_connectors_cases(tmp_path):
         save_file({rename(k, CONNECTORS_TO_OFFICIAL): v for k, v in state.items()}, official / "ltx-2.safetensors")
         cases.append(SpecCase("official", official, expected_tree(state)))
     return cases
+
+
+# Video VAE: the release's block structure (4 encoder levels: spatial, temporal, 2x spatiotemporal;
+# 3 residual spatiotemporal decoder levels), tiny widths, patch 2 (so 16x spatial, 8x temporal).
+TINY_VAE = dict(
+    latent_channels=8, block_out_channels=(8, 16, 16, 32), decoder_block_out_channels=(8, 16, 32),
+    layers_per_block=(1, 1, 1, 1, 1), decoder_layers_per_block=(1, 1, 1, 2), patch_size=2, decoder_causal=False,
+    spatial_compression_ratio=16, temporal_compression_ratio=8,  # as the release configs state theirs
+)
+
+VAE_TO_OFFICIAL_BLOCKS = {
+    "encoder.down_blocks.0.downsamplers.0": "encoder.down_blocks.1", "encoder.down_blocks.1.downsamplers.0": "encoder.down_blocks.3",
+    "encoder.down_blocks.2.downsamplers.0": "encoder.down_blocks.5", "encoder.down_blocks.3.downsamplers.0": "encoder.down_blocks.7",
+    "encoder.down_blocks.0": "encoder.down_blocks.0", "encoder.down_blocks.1": "encoder.down_blocks.2",
+    "encoder.down_blocks.2": "encoder.down_blocks.4", "encoder.down_blocks.3": "encoder.down_blocks.6",
+    "encoder.mid_block": "encoder.down_blocks.8", "decoder.mid_block": "decoder.up_blocks.0",
+    "decoder.up_blocks.0.upsamplers.0": "decoder.up_blocks.1", "decoder.up_blocks.0": "decoder.up_blocks.2",
+    "decoder.up_blocks.1.upsamplers.0": "decoder.up_blocks.3", "decoder.up_blocks.1": "decoder.up_blocks.4",
+    "decoder.up_blocks.2.upsamplers.0": "decoder.up_blocks.5", "decoder.up_blocks.2": "decoder.up_blocks.6",
+}
+
+
+def vae_reference(seed: int = 0, **overrides):
+    from diffusers import AutoencoderKLLTX2Video
+
+    torch.manual_seed(seed)
+    return perturbed(AutoencoderKLLTX2Video(**{**TINY_VAE, **overrides}), seed + 1)
+
+
+def official_vae_state(state: dict) -> dict:
+    """Inverse of diffusers' `convert_ltx2_vae_to_diffusers` (plus the per-channel statistics it drops)."""
+    out = {}
+    for key, value in state.items():
+        if key in ("latents_mean", "latents_std"):
+            name = {"latents_mean": "mean-of-means", "latents_std": "std-of-means"}[key]
+            out[f"vae.per_channel_statistics.{name}"] = value
+            continue
+        key = key.replace("decoder.time_embedder.", "decoder.last_time_embedder.")
+        key = key.replace("decoder.scale_shift_table", "decoder.last_scale_shift_table")
+        for prefix in sorted(VAE_TO_OFFICIAL_BLOCKS, key=len, reverse=True):
+            if key.startswith(prefix + "."):
+                key = VAE_TO_OFFICIAL_BLOCKS[prefix] + key[len(prefix):]
+                break
+        out["vae." + key.replace(".resnets.", ".res_blocks.")] = value
+    out["vae.per_channel_statistics.channel"] = torch.arange(state["latents_mean"].shape[0]).float()
+    out["vae.per_channel_statistics.mean-of-stds"] = torch.ones_like(state["latents_mean"])
+    return out
+
+
+@register_spec_fixture("ltx2/vae")
+def ltx2_vae_cases(tmp_path):
+    cases = []
+    for name, overrides in (("plain", {}), ("timestep", dict(timestep_conditioning=True))):
+        ref = vae_reference(**overrides)
+        state = state_of(ref)
+        root = tmp_path / f"diffusers_{name}"
+        save_diffusers(ref, root / "vae", state)
+        cases.append(SpecCase(f"diffusers-{name}", root, expected_tree(state)))
+        official = tmp_path / f"official_{name}"
+        official.mkdir()
+        save_file(official_vae_state(state), official / "ltx-2.safetensors")
+        cases.append(SpecCase(f"official-{name}", official, expected_tree(state)))
+    return cases

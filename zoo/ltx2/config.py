@@ -9,6 +9,7 @@ reads the `config` metadata that Lightricks' single-file checkpoints carry (ltx_
 from __future__ import annotations
 
 import dataclasses
+import math
 from functools import cached_property
 from typing import Any, Mapping
 
@@ -222,4 +223,74 @@ class ConnectorsConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "ConnectorsConfig":
         """Build from a diffusers `connectors/config.json` dict."""
+        return cls(**_pick(cls, hf))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VideoVAEConfig:
+    """Follows diffusers `AutoencoderKLLTX2Video`'s constructor arguments and defaults."""
+
+    in_channels: int = 3
+    out_channels: int = 3
+    latent_channels: int = 128
+    block_out_channels: tuple[int, ...] = (256, 512, 1024, 2048)
+    down_block_types: tuple[str, ...] = ("LTX2VideoDownBlock3D",) * 4
+    decoder_block_out_channels: tuple[int, ...] = (256, 512, 1024)
+    layers_per_block: tuple[int, ...] = (4, 6, 6, 2, 2)
+    decoder_layers_per_block: tuple[int, ...] = (5, 5, 5, 5)
+    spatio_temporal_scaling: tuple[bool, ...] | bool = (True, True, True, True)
+    decoder_spatio_temporal_scaling: tuple[bool, ...] | bool = (True, True, True)
+    decoder_inject_noise: tuple[bool, ...] | bool = (False, False, False, False)
+    downsample_type: tuple[str, ...] = ("spatial", "temporal", "spatiotemporal", "spatiotemporal")
+    upsample_type: tuple[str, ...] = ("spatiotemporal", "spatiotemporal", "spatiotemporal")
+    upsample_residual: tuple[bool, ...] | bool = (True, True, True)
+    upsample_factor: tuple[int, ...] = (2, 2, 2)
+    timestep_conditioning: bool = False
+    patch_size: int = 4
+    patch_size_t: int = 1
+    resnet_norm_eps: float = 1e-6
+    scaling_factor: float = 1.0
+    encoder_causal: bool = True
+    decoder_causal: bool = True
+    encoder_spatial_padding_mode: str = "zeros"
+    decoder_spatial_padding_mode: str = "reflect"
+    spatial_compression_ratio: int | None = None
+    temporal_compression_ratio: int | None = None
+
+    def __post_init__(self):
+        where = "LTX-2 video VAE"
+        n_enc, n_dec = len(self.layers_per_block), len(self.decoder_layers_per_block)
+        fill = lambda v, n: (v,) * n if isinstance(v, bool) else tuple(v)  # noqa: E731
+        object.__setattr__(self, "spatio_temporal_scaling", fill(self.spatio_temporal_scaling, n_enc - 1))
+        object.__setattr__(self, "decoder_spatio_temporal_scaling", fill(self.decoder_spatio_temporal_scaling, n_dec - 1))
+        object.__setattr__(self, "decoder_inject_noise", fill(self.decoder_inject_noise, n_dec))
+        object.__setattr__(self, "upsample_residual", fill(self.upsample_residual, n_dec - 1))
+        if any(self.decoder_inject_noise):
+            raise ValueError(f"{where}: decoder_inject_noise is not supported (no LTX-2 release injects noise)")
+        if set(self.down_block_types) != {"LTX2VideoDownBlock3D"}:
+            raise ValueError(f"{where}: down_block_types {self.down_block_types} are not supported")
+        bad = set(self.downsample_type) - {"conv", "spatial", "temporal", "spatiotemporal"}
+        bad |= set(self.upsample_type) - {"spatial", "temporal", "spatiotemporal"}
+        bad |= {m for m in (self.encoder_spatial_padding_mode, self.decoder_spatial_padding_mode)
+                if m not in ("zeros", "reflect")}
+        if bad:
+            raise ValueError(f"{where}: unsupported sampling or padding modes {sorted(bad)}")
+
+    def _stride_product(self, axis: int) -> int:
+        strides = {"conv": (2, 2, 2), "spatial": (1, 2, 2), "temporal": (2, 1, 1), "spatiotemporal": (2, 2, 2)}
+        return math.prod(strides[k][axis] for k, on in zip(self.downsample_type, self.spatio_temporal_scaling) if on)
+
+    @cached_property
+    def spatial_ratio(self) -> int:
+        """Pixels per latent along H and W (from the downsamplers; the config's value when it has one)."""
+        return self.spatial_compression_ratio or self.patch_size * self._stride_product(1)
+
+    @cached_property
+    def temporal_ratio(self) -> int:
+        """Frames per latent frame after the first."""
+        return self.temporal_compression_ratio or self.patch_size_t * self._stride_product(0)
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "VideoVAEConfig":
+        """Build from a diffusers `vae/config.json` dict."""
         return cls(**_pick(cls, hf))
