@@ -260,3 +260,114 @@ def ltx2_vae_cases(tmp_path):
         save_file(official_vae_state(state), official / "ltx-2.safetensors")
         cases.append(SpecCase(f"official-{name}", official, expected_tree(state)))
     return cases
+
+
+# Audio VAE decoder: the release's shape (pixel norm, causal in time, 3 levels) and a group-norm,
+# non-causal variant (fires the norm rule); vocoders: LTX-2.0's plain one and the BWE one.
+TINY_AUDIO_VAE = {
+    "release": dict(base_channels=4, ch_mult=(1, 2, 4), num_res_blocks=1, latent_channels=4, mel_bins=16),
+    "group": dict(base_channels=32, ch_mult=(1, 1), num_res_blocks=1, latent_channels=4, mel_bins=8,
+                  norm_type="group", causality_axis="none"),
+}
+TINY_VOCODER = {
+    "plain": dict(in_channels=32, hidden_channels=16, out_channels=2, upsample_kernel_sizes=[4, 4],
+                  upsample_factors=[2, 2], resnet_kernel_sizes=[3, 5], resnet_dilations=[[1, 3], [1, 3]],
+                  output_sampling_rate=24000),
+    "bwe": dict(in_channels=32, hidden_channels=16, upsample_kernel_sizes=[4, 4], upsample_factors=[2, 2],
+                resnet_kernel_sizes=[3], resnet_dilations=[[1, 3]], bwe_in_channels=8, bwe_hidden_channels=8,
+                bwe_upsample_kernel_sizes=[7, 4, 4], bwe_upsample_factors=[3, 2, 2], bwe_resnet_kernel_sizes=[3],
+                bwe_resnet_dilations=[[1]], filter_length=8, hop_length=4, window_length=8, num_mel_channels=4),
+}
+
+
+def audio_vae_reference(variant: str = "release", seed: int = 0):
+    from diffusers import AutoencoderKLLTX2Audio
+
+    torch.manual_seed(seed)
+    ref = perturbed(AutoencoderKLLTX2Audio(**TINY_AUDIO_VAE[variant]), seed + 1)
+    with torch.no_grad():  # the statistics are buffers: give them values that matter
+        ref.latents_mean.copy_(torch.randn(ref.latents_mean.shape, generator=torch.Generator().manual_seed(seed)))
+        ref.latents_std.copy_(1 + torch.rand(ref.latents_std.shape, generator=torch.Generator().manual_seed(seed)))
+    return ref
+
+
+def vocoder_reference(variant: str = "plain", seed: int = 0):
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
+
+    torch.manual_seed(seed)
+    cls = LTX2VocoderWithBWE if variant == "bwe" else LTX2Vocoder
+    ref = perturbed(cls(**TINY_VOCODER[variant]), seed + 1)
+    if variant == "bwe":  # real analysis bases (the buffers start at zero): a DFT with a Hann window
+        stft = ref.mel_stft.stft_fn
+        n, length = stft.forward_basis.shape[0] // 2, stft.forward_basis.shape[-1]
+        t = torch.arange(length, dtype=torch.float64)
+        f = torch.arange(n, dtype=torch.float64)[:, None]
+        window = torch.hann_window(length, periodic=True, dtype=torch.float64)
+        basis = torch.cat([torch.cos(2 * torch.pi * f * t / length), -torch.sin(2 * torch.pi * f * t / length)]) * window
+        with torch.no_grad():
+            stft.forward_basis.copy_(basis[:, None].float())
+            ref.mel_stft.mel_basis.copy_(torch.rand(ref.mel_stft.mel_basis.shape, generator=torch.Generator().manual_seed(5)))
+    return ref
+
+
+def official_vocoder_state(state: dict) -> dict:
+    out = {}
+    for key, value in state.items():
+        key = re.sub(r"^upsamplers\.", "ups.", key)
+        key = re.sub(r"^resnets\.", "resblocks.", key)
+        key = re.sub(r"^conv_in\.", "conv_pre.", key)
+        out["vocoder." + re.sub(r"^conv_out\.", "conv_post.", key)] = value
+    return out
+
+
+def vocoder_expected(state: dict) -> dict:
+    tree = {}
+    for key, value in state.items():
+        array = value.float().numpy()
+        if key.endswith("inverse_basis"):
+            continue
+        if key.endswith(".filter"):
+            tree[module_path(key)] = array.reshape(-1)
+        elif key.endswith("forward_basis"):
+            tree[module_path(key)] = array.transpose(2, 1, 0)
+        elif re.search(r"upsamplers\.\d+\.weight$", key):
+            tree[module_path(key[:-7]) + "/kernel"] = array.transpose(2, 0, 1)
+        elif key.endswith(".weight"):
+            tree[module_path(key[:-7]) + "/kernel"] = np.moveaxis(array, (0, 1), (-1, -2))
+        elif key.endswith(".bias"):
+            tree[module_path(key[:-5]) + "/bias"] = array
+        else:
+            tree[module_path(key)] = array
+    return tree
+
+
+@register_spec_fixture("ltx2/audio_vae")
+def ltx2_audio_vae_cases(tmp_path):
+    cases = []
+    for variant in TINY_AUDIO_VAE:
+        ref = audio_vae_reference(variant)
+        state = {k: v for k, v in state_of(ref).items() if not k.startswith("encoder.")}
+        full = state_of(ref)
+        save_diffusers(ref, tmp_path / f"diffusers_{variant}" / "audio_vae", full)
+        cases.append(SpecCase(f"diffusers-{variant}", tmp_path / f"diffusers_{variant}", expected_tree(state)))
+        official = {("audio_vae.per_channel_statistics." + {"latents_mean": "mean-of-means", "latents_std": "std-of-means"}[k]
+                     if k.startswith("latents_") else "audio_vae." + k): v for k, v in full.items()}
+        (tmp_path / f"official_{variant}").mkdir()
+        save_file(official, tmp_path / f"official_{variant}" / "ltx-2.safetensors")
+        cases.append(SpecCase(f"official-{variant}", tmp_path / f"official_{variant}", expected_tree(state)))
+    return cases
+
+
+@register_spec_fixture("ltx2/vocoder")
+def ltx2_vocoder_cases(tmp_path):
+    cases = []
+    for variant in TINY_VOCODER:
+        ref = vocoder_reference(variant)
+        state = state_of(ref)
+        save_diffusers(ref, tmp_path / f"diffusers_{variant}" / "vocoder", state)
+        cases.append(SpecCase(f"diffusers-{variant}", tmp_path / f"diffusers_{variant}", vocoder_expected(state)))
+        if variant == "plain":
+            (tmp_path / "official").mkdir()
+            save_file(official_vocoder_state(state), tmp_path / "official" / "ltx-2.safetensors")
+            cases.append(SpecCase("official-plain", tmp_path / "official", vocoder_expected(state)))
+    return cases

@@ -294,3 +294,97 @@ class VideoVAEConfig:
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "VideoVAEConfig":
         """Build from a diffusers `vae/config.json` dict."""
         return cls(**_pick(cls, hf))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AudioVAEConfig:
+    """Follows diffusers `AutoencoderKLLTX2Audio`'s constructor arguments (the decoder's share)."""
+
+    base_channels: int = 128
+    output_channels: int = 2
+    ch_mult: tuple[int, ...] = (1, 2, 4)
+    num_res_blocks: int = 2
+    attn_resolutions: tuple[int, ...] | None = None
+    in_channels: int = 2
+    resolution: int = 256
+    latent_channels: int = 8
+    norm_type: str = "pixel"
+    causality_axis: str | None = "height"
+    dropout: float = 0.0
+    mid_block_add_attention: bool = False
+    sample_rate: int = 16000
+    mel_hop_length: int = 160
+    is_causal: bool = True
+    mel_bins: int | None = 64
+    double_z: bool = True
+
+    def __post_init__(self):
+        where = "LTX-2 audio VAE"
+        if self.attn_resolutions or self.mid_block_add_attention:
+            raise ValueError(f"{where}: attention blocks are not supported (no release has them)")
+        if self.norm_type not in ("pixel", "group"):
+            raise ValueError(f"{where}: norm_type {self.norm_type!r} is not supported")
+        if self.causality_axis not in ("none", "width", "height", "width-compatibility"):
+            raise ValueError(f"{where}: causality_axis {self.causality_axis!r} is not supported")
+
+    # diffusers hard-codes both compressions (LATENT_DOWNSAMPLE_FACTOR)
+    temporal_compression_ratio: int = dataclasses.field(default=4, init=False)
+    mel_compression_ratio: int = dataclasses.field(default=4, init=False)
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "AudioVAEConfig":
+        return cls(**_pick(cls, hf))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VocoderConfig:
+    """Follows diffusers `LTX2Vocoder` (LTX-2.0) and `LTX2VocoderWithBWE` (LTX-2.3+: a second
+    generator on the first one's re-analysed mel spectrogram, at 3x the sample rate)."""
+
+    in_channels: int = 128
+    hidden_channels: int = 1024
+    out_channels: int = 2
+    upsample_kernel_sizes: tuple[int, ...] = (16, 15, 8, 4, 4)
+    upsample_factors: tuple[int, ...] = (6, 5, 2, 2, 2)
+    resnet_kernel_sizes: tuple[int, ...] = (3, 7, 11)
+    resnet_dilations: tuple[tuple[int, ...], ...] = ((1, 3, 5), (1, 3, 5), (1, 3, 5))
+    act_fn: str = "leaky_relu"
+    leaky_relu_negative_slope: float = 0.1
+    antialias: bool = False
+    antialias_ratio: int = 2
+    antialias_kernel_size: int = 12
+    final_act_fn: str | None = "tanh"
+    final_bias: bool = True
+    output_sampling_rate: int = 24000
+    # LTX2VocoderWithBWE only (`bwe` is None for the plain vocoder)
+    bwe: "VocoderConfig | None" = None
+    filter_length: int = 512
+    hop_length: int = 80
+    window_length: int = 512
+    num_mel_channels: int = 64
+    input_sampling_rate: int = 16000
+
+    def __post_init__(self):
+        if self.act_fn not in ("leaky_relu", "snake", "snakebeta"):
+            raise ValueError(f"LTX-2 vocoder: act_fn {self.act_fn!r} is not supported")
+        if self.final_act_fn not in ("tanh", "clamp", None):
+            raise ValueError(f"LTX-2 vocoder: final_act_fn {self.final_act_fn!r} is not supported")
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "VocoderConfig":
+        """A `vocoder/config.json` of either class (`bwe_*` entries make the BWE vocoder)."""
+        hf = dict(hf)
+        if not any(k.startswith("bwe_") for k in hf):
+            return cls(**_pick(cls, {k: v for k, v in hf.items() if k != "bwe"}))
+        bwe = {k[4:]: v for k, v in hf.items() if k.startswith("bwe_")}
+        bwe["output_sampling_rate"] = hf.get("output_sampling_rate", 48000)
+        first = {k: v for k, v in hf.items() if not k.startswith("bwe_")}
+        first["output_sampling_rate"] = hf.get("input_sampling_rate", 16000)
+        defaults = dict(hidden_channels=1536, upsample_kernel_sizes=(11, 4, 4, 4, 4, 4),
+                        upsample_factors=(5, 2, 2, 2, 2, 2), act_fn="snakebeta", antialias=True, final_act_fn=None,
+                        final_bias=False)  # LTX2VocoderWithBWE's own defaults
+        bwe_defaults = dict(in_channels=128, hidden_channels=512, upsample_kernel_sizes=(12, 11, 4, 4, 4),
+                            upsample_factors=(6, 5, 2, 2, 2), act_fn="snakebeta", antialias=True,
+                            final_act_fn=None, final_bias=False, out_channels=2)
+        stage2 = cls(**{**bwe_defaults, **_pick(cls, bwe)})
+        return cls(**{**defaults, **_pick(cls, first), "bwe": stage2})
