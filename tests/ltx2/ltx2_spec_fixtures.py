@@ -371,3 +371,69 @@ def ltx2_vocoder_cases(tmp_path):
             save_file(official_vocoder_state(state), tmp_path / "official" / "ltx-2.safetensors")
             cases.append(SpecCase("official-plain", tmp_path / "official", vocoder_expected(state)))
     return cases
+
+
+# Diffusion decoder: the release's structure (4 deterministic stages, one x0 step) at tiny widths,
+# spatial strides reduced so the stage-5 grid stays small (9 x 6 x 6) for the reference's flex attention.
+TINY_DIFFUSION_DECODER = dict(
+    latent_channels=8, patch_size=2, decoder_head_dim=8, decoder_stage_channels=(32, 16, 8, 8, 8),
+    decoder_stage_depths=(2, 1, 1, 1, 2), decoder_stage_kernels=((3, 3, 3), (3, 3, 3), (3, 3, 3), (3, 3, 5)),
+    decoder_upsample_strides=((1, 2, 2), (2, 1, 1), (2, 1, 1), (2, 1, 1)),
+    decoder_upsample_channel_reductions=(2, 2, 1, 1), decoder_stage5_kernel=(3, 5, 5), decoder_t_emb_dim=16,
+    spatial_compression_ratio=4,
+)
+
+
+def diffusion_decoder_reference(seed: int = 0, **overrides):
+    from diffusers import LTX2VideoDiffusionDecoderModel
+
+    torch.manual_seed(seed)
+    ref = perturbed(LTX2VideoDiffusionDecoderModel(**{**TINY_DIFFUSION_DECODER, **overrides}), seed + 1)
+    with torch.no_grad():
+        ref.latents_mean.copy_(torch.randn(ref.latents_mean.shape, generator=torch.Generator().manual_seed(seed)))
+    return ref
+
+
+def diffusion_decoder_expected(state: dict) -> dict:
+    inner = {k.removeprefix("decoder."): v for k, v in state.items()}
+    tree = expected_tree({k: v for k, v in inner.items() if not k.startswith("det_stages.")},
+                         {"diff_blocks": "diff_blocks"})
+    stages = sorted({int(k.split(".")[1]) for k in inner if k.startswith("det_stages.")})
+    for s in stages:  # each stage's blocks stacked under their own top-level name
+        prefix = f"det_stages.{s}."
+        blocks = {f"stage.{k[len(prefix):]}": v for k, v in inner.items() if k.startswith(prefix)}
+        tree.update(expected_tree(blocks, {"stage": f"det_stages_{s}"}))
+    return tree
+
+
+def official_diffusion_decoder_state(state: dict) -> dict:
+    out = {}
+    for key, value in state.items():
+        if key in ("latents_mean", "latents_std"):
+            name = {"latents_mean": "mean-of-means", "latents_std": "std-of-means"}[key]
+            out[f"vae.per_channel_statistics.{name}"] = value
+            continue
+        m = re.fullmatch(r"(.+\.attn)\.to_q\.(weight|bias)", key)
+        if m:
+            out[f"vae.{m.group(1)}.qkv.{m.group(2)}"] = torch.cat(
+                [state[f"{m.group(1)}.to_{p}.{m.group(2)}"] for p in "qkv"])
+            continue
+        if re.fullmatch(r".+\.attn\.to_[kv]\.(weight|bias)", key):
+            continue
+        key = key.replace(".attn.to_out.0.", ".attn.proj.").replace(".attn.norm_q.", ".attn.q_norm.")
+        key = key.replace(".attn.norm_k.", ".attn.k_norm.")
+        key = key.replace("t_embedder.timestep_embedder.linear_1.", "t_embedder.mlp.0.")
+        out["vae." + key.replace("t_embedder.timestep_embedder.linear_2.", "t_embedder.mlp.2.")] = value
+    out["vae.encoder.conv_in.conv.weight"] = torch.zeros(1)  # the shared file's encoder: ignored
+    return out
+
+
+@register_spec_fixture("ltx2/diffusion_decoder")
+def ltx2_diffusion_decoder_cases(tmp_path):
+    ref = diffusion_decoder_reference()
+    state = state_of(ref)
+    save_diffusers(ref, tmp_path / "diffusers" / "vae_diffusion", state)
+    (tmp_path / "official").mkdir()
+    save_file(official_diffusion_decoder_state(state), tmp_path / "official" / "ltx-2.5.safetensors")
+    expected = diffusion_decoder_expected(state)
+    return [SpecCase("diffusers", tmp_path / "diffusers", expected), SpecCase("official", tmp_path / "official", expected)]

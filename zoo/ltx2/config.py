@@ -388,3 +388,48 @@ class VocoderConfig:
                             final_act_fn=None, final_bias=False, out_channels=2)
         stage2 = cls(**{**bwe_defaults, **_pick(cls, bwe)})
         return cls(**{**defaults, **_pick(cls, first), "bwe": stage2})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DiffusionDecoderConfig:
+    """Follows diffusers `LTX2VideoDiffusionDecoderModel`'s constructor arguments and defaults (LTX-2.5)."""
+
+    out_channels: int = 3
+    latent_channels: int = 128
+    patch_size: int = 4
+    scaling_factor: float = 1.0
+    decoder_head_dim: int = 64
+    decoder_stage_channels: tuple[int, ...] = (2048, 1024, 512, 512, 256)
+    decoder_stage_depths: tuple[int, ...] = (4, 6, 4, 2, 8)
+    decoder_stage_kernels: tuple[tuple[int, int, int], ...] = ((3, 7, 7), (3, 7, 7), (3, 5, 5), (3, 5, 5))
+    decoder_upsample_strides: tuple[tuple[int, int, int], ...] = ((1, 2, 2), (2, 1, 1), (2, 2, 2), (2, 2, 2))
+    decoder_upsample_channel_reductions: tuple[int, ...] = (2, 2, 1, 2)
+    decoder_stage5_kernel: tuple[int, int, int] = (11, 11, 11)
+    decoder_t_emb_dim: int = 384
+    decoder_timestep_scale_multiplier: float = 1000.0
+    decoder_model_output_type: str = "x0"
+    decoder_num_inference_steps: int = 1
+    spatial_compression_ratio: int = 32
+    temporal_compression_ratio: int = 8
+
+    def __post_init__(self):
+        where = "LTX-2.5 diffusion decoder"
+        if self.decoder_model_output_type not in ("x0", "v"):
+            raise ValueError(f"{where}: model output type {self.decoder_model_output_type!r} is not 'x0' or 'v'")
+        n = len(self.decoder_upsample_strides)
+        if len(self.decoder_stage_kernels) != n or len(self.decoder_stage_depths) != n + 1:
+            raise ValueError(f"{where}: {n} upsamples need {n} stage kernels and {n + 1} stage depths")
+        for i, r in enumerate(self.decoder_upsample_channel_reductions):
+            if self.decoder_stage_channels[i + 1] != self.decoder_stage_channels[i] // r:
+                raise ValueError(f"{where}: stage_channels[{i + 1}] must be stage_channels[{i}] // {r}")
+        if self.decoder_head_dim % 8:
+            raise ValueError(f"{where}: head_dim must be a multiple of 8")
+
+    @cached_property
+    def trailing_pad(self) -> int:
+        """Latent frames replicated at the end for NATTEN's inward-shifted border window."""
+        return (self.decoder_stage_kernels[0][0] // 2) * 2
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]) -> "DiffusionDecoderConfig":
+        return cls(**_pick(cls, hf))
