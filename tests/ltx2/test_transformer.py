@@ -206,3 +206,18 @@ def test_bad_inputs_fail_with_one_message(build):
         model.embed(params, inputs, dit_rope_tables(cfg, video_coords(1, 2, 2, fps=FPS), audio_coords(AUDIO_LEN)))
     with pytest.raises(ValueError, match="stg_keep"):
         model.embed(params, inputs.replace(stg_keep=inputs.stg_keep[:, :1]), tables(cfg))
+
+
+def test_bf16_activations_stay_near_fp32(build):
+    """bf16 activations with the fp32 residual streams (the accelerator setting) trace, and land near fp32."""
+    from vidax.zoo.runtime import BF16
+
+    _, model, params = build("2.5")
+    fast = LTX2Transformer.with_precision(model.cfg, BF16)
+    inputs = our_inputs(model.cfg, make_inputs(model.cfg))
+    want = jax.jit(model.__call__)(params, inputs, tables(model.cfg))
+    got = jax.jit(fast.__call__)(jax.tree.map(lambda a: a.astype(jnp.bfloat16), params), inputs, tables(model.cfg))
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, np.float32), np.asarray(w)
+        assert np.isfinite(g).all()
+        assert np.abs(g - w).max() < 0.05 * np.abs(w).max()  # bf16 matmul inputs: ~3 significant digits

@@ -160,12 +160,13 @@ class DiffusionNABlock(nn.Module):
         table = logical_param(self, "scale_shift_table", (7, self.dim), (None, "embed"), nn.initializers.zeros)
         mod = modulation + table[None].astype(jnp.float32)
         scale_msa, shift_msa, scale_mlp, shift_mlp = (mod[:, i, None, None, None] for i in (0, 1, 3, 4))
-        x = x + Dense(self.dim, axes=(None, "embed"), name="context_proj")(context)
-        h = RMSNorm(1e-6, name="norm1")(x) * (1 + scale_msa) + shift_msa
+        dt = x.dtype  # the fp32 modulation must not promote the carried stream
+        x = x + Dense(self.dim, axes=(None, "embed"), name="context_proj")(context).astype(dt)
+        h = (RMSNorm(1e-6, name="norm1")(x) * (1 + scale_msa) + shift_msa).astype(dt)
         x = x + NeighborhoodAttention(self.dim, self.kernel, self.head_dim, self.block, self.blocks_per_step,
-                                      name="attn")(h)
-        h = RMSNorm(1e-6, name="norm2")(x) * (1 + scale_mlp) + shift_mlp
-        return x + SwiGLU(self.dim, swiglu_hidden(self.dim), name="mlp")(h), None
+                                      name="attn")(h).astype(dt)
+        h = (RMSNorm(1e-6, name="norm2")(x) * (1 + scale_mlp) + shift_mlp).astype(dt)
+        return x + SwiGLU(self.dim, swiglu_hidden(self.dim), name="mlp")(h).astype(dt), None
 
 
 def _stage(block_cls, depth: int, **kwargs):
