@@ -35,6 +35,9 @@ def main() -> None:
 
     from vidax.zoo.ltx2.config import DiffusionDecoderConfig
     from vidax.zoo.ltx2.diffusion_decoder import LTX2DiffusionDecoder
+    from vidax.zoo.runtime import configure_compile_cache
+
+    configure_compile_cache(enabled=False)  # the compile column must be real compiles, not cache hits
 
     cfg = DiffusionDecoderConfig()  # diffusers' defaults = the LTX-2.5 release
     dtype = jnp.bfloat16
