@@ -10,11 +10,9 @@ Imported by file path (no package): absolute imports only.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import save_file
 

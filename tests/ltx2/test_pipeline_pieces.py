@@ -15,7 +15,7 @@ import torch
 from vidax.zoo.ltx2 import guidance, latents as lat
 from vidax.zoo.samplers.configs import stepper_from_config
 
-from .ltx2_spec_fixtures import TINY_VAE, audio_vae_reference, connectors_reference, dit_reference, vae_reference
+from .ltx2_spec_fixtures import TINY_VAE, dit_reference, vae_reference
 
 SCHEDULER = dict(use_dynamic_shifting=True, base_shift=0.95, max_shift=2.05, base_image_seq_len=1024,
                  max_image_seq_len=4096, shift_terminal=0.1)  # diffusers' convert_ltx2_to_diffusers.py
@@ -131,7 +131,7 @@ def test_guidance_combination_equals_pipeline(pipeline):
     calls, steps = [], []
     hook = pipe.transformer.register_forward_hook(
         lambda m, a, kw, out: calls.append((kw, out)), with_kwargs=True)
-    step, audio_step = type(pipe.scheduler).step, []
+    step = type(pipe.scheduler).step
 
     def record(self, model_output, t, sample, **kw):
         steps.append((np_(model_output), np_(sample), float(self.sigmas[self.step_index if self.step_index is not None else 0])))

@@ -481,7 +481,7 @@ class LTX2Vocoder:
         return param_shapes(self.init_params)
 
     def __call__(self, params: Params, mel: jax.Array) -> jax.Array:
-        b, c, t, m = mel.shape
+        _, c, _, m = mel.shape
         if c * m != self.cfg.in_channels:
             raise ValueError(f"LTX-2 vocoder: channels x mel bins must be {self.cfg.in_channels}, got {mel.shape}")
         wave = self.module.apply({"params": params}, mel.astype(self.dtype))

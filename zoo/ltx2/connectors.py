@@ -56,7 +56,7 @@ def per_token_rms_norm(features: jax.Array, mask: jax.Array, eps: float = 1e-6) 
 
 def replace_padding_with_registers(x: jax.Array, mask: jax.Array, registers: jax.Array) -> jax.Array:
     """Valid tokens moved to the front in order; position `t >= valid count` gets `registers[t % R]`."""
-    b, t, _ = x.shape
+    t = x.shape[1]
     valid = mask.astype(jnp.int32)
     order = jnp.argsort(1 - valid, axis=1, stable=True)  # valid first, original order kept
     front = jnp.take_along_axis(x, order[..., None], axis=1)

@@ -22,7 +22,6 @@ so that each stacked stage is its own top-level group.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import flax.linen as nn

@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vidax.zoo.layers import Dense, LayerNorm, MLPEmbedder, logical_param, timestep_sinusoid
+from vidax.zoo.layers import LayerNorm, MLPEmbedder, logical_param, timestep_sinusoid
 from vidax.zoo.ltx2.config import VideoVAEConfig
 
 Params = dict[str, Any]
