@@ -27,9 +27,9 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
-
 from vidax.zoo.kernels.blockwise import blockwise_attention
 from vidax.zoo.kernels.cudnn import cudnn_attention, cudnn_supports
+from vidax.zoo.kernels.neighborhood import neighborhood_attention  # noqa: F401  (local 3-D windows: LTX-2.5's decoder)
 from vidax.zoo.kernels.pallas_tpu import flash_attention
 from vidax.zoo.kernels.plain import plain_attention
 from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR, axis_size, check_heads

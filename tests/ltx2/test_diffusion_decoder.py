@@ -9,11 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-
 from vidax.translator import convert, load_spec
+from vidax.zoo.attention import neighborhood_attention
 from vidax.zoo.ltx2.config import DiffusionDecoderConfig
 from vidax.zoo.ltx2.diffusion_decoder import LTX2DiffusionDecoder
-from vidax.zoo.ltx2.neighborhood import neighborhood_attention
 
 from .ltx2_spec_fixtures import diffusion_decoder_reference, save_diffusers
 

@@ -28,10 +28,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-
+from vidax.zoo.attention import neighborhood_attention
+from vidax.zoo.kernels.neighborhood import DEFAULT_BLOCK
 from vidax.zoo.layers import Dense, RMSNorm, logical_param
 from vidax.zoo.ltx2.config import DiffusionDecoderConfig
-from vidax.zoo.ltx2.neighborhood import DEFAULT_BLOCK, neighborhood_attention
 from vidax.zoo.ltx2.vae import TimestepEmbedder
 
 Params = dict[str, Any]

@@ -12,8 +12,8 @@ blocks (a few at a time with `blocks_per_step`): one compiled body whatever the 
 linear in the grid. The naive version (the whole grid's window mask, or one gather per query)
 compiled for 45+ minutes and ran out of memory at 147 GB on a tiny shape.
 
-The per-query window mask is why this does not go through `vidax.zoo.attention.attention`: the
-shared entry point takes a key mask per sample, not per query (see the family report).
+Reached through `vidax.zoo.attention.neighborhood_attention` (the entry point's per-sample key mask
+cannot say a window per query).
 """
 
 from __future__ import annotations
