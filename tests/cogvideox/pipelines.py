@@ -63,7 +63,8 @@ def t5_reference(seed: int = 1):
 DIT = dict(num_attention_heads=4, attention_head_dim=16, text_embed_dim=T5_DIM, max_text_seq_length=226)
 
 
-def pipeline(folder: Path, variant: str, scheduler: str = "dpm", vae: dict | None = None, seed: int = 0, **dit):
+def pipeline(folder: Path, variant: str, scheduler: str = "dpm", vae: dict | None = None, seed: int = 0,
+             scheduler_config: dict | None = None, **dit):
     """A tiny `CogVideoXPipeline` / `CogVideoXImageToVideoPipeline` of `variant` (cogvideox_spec_fixtures'
     DIT_VARIANTS), saved with `save_pretrained` in `folder`."""
     import transformers
@@ -75,7 +76,7 @@ def pipeline(folder: Path, variant: str, scheduler: str = "dpm", vae: dict | Non
     cls = {"ddim": CogVideoXDDIMScheduler, "dpm": CogVideoXDPMScheduler}[scheduler]
     parts = dict(tokenizer=tokenizer, text_encoder=t5_reference(seed + 1),
                  transformer=fx.dit_reference(variant, seed, **{**DIT, **dit}),
-                 vae=fx.vae_reference(seed + 2, **(vae or VAE_ONE_TILE)), scheduler=cls(**SCHEDULER))
+                 vae=fx.vae_reference(seed + 2, **(vae or VAE_ONE_TILE)), scheduler=cls(**(scheduler_config or SCHEDULER)))
     ref = (CogVideoXImageToVideoPipeline if "i2v" in variant else CogVideoXPipeline)(**parts)
     ref.save_pretrained(folder)
     return ref
