@@ -68,8 +68,12 @@ def pipeline(folder: Path, variant: str, scheduler: str = "dpm", vae: dict | Non
     """A tiny `CogVideoXPipeline` / `CogVideoXImageToVideoPipeline` of `variant` (cogvideox_spec_fixtures'
     DIT_VARIANTS), saved with `save_pretrained` in `folder`."""
     import transformers
-    from diffusers import (CogVideoXDDIMScheduler, CogVideoXDPMScheduler, CogVideoXImageToVideoPipeline,
-                           CogVideoXPipeline)
+    from diffusers import (
+        CogVideoXDDIMScheduler,
+        CogVideoXDPMScheduler,
+        CogVideoXImageToVideoPipeline,
+        CogVideoXPipeline,
+    )
 
     tokenizer_source = build_tokenizer(folder.parent / f"{folder.name}_tokenizer" / "tokenizer")
     tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_source)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+from vidax.zoo.pipeline import GenerateOptions, generate
 from vidax.zoo.registry import make_pipeline
 
 from . import pipelines as tiny
@@ -83,9 +83,8 @@ def test_mesh_and_offload_match_reference(reference, reference_noise, tmp_path, 
 def test_from_a_converted_folder(reference, reference_noise, tmp_path):
     """`vidax-convert cogvideox1.5-5b --source FOLDER --out DIR` then `--weights DIR`: weights mapped from DIR,
     configs, scheduler and tokenizer from the files it copied."""
-    from vidax.translator.models import ConvertOptions, convert_model
-
     from vidax.translator import load
+    from vidax.translator.models import ConvertOptions, convert_model
 
     folder, *_, expected = reference
     shipped = tmp_path / "shipped"  # the default dtypes: T5 fp32 (the registry's), the DiT bf16 (its spec's)
@@ -271,3 +270,23 @@ settings = {{ height = {HEIGHT}, width = {WIDTH}, frames = {FRAMES}, steps = {ST
                               steps=None, guidance=None))
     assert result.settings["sampler"] == "dpm" and result.settings["dynamic_cfg"] is True  # the registry's
     np.testing.assert_allclose(result.frames, expected, atol=ATOL, rtol=0)
+
+
+def test_cli_generates(reference, reference_noise, tmp_path):
+    """`vidax-gen cogvideox1.5-5b ... --no-vae-tiling --dynamic-cfg` (the family's flags) writes the frames
+    and the sidecar; one tile or none decodes the same frames."""
+    from typer.testing import CliRunner
+
+    from vidax.cli.gen import app
+
+    folder, latents, _, expected = reference
+    out = tmp_path / "video.npy"
+    args = [MODEL, "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--weights", str(folder), "--height", str(HEIGHT),
+            "--width", str(WIDTH), "--frames", str(FRAMES), "--steps", str(STEPS), "--guidance", str(GUIDANCE),
+            "--latents", str(latents), "--dtype", "float32", "--out", str(out), "--no-compile-cache",
+            "--no-vae-tiling", "--dynamic-cfg", "--sampler", "dpm"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    np.testing.assert_allclose(np.load(out), expected, atol=ATOL, rtol=0)
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["vae_tiling"] is False and sidecar["dynamic_cfg"] is True

@@ -4,6 +4,8 @@
   2B VAE scaling (1.15258426), `CogVideoXDDIMScheduler` (snr_shift_scale 3) without dynamic CFG, the
   default empty negative prompt; 9 frames at 32x48 (3 latent frames, decoded 3 at once), the VAE tiled
   for real (two 48x40-pixel tiles side by side, blended over 8 columns), as cli_demo runs it.
+- `vidax-gen cogvideox-5b` vs `CogVideoXPipeline` from a folder that ships `CogVideoXDDIMScheduler`: the
+  folder's scheduler wins over the registry's DPM, dynamic CFG follows it (off); 1.0's RoPE on a cropped grid.
 - `vidax-gen cogvideox-5b-i2v` vs `CogVideoXImageToVideoPipeline`: 1.0's RoPE (linspace crop of the
   sample grid) plus the learned position table (only at its 48x64 sample size), image latents multiplied
   by the VAE scaling, `CogVideoXDPMScheduler` with dynamic CFG.
@@ -60,6 +62,33 @@ def test_2b_matches_reference(t2v):
     np.testing.assert_allclose(result.frames, expected, atol=ATOL, rtol=0)
     s = result.settings
     assert (s["sampler"], s["dynamic_cfg"], s["guidance"], s["negative_prompt"], s["fps"]) == ("ddim", False, 6.0, "", 8)
+
+
+@pytest.fixture(scope="module")
+def t2v_5b(tmp_path_factory):
+    """(options, diffusers' frames) of one tiny 5B-style run, its folder shipping `CogVideoXDDIMScheduler`."""
+    root = tmp_path_factory.mktemp("cogvideox_5b")
+    folder = root / "model"
+    ref = tiny.pipeline(folder, "5b", scheduler="ddim", seed=40, vae=dict(tiny.VAE_ONE_TILE, scaling_factor=0.7))
+    latents = torch.randn(1, 3, 4, HEIGHT // 8, WIDTH // 8, generator=torch.Generator().manual_seed(12))
+    np.save(root / "latents.npy", latents.numpy().transpose(0, 2, 1, 3, 4))
+    with torch.no_grad():
+        frames = ref(prompt=PROMPT, negative_prompt=tiny.NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
+                     num_inference_steps=STEPS, guidance_scale=GUIDANCE, latents=latents, output_type="np").frames[0]
+    options = GenerateOptions(model="cogvideox-5b", prompt=PROMPT, negative_prompt=tiny.NEGATIVE, weights=str(folder),
+                              height=HEIGHT, width=WIDTH, frames=FRAMES, steps=STEPS, latents=root / "latents.npy",
+                              out=root / "out.npy", dtype="float32", compile_cache=False)
+    return options, frames
+
+
+def test_5b_runs_the_folders_scheduler(t2v_5b):
+    """The registry's cogvideox-5b samples with DPM (cli_demo); a folder shipping DDIM is sampled with DDIM, and
+    dynamic CFG follows (off): diffusers' defaults for that folder. 1.0's RoPE crops the 30x45-style sample grid
+    (here 3x4 patches) to the 2x3 grid of a smaller video: fractional positions."""
+    options, expected = t2v_5b
+    result = generate(options)
+    np.testing.assert_allclose(result.frames, expected, atol=ATOL, rtol=0)
+    assert (result.settings["sampler"], result.settings["dynamic_cfg"]) == ("ddim", False)
 
 
 def test_2b_takes_exactly_226_text_tokens(t2v):

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -235,11 +235,11 @@ class CogVideoXFamily(Family):
             position_mode(cfg, f, h, w)  # 5B-I2V: its learned table covers its sample size only
         except CogVideoXConfigError as err:
             raise self._error(err) from None
-        if cfg.patch_size_t is not None:  # 1.5: the RoPE grid ends at sample_height x sample_width latents
-            if h > cfg.sample_height or w > cfg.sample_width:
-                s8 = self.vae_config.spatial_compression
-                raise PipelineError(f"{self.name}: {s.height}x{s.width} exceeds the RoPE grid of "
-                                    f"{cfg.sample_height * s8}x{cfg.sample_width * s8} pixels")
+        # 1.5: the RoPE grid ends at sample_height x sample_width latents
+        if cfg.patch_size_t is not None and (h > cfg.sample_height or w > cfg.sample_width):
+            s8 = self.vae_config.spatial_compression
+            raise PipelineError(f"{self.name}: {s.height}x{s.width} exceeds the RoPE grid of "
+                                f"{cfg.sample_height * s8}x{cfg.sample_width * s8} pixels")
         sides = (min(s.height, s.width), max(s.height, s.width))
         if s.min_side is not None and sides[0] != s.min_side:
             raise PipelineError(f"{self.name} takes sizes whose shorter side is {s.min_side} (got {s.height}x{s.width})")
