@@ -172,12 +172,19 @@ class CogVideoXFamily(Family):
 
     @cached_property
     def dit_config(self) -> CogVideoXTransformerConfig:
-        return CogVideoXTransformerConfig.from_hf_config(self.require_config("transformer",
-                                                                             *self._configs("transformer", "config.json")))
+        found = self.require_config("transformer", *self._configs("transformer", "config.json"))
+        try:
+            return CogVideoXTransformerConfig.from_hf_config(found)
+        except CogVideoXConfigError as err:  # a config vidax cannot run: one line, not a traceback
+            raise self._error(err) from None
 
     @cached_property
     def vae_config(self) -> CogVideoXVAEConfig:
-        return CogVideoXVAEConfig.from_hf_config(self.require_config("vae", *self._configs("vae", "config.json")))
+        found = self.require_config("vae", *self._configs("vae", "config.json"))
+        try:
+            return CogVideoXVAEConfig.from_hf_config(found)
+        except CogVideoXConfigError as err:
+            raise self._error(err) from None
 
     @cached_property
     def t5_config(self) -> T5Config | None:
