@@ -30,14 +30,24 @@ NATIVE = {  # (height, width, frames, fps, sampler, dynamic CFG): THUDM/CogVideo
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_settings_and_scheduler(name):
+def test_settings_and_scheduler(name, tmp_path, monkeypatch):
+    """The native settings as `vidax-gen NAME` resolves them before any download (registry only)."""
+    from vidax.zoo.cogvideox.family import SAMPLERS
+    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.registry import make_pipeline
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty"))
     entry = get_model(name)
-    s = entry.settings
+    options = GenerateOptions(model=name, prompt="")
+    family = make_pipeline(name, options)
+    s = family.resolve_settings(options)
     height, width, frames, fps, sampler, dynamic = NATIVE[name]
-    assert (s["height"], s["width"], s["frames"], s["fps"], s["steps"], s["guidance"]) == (height, width, frames, fps,
-                                                                                             50, 6.0)
-    assert s["dynamic_cfg"] is dynamic and s["max_sequence_length"] == 226
-    stepper = stepper_from_config(reference_scheduler_config(entry.config["scheduler"], s["sampler"]), s["steps"])
+    assert (s.height, s.width, s.frames, s.fps, s.steps, s.guidance) == (height, width, frames, fps, 50, 6.0)
+    assert s.dynamic_cfg is dynamic and s.max_sequence_length == 226 and s.vae_tiling
+    assert isinstance(family.stepper(s, family.latent_shape(s)), sampler)
+    config = reference_scheduler_config(entry.config["scheduler"], SAMPLERS[s.sampler])
+    stepper = stepper_from_config(config, s.steps)
     assert isinstance(stepper, sampler) and stepper.timesteps[0] == 999  # trailing spacing
 
 
