@@ -154,8 +154,9 @@ def main_command(
     steps: int = typer.Option(None, "--steps", help="sampling steps"),
     guidance: float = typer.Option(None, "--guidance", help="guidance scale (classifier-free; the DiT's embedded "
                                    "guidance for guidance-distilled models such as hunyuanvideo)"),
-    shift: float = typer.Option(None, "--shift", help="flow shift of the schedule"),
-    sampler: str = typer.Option(None, "--sampler", help="euler, unipc or dpm++ (default: the checkpoint's scheduler)"),
+    shift: float = typer.Option(None, "--shift", help="flow shift of the schedule (flow-matching families)"),
+    sampler: str = typer.Option(None, "--sampler", help="the model's samplers (flow matching: euler, unipc, dpm++; "
+                                "CogVideoX: ddim, dpm); default: the checkpoint's scheduler"),
     fps: float = typer.Option(None, "--fps", help="frames per second (the MP4's, and the model's input where it takes one)"),
     seed: int = typer.Option(0, "--seed", help="seed of the initial noise and of any noise drawn while sampling"),
     tp: int = typer.Option(None, "--tp", help="tensor-parallel degree (default: the memory planner's choice)"),

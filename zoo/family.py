@@ -75,8 +75,9 @@ class Settings:
       height, width, frames: the video size.
       steps: sampling steps.
       guidance: classifier-free guidance scale (<= 1: no negative branch).
-      shift: flow shift of the schedule (None: the scheduler config's).
-      sampler: "euler", "unipc" or "dpm++" (None: the folder's scheduler class).
+      shift: flow shift of the schedule (None: the scheduler config's; flow-matching families).
+      sampler: one of the family's `samplers` (flow matching: "euler", "unipc", "dpm++"; CogVideoX: "ddim",
+        "dpm"); None: the folder's scheduler class.
       fps: frames per second of the MP4, and the model's input where the family conditions on it.
       negative_prompt: the negative prompt of the guidance branch.
     """
@@ -375,14 +376,27 @@ class Family:
 
     # --- weights ----------------------------------------------------------------------------
 
+    def folders(self, name: str) -> tuple[str | None, ...]:
+        """The folders a registry component may sit in: every layout's, in a local model folder and in
+        its repo (None: the root); `(name,)` for a component the registry does not list."""
+        comp = self.entry.components.get(name) or self.entry.all_components.get(name)
+        if comp is None:
+            return (name,)
+        layouts = list(self.entry.repos) or [None]
+        return tuple(dict.fromkeys(comp.folder(layout, local) for layout in layouts for local in (True, False)))
+
+    def config_paths(self, name: str, *files: str) -> list[str]:
+        """`files` inside the component's own folder (`name/`, as diffusers repos and vidax-convert
+        outputs hold it) and inside each of its registry folders."""
+        folders = dict.fromkeys([name, *(f for f in self.folders(name) if f)])
+        return [f"{folder}/{file}" for folder in folders for file in files]
+
     def component(self, name: str) -> DiTPart:
         """A registry component: its spec and the folders it may sit in (every layout's, local and Hub)."""
         comp = self.entry.components.get(name) or self.entry.all_components.get(name)
         if comp is None or comp.spec is None:
             raise PipelineError(f"{self.name}: the registry has no convertible component {name!r}")
-        layouts = list(self.entry.repos) or [None]
-        folders = [comp.folder(layout, local) for layout in layouts for local in (True, False)]
-        return DiTPart(name, comp.spec, tuple(dict.fromkeys(folders)), comp.dtype, comp.files(None))
+        return DiTPart(name, comp.spec, self.folders(name), comp.dtype, comp.files(None))
 
     def load(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
              dtype: str | None = None) -> Params:

@@ -45,7 +45,8 @@ class GenerateOptions:
       height, width, frames, steps: video size and number of sampling steps.
       guidance: classifier-free guidance scale (≤ 1 disables guidance).
       shift: flow shift of the schedule.
-      sampler: "euler", "unipc" or "dpm++" (default: the checkpoint's scheduler).
+      sampler: the model's samplers (flow matching: "euler", "unipc", "dpm++"; CogVideoX: "ddim", "dpm");
+        default: the checkpoint's scheduler.
       fps: frames per second of the video (and the model's input where the family conditions on it).
       seed: seed of the initial noise and of any noise drawn during sampling or decoding.
       tp, sp, dp: tensor, sequence and data parallel degrees; all None (with no offload_chunk) lets the

@@ -53,6 +53,7 @@ from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
+from vidax.zoo.video_io import vae_image
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 
 # --sampler names -> the diffusers scheduler class each stands for
@@ -115,15 +116,6 @@ class CogVideoXPredict:
         return cfg_predict(run, positive, negative, knobs["scale"])
 
 
-def preprocess_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """diffusers `VideoProcessor.preprocess` of a PIL image: Lanczos resize to (width, height), [-1, 1],
-    `[1, 3, 1, H, W]` float32 (the same as Wan's `vae_image`; see the report: one shared helper)."""
-    from PIL import Image
-
-    resized = np.asarray(Image.fromarray(image).resize((width, height), Image.LANCZOS), np.float32) / 255.0
-    return (resized * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]
-
-
 def decode_peak_bytes(vae: CogVideoXVAEConfig, frames: int, height: int, width: int, tiled: bool) -> int:
     """The VAE decode's largest working set (fp32), for the memory planner.
 
@@ -159,20 +151,9 @@ class CogVideoXFamily(Family):
 
     # --- configs ----------------------------------------------------------------------------
 
-    def _folders(self, component: str) -> list[str]:
-        """Where a component may sit: `component/` (diffusers repos, vidax-convert folders), then its registry
-        folders in every layout (the SAT repo's `transformer_t2v/`, `t5-v1_1-xxl/`)."""
-        comp = self.entry.components.get(component) or self.entry.all_components.get(component)
-        layouts = list(self.entry.repos) or [None]
-        folders = [comp.folder(layout, local) for layout in layouts for local in (True, False)] if comp else []
-        return list(dict.fromkeys([component, *(f for f in folders if f)]))
-
-    def _configs(self, component: str, *names: str) -> list[str]:
-        return [f"{folder}/{name}" for folder in self._folders(component) for name in names]
-
     @cached_property
     def dit_config(self) -> CogVideoXTransformerConfig:
-        found = self.require_config("transformer", *self._configs("transformer", "config.json"))
+        found = self.require_config("transformer", *self.config_paths("transformer", "config.json"))
         try:
             return CogVideoXTransformerConfig.from_hf_config(found)
         except CogVideoXConfigError as err:  # a config vidax cannot run: one line, not a traceback
@@ -180,7 +161,7 @@ class CogVideoXFamily(Family):
 
     @cached_property
     def vae_config(self) -> CogVideoXVAEConfig:
-        found = self.require_config("vae", *self._configs("vae", "config.json"))
+        found = self.require_config("vae", *self.config_paths("vae", "config.json"))
         try:
             return CogVideoXVAEConfig.from_hf_config(found)
         except CogVideoXConfigError as err:
@@ -188,7 +169,7 @@ class CogVideoXFamily(Family):
 
     @cached_property
     def t5_config(self) -> T5Config | None:
-        found = self.read_config("text_encoder", *self._configs("text_encoder", "config.json"))
+        found = self.read_config("text_encoder", *self.config_paths("text_encoder", "config.json"))
         return T5Config.from_hf_config(found) if found is not None else None
 
     @property
@@ -295,7 +276,7 @@ class CogVideoXFamily(Family):
 
     def encode_text(self, s: CogVideoXSettings, prompt: str, negative: str | None) -> jax.Array:
         """`[1 or 2, T, 4096]` fp32 T5 features: the prompt, then the negative prompt when guided."""
-        tokenizer = self.source.find(*self._folders("tokenizer"), component="tokenizer")
+        tokenizer = self.source.find("tokenizer", *(f for f in self.folders("tokenizer") if f), component="tokenizer")
         if tokenizer is None or self.t5_config is None:
             raise PipelineError(f"{self.source.label}: needs tokenizer/ and text_encoder/config.json (T5) as the "
                                 "diffusers repos and vidax-convert folders hold them (SAT: t5-v1_1-xxl/)")
@@ -312,7 +293,7 @@ class CogVideoXFamily(Family):
     def encode_image(self, s: CogVideoXSettings, image: np.ndarray) -> jax.Array:
         """The I2V image latents `[1, C, F', H', W']` (diffusers I2V `prepare_latents`)."""
         vae_cfg, dit_cfg = self.vae_config, self.dit_config
-        pixels = jnp.asarray(preprocess_image(image, s.height, s.width))
+        pixels = jnp.asarray(vae_image(image, s.height, s.width))
         part = self.component("vae")
         params = self.load(part.component, part.spec, part.subfolders)
         moments = CogVideoXVAE(vae_cfg).encode_moments(params, pixels, tiled=s.vae_tiling)
