@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 TEXT_DIM = 20

@@ -16,7 +16,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from vidax.zoo.pipeline import GenerateOptions, generate
 from vidax.zoo.registry import make_pipeline
 
@@ -102,7 +101,6 @@ def test_from_a_converted_folder(reference, reference_noise, tmp_path):
 def test_straight_from_the_hub(reference, reference_noise, tmp_path, monkeypatch):
     """No --weights: the registry's diffusers repo from the Hugging Face cache (offline), converted on the fly."""
     import huggingface_hub.constants
-
     from vidax.translator.testing import make_hub_cache
 
     folder, *_, expected = reference
@@ -174,7 +172,6 @@ def test_sampler_and_dynamic_cfg_flags(reference, tmp_path):
 def test_cli_flags_and_plan(reference, tmp_path, monkeypatch):
     """The family's flags on the command line; `--plan` reads the folder's configs (no weights)."""
     from typer.testing import CliRunner
-
     from vidax.cli.gen import app, family_options
 
     assert family_options(MODEL, ["--no-dynamic-cfg", "--no-vae-tiling", "--max-sequence-length", "64"]) == (
@@ -192,7 +189,6 @@ def test_cli_flags_and_plan(reference, tmp_path, monkeypatch):
 def test_plan_offline_from_the_registry(tmp_path, monkeypatch):
     """`vidax-gen cogvideox1.5-5b --plan` with an empty cache and the Hub offline: the registry's config tables."""
     from typer.testing import CliRunner
-
     from vidax.cli.gen import app
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -276,7 +272,6 @@ def test_cli_generates(reference, reference_noise, tmp_path):
     """`vidax-gen cogvideox1.5-5b ... --no-vae-tiling --dynamic-cfg` (the family's flags) writes the frames
     and the sidecar; one tile or none decodes the same frames."""
     from typer.testing import CliRunner
-
     from vidax.cli.gen import app
 
     folder, latents, _, expected = reference

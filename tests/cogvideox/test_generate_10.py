@@ -21,7 +21,6 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
 
 from . import pipelines as tiny

@@ -23,7 +23,6 @@ from diffusers import (
     CogVideoXImageToVideoPipeline,
     CogVideoXPipeline,
 )
-
 from vidax.zoo.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
 from vidax.zoo.cogvideox.latents import (
     OFS,

@@ -11,14 +11,14 @@ import jax
 import numpy as np
 import pytest
 from flax import traverse_util
-
 from vidax.translator import convert, load_spec
 from vidax.zoo.cogvideox.config import CogVideoXTransformerConfig
-from vidax.zoo.cogvideox.sharding import DIT_RULES, place_transformer
+from vidax.zoo.cogvideox.sharding import DIT_RULES
 from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.offload import stream_blocks
 from vidax.zoo.runtime import use_mesh
+from vidax.zoo.sharding import place_model
 
 from . import cogvideox_spec_fixtures as fx
 from .test_transformer import make_inputs
@@ -43,7 +43,7 @@ def setup(tmp_path_factory):
 def test_mesh_equals_one_device(setup, dp, tp, sp):
     model, tree, inputs, single = setup
     mesh = make_mesh(dp=dp, tp=tp, sp=sp)
-    params = place_transformer(model, tree, mesh)
+    params = place_model(model, tree, DIT_RULES, mesh)
     assert params["blocks"]["attn1"]["to_q"]["kernel"].sharding.spec[-1] == "tensor"  # column-parallel (size-1 axis at tp=1)
     with use_mesh(mesh, DIT_RULES):
         out = np.asarray(_forward(model, params, *inputs))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from vidax.translator import convert, load_spec
 from vidax.translator.registry import get_model
 from vidax.zoo.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
@@ -15,7 +14,7 @@ from vidax.zoo.cogvideox.latents import reference_scheduler_config
 from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
 from vidax.zoo.cogvideox.vae import CogVideoXVAE
 from vidax.zoo.encoders.t5 import T5Config
-from vidax.zoo.samplers import CogVideoXDPM, DDIM, stepper_from_config
+from vidax.zoo.samplers import DDIM, CogVideoXDPM, stepper_from_config
 
 from . import cogvideox_spec_fixtures as fx
 

@@ -15,7 +15,6 @@ import pytest
 import torch
 import transformers
 from flax.traverse_util import unflatten_dict
-
 from vidax.translator import convert, load_spec
 from vidax.zoo.cogvideox.text import MAX_SEQUENCE_LENGTH, encode_prompt
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel

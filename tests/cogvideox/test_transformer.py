@@ -21,11 +21,17 @@ import pytest
 import torch
 from diffusers.pipelines.cogvideo.pipeline_cogvideox import CogVideoXPipeline
 from flax import traverse_util
-
 from vidax.translator import AccountingError, convert, load_spec
 from vidax.zoo.cogvideox.config import CogVideoXConfigError, CogVideoXTransformerConfig
 from vidax.zoo.cogvideox.rope import rotary_tables, sincos_table
-from vidax.zoo.cogvideox.transformer import LEARNED, SINCOS, Context, CogVideoXTransformer, JointStream, position_mode
+from vidax.zoo.cogvideox.transformer import (
+    LEARNED,
+    SINCOS,
+    CogVideoXTransformer,
+    Context,
+    JointStream,
+    position_mode,
+)
 from vidax.zoo.runtime import BF16
 
 from . import cogvideox_spec_fixtures as fx

@@ -14,10 +14,15 @@ import numpy as np
 import pytest
 import torch
 from flax import traverse_util
-
 from vidax.translator import convert, load_spec
 from vidax.zoo.cogvideox.config import CogVideoXVAEConfig
-from vidax.zoo.cogvideox.vae import VAE_RULES, CogVideoXVAE, CogVideoXVAEError, Tiling, frame_batches
+from vidax.zoo.cogvideox.vae import (
+    VAE_RULES,
+    CogVideoXVAE,
+    CogVideoXVAEError,
+    Tiling,
+    frame_batches,
+)
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import place

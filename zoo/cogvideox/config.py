@@ -12,15 +12,12 @@ import dataclasses
 from functools import cached_property
 from typing import Any, Mapping
 
+from vidax.translator import VidaxError
+from vidax.zoo.configs import pick_fields
 
-class CogVideoXConfigError(ValueError):
+
+class CogVideoXConfigError(VidaxError, ValueError):
     """A CogVideoX config that vidax cannot run."""
-
-
-def _pick(cls, hf: Mapping[str, Any]) -> dict[str, Any]:
-    """The config.json entries `cls` declares (`_class_name`, `_diffusers_version`, `dropout` go)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in hf.items() if k in names}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -117,7 +114,7 @@ class CogVideoXTransformerConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "CogVideoXTransformerConfig":
         """Build from a diffusers `transformer/config.json` dict."""
-        fields = _pick(cls, hf)
+        fields = pick_fields(cls, hf)
         if fields.get("out_channels") is None:
             fields.pop("out_channels", None)
         return cls(**fields)
@@ -220,4 +217,4 @@ class CogVideoXVAEConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "CogVideoXVAEConfig":
         """Build from a diffusers `vae/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))

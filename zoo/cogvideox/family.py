@@ -33,8 +33,11 @@ from functools import cached_property
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from vidax.zoo.cogvideox.config import CogVideoXConfigError, CogVideoXTransformerConfig, CogVideoXVAEConfig
+from vidax.zoo.cogvideox.config import (
+    CogVideoXConfigError,
+    CogVideoXTransformerConfig,
+    CogVideoXVAEConfig,
+)
 from vidax.zoo.cogvideox.latents import (
     OFS,
     FramePlan,
@@ -53,8 +56,8 @@ from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.video_io import vae_image
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.video_io import vae_image
 
 # --sampler names -> the diffusers scheduler class each stands for
 SAMPLERS = {"ddim": "CogVideoXDDIMScheduler", "dpm": "CogVideoXDPMScheduler"}

@@ -27,7 +27,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-
 from vidax.zoo.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
 
 OFS = 2.0  # diffusers CogVideoXImageToVideoPipeline: `latents.new_full((1,), fill_value=2.0)`

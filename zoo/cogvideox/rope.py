@@ -16,7 +16,6 @@ the sincos table in float64 from float32 positions, cast to float32 (diffusers' 
 from __future__ import annotations
 
 import numpy as np
-
 from vidax.zoo.cogvideox.config import CogVideoXConfigError, CogVideoXTransformerConfig
 
 THETA = 10000.0

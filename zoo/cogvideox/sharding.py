@@ -1,4 +1,4 @@
-"""Sharding rules of the CogVideoX components, and placement of the DiT's host tree.
+"""Sharding rules of the CogVideoX components.
 
 The DiT uses the shared table (`vidax.zoo.sharding.TRANSFORMER_RULES`): Megatron column -> row on
 "heads" / "mlp" (q/k/v and the feed-forward input are column-parallel, `to_out_0` and `ff/net_2`
@@ -13,24 +13,8 @@ mesh: the heads split over tp * sp. The VAE's table is `vae.VAE_RULES`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from jax.sharding import Mesh
-
-from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
 from vidax.zoo.cogvideox.vae import VAE_RULES
-from vidax.zoo.sharding import TRANSFORMER_RULES, place
+from vidax.zoo.sharding import TRANSFORMER_RULES
 
 DIT_RULES = TRANSFORMER_RULES
 VAE_SHARDING_RULES = VAE_RULES
-
-
-def place_transformer(model: CogVideoXTransformer, host_tree: Mapping, mesh: Mesh) -> dict:
-    """Put a converted CogVideoX DiT tree on `mesh` in one placement under `DIT_RULES`.
-
-    Args:
-      model: the transformer whose logical specs say how each leaf is split.
-      host_tree: the translator's flat (or nested) tree.
-      mesh: from `vidax.zoo.mesh.make_mesh`; the heads must divide by tp * sp.
-    """
-    return place(host_tree, model.logical_specs(), DIT_RULES, mesh)

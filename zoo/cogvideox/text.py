@@ -18,7 +18,6 @@ from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
-
 from vidax.zoo.encoders.t5 import T5EncoderModel
 from vidax.zoo.encoders.tokenizer import Tokenizer
 

@@ -29,7 +29,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
-
 from vidax.zoo.attention import joint_attention
 from vidax.zoo.cogvideox.config import CogVideoXConfigError, CogVideoXTransformerConfig
 from vidax.zoo.cogvideox.rope import rotary_tables, sincos_table

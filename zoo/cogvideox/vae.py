@@ -29,13 +29,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
-
+from vidax.translator import VidaxError
 from vidax.zoo.cogvideox.config import CogVideoXVAEConfig
 from vidax.zoo.layers import logical_param
 from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR
 from vidax.zoo.runtime import compile_step
 from vidax.zoo.sharding import constrain
-from vidax.zoo.wan.vae import time_taps_conv  # the same valid-in-time, same-in-space 3D conv
+from vidax.zoo.wan.vae import (
+    time_taps_conv,  # the same valid-in-time, same-in-space 3D conv
+)
 
 Params = dict[str, Any]
 
@@ -54,7 +56,7 @@ DECODE_BATCH_FRAMES = 2  # diffusers `num_latent_frames_batch_size`
 ENCODE_BATCH_FRAMES = 8  # diffusers `num_sample_frames_batch_size`
 
 
-class CogVideoXVAEError(ValueError):
+class CogVideoXVAEError(VidaxError, ValueError):
     """An input the CogVideoX VAE cannot process (size, frame count)."""
 
 

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
+from vidax.translator import VidaxError
 
-class CosmosConfigError(ValueError):
+
+class CosmosConfigError(VidaxError, ValueError):
     """A Cosmos-Predict2.5 transformer config that vidax cannot run."""
 
 

@@ -28,11 +28,14 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from vidax.zoo.cosmos import conditioning as cc
 from vidax.zoo.cosmos.config import CosmosTransformerConfig
 from vidax.zoo.cosmos.media import pil_frames, predict25_image, read_clip
-from vidax.zoo.cosmos.text import DEFAULT_NEGATIVE_PROMPT, PromptTokenizer, reason1_features
+from vidax.zoo.cosmos.text import (
+    DEFAULT_NEGATIVE_PROMPT,
+    PromptTokenizer,
+    reason1_features,
+)
 from vidax.zoo.cosmos.transformer import CosmosTransformer
 from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
 from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings

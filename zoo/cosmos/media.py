@@ -18,7 +18,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-
 from vidax.zoo.pipeline import PipelineError
 
 

@@ -19,7 +19,13 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from vidax.zoo.encoders.tokenizer import Tokenizer, load_tokenizer, read_chat_template, render_chat, special_tokens
+from vidax.zoo.encoders.tokenizer import (
+    Tokenizer,
+    load_tokenizer,
+    read_chat_template,
+    render_chat,
+    special_tokens,
+)
 
 MAX_LENGTH = 512
 SYSTEM_PROMPT = "You are a helpful assistant who will provide prompts to an image generator."

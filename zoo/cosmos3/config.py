@@ -14,10 +14,12 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
+from vidax.translator import VidaxError
+
 ACTIVATIONS = ("silu", "relu2")  # the two diffusers accepts
 
 
-class Cosmos3ConfigError(ValueError):
+class Cosmos3ConfigError(VidaxError, ValueError):
     """A Cosmos3 transformer config that vidax cannot run."""
 
 

@@ -30,7 +30,6 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from vidax.zoo.cosmos.media import cosmos3_image, pil_frames, read_clip
 from vidax.zoo.cosmos3 import conditioning as cc
 from vidax.zoo.cosmos3 import rope

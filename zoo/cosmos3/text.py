@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from vidax.zoo.encoders.tokenizer import TokenizerError, load_tokenizer, read_chat_template, render_chat, special_tokens
+from vidax.zoo.encoders.tokenizer import (
+    TokenizerError,
+    load_tokenizer,
+    read_chat_template,
+    render_chat,
+    special_tokens,
+)
 
 SYSTEM_PROMPT_IMAGE = "You are a helpful assistant who will generate images from a give prompt."
 SYSTEM_PROMPT_VIDEO = "You are a helpful assistant who will generate videos from a give prompt."
