@@ -625,6 +625,8 @@ class LTXVideoFamily(Family):
 
     def _passes(self, s: LTXSettings) -> list[Pass]:
         given = _floats(s.timesteps, "--timesteps")
+        if (self.options.extra or {}).get("timesteps") is None and self.options.steps is not None:
+            given = None  # --steps wins over the registry's timestep list
         if not self.multi_scale(s):  # one pass: the top-level grid, the first pass's guidance lists if any
             lists = {k: v for k, v in (s.first_pass or {}).items() if k in GUIDANCE_KEYS}
             return [Pass(s.height, s.width, None if given else s.steps, given, guidance=lists or None,
