@@ -80,10 +80,12 @@ class Replay:
         return want
 
     def install(self, monkeypatch) -> "Replay":
-        from vidax.zoo.ltx_video.family import LTXVideoFamily
+        """Patched over the base `Family.host_noise` (LTX's own override still routes the second pass's
+        per-step draws to their stream)."""
+        from vidax.zoo.family import Family
 
         replay = self
-        monkeypatch.setattr(LTXVideoFamily, "host_noise", lambda family, stream, index, shape: replay(family, stream, index, shape))
+        monkeypatch.setattr(Family, "host_noise", lambda family, stream, index, shape: replay(family, stream, index, shape))
         return self
 
 
