@@ -76,7 +76,8 @@ def reference(tmp_path_factory):
 
 
 def options(root, **extra) -> GenerateOptions:
-    knobs = {k: extra.pop(k) for k in list(extra) if k in (*KNOBS, "stg", "condition_frame", "timesteps", "multi_scale")}
+    knobs = {k: extra.pop(k) for k in list(extra) if k in (*KNOBS, "stg", "condition_frame", "timesteps", "multi_scale",
+                                                            "cfg_star")}
     base = dict(model=MODEL, prompt=PROMPT, negative_prompt=NEGATIVE, weights=str(root / "model"), height=HEIGHT,
                 width=WIDTH, frames=FRAMES, steps=STEPS, guidance=GUIDANCE, fps=25, latents=root / "latents.npy",
                 image=root / "first.png", out=root / "unused.npy", dtype="float32", compile_cache=False)
@@ -130,3 +131,61 @@ def test_bad_requests_fail_before_work(reference, tmp_path, change, message):
         opts = options(root, out=tmp_path / "v.npy", **change)
     with pytest.raises(PipelineError, match=message):
         generate(opts)
+
+
+def test_runs_from_a_converted_folder(reference, tmp_path, monkeypatch):
+    """`vidax-convert ltx-video-13b-distilled --source OFFICIAL_FOLDER`: DiT and VAE converted from the one file,
+    T5 converted and the tokenizer copied; configs from the file's header through the manifest's origin."""
+    from vidax.translator.models import ConvertOptions, convert_model
+
+    root, replay, expected = reference
+    replay.install(monkeypatch)
+    converted = tmp_path / "converted"
+    # the optional upsampler is absent: vidax-convert converts optional components regardless (see the report)
+    parts = ("transformer", "vae", "text_encoder", "tokenizer")
+    convert_model(ConvertOptions(MODEL, source=str(root / "official"), out=converted, dtype="float32", components=parts))
+    assert (converted / "transformer" / "manifest.json").is_file() and (converted / "tokenizer").is_dir()
+    result = generate(options(root, out=tmp_path / "v.npy", weights=str(converted)))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+def _hub(root, tmp_path, monkeypatch, name: str):
+    """Lightricks/LTX-Video holding the tiny official file as `name`, and PixArt's T5 folders."""
+    import huggingface_hub.constants
+
+    from vidax.translator.testing import make_hub_cache
+
+    official = root / "official"
+    make_hub_cache(tmp_path / "hub", "Lightricks/LTX-Video", {name: official / OFFICIAL_FILE})
+    t5 = {str(p.relative_to(official)): p for folder in ("text_encoder", "tokenizer")
+          for p in sorted((official / folder).rglob("*")) if p.is_file()}
+    make_hub_cache(tmp_path / "hub", "PixArt-alpha/PixArt-XL-2-1024-MS", t5)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+
+
+def test_dev_model_straight_from_the_hub(reference, tmp_path, monkeypatch):
+    """`vidax-gen ltx-video-13b` with no --weights: its release file from Lightricks/LTX-Video and T5 from
+    PixArt-alpha (the Hugging Face cache, offline). No upsampler there: one pass. Its guidance lists, STG
+    and CFG* are switched off by flags, so the run is the reference's."""
+    root, replay, expected = reference
+    replay.install(monkeypatch)
+    _hub(root, tmp_path, monkeypatch, "ltxv-13b-0.9.8-dev.safetensors")
+    result = generate(options(root, out=tmp_path / "v.npy", model="ltx-video-13b", weights=None, stg=0.0,
+                              cfg_star=False))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+    assert result.settings["weights_source"] == "Lightricks/LTX-Video@" + "0" * 40
+
+
+def test_single_file_weights(reference, tmp_path, monkeypatch):
+    """`--weights ltxv-....safetensors`: DiT, VAE and configs from the one file, T5 from its own repo."""
+    from vidax.zoo.registry import make_pipeline
+
+    root, _, _ = reference
+    _hub(root, tmp_path, monkeypatch, "unused.safetensors")
+    opts = options(root, out=tmp_path / "v.npy", weights=str(root / "official" / OFFICIAL_FILE))
+    family = make_pipeline(MODEL, opts)
+    assert family.layout == "official" and family.reference(family.resolve_settings(opts)) == "official"
+    assert family.dit_config.num_layers == 2 and family.vae_config.latent_channels == 8
+    assert family._find("tokenizer", "tokenizer").parent.parent.name == "snapshots"  # PixArt's, from the cache
+    tree = family.load_tree("vae", "ltx_video/vae")
+    assert tree["latents_mean"].shape == (8,)

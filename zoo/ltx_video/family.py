@@ -449,8 +449,11 @@ class LTXVideoFamily(Family):
     @cached_property
     def upsampler_config(self) -> UpsamplerConfig | None:
         """The latent upsampler's config, None when the checkpoint has none (one pass)."""
-        if "latent_upsampler" not in self.entry.components or self.source_or_none is None:
+        if "latent_upsampler" not in self.entry.components:
             return None
+        if self.source_or_none is None:  # --plan before a download: the registry's (the model's default passes)
+            table = self.entry.config.get("latent_upsampler")
+            return UpsamplerConfig.from_hf_config(table) if table else None
         try:
             if self.layout == "official":
                 found = self._metadata_config("latent_upsampler", "ltx_video/upsampler")
