@@ -356,8 +356,10 @@ class LTXVideoFamily(Family):
     def _component_source(self, component: str) -> WeightsSource | None:
         """Where a component lives: the checkpoint, or (official layout: T5 and its tokenizer; the diffusers
         upsampler) the component's own repo when the checkpoint does not carry it (None: an optional
-        component that is nowhere)."""
-        source = self.source
+        component that is nowhere, or no checkpoint reachable yet: `--plan` offline)."""
+        source = self.source_or_none
+        if source is None:
+            return None
         comp = self.entry.components.get(component)
         own = comp.repo.get(self.layout) if comp is not None else None
         if own is None or source.kind == "converted":
