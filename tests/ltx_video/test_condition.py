@@ -189,3 +189,39 @@ def test_single_file_weights(reference, tmp_path, monkeypatch):
     assert family._find("tokenizer", "tokenizer").parent.parent.name == "snapshots"  # PixArt's, from the cache
     tree = family.load_tree("vae", "ltx_video/vae")
     assert tree["latents_mean"].shape == (8,)
+
+
+def test_dev_defaults_run_both_passes_with_stg_and_cfg_star(reference, tmp_path, monkeypatch):
+    """`ltx-video-13b` as registered (0.9.8 dev config): two passes (the upsampler file beside the release
+    file), the first pass's guidance / STG / rescaling lists by timestep with CFG*, the second pass's STG
+    over one block; --steps 6 keeps the passes' skipped shares (first 5 of 6, second the last 3). No
+    reference runs Lightricks' pipeline here: the pieces are checked against it in test_guidance.py."""
+    from vidax.zoo.ltx_video import family as F
+
+    from .ltx_spec_fixtures import official_upsampler_config, save
+    from .pipelines import upsampler
+
+    root = reference[0]
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "ltxv-13b-0.9.8-dev.safetensors").symlink_to(root / "official" / OFFICIAL_FILE)
+    for folder in ("text_encoder", "tokenizer"):
+        (dev / folder).symlink_to(root / "official" / folder)
+    up = upsampler()
+    import json
+
+    save(up.state_dict(), dev / "ltxv-spatial-upscaler-0.9.8.safetensors",
+         metadata={"config": json.dumps(official_upsampler_config(up))})
+    seen = []
+    monkeypatch.setattr(F.LTXVideoFamily, "predictor",
+                        lambda self, *a, _orig=F.LTXVideoFamily.predictor: seen.append(_orig(self, *a)) or seen[-1])
+    opts = GenerateOptions(model="ltx-video-13b", prompt=PROMPT, weights=str(dev), height=HEIGHT, width=WIDTH,
+                           frames=FRAMES, steps=6, image=root / "first.png", out=tmp_path / "v.npy", dtype="float32",
+                           compile_cache=False, extra={"stg_skip_blocks": "1"})
+    result = generate(opts)
+    assert result.frames.shape == (FRAMES, HEIGHT, WIDTH, 3) and np.isfinite(result.frames).all()
+    assert result.latents.shape == (1, 8, 4, 2, 2)  # second pass at 64 x 64 (first 32 x 32), resized to 64 x 96
+    assert len(seen) == 5 + 3
+    assert any(p.cfg and p.cfg_star and p.stg_row and p.rescale for p in seen)  # guidance 6-8, STG 4, rescale 0.5
+    assert any(not p.cfg and p.stg_row for p in seen[5:])  # second pass: STG alone
+    assert result.settings["fps"] == 30 and result.settings["negative_prompt"].startswith("worst quality")

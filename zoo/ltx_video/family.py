@@ -554,6 +554,12 @@ class LTXVideoFamily(Family):
             raise PipelineError(f"--multi-scale needs the latent upsampler ({self.name}: none in {self._label()})")
         if s.multi_scale and ref not in ("condition", "official"):
             raise PipelineError(f"--multi-scale runs the condition pipeline's passes; {self.pipeline_class} does not")
+        layers = self.dit_config.num_layers
+        for p in self._passes(s):
+            wide = sorted({b for g in self._guides(s, p) if g.stg > 0 for b in g.skip if not 0 <= b < layers})
+            if wide:
+                raise PipelineError(f"{self.name}: STG skips blocks {wide}, the DiT has blocks 0..{layers - 1} "
+                                    "(--stg-skip-blocks, or --stg 0)")
         if self.multi_scale(s):
             h, w = self._first_size(s)
             if h < self.size_multiple or w < self.size_multiple:
@@ -644,13 +650,18 @@ class LTXVideoFamily(Family):
             if not second and self.options.extra and self.options.extra.get("timesteps") is not None:
                 timesteps = given  # --timesteps: the first pass's
             steps = None if timesteps else int(table.get("steps", s.steps))
-            if self.options.steps is not None and timesteps is None:
+            skips = [int(table.get("skip_initial_steps", 0)), int(table.get("skip_final_steps", 0))]
+            if self.options.steps is not None and timesteps is None and steps != s.steps:
+                # --steps rescales the pass's grid: its skipped steps keep their share (dev: 3 / 30 final
+                # steps of the first pass, 17 / 30 initial of the second), at least one step left
+                skips = [round(k * s.steps / steps) for k in skips]
+                while sum(skips) >= s.steps:
+                    skips[skips.index(max(skips))] -= 1
                 steps = s.steps
             tone = s.tone_map_compression_ratio if s.tone_map_compression_ratio is not None else \
                 float(table.get("tone_map_compression_ratio", 0.0))
-            passes.append(Pass(height, width, steps, timesteps, int(table.get("skip_initial_steps", 0)),
-                               int(table.get("skip_final_steps", 0)), table or None, tone if second else 0.0,
-                               bool(second)))
+            passes.append(Pass(height, width, steps, timesteps, skips[0], skips[1], table or None,
+                               tone if second else 0.0, bool(second)))
         return passes
 
     def _schedule(self, s: LTXSettings, p: Pass, ref: str):
