@@ -29,7 +29,7 @@ def main() -> None:
 
     huggingface_hub.constants.HF_HUB_CACHE = os.environ["HF_HUB_CACHE"]
     from vidax.zoo.pipeline import GenerateOptions
-    from vidax.zoo.planner import GIB, Layout, plan, predict
+    from vidax.zoo.planner import Layout, plan, predict
     from vidax.zoo.registry import make_pipeline
 
     cases = [("two passes (0.9.8 dev default)", {}), ("one pass, CFG + STG", {"multi_scale": False}),
@@ -41,13 +41,12 @@ def main() -> None:
         options = GenerateOptions(model="ltx-video-13b", prompt="", extra=extra)
         job = dataclasses.replace(make_pipeline(options.model, options).memory_job(options), blockwise_attention=False)
         p = predict(job, Layout(tp=4))
-        rows, chosen = plan(job, 4, int(CHIP_GIB * 1e9), True)
+        _, chosen = plan(job, 4, int(CHIP_GIB * 1e9), True)
         choice = chosen[0].describe() if chosen else "nothing fits"
         gb = lambda n: f"{n / 1e9:6.2f}"  # noqa: E731
         print(f"{label:34} {job.tokens:7d} {job.batch:4d} {gb(p.denoise_peak):>9} {gb(p.text_encoder)} {gb(p.vae)} "
               f"{gb(p.total)} {'yes' if p.total <= CHIP_GIB * 1e9 else 'no':>5}  {choice:28} {PAPER_GB} GB/chip")
     print("(GB = 1e9 bytes; DiT @tp4 = weights + activations per chip while denoising)")
-    _ = GIB
 
 
 if __name__ == "__main__":

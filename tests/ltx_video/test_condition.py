@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -225,3 +226,33 @@ def test_dev_defaults_run_both_passes_with_stg_and_cfg_star(reference, tmp_path,
     assert any(p.cfg and p.cfg_star and p.stg_row and p.rescale for p in seen)  # guidance 6-8, STG 4, rescale 0.5
     assert any(not p.cfg and p.stg_row for p in seen[5:])  # second pass: STG alone
     assert result.settings["fps"] == 30 and result.settings["negative_prompt"].startswith("worst quality")
+
+
+@pytest.mark.parametrize("layout", ["diffusers", "official"])
+def test_decode_noise_order(reference, tmp_path, monkeypatch, layout):
+    """The decode noise is mixed into the de-normalised latents by diffusers' pipelines and into the normalised
+    ones by the official `LTXVideoPipeline` (before its `vae_decode` de-normalises): each layout follows its
+    own reference (diffusers' VAE decodes both, from the same draws)."""
+    from diffusers import AutoencoderKLLTXVideo
+
+    from vidax.zoo.registry import make_pipeline
+
+    root = reference[0]
+    g = torch.Generator().manual_seed(9)
+    z, eps = torch.randn(LATENT, generator=g), torch.randn(LATENT, generator=g)
+    monkeypatch.setattr("vidax.zoo.family.Family.host_noise", lambda self, stream, index, shape: eps.numpy())
+    weights = root / ("model" if layout == "diffusers" else "official")
+    opts = options(root, weights=str(weights), decode_noise_scale=0.3, decode_timestep=0.2)
+    family = make_pipeline(MODEL, opts)
+    family.options = opts
+    frames = family.decode(family.resolve_settings(opts), jnp.asarray(z.numpy()))
+    vae = AutoencoderKLLTXVideo.from_pretrained(root / "model" / "vae").eval()
+    mean, std = vae.latents_mean.view(1, -1, 1, 1, 1), vae.latents_std.view(1, -1, 1, 1, 1)
+    if layout == "diffusers":
+        x = 0.7 * (z * std + mean) + 0.3 * eps
+    else:
+        x = (0.7 * z + 0.3 * eps) * std + mean
+    with torch.no_grad():
+        video = vae.decode(x, torch.tensor([0.2]), return_dict=False)[0]
+    want = (video / 2 + 0.5).clamp(0, 1)[0].permute(1, 2, 3, 0).numpy()
+    np.testing.assert_allclose(frames, want, atol=FRAME_ATOL, rtol=0)

@@ -62,7 +62,7 @@ from vidax.zoo.ltx_video.config import (
     VAEConfig,
 )
 from vidax.zoo.ltx_video.steppers import KeepFirstFrame, PerTokenEuler
-from vidax.zoo.ltx_video.text import NEGATIVE_PROMPT, encode_prompts
+from vidax.zoo.ltx_video.text import encode_prompts
 from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
 from vidax.zoo.ltx_video.upsampler import LTXLatentUpsampler
 from vidax.zoo.ltx_video.vae import LTXVideoVAE, decoder_noise_shapes
@@ -687,7 +687,7 @@ class LTXVideoFamily(Family):
         """Per-step guidance: the pass's official lists keyed by `guidance_timesteps`, else the settings;
         the user's --guidance / --stg / --guidance-rescale / --cfg-star win over the lists."""
         if timesteps is None:
-            timesteps = np.asarray(self._schedule(s, p, self._reference_for_schedule(s)).timesteps) \
+            timesteps = np.asarray(self._schedule(s, p, self.reference(s)).timesteps) \
                 if self.reference(s) in ("condition", "official") else np.zeros(s.steps)
         table = dict(p.guidance or {})
         extra = self.options.extra or {}
@@ -695,39 +695,22 @@ class LTXVideoFamily(Family):
                  "skip_blocks": extra.get("stg_skip_blocks"), "cfg_star": extra.get("cfg_star")}
         defaults = {"guidance": s.guidance, "stg": s.stg, "rescale": s.guidance_rescale,
                     "skip_blocks": list(_ints(s.stg_skip_blocks, "--stg-skip-blocks")), "cfg_star": s.cfg_star}
-        official_rescale = self.reference(s) == "official"
-        if not official_rescale and "rescale" in table:
-            table.pop("rescale")
+        if self.reference(s) != "official":  # the official-only knobs of a pass (STG is guarded below)
+            table.pop("rescale", None)
+            table.pop("cfg_star", None)
         marks = table.get("guidance_timesteps")
         guides = []
         for t in timesteps:
             sigma = float(t) / 1000.0
-            index = None
+            index = 0
             if marks:
                 hits = [i for i, m in enumerate(marks) if m <= sigma]
                 index = hits[0] if hits else len(marks) - 1
-
-            def pick(key):
-                if given[key] is not None:
-                    return given[key] if key != "skip_blocks" else list(_ints(given[key], "--stg-skip-blocks"))
-                if key not in table:
-                    return defaults[key]
-                value = table[key]
-                if key == "skip_blocks":
-                    if value and isinstance(value[0], (list, tuple)):
-                        return list(value[index if index is not None else 0])
-                    return list(value)
-                if isinstance(value, (list, tuple)):
-                    return value[index if index is not None else 0]
-                return value
-
+            pick = partial(_pick, table, given, defaults, index)
             stg = float(pick("stg")) if self.layout == "official" or given["stg"] is not None else 0.0
             guides.append(StepGuide(float(pick("guidance")), stg, float(pick("rescale")),
                                     tuple(int(b) for b in pick("skip_blocks")), bool(pick("cfg_star"))))
         return guides
-
-    def _reference_for_schedule(self, s: LTXSettings) -> str:
-        return self.reference(s)
 
     # --- sampling ------------------------------------------------------------------------------
 
@@ -1008,6 +991,19 @@ def _pixels(image: np.ndarray, height: int, width: int) -> np.ndarray:
     resized = np.asarray(Image.fromarray(np.asarray(image, np.uint8)).resize((width, height), Image.LANCZOS),
                          np.float32) / 255.0
     return (resized * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]
+
+
+def _pick(table: Mapping, given: Mapping, defaults: Mapping, index: int, key: str):
+    """One guidance value at a step: the user's flag, else the pass's list entry (`index` by guidance
+    timestep) or scalar, else the settings'."""
+    if given[key] is not None:
+        return given[key] if key != "skip_blocks" else list(_ints(given[key], "--stg-skip-blocks"))
+    if key not in table:
+        return defaults[key]
+    value = table[key]
+    if key == "skip_blocks":
+        return list(value[index]) if value and isinstance(value[0], (list, tuple)) else list(value)
+    return value[index] if isinstance(value, (list, tuple)) else value
 
 
 def _json(path: Path) -> dict | None:
