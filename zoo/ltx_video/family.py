@@ -817,7 +817,8 @@ class LTXVideoFamily(Family):
                 [ConditionItem.parse(c, s.frames) for c in s.condition_frame]
             conditions = self._encode_items(s, p, items)
             sigma = float(schedule.sigmas[0]) if init is not None else None
-            prepared = L.prepare_conditioned(noise, conditions, latents=init, sigma=sigma)
+            causal = ref != "official" or self.dit_config.causal_temporal_positioning is not False
+            prepared = L.prepare_conditioned(noise, conditions, latents=init, sigma=sigma, causal_fix=causal)
             tokens, token_mask, num_extra = prepared.tokens, prepared.mask, prepared.num_extra
             init_tokens = tokens.copy() if conditions else None
             coords = rope.video_coords(prepared.pixel_ids[:1], cfg, frame_rate=s.fps)
