@@ -98,3 +98,13 @@ def test_bad_requests_fail_before_work(t2v, tmp_path, change, message):
     root = t2v[0]
     with pytest.raises(PipelineError, match=message):
         generate(options(root, out=tmp_path / "v.npy", **change))
+
+
+def test_shipped_dtypes_run_close_to_fp32(t2v, tmp_path, monkeypatch):
+    """No --dtype: the specs' policy (bf16 DiT and T5 weights, bf16 DiT activations with an fp32 residual
+    stream and fp32 modulation; T5 computed in fp32) stays near the fp32 reference."""
+    root, replay, expected, _, _ = t2v
+    replay.install(monkeypatch)
+    result = generate(options(root, out=tmp_path / "v.npy", dtype=None))
+    assert np.isfinite(result.frames).all()
+    assert np.abs(result.frames - expected).mean() < 0.02  # bf16 keeps ~3 significant digits
