@@ -263,3 +263,14 @@ def test_latent_grid():
     assert L.latent_grid(121, 704, 1216) == (16, 22, 38)
     with pytest.raises(ValueError, match="8k\\+1"):
         L.latent_grid(120, 704, 1216)
+
+
+def test_official_checkpoints_before_0_9_5_place_frames_without_the_causal_fix():
+    """The official `latent_to_pixel_coords(causal_fix=False)` (0.9.0 / 0.9.1 configs have no
+    `causal_temporal_positioning`): latent frame f sits at pixel frame 8f (+ the condition's index)."""
+    from vidax.zoo.ltx_video import rope
+
+    ids = rope.latent_ids(3, 1, 2)
+    np.testing.assert_array_equal(rope.scale_ids(ids, causal_fix=False)[0], [0, 0, 8, 8, 16, 16])
+    np.testing.assert_array_equal(rope.scale_ids(ids, frame_index=5, causal_fix=False)[0], [5, 5, 13, 13, 21, 21])
+    np.testing.assert_array_equal(rope.scale_ids(ids)[0], [0, 0, 1, 1, 9, 9])

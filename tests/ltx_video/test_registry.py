@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 
 from vidax.translator.registry import get_model, load_registry
@@ -30,7 +32,8 @@ def test_entry_loads_with_its_components(name):
     settings = entry.settings
     assert (settings["height"], settings["width"], settings["frames"]) == (704, 1216, 121)
     assert L.latent_grid(settings["frames"], settings["height"], settings["width"]) == (16, 22, 38)
-    assert settings["checkpoint"].endswith(".safetensors")
+    release = entry.components["transformer"].file["official"]
+    assert release == entry.components["vae"].file["official"] and release[0].startswith("ltxv-")
     assert {"fps", "steps", "decode_timestep", "decode_noise_scale", "negative_prompt"} <= set(settings)
 
 
@@ -66,3 +69,59 @@ def test_dev_13b_schedule_splits_the_30_steps():
     b = L.official_schedule(static, 1, num_steps=second["steps"], skip_initial=second["skip_initial_steps"])
     assert (a.num_steps, b.num_steps) == (27, 13)
     assert len(first["guidance"]) == len(first["guidance_timesteps"]) == len(first["skip_blocks"]) == 7
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+
+
+def _family(name: str, **extra):
+    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.registry import make_pipeline
+
+    options = GenerateOptions(model=name, prompt="", extra=extra)
+    family = make_pipeline(name, options)
+    return family, family.resolve_settings(options)
+
+
+def test_dev_13b_guidance_follows_the_official_lists(offline):
+    """configs/ltxv-13b-0.9.8-dev.yaml: first pass 27 of 30 linear-quadratic steps at 448 x 800, each step's
+    guidance / STG / rescaling / skipped blocks picked by the first guidance timestep at or below it; the second
+    pass the last 13 of 30 at 896 x 1600 with STG 1 over block 27."""
+    family, s = _family("ltx-video-13b")
+    first, second = family._passes(s)
+    assert (first.height, first.width, second.height, second.width) == (448, 800, 896, 1600)
+    guides = family._guides(s, first)
+    sched = family._schedule(s, first, "official")
+    assert len(guides) == 27 and sched.num_steps == 27
+    marks = [1.0, 0.996, 0.9933, 0.9850, 0.9767, 0.9008, 0.6180]
+    table = s.first_pass
+    for t, g in zip(np.asarray(sched.timesteps) / 1000, guides):
+        i = next((k for k, m in enumerate(marks) if m <= t), len(marks) - 1)
+        assert (g.guidance, g.stg, g.rescale, list(g.skip), g.cfg_star) == \
+            (table["guidance"][i], table["stg"][i], table["rescale"][i], table["skip_blocks"][i], True)
+    late = family._guides(s, second)
+    assert len(late) == 13 and {(g.guidance, g.stg, g.skip) for g in late} == {(1.0, 1.0, (27,))}
+
+
+def test_2b_dev_is_one_pass_with_stg_and_rescaling(offline):
+    family, s = _family("ltx-video-2b")
+    (only,) = family._passes(s)
+    guides = family._guides(s, only)
+    assert (only.height, only.width, only.steps, len(guides)) == (704, 1216, 40, 40)
+    assert {(g.guidance, g.stg, g.rescale, g.skip, g.cfg_star) for g in guides} == {(3.0, 1.0, 0.7, (19,), False)}
+
+
+@pytest.mark.parametrize("name", ["ltx-video-13b-distilled", "ltx-video-2b-distilled"])
+def test_distilled_two_passes_follow_the_official_lists(offline, name):
+    family, s = _family(name)
+    first, second = family._passes(s)
+    a, b = family._schedule(s, first, "official"), family._schedule(s, second, "official")
+    np.testing.assert_allclose(a.sigmas, [1.0, 0.9937, 0.9875, 0.9812, 0.975, 0.9094, 0.725, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(b.sigmas, [0.9094, 0.725, 0.4219, 0.0], rtol=1e-6)
+    assert second.tone_map == (0.6 if "13b" in name else 0.0)
+    assert all(g.guidance == 1.0 and g.stg == 0.0 for g in family._guides(s, first) + family._guides(s, second))

@@ -37,18 +37,15 @@ def _pick(cls, hf: Mapping[str, Any]) -> dict[str, Any]:
 def read_checkpoint_config(path: str | Path) -> dict:
     """The JSON config in a single-file checkpoint's safetensors header (`__metadata__["config"]`).
 
-    Reads the header only, through the translator's reader (no tensor data is touched).
+    Reads the header only, through `vidax.translator.read_metadata` (no tensor data is touched).
 
     Raises:
       LTXConfigError: the file has no `config` entry (e.g. a diffusers shard, or a stripped file).
     """
-    from vidax.translator.safetensors_io import SafetensorsFile
+    from vidax.translator import read_metadata
 
-    reader = SafetensorsFile(Path(path))
-    try:
-        text = reader.metadata.get("config")
-    finally:
-        del reader
+    # a named layout opens the file as given (no key detection): any single file's header is read
+    text = read_metadata("ltx_video/transformer", Path(path), layout="official").get("config")
     if text is None:
         raise LTXConfigError(f"{path}: no `config` entry in the safetensors header metadata (not an official "
                              "LTX-Video single-file checkpoint); pass the diffusers folder or its config.json")

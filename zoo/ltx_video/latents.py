@@ -216,7 +216,8 @@ class Conditioned:
 
 
 def prepare_conditioned(noise: np.ndarray, conditions: Sequence[Condition], *, num_prefix_frames: int = 2,
-                        latents: np.ndarray | None = None, sigma: float | None = None) -> Conditioned:
+                        latents: np.ndarray | None = None, sigma: float | None = None,
+                        causal_fix: bool = True) -> Conditioned:
     """`LTXConditionPipeline.prepare_latents` (patch size 1).
 
     A condition at frame 0 replaces (lerps by strength) the first latent frames. A condition at a later
@@ -229,6 +230,7 @@ def prepare_conditioned(noise: np.ndarray, conditions: Sequence[Condition], *, n
       noise: `[B, C, F', H', W']`, the first draw of the run.
       conditions: in order.
       latents, sigma: refinement of given latents (`denoise_strength` < 1): `σ·noise + (1 − σ)·latents`.
+      causal_fix: `rope.scale_ids`' first-frame fix (False: official checkpoints before 0.9.5).
     """
     b, _, f, h, w = noise.shape
     x = noise.copy() if latents is None or sigma is None else sigma * noise + (1 - sigma) * latents
@@ -252,9 +254,9 @@ def prepare_conditioned(noise: np.ndarray, conditions: Sequence[Condition], *, n
         if cond.noise is None or cond.noise.shape != cl.shape:
             raise ValueError(f"condition at frame {cond.frame_index} needs noise of shape {cl.shape}")
         cl = cond.noise + s * (cl - cond.noise)
-        ids = rope.scale_ids(rope.latent_ids(cl.shape[2], h, w), frame_index=cond.frame_index)
+        ids = rope.scale_ids(rope.latent_ids(cl.shape[2], h, w), frame_index=cond.frame_index, causal_fix=causal_fix)
         extras.append((pack(cl), np.broadcast_to(ids, (b, *ids.shape)), np.full((b, cl.shape[2] * h * w), s, np.float32)))
-    ids = np.broadcast_to(rope.scale_ids(rope.latent_ids(f, h, w)), (b, 3, f * h * w))
+    ids = np.broadcast_to(rope.scale_ids(rope.latent_ids(f, h, w), causal_fix=causal_fix), (b, 3, f * h * w))
     tokens = pack(x)
     mask = np.repeat(frame_mask, h * w, axis=1) if conditions else None
     if extras:

@@ -90,11 +90,16 @@ def latent_ids(frames: int, height: int, width: int, *, patch: int = 1, patch_t:
     return np.stack([f.reshape(-1), h.reshape(-1), w.reshape(-1)]).astype(np.int64)
 
 
-def scale_ids(ids: np.ndarray, *, frame_index: int = 0, vae_temporal: int = 8, vae_spatial: int = 32) -> np.ndarray:
+def scale_ids(ids: np.ndarray, *, frame_index: int = 0, vae_temporal: int = 8, vae_spatial: int = 32,
+              causal_fix: bool = True) -> np.ndarray:
     """Latent ids -> pixel coordinates (`LTXConditionPipeline._scale_video_ids`): frames at
-    `max(8f + 1 − 8, 0) + frame_index` (the causal first-frame fix), rows and columns × 32."""
+    `max(8f + 1 − 8, 0) + frame_index` (the causal first-frame fix), rows and columns × 32. Without the fix
+    (official checkpoints whose config has `causal_temporal_positioning` false: 0.9.0, 0.9.1) frames sit at
+    `8f + frame_index` (the official `latent_to_pixel_coords(causal_fix=False)`)."""
     scaled = ids * np.array([vae_temporal, vae_spatial, vae_spatial], np.int64)[:, None]
-    scaled[0] = np.maximum(scaled[0] + 1 - vae_temporal, 0) + frame_index
+    if causal_fix:
+        scaled[0] = np.maximum(scaled[0] + 1 - vae_temporal, 0)
+    scaled[0] = scaled[0] + frame_index
     return scaled
 
 

@@ -84,6 +84,7 @@ class Context:
     text_mask: jax.Array  # [B, T] bool
     rope_cos: jax.Array  # [1 or B, S, D] fp32
     rope_sin: jax.Array  # [1 or B, S, D] fp32
+    skip: jax.Array | None = None  # [B, L] STG mask: 0 where block l's self-attention returns its values for row b
 
 
 class _Emb(nn.Module):
@@ -145,7 +146,9 @@ class LTXAttention(nn.Module):
     cross: bool = False
 
     @nn.compact
-    def __call__(self, x: jax.Array, ctx: Context) -> jax.Array:
+    def __call__(self, x: jax.Array, ctx: Context, keep: jax.Array | None = None) -> jax.Array:
+        """`keep` `[B]` (self-attention, STG "attention_values"): rows with 0 take the value projection
+        in place of the attention output (the official `SkipLayerStrategy.AttentionValues`)."""
         cfg = self.cfg
         heads, dim = cfg.num_attention_heads, cfg.inner_dim
         dense = lambda name: Dense(dim, axes=("embed", "heads"), name=name)  # noqa: E731
@@ -160,6 +163,9 @@ class LTXAttention(nn.Module):
         mask = ctx.text_mask if self.cross else None
         out = attention(split_heads(q, heads), split_heads(k, heads), split_heads(v, heads), kv_mask=mask)
         out = out.reshape(*x.shape[:-1], dim)
+        if keep is not None:
+            keep = keep.astype(out.dtype)[:, None, None]
+            out = out * keep + v.astype(out.dtype) * (1 - keep)
         return Dense(dim, axes=("heads", "embed"), name="to_out_0")(out)
 
 
@@ -170,7 +176,17 @@ class LTXBlock(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, hidden: jax.Array, ctx: Context) -> jax.Array:
+    def __call__(self, hidden: jax.Array | tuple[jax.Array, jax.Array], ctx: Context):
+        """The hidden state, or with STG (`ctx.skip`) `(hidden, block index)`: the block reads its row of
+        the skip mask by the index it is handed and passes the index on, so scanned and streamed runs
+        (any chunking) see the right block."""
+        if ctx.skip is not None:
+            hidden, layer = hidden
+            keep = jax.lax.dynamic_index_in_dim(ctx.skip, layer, axis=1, keepdims=False)  # [B]
+            return self._run(hidden, ctx, keep), layer + 1
+        return self._run(hidden, ctx, None)
+
+    def _run(self, hidden: jax.Array, ctx: Context, keep: jax.Array | None) -> jax.Array:
         cfg = self.cfg
         d = cfg.inner_dim
         table = logical_param(self, "scale_shift_table", (6, d), (None, "embed"))
@@ -182,7 +198,7 @@ class LTXBlock(nn.Module):
 
         # 1. Self-attention on the RMS-normed, AdaLN-modulated stream.
         x = modulate(plain_norm(residual), shift, scale).astype(self.dtype)
-        residual = residual + LTXAttention(cfg, name="attn1")(x, ctx).astype(jnp.float32) * gate
+        residual = residual + LTXAttention(cfg, name="attn1")(x, ctx, keep).astype(jnp.float32) * gate
 
         # 2. Cross-attention to the caption, on the un-normed stream (the reference has no norm here).
         residual = residual + LTXAttention(cfg, cross=True, name="attn2")(residual.astype(self.dtype), ctx).astype(
@@ -241,7 +257,8 @@ class LTXVideoTransformer(StackedTransformer):
         """The model under a runtime `Precision` (its activations and residual dtypes)."""
         return cls(cfg, dtype=precision.activations, residual_dtype=precision.residual)
 
-    def embed(self, params: Params, tokens, text, text_mask, timestep, rope_cos, rope_sin) -> tuple[jax.Array, Context]:
+    def embed(self, params: Params, tokens, text, text_mask, timestep, rope_cos, rope_sin, skip=None
+              ) -> tuple[Any, Context]:
         """Hidden state and context from the diffusers forward's inputs.
 
         Args:
@@ -251,14 +268,20 @@ class LTXVideoTransformer(StackedTransformer):
           text_mask: `[B, T]`, nonzero for real caption tokens.
           timestep: `[B]` (or `[B, 1]`), or per token `[B, S]`, in the 0..1000 scale (σ · 1000).
           rope_cos, rope_sin: `rope.rope_tables(...)`, `[1 or B, S, inner_dim]` fp32.
+          skip: None, or the spatio-temporal guidance mask `[B, num_layers]` (0: that block's
+            self-attention returns its values for that row); the hidden state is then `(hidden, index)`.
         """
         self._check_inputs(tokens, text, text_mask, timestep, rope_cos, rope_sin)
+        if skip is not None and tuple(skip.shape) != (tokens.shape[0], self.cfg.num_layers):
+            raise ValueError(f"skip mask must be [{tokens.shape[0]}, {self.cfg.num_layers}], got {tuple(skip.shape)}")
         sub = self.subtree(params, self.embed_modules)
         hidden, modulation, embedded, text = self.embedder.apply({"params": sub}, tokens, text, text_mask, timestep)
         modulation = constrain(modulation, MOD_AXES)
         rope_cos = constrain(jnp.asarray(rope_cos, jnp.float32), ROPE_AXES)
         rope_sin = constrain(jnp.asarray(rope_sin, jnp.float32), ROPE_AXES)
-        return hidden, Context(modulation, embedded, text, jnp.asarray(text_mask).astype(bool), rope_cos, rope_sin)
+        ctx = Context(modulation, embedded, text, jnp.asarray(text_mask).astype(bool), rope_cos, rope_sin,
+                      None if skip is None else jnp.asarray(skip, jnp.float32))
+        return (hidden, jnp.int32(0)) if skip is not None else hidden, ctx
 
     def _check_inputs(self, tokens, text, text_mask, timestep, rope_cos, rope_sin) -> None:
         """One clear error for inputs the reference would reject or silently misread."""
@@ -280,6 +303,7 @@ class LTXVideoTransformer(StackedTransformer):
     def head(self, params: Params, hidden: jax.Array, ctx: Context) -> jax.Array:
         """Final modulation and projection: velocity tokens `[B, S, out_channels]`."""
         sub = self.subtree(params, self.head_modules)
+        hidden = hidden[0] if isinstance(hidden, tuple) else hidden  # STG carries the block index
         out = self.head_module.apply({"params": sub}, hidden, ctx.embedded_timestep)
         return constrain(out, ("batch", None, None))  # sequence parallel gathers here
 

@@ -1,0 +1,53 @@
+"""The memory planner for LTX-Video 13B at its native 704x1216, 121 frames, on a TPU v4-8 (4 x 30.75 GB), beside
+the vidax paper's measurement (MODELS.md: 15.3 GB per chip at TP=4).
+
+The job is the one `vidax-gen ltx-video-13b --plan` builds offline from the registry's configs (nothing
+loaded), with flash attention (accelerator kernels: no score tiles in HBM), bf16 weights and activations,
+an fp32 residual stream. Rows: the 0.9.8 dev default (two passes: the second, at 896x1600 = 16 x 28 x 50
+tokens, is the larger; CFG + STG rows), one pass at 704x1216 (13,376 tokens), and one pass with CFG only
+(the paper's LTX run predates the 0.9.8 multi-scale default). Columns split the peak into the DiT stage,
+T5-XXL (one device, its own stage) and the VAE decode (one device; the whole video at once: LTX's decode
+is not tiled yet, see the family report).
+
+    .venv/bin/python -m bench ltx_video_plan
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+
+PAPER_GB = 15.3  # MODELS.md, TPU v4-8, TP=4
+CHIP_GIB = 30.75
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp()  # an empty cache: the registry's configs
+    import huggingface_hub.constants
+
+    huggingface_hub.constants.HF_HUB_CACHE = os.environ["HF_HUB_CACHE"]
+    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.planner import Layout, plan, predict
+    from vidax.zoo.registry import make_pipeline
+
+    cases = [("two passes (0.9.8 dev default)", {}), ("one pass, CFG + STG", {"multi_scale": False}),
+             ("one pass, CFG only", {"multi_scale": False, "stg": 0.0})]
+    print(f"LTX-Video 13B, 704x1216, 121 frames, 4 x {CHIP_GIB} GB (TPU v4-8), bf16, flash attention")
+    print(f"{'case':34} {'tokens':>7} {'rows':>4} {'DiT @tp4':>9} {'T5':>6} {'VAE':>6} {'peak':>6} {'fits':>5}  "
+          f"{'planner choice':28} paper")
+    for label, extra in cases:
+        options = GenerateOptions(model="ltx-video-13b", prompt="", extra=extra)
+        job = dataclasses.replace(make_pipeline(options.model, options).memory_job(options), blockwise_attention=False)
+        p = predict(job, Layout(tp=4))
+        _, chosen = plan(job, 4, int(CHIP_GIB * 1e9), True)
+        choice = chosen[0].describe() if chosen else "nothing fits"
+        gb = lambda n: f"{n / 1e9:6.2f}"  # noqa: E731
+        print(f"{label:34} {job.tokens:7d} {job.batch:4d} {gb(p.denoise_peak):>9} {gb(p.text_encoder)} {gb(p.vae)} "
+              f"{gb(p.total)} {'yes' if p.total <= CHIP_GIB * 1e9 else 'no':>5}  {choice:28} {PAPER_GB} GB/chip")
+    print("(GB = 1e9 bytes; DiT @tp4 = weights + activations per chip while denoising)")
+
+
+if __name__ == "__main__":
+    main()

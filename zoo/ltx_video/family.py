@@ -1,0 +1,1018 @@
+"""LTX-Video 0.9.x on the family contract: T5 encode -> flow sampling over packed tokens -> VAE decode.
+
+Which reference a run follows is the checkpoint's, as its author would run it:
+
+- a diffusers folder (or repo) follows the diffusers pipeline its `model_index.json` names:
+  `LTXPipeline` (text-to-video; `--image` runs `LTXImageToVideoPipeline`, `--condition-frame` runs
+  `LTXConditionPipeline` on the same components), `LTXImageToVideoPipeline`, or `LTXConditionPipeline`
+  (`--image` is a condition at frame 0);
+- an official single file (Lightricks/LTX-Video, the config in its safetensors header) follows
+  Lightricks' `LTXVideoPipeline` / `LTXMultiScalePipeline` (ltx_video/pipelines/pipeline_ltx_video.py).
+
+The pieces each reference uses (`latents.py`, `rope.py`, `text.py`, `steppers.py`):
+
+    reference   text (T5)                 positions         schedule                       stepping
+    ltx         128 tokens, T5 unmasked   8f / fps          linspace(1, 1/n) + shift        scheduler (Euler/UniPC/DPM++)
+    i2v         as ltx                    as ltx            as ltx                          as ltx, frame 0 held
+    condition   256 tokens, T5 masked     max(8f-7,0)/fps   1000·linear-quadratic / list    per-token Euler
+    official    256, masked, stripped     as condition      header sampler, skips / list    per-token Euler
+
+and the official pipeline's guidance on top: per-step guidance / STG / rescale lists keyed by
+`guidance_timesteps`, CFG* (`cfg_star`), STG "attention_values" (the DiT's `skip` mask). Its
+multi-scale default (`pipeline = "multi-scale"` and a latent upsampler in the checkpoint): a first pass
+at `downscale_factor` of the size, the x2 latent upsampler, AdaIN to the first pass's statistics, a
+second pass at twice the first size from the upsampled latents noised to its first sigma, decode, and
+a bilinear resize of the frames to the requested size. A checkpoint without an upsampler runs one pass.
+
+Random draws are the run's, on the host (`Family.host_noise`): stream 2 decode (index 0 the decode
+noise, 1.. the 0.9.1 decoder's noise maps), 3 conditioning (per item: its posterior draw, then its
+blend noise; +100 in the second pass), 4 the second pass's initial noise, 1 (5 in the second pass)
+the per-step image-conditioning noise.
+
+Where diffusers and the official code disagree, the checkpoint's layout picks (README "LTX-Video"):
+fps 25 for diffusers folders, 30 for official files (`inference.py`); decode noise mixed after
+(diffusers) or before (official) the latent de-normalisation; guidance rescale after CFG when > 0
+(diffusers `guidance_rescale`) or after STG when != 1 (official `rescaling_scale`, the same formula).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from functools import cached_property, partial
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.translator import MANIFEST, MODEL_FILE, read_manifest, read_metadata
+from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.encoders.tokenizer import load_tokenizer
+from vidax.zoo.family import DiTPart, Family, Flag, Inputs, LoadedDiT, Settings
+from vidax.zoo.ltx_video import latents as L
+from vidax.zoo.ltx_video import rope
+from vidax.zoo.ltx_video.config import (
+    LTXConfigError,
+    SchedulerConfig,
+    TransformerConfig,
+    UpsamplerConfig,
+    VAEConfig,
+)
+from vidax.zoo.ltx_video.steppers import KeepFirstFrame, PerTokenEuler
+from vidax.zoo.ltx_video.text import encode_prompts
+from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
+from vidax.zoo.ltx_video.upsampler import LTXLatentUpsampler
+from vidax.zoo.ltx_video.vae import LTXVideoVAE, decoder_noise_shapes
+from vidax.zoo.pipeline import PipelineError, WeightsSource
+from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+
+CONDITION_PIPELINES = ("LTXConditionPipeline",)
+LTX_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline")
+# the text presets of `text.PRESETS`, by reference: (max_length, mask the encoder, strip the prompt)
+TEXT = {"ltx": (128, False, False), "i2v": (128, False, False), "condition": (256, True, False),
+        "official": (256, True, True)}
+GUIDANCE_KEYS = ("guidance", "stg", "rescale", "guidance_timesteps", "skip_blocks", "cfg_star")
+SECOND_PASS_CONDITION_NOISE = 100  # stream-3 index offset of the second pass's conditioning draws
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LTXSettings(Settings):
+    """LTX-Video's settings: the common ones and the pipelines' own knobs (diffusers' keyword names where
+    diffusers has them; the official config's otherwise)."""
+
+    guidance_rescale: float = 0.0  # diffusers `guidance_rescale` / official `rescaling_scale`
+    decode_timestep: float = 0.0
+    decode_noise_scale: float | None = None  # None: the decode timestep
+    image_cond_noise_scale: float = 0.15
+    condition_frame: tuple[str, ...] = ()  # "PATH:INDEX[:STRENGTH]" (LTXConditionPipeline conditions)
+    max_sequence_length: int | None = None  # None: the reference's (128 LTXPipeline, 256 otherwise)
+    timesteps: Any = None  # diffusers' `timesteps` (0..1000): a list, or "1000,993.7,..." from the CLI
+    stg: float = 0.0  # official `stg_scale`
+    stg_skip_blocks: Any = ()  # official `skip_block_list` (ints, or "19,20" from the CLI)
+    stg_mode: str = "attention_values"
+    cfg_star: bool = False  # official `cfg_star_rescale`
+    pipeline: str = "base"  # official `pipeline_type`: "base" or "multi-scale"
+    multi_scale: bool | None = None  # --multi-scale / --no-multi-scale (None: `pipeline` if an upsampler is there)
+    downscale_factor: float = 0.6666666
+    adain_factor: float = 1.0
+    tone_map_compression_ratio: float | None = None  # None: the pass's own (official second pass of 13B distilled: 0.6)
+    first_pass: Mapping | None = None  # the official multi-scale passes' overrides
+    second_pass: Mapping | None = None
+
+
+def _floats(value, what: str) -> tuple[float, ...] | None:
+    if value is None or isinstance(value, (list, tuple)):
+        return None if value is None else tuple(float(v) for v in value)
+    try:
+        return tuple(float(v) for v in str(value).replace(" ", "").split(",") if v)
+    except ValueError:
+        raise PipelineError(f"{what} takes comma-separated numbers, got {value!r}") from None
+
+
+def _ints(value, what: str) -> tuple[int, ...]:
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value)
+    try:
+        return tuple(int(v) for v in str(value).replace(" ", "").split(",") if v)
+    except ValueError:
+        raise PipelineError(f"{what} takes comma-separated block indices, got {value!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class ConditionItem:
+    """One `--condition-frame PATH:INDEX[:STRENGTH]` (or `--image`: frame 0, strength 1)."""
+
+    path: str
+    frame_index: int
+    strength: float = 1.0
+
+    @classmethod
+    def parse(cls, text: str, frames: int) -> "ConditionItem":
+        parts = str(text).rsplit(":", 2)
+        try:
+            if len(parts) == 3 and not Path(str(text).rsplit(":", 1)[0]).exists():
+                path, index, strength = parts[0], int(parts[1]), float(parts[2])
+            else:
+                path, index, strength = str(text).rsplit(":", 1)[0], int(str(text).rsplit(":", 1)[1]), 1.0
+        except (ValueError, IndexError):
+            raise PipelineError(f"--condition-frame takes PATH:INDEX[:STRENGTH], got {text!r}") from None
+        if not Path(path).is_file():
+            raise PipelineError(f"--condition-frame {text}: {path} not found")
+        if not 0 <= index < frames:
+            raise PipelineError(f"--condition-frame {text}: frame {index} is outside the video's 0..{frames - 1}")
+        if not 0.0 <= strength <= 1.0:
+            raise PipelineError(f"--condition-frame {text}: strength {strength} is not in [0, 1]")
+        return cls(path, index, strength)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepGuide:
+    """Guidance at one step (the official lists resolved per timestep)."""
+
+    guidance: float
+    stg: float
+    rescale: float
+    skip: tuple[int, ...]
+    cfg_star: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """One denoising pass: its size, grid and guidance."""
+
+    height: int
+    width: int
+    steps: int | None  # None: `timesteps` given
+    timesteps: tuple[float, ...] | None  # in 0..1000
+    skip_initial: int = 0
+    skip_final: int = 0
+    guidance: tuple[StepGuide, ...] | Mapping | None = None  # resolved in `_guides`
+    tone_map: float = 0.0
+    second: bool = False
+
+
+# --- what the DiT sees --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LTXText:
+    text: jax.Array  # [1 or 2, T, caption_channels]: prompt, then negative prompt
+    mask: jax.Array  # [1 or 2, T]
+
+
+@dataclasses.dataclass(frozen=True)
+class LTXCondition:
+    """What the predictor reads besides the latents (one pass)."""
+
+    text: jax.Array
+    text_mask: jax.Array
+    rope_cos: jax.Array  # [1, S, D]
+    rope_sin: jax.Array
+    token_mask: jax.Array | None  # [1, S]: I2V first-frame mask, or the conditioning strengths
+    init_tokens: jax.Array | None  # [1, S, C]: the conditioned tokens (image-conditioning noise)
+
+
+jax.tree_util.register_dataclass(LTXText, data_fields=["text", "mask"], meta_fields=[])
+jax.tree_util.register_dataclass(LTXCondition, data_fields=["text", "text_mask", "rope_cos", "rope_sin", "token_mask",
+                                                            "init_tokens"], meta_fields=[])
+
+
+@dataclasses.dataclass(frozen=True)
+class LTXPredict:
+    """The guided velocity at one step (hashable: one compiled unit per branch configuration).
+
+    Branch rows: the prompt, then (CFG) the negative prompt, then (STG with blocks to skip) the prompt
+    again with those blocks' self-attention replaced by its values.
+    """
+
+    reference: str  # "ltx", "i2v", "condition", "official"
+    cfg: bool
+    stg: bool  # the STG term is added
+    stg_row: bool  # ... from a perturbed row (False: no blocks to skip, the prompt row stands in)
+    cfg_star: bool
+    rescale: bool  # apply the guidance rescale (knobs["rescale"])
+    skip: tuple[int, ...]
+    num_layers: int
+    dtype: str
+    noise: bool  # image-conditioning noise in knobs["noise"]
+
+    def __call__(self, run, latents, timestep, cond: LTXCondition, knobs):
+        x = latents.astype(jnp.float32)
+        t = jnp.asarray(timestep, jnp.float32)
+        if self.noise:  # hard-conditioned tokens re-noised before the model sees them (PerTokenEuler does the same)
+            x = L.add_conditioning_noise(t, cond.init_tokens, x, knobs["noise_scale"], cond.token_mask, knobs["noise"])
+        if self.reference == "i2v":
+            ts = L.image_to_video_timestep(t, cond.token_mask)  # [1, S]
+        elif self.reference in ("condition", "official") and cond.token_mask is not None:
+            ts = L.condition_timestep(t, cond.token_mask)
+        else:
+            ts = jnp.full((1, 1), t)
+        rows = [(x, cond.text[:1], cond.text_mask[:1], ts)]
+        if self.cfg:
+            rows.append((x, cond.text[1:2], cond.text_mask[1:2], ts))
+        if self.stg_row:
+            rows.append(rows[0])
+        batch = len(rows)
+        joined = _join(rows)
+        skip = None
+        if self.stg_row:
+            mask = np.ones((batch, self.num_layers), np.float32)
+            mask[batch - 1, list(self.skip)] = 0.0
+            skip = jnp.asarray(mask)
+        x_b, text_b, mask_b, ts_b = joined
+        dtype = jnp.dtype(self.dtype)
+        out = run(x_b, text_b.astype(dtype), mask_b, ts_b, cond.rope_cos, cond.rope_sin, skip).astype(jnp.float32)
+        positive = out[:1]
+        pred = positive
+        if self.cfg:
+            negative = out[1:2]
+            if self.cfg_star:
+                negative = L.cfg_star(positive, negative)
+            pred = negative + knobs["scale"] * (positive - negative)
+        if self.stg:
+            perturbed = out[batch - 1:] if self.stg_row else positive
+            pred = pred + knobs["stg"] * (positive - perturbed)
+        if self.rescale:
+            from vidax.zoo.samplers import rescale_guidance
+
+            pred = rescale_guidance(pred, positive, knobs["rescale"])
+        return pred
+
+
+def _join(rows):
+    """The branch rows as one batch (two rows: `cfg_batch`, on the data axis when dp = 2)."""
+    from vidax.zoo.sharding import cfg_batch
+
+    first = tuple(jnp.broadcast_to(a, (1, *a.shape[1:])) for a in rows[0])
+    if len(rows) == 1:
+        return first
+    rest = tuple(jnp.concatenate([jnp.broadcast_to(r[k], (1, *r[k].shape[1:])) for r in rows[1:]], axis=0)
+                 for k in range(4))
+    return cfg_batch(first, rest)
+
+
+# --- the family --------------------------------------------------------------------------------
+
+
+class LTXVideoFamily(Family):
+    """LTX-Video 0.9.x: 2B and 13B, dev and distilled, one or two passes; every reference above."""
+
+    name = "ltx_video"
+    settings_class = LTXSettings
+    default_negative_prompt = ""
+    flags = (
+        Flag("--guidance-rescale", "guidance_rescale", float,
+             "guidance rescale (diffusers' guidance_rescale; the official rescaling_scale)"),
+        Flag("--decode-timestep", "decode_timestep", float, "timestep the VAE decodes at (0.9.1+ decoders)"),
+        Flag("--decode-noise-scale", "decode_noise_scale", float, "noise mixed into the latents before decode "
+             "(default: the decode timestep)"),
+        Flag("--image-cond-noise-scale", "image_cond_noise_scale", float,
+             "noise around hard-conditioned frames at every step (LTXConditionPipeline / official)"),
+        Flag("--condition-frame", "condition_frame", str, "image or video conditioning at a frame: PATH:INDEX"
+             "[:STRENGTH] (repeatable; video extension)", multiple=True),
+        Flag("--max-sequence-length", "max_sequence_length", int, "T5 tokens (default 128 LTXPipeline, 256 otherwise)"),
+        Flag("--timesteps", "timesteps", str, "the timesteps to run, 0..1000, comma-separated (distilled lists)"),
+        Flag("--stg", "stg", float, "spatio-temporal guidance scale (official stg_scale)"),
+        Flag("--stg-skip-blocks", "stg_skip_blocks", str, "blocks STG perturbs, comma-separated"),
+        Flag("--cfg-star", "cfg_star", bool, "CFG* rescale of the negative branch (official cfg_star_rescale)"),
+        Flag("--multi-scale", "multi_scale", bool, "two passes with the latent upsampler (default: the model's, when "
+             "the checkpoint has an upsampler)"),
+        Flag("--downscale-factor", "downscale_factor", float, "first-pass size of a multi-scale run"),
+        Flag("--adain-factor", "adain_factor", float, "AdaIN of the upsampled latents to the first pass's"),
+        Flag("--tone-map-compression-ratio", "tone_map_compression_ratio", float,
+             "tone mapping of the final latents (0..1)"),
+    )
+
+    # --- sources -------------------------------------------------------------------------------
+
+    @cached_property
+    def source(self) -> WeightsSource:
+        """`--weights` may also be one official single file (its DiT and VAE; T5 from its own repo)."""
+        weights = self.options.weights if self._given_source is None else None
+        if weights is not None and Path(str(weights)).expanduser().is_file():
+            return WeightsSource("folder", Path(str(weights)).expanduser())
+        return super().source
+
+    @cached_property
+    def layout(self) -> str:
+        """"official" (single files, header configs) or "diffusers" (config.json per component)."""
+        source = self.source_or_none
+        if source is None:
+            return "diffusers" if "diffusers" in self.entry.repos else self.entry.default_layout
+        if source.kind == "converted":
+            recorded = _json(source.root / MODEL_FILE) or {}
+            layouts = recorded.get("component_layouts") or {}
+            return layouts.get("transformer") or recorded.get("layout") or self.entry.default_layout
+        if source.kind == "repo":
+            return "diffusers" if "diffusers" in self.entry.repos else self.entry.default_layout
+        root = source.root
+        if root.is_file():
+            return "official"
+        own = self._official_file("transformer")
+        if own and any(root.glob(own)):
+            return "official"
+        if (root / "model_index.json").is_file() or (root / "transformer").is_dir():
+            return "diffusers"
+        return "official" if any(root.glob("ltxv-*.safetensors")) or any(root.glob("ltx-video-*.safetensors")) \
+            else "diffusers"
+
+    def _official_file(self, component: str) -> str | None:
+        comp = self.entry.components.get(component)
+        files = comp.file.get("official") if comp is not None else None
+        return files[0] if files else None
+
+    def _files(self, component: str) -> tuple[str, ...] | None:
+        """The component's own file globs in this checkpoint's layout (None: the spec's)."""
+        comp = self.entry.components.get(component)
+        found = comp.file.get(self.layout) if comp is not None else None
+        return tuple(found) if found else None
+
+    def _component_source(self, component: str) -> WeightsSource | None:
+        """Where a component lives: the checkpoint, or (official layout: T5 and its tokenizer; the diffusers
+        upsampler) the component's own repo when the checkpoint does not carry it (None: an optional
+        component that is nowhere, or no checkpoint reachable yet: `--plan` offline)."""
+        source = self.source_or_none
+        if source is None:
+            return None
+        comp = self.entry.components.get(component)
+        own = comp.repo.get(self.layout) if comp is not None else None
+        if own is None or source.kind == "converted":
+            return source
+        if source.kind == "folder" and source.root.is_dir():
+            folders = [comp.folder(self.layout, True), comp.folder(self.layout, False)]
+            if any(f and (source.root / f).exists() for f in folders):
+                return source
+        if source.kind == "repo" and source.repo == own:
+            return source
+        try:
+            return WeightsSource.resolve(None, own, None)
+        except Exception as err:  # noqa: BLE001 - offline and not cached
+            from vidax.translator import TranslatorError
+
+            if comp.optional and isinstance(err, (TranslatorError, PipelineError)):
+                return None
+            raise
+
+    def load_tree(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
+                  dtype: str | None = None):
+        """A component's host tree, from its own source and file (this layout's; see the report: the
+        shared `load_tree` applies one layout's `file` to every layout)."""
+        comp = self.entry.components.get(component)
+        dtype = dtype or (comp.dtype if comp is not None else None)
+        source = self._component_source(component)
+        if source is None:
+            raise PipelineError(f"{self.name}: no {component} in {self.source.label} nor in its own repo")
+        files = self._files(component) if source is self.source else None
+        if source is not self.source and comp is not None:
+            subfolders = (comp.folder(self.layout, False),)
+        return source.load(component, spec, subfolders, dtype=dtype, progress=self.progress, files=files)
+
+    def _find(self, component: str, *relative: str) -> Path | None:
+        source = self._component_source(component)
+        return None if source is None else source.find(*relative, component=component)
+
+    # --- configs -------------------------------------------------------------------------------
+
+    @cached_property
+    def header(self) -> dict:
+        """The official single file's header config (`transformer`, `vae`, `scheduler`), {} for diffusers."""
+        if self.layout != "official" or self.source_or_none is None:
+            return {}
+        return self._metadata_config("transformer", "ltx_video/transformer")
+
+    def _metadata_config(self, component: str, spec: str) -> dict:
+        source = self.source
+        where, files = source.repo if source.kind == "repo" else source.root, self._files(component)
+        if source.kind == "converted":
+            manifest = read_manifest(source.root / component) if (source.root / component / MANIFEST).is_file() else {}
+            origin = str(manifest.get("source", {}).get("origin", ""))
+            if origin.startswith("hf://"):
+                where = origin[len("hf://"):].split(" ")[0]
+            elif origin:
+                where = Path(origin)
+            else:
+                return {}
+        try:
+            meta = read_metadata(spec, where, layout="official" if component != "latent_upsampler" else None,
+                                 revision=source.revision, files=None if Path(str(where)).is_file() else files)
+        except Exception as err:  # noqa: BLE001 - no header: the registry's configs stand in
+            from vidax.translator import TranslatorError
+
+            if isinstance(err, TranslatorError):
+                return {}
+            raise
+        text = meta.get("config")
+        return json.loads(text) if text else {}
+
+    @cached_property
+    def dit_config(self) -> TransformerConfig:
+        try:
+            if self.header.get("transformer"):
+                return TransformerConfig.from_official_config(self.header)
+            return TransformerConfig.from_hf_config(self.require_config("transformer", "transformer/config.json"))
+        except LTXConfigError as err:
+            raise PipelineError(f"{self.name}: {err}") from None
+
+    @cached_property
+    def vae_config(self) -> VAEConfig:
+        try:
+            if self.header.get("vae"):
+                return VAEConfig.from_official_config(self.header)
+            return VAEConfig.from_hf_config(self.require_config("vae", "vae/config.json"))
+        except LTXConfigError as err:
+            raise PipelineError(f"{self.name}: {err}") from None
+
+    @cached_property
+    def upsampler_config(self) -> UpsamplerConfig | None:
+        """The latent upsampler's config, None when the checkpoint has none (one pass)."""
+        if "latent_upsampler" not in self.entry.components:
+            return None
+        if self.source_or_none is None:  # --plan before a download: the registry's (the model's default passes)
+            table = self.entry.config.get("latent_upsampler")
+            return UpsamplerConfig.from_hf_config(table) if table else None
+        try:
+            if self.layout == "official":
+                found = self._metadata_config("latent_upsampler", "ltx_video/upsampler")
+                return UpsamplerConfig.from_official_config(found) if found else None
+            found = self._find("latent_upsampler", "latent_upsampler/config.json")
+            return UpsamplerConfig.from_hf_config(json.loads(found.read_text())) if found else None
+        except LTXConfigError as err:
+            raise PipelineError(f"{self.name}: {err}") from None
+
+    @cached_property
+    def scheduler(self) -> SchedulerConfig:
+        try:
+            if self.header.get("scheduler"):
+                return SchedulerConfig.from_official_config(self.header)
+            found = self.read_config("scheduler", "scheduler/scheduler_config.json")
+            return SchedulerConfig.from_hf_config(found) if found else SchedulerConfig(sampler="linear_quadratic",
+                                                                                      dynamic_shift=None,
+                                                                                      shift_terminal=None)
+        except LTXConfigError as err:
+            raise PipelineError(f"{self.name}: {err}") from None
+
+    @cached_property
+    def pipeline_class(self) -> str:
+        """The diffusers pipeline the folder was saved from ("official" for single files)."""
+        if self.layout == "official":
+            return "official"
+        index = self.read_config("model_index", "model_index.json") or {}
+        return index.get("_class_name", "LTXConditionPipeline")
+
+    def heads(self) -> int:
+        return self.dit_config.num_attention_heads
+
+    # --- settings ------------------------------------------------------------------------------
+
+    @property
+    def size_multiple(self) -> int:
+        return self.vae_config.spatial_ratio * self.dit_config.patch_size
+
+    @property
+    def frame_step(self) -> int:
+        return self.vae_config.temporal_ratio * self.dit_config.patch_size_t
+
+    def folder_settings(self) -> dict:
+        if self.layout == "official" or self.source_or_none is None:
+            return {}
+        # diffusers pipelines: frame_rate 25, no STG / CFG* (official-only), the scheduler's own shift
+        out = {"fps": 25.0, "stg": 0.0, "cfg_star": False, "max_sequence_length": None}
+        found = self.read_config("scheduler", "scheduler/scheduler_config.json") or {}
+        if "shift" in found:
+            out["shift"] = float(found["shift"])
+        return out
+
+    def reference(self, s: LTXSettings) -> str:
+        if self.pipeline_class == "official":
+            return "official"
+        if self.pipeline_class in CONDITION_PIPELINES or s.condition_frame:
+            return "condition"
+        return "i2v" if self.options.image is not None else "ltx"
+
+    def multi_scale(self, s: LTXSettings) -> bool:
+        if self.reference(s) not in ("condition", "official"):
+            return False
+        wanted = s.multi_scale if s.multi_scale is not None else s.pipeline == "multi-scale"
+        return bool(wanted) and (s.multi_scale is True or self.upsampler_config is not None)
+
+    def _label(self) -> str:
+        return self.source_or_none.label if self.source_or_none is not None else self.name
+
+    def check_settings(self, s: LTXSettings) -> None:
+        ref = self.reference(s)
+        if s.pipeline not in ("base", "multi-scale"):
+            raise PipelineError(f"{self.name}: pipeline {s.pipeline!r} (base or multi-scale)")
+        if s.sampler not in (None, "euler") and ref in ("condition", "official"):
+            raise PipelineError(f"--sampler {s.sampler}: the {_describe(ref)} steps each token from its own sigma "
+                                "(per-token Euler); only euler")
+        if (self.options.extra or {}).get("timesteps") is not None and ref in ("ltx", "i2v"):
+            raise PipelineError(f"--timesteps: {self.pipeline_class} passes its own sigmas (diffusers refuses both); "
+                                "--timesteps needs the condition pipeline (--condition-frame) or an official checkpoint")
+        if s.stg_mode != "attention_values":
+            raise PipelineError(f"{self.name}: STG mode {s.stg_mode!r} is not supported (attention_values)")
+        blocks = _ints(s.stg_skip_blocks, "--stg-skip-blocks")
+        if any(not 0 <= b < self.dit_config.num_layers for b in blocks):
+            raise PipelineError(f"--stg-skip-blocks {blocks}: the DiT has blocks 0..{self.dit_config.num_layers - 1}")
+        if not 0.0 <= s.guidance_rescale <= 1.0:
+            raise PipelineError(f"--guidance-rescale must be in [0, 1], got {s.guidance_rescale}")
+        if s.tone_map_compression_ratio is not None and not 0.0 <= s.tone_map_compression_ratio <= 1.0:
+            raise PipelineError(f"--tone-map-compression-ratio must be in [0, 1], got {s.tone_map_compression_ratio}")
+        if s.max_sequence_length is not None and s.max_sequence_length < 1:
+            raise PipelineError(f"--max-sequence-length must be positive, got {s.max_sequence_length}")
+        for item in s.condition_frame:
+            ConditionItem.parse(item, s.frames)
+        if ref == "condition" and self.scheduler.dynamic_shift is not None:
+            raise PipelineError(f"{self._label()}: its scheduler shifts dynamically, which LTXConditionPipeline "
+                                "cannot run (diffusers raises the same): conditioning needs a static-shift scheduler")
+        if s.multi_scale and self.upsampler_config is None:
+            raise PipelineError(f"--multi-scale needs the latent upsampler ({self.name}: none in {self._label()})")
+        if s.multi_scale and ref not in ("condition", "official"):
+            raise PipelineError(f"--multi-scale runs the condition pipeline's passes; {self.pipeline_class} does not")
+        layers = self.dit_config.num_layers
+        for p in self._passes(s):
+            wide = sorted({b for g in self._guides(s, p) if g.stg > 0 for b in g.skip if not 0 <= b < layers})
+            if wide:
+                raise PipelineError(f"{self.name}: STG skips blocks {wide}, the DiT has blocks 0..{layers - 1} "
+                                    "(--stg-skip-blocks, or --stg 0)")
+        if self.multi_scale(s):
+            h, w = self._first_size(s)
+            if h < self.size_multiple or w < self.size_multiple:
+                raise PipelineError(f"{s.height}x{s.width} x downscale {s.downscale_factor} leaves no first pass; "
+                                    "give a larger size or --no-multi-scale")
+
+    def image_roles(self) -> dict[str, bool]:
+        return {"image": False}
+
+    def _kind(self) -> str:
+        return "conditioned on an image"
+
+    def _first_size(self, s: LTXSettings) -> tuple[int, int]:
+        """The official first pass's size: each side x downscale, down to the VAE's multiple."""
+        step = self.vae_config.spatial_ratio
+        h, w = int(s.height * s.downscale_factor), int(s.width * s.downscale_factor)
+        return h - h % step, w - w % step
+
+    def _grid(self, frames: int, height: int, width: int) -> tuple[int, int, int]:
+        v, c = self.vae_config, self.dit_config
+        return ((frames - 1) // v.temporal_ratio + 1) // c.patch_size_t, height // v.spatial_ratio // c.patch_size, \
+            width // v.spatial_ratio // c.patch_size
+
+    def latent_shape(self, s: LTXSettings) -> tuple[int, ...]:
+        """`[1, C, F', H', W']` of the initial noise (the first pass's size in a multi-scale run)."""
+        height, width = self._first_size(s) if self.multi_scale(s) else (s.height, s.width)
+        v = self.vae_config
+        return (1, v.latent_channels, (s.frames - 1) // v.temporal_ratio + 1, height // v.spatial_ratio,
+                width // v.spatial_ratio)
+
+    def tokens(self, s: Settings) -> int:
+        return math.prod(self._grid(s.frames, s.height, s.width))
+
+    def base_sigmas(self, s: Settings) -> np.ndarray:
+        """`LTXPipeline`'s `np.linspace(1.0, 1 / n, n)`."""
+        return np.linspace(1.0, 1 / s.steps, s.steps)
+
+    # --- encode --------------------------------------------------------------------------------
+
+    def encode(self, s: LTXSettings, inputs: Inputs) -> LTXText:
+        """T5 features of the prompt and (when any step guides) the negative prompt."""
+        ref = self.reference(s)
+        max_length, mask_encoder, strip = TEXT[ref]
+        max_length = s.max_sequence_length or max_length
+        prompts = [inputs.prompt]
+        if self._needs_negative(s):
+            prompts.append(s.negative_prompt)
+        folder = self._find("tokenizer", "tokenizer")
+        if folder is None:
+            raise PipelineError(f"{self.source.label}: no T5 tokenizer folder (tokenizer/)")
+        part = self.component("text_encoder")
+        tree = self.load_tree(part.component, part.spec, part.subfolders, self.options.dtype)
+        t5_json = self._t5_json()
+        config = T5Config.from_hf_config(t5_json) if t5_json else T5Config.from_shapes({p: a.shape for p, a in tree.items()})
+        params = self.place(tree, (part.component, part.spec, self.options.dtype))
+        model = T5EncoderModel(config, dtype=jnp.float32)
+        text, mask = encode_prompts(model, {"params": params}, load_tokenizer(folder), prompts, max_length=max_length,
+                                    mask_encoder=mask_encoder, strip=strip)
+        text.block_until_ready()
+        self.done(params)
+        self._images = dict(inputs.images)
+        return LTXText(text, jnp.asarray(mask))
+
+    def _t5_json(self) -> dict | None:
+        found = self._find("text_encoder", "text_encoder/config.json")
+        if found is not None:
+            return json.loads(found.read_text())
+        return self.entry.config.get("text_encoder")
+
+    def _needs_negative(self, s: LTXSettings) -> bool:
+        return any(g.guidance > 1.0 for p in self._passes(s) for g in self._guides(s, p))
+
+    # --- passes and guidance -------------------------------------------------------------------
+
+    def _passes(self, s: LTXSettings) -> list[Pass]:
+        given = _floats(s.timesteps, "--timesteps")
+        if (self.options.extra or {}).get("timesteps") is None and self.options.steps is not None:
+            given = None  # --steps wins over the registry's timestep list
+        if not self.multi_scale(s):  # one pass: the top-level grid, the first pass's guidance lists if any
+            lists = {k: v for k, v in (s.first_pass or {}).items() if k in GUIDANCE_KEYS}
+            return [Pass(s.height, s.width, None if given else s.steps, given, guidance=lists or None,
+                         tone_map=s.tone_map_compression_ratio or 0.0)]
+        h, w = self._first_size(s)
+        passes = []
+        for second, (height, width, table) in enumerate(((h, w, s.first_pass or {}), (2 * h, 2 * w, s.second_pass or {}))):
+            sigmas = table.get("timesteps")
+            timesteps = tuple(float(x) * 1000.0 for x in sigmas) if sigmas is not None else None
+            if not second and self.options.extra and self.options.extra.get("timesteps") is not None:
+                timesteps = given  # --timesteps: the first pass's
+            steps = None if timesteps else int(table.get("steps", s.steps))
+            skips = [int(table.get("skip_initial_steps", 0)), int(table.get("skip_final_steps", 0))]
+            if self.options.steps is not None and timesteps is None and steps != s.steps:
+                # --steps rescales the pass's grid: its skipped steps keep their share (dev: 3 / 30 final
+                # steps of the first pass, 17 / 30 initial of the second), at least one step left
+                skips = [round(k * s.steps / steps) for k in skips]
+                while sum(skips) >= s.steps:
+                    skips[skips.index(max(skips))] -= 1
+                steps = s.steps
+            tone = s.tone_map_compression_ratio if s.tone_map_compression_ratio is not None else \
+                float(table.get("tone_map_compression_ratio", 0.0))
+            passes.append(Pass(height, width, steps, timesteps, skips[0], skips[1], table or None,
+                               tone if second else 0.0, bool(second)))
+        return passes
+
+    def _schedule(self, s: LTXSettings, p: Pass, ref: str):
+        from vidax.zoo.samplers.schedules import Schedule
+
+        if ref == "official":
+            sigmas = None if p.timesteps is None else [t / 1000.0 for t in p.timesteps]
+            tokens = math.prod(self._grid(s.frames, p.height, p.width))
+            try:
+                return L.official_schedule(self.scheduler, tokens, num_steps=p.steps, timesteps=sigmas,
+                                           skip_initial=p.skip_initial, skip_final=p.skip_final)
+            except ValueError as err:
+                raise PipelineError(f"{self.name}: {err}") from None
+        schedule = L.condition_schedule(self.scheduler, p.steps, p.timesteps)
+        n = schedule.num_steps
+        if p.skip_initial or p.skip_final:
+            keep = slice(p.skip_initial, n - p.skip_final)
+            sigmas = np.append(schedule.sigmas[:-1][keep], np.float32(0))
+            schedule = Schedule(timesteps=schedule.timesteps[keep], sigmas=sigmas)
+        return schedule
+
+    def _guides(self, s: LTXSettings, p: Pass, timesteps: np.ndarray | None = None) -> list[StepGuide]:
+        """Per-step guidance: the pass's official lists keyed by `guidance_timesteps`, else the settings;
+        the user's --guidance / --stg / --guidance-rescale / --cfg-star win over the lists."""
+        if timesteps is None:
+            timesteps = np.asarray(self._schedule(s, p, self.reference(s)).timesteps) \
+                if self.reference(s) in ("condition", "official") else np.zeros(s.steps)
+        table = dict(p.guidance or {})
+        extra = self.options.extra or {}
+        given = {"guidance": self.options.guidance, "stg": extra.get("stg"), "rescale": extra.get("guidance_rescale"),
+                 "skip_blocks": extra.get("stg_skip_blocks"), "cfg_star": extra.get("cfg_star")}
+        defaults = {"guidance": s.guidance, "stg": s.stg, "rescale": s.guidance_rescale,
+                    "skip_blocks": list(_ints(s.stg_skip_blocks, "--stg-skip-blocks")), "cfg_star": s.cfg_star}
+        if self.reference(s) != "official":  # the official-only knobs of a pass (STG is guarded below)
+            table.pop("rescale", None)
+            table.pop("cfg_star", None)
+        marks = table.get("guidance_timesteps")
+        guides = []
+        for t in timesteps:
+            sigma = float(t) / 1000.0
+            index = 0
+            if marks:
+                hits = [i for i, m in enumerate(marks) if m <= sigma]
+                index = hits[0] if hits else len(marks) - 1
+            pick = partial(_pick, table, given, defaults, index)
+            stg = float(pick("stg")) if self.layout == "official" or given["stg"] is not None else 0.0
+            guides.append(StepGuide(float(pick("guidance")), stg, float(pick("rescale")),
+                                    tuple(int(b) for b in pick("skip_blocks")), bool(pick("cfg_star"))))
+        return guides
+
+    # --- sampling ------------------------------------------------------------------------------
+
+    def stepper(self, s: LTXSettings, latents_shape: tuple[int, ...]):
+        run = self._run
+        if run["reference"] in ("condition", "official"):
+            schedule = run["schedule"]
+            cond: LTXCondition = run["cond"]
+            noise_scale = float(s.image_cond_noise_scale) if cond.token_mask is not None else 0.0
+            return PerTokenEuler(sigmas=np.asarray(schedule.sigmas, np.float32),
+                                 timesteps=np.asarray(schedule.timesteps, np.float32),
+                                 mask=None if cond.token_mask is None else np.asarray(cond.token_mask),
+                                 init_tokens=None if cond.init_tokens is None else np.asarray(cond.init_tokens),
+                                 noise_scale=noise_scale)
+        inner = super().stepper(dataclasses.replace(s, height=run["height"], width=run["width"]), latents_shape)
+        if run["reference"] == "i2v":
+            return KeepFirstFrame(inner=inner, keep=np.asarray(run["cond"].token_mask)[..., None])
+        return inner
+
+    def host_noise(self, stream: int, index: int, shape: tuple[int, ...]) -> np.ndarray:
+        if stream == 1 and getattr(self, "_run", {}).get("second"):
+            stream = 5  # the second pass's per-step noise
+        return super().host_noise(stream, index, shape)
+
+    def step_knobs(self, s: LTXSettings, index: int, timestep: float, expert: int) -> dict:
+        run = self._run
+        guide = run["guides"][index]
+        run["index"] = index  # the predictor's branch configuration follows this step's guidance
+        knobs = {"scale": jnp.float32(guide.guidance), "stg": jnp.float32(guide.stg),
+                 "rescale": jnp.float32(guide.rescale)}
+        if run["noisy"]:
+            knobs["noise"] = jnp.asarray(self.host_noise(1, index, run["shape"]))
+            knobs["noise_scale"] = jnp.float32(s.image_cond_noise_scale)
+        return knobs
+
+    def predictor(self, s: LTXSettings, expert: int, dit: LTXVideoTransformer) -> LTXPredict:
+        run = self._run
+        guide = run["guides"][run.get("index", 0)]
+        ref = run["reference"]
+        cfg = guide.guidance > 1.0
+        stg = guide.stg > 0.0
+        stg_row = stg and bool(guide.skip)
+        if ref == "official":
+            rescale = stg and guide.rescale != 1.0
+        else:
+            rescale = cfg and guide.rescale > 0.0
+        return LTXPredict(ref, cfg, stg, stg_row, cfg and guide.cfg_star, rescale, guide.skip if stg_row else (),
+                          dit.cfg.num_layers, jnp.dtype(dit.dtype).name, run["noisy"])
+
+    def dit_parts(self, s: LTXSettings) -> list[DiTPart]:
+        return [self.component("transformer")]
+
+    def build_dit(self, part: DiTPart, tree: Mapping[str, np.ndarray], s: LTXSettings) -> LTXVideoTransformer:
+        # activations in the weights' dtype (bf16 as shipped; --dtype float32 for parity); residuals fp32
+        return LTXVideoTransformer(self.dit_config, dtype=jnp.dtype(tree["blocks/attn1/to_q/kernel"].dtype))
+
+    def place_dit(self, part: DiTPart, s: Settings, dtype: str | None) -> LoadedDiT:
+        """Placed once for both passes of a multi-scale run (released when the sampling ends)."""
+        held = getattr(self, "_held_dit", None)
+        if held is not None:
+            return held
+        loaded = super().place_dit(part, s, dtype)
+        if getattr(self, "_hold", False):
+            self._held_dit = _Held(loaded.dit, loaded.params, loaded.streamed, loaded.host_blocks)
+            return self._held_dit
+        return loaded
+
+    def sample(self, s: LTXSettings, noise: np.ndarray, cond: LTXText, inputs: Inputs) -> jax.Array:
+        passes = self._passes(s)
+        self._hold = len(passes) > 1
+        try:
+            latents = self._pass(s, passes[0], noise, None, cond)
+            if len(passes) == 1:
+                self._tone = passes[0].tone_map
+                return latents
+            up = self._upsample(s, latents)
+            second = self.host_noise(4, 0, tuple(up.shape))
+            self._tone = passes[1].tone_map
+            return self._pass(s, passes[1], second, np.asarray(up), cond)
+        finally:
+            held, self._held_dit, self._hold = getattr(self, "_held_dit", None), None, False
+            if held is not None:
+                LoadedDiT.release(held)
+
+    def _pass(self, s: LTXSettings, p: Pass, noise: np.ndarray, init: np.ndarray | None, text: LTXText) -> jax.Array:
+        """One denoising pass at `p`'s size from `noise` (and, second pass, the upsampled latents `init`)."""
+        ref = self.reference(s)
+        cfg = self.dit_config
+        s_pass = dataclasses.replace(s, height=p.height, width=p.width)
+        f, h, w = self._grid(s.frames, p.height, p.width)
+        token_mask = init_tokens = None
+        num_extra = 0
+        schedule = None
+        if ref in ("ltx", "i2v"):
+            tokens = L.pack(noise, cfg.patch_size, cfg.patch_size_t)
+            coords = rope.grid_coords(1, f, h, w, cfg, frame_rate=s.fps, vae_temporal=self.vae_config.temporal_ratio,
+                                      vae_spatial=self.vae_config.spatial_ratio)
+            if ref == "i2v":
+                image = self._encode_items(s, p, [ConditionItem("--image", 0)])[0]
+                tokens, token_mask = L.image_to_video_latents(image.latents, noise)
+        else:
+            schedule = self._schedule(s, p, ref)
+            items = ([ConditionItem("--image", 0)] if "image" in self._images else []) + \
+                [ConditionItem.parse(c, s.frames) for c in s.condition_frame]
+            conditions = self._encode_items(s, p, items)
+            sigma = float(schedule.sigmas[0]) if init is not None else None
+            causal = ref != "official" or self.dit_config.causal_temporal_positioning is not False
+            prepared = L.prepare_conditioned(noise, conditions, latents=init, sigma=sigma, causal_fix=causal)
+            tokens, token_mask, num_extra = prepared.tokens, prepared.mask, prepared.num_extra
+            init_tokens = tokens.copy() if conditions else None
+            coords = rope.video_coords(prepared.pixel_ids[:1], cfg, frame_rate=s.fps)
+        cos, sin = rope.rope_tables(coords[:1], cfg)
+        state = LTXCondition(text.text, text.mask, cos, sin, None if token_mask is None else np.asarray(token_mask, np.float32),
+                             init_tokens)
+        guides = self._guides(s, p, None if schedule is None else np.asarray(schedule.timesteps))
+        noisy = ref in ("condition", "official") and init_tokens is not None and s.image_cond_noise_scale > 0
+        self._run = {"reference": ref, "schedule": schedule, "cond": state, "guides": guides, "noisy": noisy,
+                     "shape": tuple(tokens.shape), "second": p.second, "height": p.height, "width": p.width}
+        if ref in ("ltx", "i2v"):  # the scheduler's grid has s.steps entries: the guidance list must too
+            self._run["guides"] = self._guides(s, p, np.zeros(s.steps))
+        out = self.denoise(s_pass, np.asarray(tokens, np.float32), state, dtype=self.options.dtype,
+                           stage="denoise" if not p.second else "refine")
+        out = out[:, num_extra:]
+        return L.unpack(out, f, h, w, cfg.patch_size, cfg.patch_size_t)
+
+    def _encode_items(self, s: LTXSettings, p: Pass, items: list[ConditionItem]) -> list[L.Condition]:
+        """Each item's normalised latents at the pass's size (a posterior draw each, then its blend noise)."""
+        if not items:
+            return []
+        from vidax.zoo.video_io import read_video
+
+        vae, params = self._vae()
+        offset = SECOND_PASS_CONDITION_NOISE if p.second else 0
+        out = []
+        for k, item in enumerate(items):
+            if item.path == "--image":
+                frames = [self._images["image"]]
+            elif Path(item.path).suffix.lower() in (".mp4", ".mov", ".mkv", ".webm", ".avi"):
+                frames = list(read_video(item.path))
+                frames = frames[:L.trim_conditioning_frames(item.frame_index, len(frames), s.frames)]
+            else:
+                from vidax.zoo.video_io import read_image
+
+                frames = [read_image(item.path)]
+            if (len(frames) - 1) % self.vae_config.temporal_ratio:
+                raise PipelineError(f"{item.path}: a conditioning video needs 8k+1 frames, got {len(frames)}")
+            pixels = np.concatenate([_pixels(frame, p.height, p.width) for frame in frames], axis=2)
+            moments = vae.encode(params, jnp.asarray(pixels))
+            eps = self.host_noise(3, offset + 2 * k, (1, moments.shape[1] // 2, *moments.shape[2:]))
+            z = L.sample_posterior(np.asarray(moments), eps)
+            z = L.normalize(z, np.asarray(params["latents_mean"]), np.asarray(params["latents_std"]))
+            blend = None
+            if item.frame_index > 0:
+                n = z.shape[2]
+                shape = (1, z.shape[1], n if n <= 2 else 2, *z.shape[3:])
+                blend = self.host_noise(3, offset + 2 * k + 1, shape)
+            out.append(L.Condition(np.asarray(z, np.float32), item.frame_index, item.strength, blend))
+        self.done(params)
+        return out
+
+    def _vae(self) -> tuple[LTXVideoVAE, Any]:
+        part = self.component("vae")
+        params = self.load(part.component, part.spec, part.subfolders)
+        return LTXVideoVAE(self.vae_config), params
+
+    def _upsample(self, s: LTXSettings, latents: jax.Array) -> jax.Array:
+        """The official `_upsample_latents` + `adain_filter_latent`: de-normalise, x2, normalise, AdaIN."""
+        part = self.component("latent_upsampler")
+        params = self.load(part.component, part.spec, part.subfolders)
+        _, vae_params = self._vae()
+        mean, std = vae_params["latents_mean"], vae_params["latents_std"]
+        scaling = self.vae_config.scaling_factor
+        with self.timer.stage("upsample"):
+            raw = L.denormalize(latents, mean, std, scaling)
+            up = LTXLatentUpsampler(self.upsampler_config)(params, raw)
+            up = L.normalize(up, mean, std, scaling)
+            if s.adain_factor:
+                up = L.adain(up, latents, s.adain_factor)
+            up.block_until_ready()
+        self.done((params, vae_params))
+        return up
+
+    # --- decode --------------------------------------------------------------------------------
+
+    def decode(self, s: LTXSettings, latents: jax.Array) -> np.ndarray:
+        """Final latents -> float32 frames `[F, H, W, 3]` in [0, 1] (resized to the requested size after a
+        multi-scale run, as `LTXMultiScalePipeline`)."""
+        vae, params = self._vae()
+        cfg = self.vae_config
+        z = jnp.asarray(latents, jnp.float32)
+        mean, std = params["latents_mean"], params["latents_std"]
+        timestep = None
+        tone = getattr(self, "_tone", 0.0) or 0.0
+        scale = s.decode_noise_scale if s.decode_noise_scale is not None else s.decode_timestep
+        eps = jnp.asarray(self.host_noise(2, 0, tuple(z.shape))) if cfg.timestep_conditioning else None
+        if self.layout == "official":  # noise and tone map on the normalised latents (official vae_decode order)
+            if eps is not None:
+                z = L.decode_input(z, eps, scale)
+            if tone:
+                z = L.tone_map(z, tone)
+            z = L.denormalize(z, mean, std, cfg.scaling_factor)
+        else:
+            if tone:
+                z = L.tone_map(z, tone)
+            z = L.denormalize(z, mean, std, cfg.scaling_factor)
+            if eps is not None:
+                z = L.decode_input(z, eps, scale)
+        if cfg.timestep_conditioning:
+            timestep = jnp.full((z.shape[0],), s.decode_timestep, jnp.float32)
+        maps = [jnp.asarray(self.host_noise(2, 1 + k, shape)) for k, shape in
+                enumerate(decoder_noise_shapes(cfg, *z.shape[3:]))]
+        video = vae.decode(params, z, timestep, maps)
+        frames = jnp.clip(video[0] / 2 + 0.5, 0.0, 1.0).transpose(1, 2, 3, 0)  # [F, H, W, 3]
+        if frames.shape[1:3] != (s.height, s.width):
+            frames = jax.image.resize(frames, (frames.shape[0], s.height, s.width, 3), "bilinear", antialias=False)
+        self.done(params)
+        return np.asarray(frames, np.float32)
+
+    # --- memory --------------------------------------------------------------------------------
+
+    def memory_job(self, options) -> Job:
+        """What the planner needs at the requested size: the largest pass's tokens, the widest branch
+        batch (CFG + STG: 3), T5-XXL, the VAE and its one-shot decode."""
+        images = {}
+        s = self.resolve_settings(options, images)
+        cfg, vae_cfg = self.dit_config, self.vae_config
+        dit = LTXVideoTransformer(cfg)
+        sizes = dit_sizes(dit.param_shapes(), dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim, heads=cfg.num_attention_heads,
+                          text_dim=cfg.inner_dim)
+        passes = self._passes(s)
+        tokens = max(math.prod(self._grid(s.frames, p.height, p.width)) for p in passes)
+        batch = 1
+        for p in passes:
+            for g in self._guides(s, p):
+                batch = max(batch, 1 + (g.guidance > 1.0) + (g.stg > 0.0 and bool(g.skip)))
+        width = 4 if options.dtype == "float32" else 2
+        t5 = self._t5_json() or {}
+        ids = jnp.zeros((1, 8), jnp.int32)
+        t5_params = abstract_param_count(T5EncoderModel(T5Config.from_hf_config(t5)), ids, jnp.ones_like(ids)) \
+            if t5 else 4_760_000_000
+        vae_params = sum(math.prod(shape) for shape in LTXVideoVAE(vae_cfg).param_shapes().values())
+        last = passes[-1]
+        return Job(
+            sizes,
+            tokens=tokens,
+            text_tokens=s.max_sequence_length or TEXT[self.reference(s)][0],
+            batch=batch,
+            weight_bytes=width,
+            activation_bytes=width,
+            residual_bytes=4,
+            text_encoder_params=t5_params,
+            text_encoder_bytes=width,
+            vae_params=vae_params,
+            vae_weight_bytes=4 if options.dtype == "float32" else None,
+            vae_peak_activation_bytes=decode_peak_bytes(vae_cfg, s.frames, last.height, last.width),
+            blockwise_attention=jax.default_backend() == "cpu",
+        )
+
+
+class _Held(LoadedDiT):
+    """A DiT kept placed across the passes of one run: `denoise`'s release is deferred to `sample`."""
+
+    def release(self) -> None:
+        pass
+
+
+def decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int) -> int:
+    """The decoder's widest live activations (the whole video at once, fp32): at the last up block, the
+    full-resolution `[F, H/p, W/p, C]` map of its width, about three alive at once (input, conv, residual)."""
+    p = cfg.patch_size
+    first = cfg.decoder_block_out_channels[0]
+    return 3 * frames * (height // p) * (width // p) * first * 4
+
+
+def _pixels(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """diffusers `VideoProcessor.preprocess`: Lanczos resize to (width, height), [-1, 1], `[1, 3, 1, H, W]`."""
+    from PIL import Image
+
+    resized = np.asarray(Image.fromarray(np.asarray(image, np.uint8)).resize((width, height), Image.LANCZOS),
+                         np.float32) / 255.0
+    return (resized * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]
+
+
+def _pick(table: Mapping, given: Mapping, defaults: Mapping, index: int, key: str):
+    """One guidance value at a step: the user's flag, else the pass's list entry (`index` by guidance
+    timestep) or scalar, else the settings'."""
+    if given[key] is not None:
+        return given[key] if key != "skip_blocks" else list(_ints(given[key], "--stg-skip-blocks"))
+    if key not in table:
+        return defaults[key]
+    value = table[key]
+    if key == "skip_blocks":
+        return list(value[index]) if value and isinstance(value[0], (list, tuple)) else list(value)
+    return value[index] if isinstance(value, (list, tuple)) else value
+
+
+def _json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _describe(reference: str) -> str:
+    return {"condition": "LTXConditionPipeline", "official": "official pipeline"}.get(reference, reference)
+
+
+FAMILY = LTXVideoFamily
