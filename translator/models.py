@@ -238,7 +238,13 @@ def convert_model(model: str | ConvertOptions, *, hooks: ConversionHooks | None 
             result.copied[name] = _copy_files(entry, component, opts, layout, out)
             hooks.done(name, f"copied {', '.join(result.copied[name]) or 'nothing'} to {out / name}")
             continue
-        tree = _open(entry, name, opts, detected)
+        try:
+            tree = _open(entry, name, opts, detected)
+        except SourceError:
+            if not component.optional:
+                raise
+            hooks.done(name, "not in this checkpoint (optional): skipped")
+            continue
         result.trees[name] = tree
         hooks.planned(name, tree)
         layout = detected or _layout_of(entry, tree, opts)

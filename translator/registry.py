@@ -39,13 +39,16 @@ class Component:
     hub_layout: dict = field(default_factory=dict)
     dtype: str | None = None  # converted in this dtype unless the user says otherwise (CogVideoX's T5: fp32)
     file: dict = field(default_factory=dict)  # layout -> globs replacing the spec's (one release among several)
+    subfolder_layouts: tuple = ()  # every layout of the model (what "the same file in every layout" means)
 
     def files(self, layout: str | None) -> tuple[str, ...] | None:
-        """The component's own file globs in `layout` (None: the spec's)."""
-        found = self.file.get(layout) if layout is not None else None
-        if found is None and len(set(map(tuple, self.file.values()))) == 1:
-            found = next(iter(self.file.values()))  # one file for every layout
-        return tuple(found) if found else None
+        """The component's own file globs in `layout` (None: the spec's). With no layout named, the
+        globs only when every layout of the model has the same ones (a plain string in the TOML)."""
+        if layout is not None:
+            found = self.file.get(layout)
+            return tuple(found) if found else None
+        values = {tuple(v) for v in self.file.values()}
+        return next(iter(values)) if len(values) == 1 and len(self.file) == len(self.subfolder_layouts) else None
 
     def hub(self, layout: str) -> str:
         """The layout to fetch this component in from the Hub when the model's layout is `layout`."""
@@ -163,7 +166,7 @@ def _component(model: str, name: str, raw: dict, repos: dict, where: str) -> Com
     return Component(name, raw.get("spec"), subfolder, bool(raw.get("optional", False)),
                      _per_layout(raw.get("repo", {}), repos, f"{what} repo", where),
                      _per_layout(raw.get("mount", {}), repos, f"{what} mount", where), copy, raw.get("when"),
-                     hub_layout, dtype, files)
+                     hub_layout, dtype, files, tuple(repos))
 
 
 def _variant(model: str, name: str, raw: dict, repos: dict, components: dict, where: str) -> Variant:

@@ -205,6 +205,8 @@ class Family:
         self.progress: Progress = Progress()
         self.timer = StageTimer()
         self._resident: dict = {}
+        self._kept_dits: dict[int, LoadedDiT] = {}
+        self.step = 0  # the sampling step the loop is at
         self._select_recorded_variant()
 
     # --- sources and configs ---------------------------------------------------------------
@@ -447,8 +449,12 @@ class Family:
 
     def predictor(self, s: Settings, expert: int, dit: Any):
         """A frozen (hashable) callable `predict(run, latents, timestep, cond, knobs) -> model output`
-        for the loaded denoiser `dit`."""
+        for the loaded denoiser `dit` (at step `self.step`: a per-step branch set is a new configuration)."""
         raise NotImplementedError
+
+    def needs_negative(self, s: Settings) -> bool:
+        """Whether any step runs the negative prompt's branch (its text is encoded only then)."""
+        return s.guided
 
     def step_knobs(self, s: Settings, index: int, timestep: float, expert: int) -> Any:
         """Per-step values the predictor reads as data (default: the guidance scale)."""
@@ -507,8 +513,14 @@ class Family:
     # --- the shared steps -------------------------------------------------------------------
 
     def denoise(self, s: Settings, latents: np.ndarray, cond: Any, *, dtype: str | None = None,
-                stage: str = "denoise") -> jax.Array:
-        """One pass of the sampling loop from `latents`; returns the final latents on one device."""
+                stage: str = "denoise", noise_stream: int = 1, keep: bool = False) -> jax.Array:
+        """One pass of the sampling loop from `latents`; returns the final latents on one device.
+
+        Args:
+          noise_stream: the `host_noise` stream of a stochastic sampler's per-step noise (a second pass
+            takes its own, so that the two are not the same draws).
+          keep: leave the denoisers placed for a later pass (released when `generate` ends).
+        """
         from vidax.zoo.runtime import use_mesh
         from vidax.zoo.samplers import sample
         from vidax.zoo.sharding import TRANSFORMER_RULES
@@ -517,13 +529,14 @@ class Family:
         timesteps = np.asarray(stepper.timesteps)
         experts = self.experts(s, timesteps)
         parts = self.dit_parts(s)
-        loaded: dict[int, LoadedDiT] = {}
+        loaded: dict[int, LoadedDiT] = self._kept_dits
         if self.mesh is not None:  # small inputs whole on every device; the DiT's constraints split them
             host = jax.tree.map(np.asarray, (latents, cond))  # each process holds the same values
             latents, cond = jax.device_put(host, NamedSharding(self.mesh, PartitionSpec()))
         last = [time.perf_counter()]
 
         def model_fn(x, i, t):
+            self.step = i  # the step index, for step_knobs and predictor
             expert = experts[i]
             if expert not in loaded:
                 for old in list(loaded):  # one denoiser's weights at a time
@@ -541,15 +554,21 @@ class Family:
 
         noise = None
         if getattr(stepper, "stochastic", False):
-            noise = lambda i, shape: self.host_noise(1, i, shape)  # noqa: E731
+            noise = lambda i, shape: self.host_noise(noise_stream, i, shape)  # noqa: E731
         on_mesh = use_mesh(self.mesh, self.dit_rules or TRANSFORMER_RULES) if self.mesh else contextlib.nullcontext()
         with self.timer.stage(stage, total=stepper.num_steps), on_mesh:
             out = sample(model_fn, stepper, jnp.asarray(latents) if self.mesh is None else latents, callback=on_step,
                          step_noise=noise)
             out = self.gather(out)
-        for denoiser in loaded.values():
-            denoiser.release()
+        if not keep:
+            self.release_dits()
         return out
+
+    def release_dits(self) -> None:
+        """Free every placed denoiser (kept by `denoise(keep=True)`)."""
+        for denoiser in self._kept_dits.values():
+            denoiser.release()
+        self._kept_dits.clear()
 
     def gather(self, x: jax.Array) -> jax.Array:
         """A mesh output back on one device of this process (for the VAE and the output files)."""
@@ -611,7 +630,7 @@ class Family:
             self._check_multiprocess_source()
             inputs = self.read_inputs(options)
             s = self.resolve_settings(options, inputs.images)
-            inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if s.guided else None)
+            inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if self.needs_negative(s) else None)
             self.mesh = self.make_mesh(options)
             latents = self.initial_latents(s, options)
             with self.timer.stage("encode"):
@@ -621,7 +640,10 @@ class Family:
             agree(err, "preparation")
             raise
         agree(None, "preparation")
-        latents = self.sample(s, latents, cond, inputs)
+        try:
+            latents = self.sample(s, latents, cond, inputs)
+        finally:
+            self.release_dits()
         with self.timer.stage("decode"):
             frames = self.decode(s, latents)
         for params in self._resident.values():

@@ -169,8 +169,9 @@ class WeightsSource:
     """Where a model's weights and configs come from.
 
     kind "converted": a `vidax-convert` output (one subfolder per component with a manifest);
-    "folder": a local model folder in official or diffusers layout; "repo": a Hub repo id, whose
-    configs are fetched into the Hugging Face cache and weights converted through the translator.
+    "folder": a local model folder in official or diffusers layout; "file": one checkpoint file
+    (configs then come from its header or the registry); "repo": a Hub repo id, whose configs are
+    fetched into the Hugging Face cache and weights converted through the translator.
     """
 
     kind: str
@@ -187,6 +188,8 @@ class WeightsSource:
         path = Path(text).expanduser()
         if path.is_dir():
             return cls("converted" if _is_converted(path) else "folder", path)
+        if path.is_file():  # one checkpoint file (LTX-Video's official single files): converted on the fly
+            return cls("file", path)
         if looks_like_repo(text):
             return cls("repo", _fetch_configs(text, revision), repo=text, revision=revision)
         raise SourceError(f"{text}: no such folder, and not a Hub repo id (org/name)")

@@ -80,7 +80,7 @@ class Replay:
         return want
 
     def install(self, monkeypatch) -> "Replay":
-        """Patched over the base `Family.host_noise` (LTX's own override still routes the second pass's
+        """Patched over the base `Family.host_noise` (the family itself routes the second pass's
         per-step draws to their stream)."""
         from vidax.zoo.family import Family
 

@@ -51,7 +51,7 @@ import numpy as np
 from vidax.translator import MANIFEST, MODEL_FILE, read_manifest, read_metadata
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.family import DiTPart, Family, Flag, Inputs, LoadedDiT, Settings
+from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings
 from vidax.zoo.ltx_video import latents as L
 from vidax.zoo.ltx_video import rope
 from vidax.zoo.ltx_video.config import (
@@ -66,6 +66,7 @@ from vidax.zoo.ltx_video.text import encode_prompts
 from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
 from vidax.zoo.ltx_video.upsampler import LTXLatentUpsampler
 from vidax.zoo.ltx_video.vae import LTXVideoVAE, decoder_noise_shapes
+from vidax.zoo.video_io import vae_image
 from vidax.zoo.pipeline import PipelineError, WeightsSource
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 
@@ -310,14 +311,6 @@ class LTXVideoFamily(Family):
     )
 
     # --- sources -------------------------------------------------------------------------------
-
-    @cached_property
-    def source(self) -> WeightsSource:
-        """`--weights` may also be one official single file (its DiT and VAE; T5 from its own repo)."""
-        weights = self.options.weights if self._given_source is None else None
-        if weights is not None and Path(str(weights)).expanduser().is_file():
-            return WeightsSource("folder", Path(str(weights)).expanduser())
-        return super().source
 
     @cached_property
     def layout(self) -> str:
@@ -604,9 +597,7 @@ class LTXVideoFamily(Family):
         ref = self.reference(s)
         max_length, mask_encoder, strip = TEXT[ref]
         max_length = s.max_sequence_length or max_length
-        prompts = [inputs.prompt]
-        if self._needs_negative(s):
-            prompts.append(s.negative_prompt)
+        prompts = [inputs.prompt] + ([inputs.negative_prompt] if inputs.negative_prompt is not None else [])
         folder = self._find("tokenizer", "tokenizer")
         if folder is None:
             raise PipelineError(f"{self.source.label}: no T5 tokenizer folder (tokenizer/)")
@@ -629,7 +620,7 @@ class LTXVideoFamily(Family):
             return json.loads(found.read_text())
         return self.entry.config.get("text_encoder")
 
-    def _needs_negative(self, s: LTXSettings) -> bool:
+    def needs_negative(self, s: LTXSettings) -> bool:
         return any(g.guidance > 1.0 for p in self._passes(s) for g in self._guides(s, p))
 
     # --- passes and guidance -------------------------------------------------------------------
@@ -730,25 +721,19 @@ class LTXVideoFamily(Family):
             return KeepFirstFrame(inner=inner, keep=np.asarray(run["cond"].token_mask)[..., None])
         return inner
 
-    def host_noise(self, stream: int, index: int, shape: tuple[int, ...]) -> np.ndarray:
-        if stream == 1 and getattr(self, "_run", {}).get("second"):
-            stream = 5  # the second pass's per-step noise
-        return super().host_noise(stream, index, shape)
-
     def step_knobs(self, s: LTXSettings, index: int, timestep: float, expert: int) -> dict:
         run = self._run
         guide = run["guides"][index]
-        run["index"] = index  # the predictor's branch configuration follows this step's guidance
         knobs = {"scale": jnp.float32(guide.guidance), "stg": jnp.float32(guide.stg),
                  "rescale": jnp.float32(guide.rescale)}
         if run["noisy"]:
-            knobs["noise"] = jnp.asarray(self.host_noise(1, index, run["shape"]))
+            knobs["noise"] = jnp.asarray(self.host_noise(run["noise_stream"], index, run["shape"]))
             knobs["noise_scale"] = jnp.float32(s.image_cond_noise_scale)
         return knobs
 
     def predictor(self, s: LTXSettings, expert: int, dit: LTXVideoTransformer) -> LTXPredict:
         run = self._run
-        guide = run["guides"][run.get("index", 0)]
+        guide = run["guides"][self.step]  # this step's branch set (a new configuration when it changes)
         ref = run["reference"]
         cfg = guide.guidance > 1.0
         stg = guide.stg > 0.0
@@ -767,33 +752,17 @@ class LTXVideoFamily(Family):
         # activations in the weights' dtype (bf16 as shipped; --dtype float32 for parity); residuals fp32
         return LTXVideoTransformer(self.dit_config, dtype=jnp.dtype(tree["blocks/attn1/to_q/kernel"].dtype))
 
-    def place_dit(self, part: DiTPart, s: Settings, dtype: str | None) -> LoadedDiT:
-        """Placed once for both passes of a multi-scale run (released when the sampling ends)."""
-        held = getattr(self, "_held_dit", None)
-        if held is not None:
-            return held
-        loaded = super().place_dit(part, s, dtype)
-        if getattr(self, "_hold", False):
-            self._held_dit = _Held(loaded.dit, loaded.params, loaded.streamed, loaded.host_blocks)
-            return self._held_dit
-        return loaded
-
     def sample(self, s: LTXSettings, noise: np.ndarray, cond: LTXText, inputs: Inputs) -> jax.Array:
         passes = self._passes(s)
-        self._hold = len(passes) > 1
-        try:
-            latents = self._pass(s, passes[0], noise, None, cond)
-            if len(passes) == 1:
-                self._tone = passes[0].tone_map
-                return latents
-            up = self._upsample(s, latents)
-            second = self.host_noise(4, 0, tuple(up.shape))
-            self._tone = passes[1].tone_map
-            return self._pass(s, passes[1], second, np.asarray(up), cond)
-        finally:
-            held, self._held_dit, self._hold = getattr(self, "_held_dit", None), None, False
-            if held is not None:
-                LoadedDiT.release(held)
+        self._keep_dit = len(passes) > 1  # placed once for both passes (the base releases it at the end)
+        latents = self._pass(s, passes[0], noise, None, cond)
+        if len(passes) == 1:
+            self._tone = passes[0].tone_map
+            return latents
+        up = self._upsample(s, latents)
+        second = self.host_noise(4, 0, tuple(up.shape))
+        self._tone = passes[1].tone_map
+        return self._pass(s, passes[1], second, np.asarray(up), cond)
 
     def _pass(self, s: LTXSettings, p: Pass, noise: np.ndarray, init: np.ndarray | None, text: LTXText) -> jax.Array:
         """One denoising pass at `p`'s size from `noise` (and, second pass, the upsampled latents `init`)."""
@@ -828,11 +797,13 @@ class LTXVideoFamily(Family):
         guides = self._guides(s, p, None if schedule is None else np.asarray(schedule.timesteps))
         noisy = ref in ("condition", "official") and init_tokens is not None and s.image_cond_noise_scale > 0
         self._run = {"reference": ref, "schedule": schedule, "cond": state, "guides": guides, "noisy": noisy,
-                     "shape": tuple(tokens.shape), "second": p.second, "height": p.height, "width": p.width}
+                     "shape": tuple(tokens.shape), "second": p.second, "height": p.height, "width": p.width,
+                     "noise_stream": 5 if p.second else 1}
         if ref in ("ltx", "i2v"):  # the scheduler's grid has s.steps entries: the guidance list must too
             self._run["guides"] = self._guides(s, p, np.zeros(s.steps))
         out = self.denoise(s_pass, np.asarray(tokens, np.float32), state, dtype=self.options.dtype,
-                           stage="denoise" if not p.second else "refine")
+                           stage="denoise" if not p.second else "refine", noise_stream=self._run["noise_stream"],
+                           keep=self._keep_dit)
         out = out[:, num_extra:]
         return L.unpack(out, f, h, w, cfg.patch_size, cfg.patch_size_t)
 
@@ -857,7 +828,7 @@ class LTXVideoFamily(Family):
                 frames = [read_image(item.path)]
             if (len(frames) - 1) % self.vae_config.temporal_ratio:
                 raise PipelineError(f"{item.path}: a conditioning video needs 8k+1 frames, got {len(frames)}")
-            pixels = np.concatenate([_pixels(frame, p.height, p.width) for frame in frames], axis=2)
+            pixels = np.concatenate([vae_image(np.asarray(frame, np.uint8), p.height, p.width) for frame in frames], axis=2)
             moments = vae.encode(params, jnp.asarray(pixels))
             eps = self.host_noise(3, offset + 2 * k, (1, moments.shape[1] // 2, *moments.shape[2:]))
             z = L.sample_posterior(np.asarray(moments), eps)
@@ -970,28 +941,12 @@ class LTXVideoFamily(Family):
         )
 
 
-class _Held(LoadedDiT):
-    """A DiT kept placed across the passes of one run: `denoise`'s release is deferred to `sample`."""
-
-    def release(self) -> None:
-        pass
-
-
 def decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int) -> int:
     """The decoder's widest live activations (the whole video at once, fp32): at the last up block, the
     full-resolution `[F, H/p, W/p, C]` map of its width, about three alive at once (input, conv, residual)."""
     p = cfg.patch_size
     first = cfg.decoder_block_out_channels[0]
     return 3 * frames * (height // p) * (width // p) * first * 4
-
-
-def _pixels(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """diffusers `VideoProcessor.preprocess`: Lanczos resize to (width, height), [-1, 1], `[1, 3, 1, H, W]`."""
-    from PIL import Image
-
-    resized = np.asarray(Image.fromarray(np.asarray(image, np.uint8)).resize((width, height), Image.LANCZOS),
-                         np.float32) / 255.0
-    return (resized * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]
 
 
 def _pick(table: Mapping, given: Mapping, defaults: Mapping, index: int, key: str):
