@@ -171,12 +171,12 @@ class CosmosFamily(Family):
 
     def read_inputs(self, options) -> Inputs:
         """`--image` (image-to-world) or `--video` (video-to-world, its frames under `images["video"]`)."""
-        inputs = super().read_inputs(options)
         video = (options.extra or {}).get("video")
+        if video is not None and (options.image is not None or (options.images or {}).get("image") is not None):
+            raise PipelineError(f"{self.name}: give --image (image-to-world) or --video (video-to-world), not both")
+        inputs = super().read_inputs(options)
         if video is None:
             return inputs
-        if "image" in inputs.images:
-            raise PipelineError(f"{self.name}: give --image (image-to-world) or --video (video-to-world), not both")
         return dataclasses.replace(inputs, images={**inputs.images, "video": read_clip(video)})
 
     def resolve_settings(self, options, images=None) -> CosmosSettings:

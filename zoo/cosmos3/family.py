@@ -146,12 +146,12 @@ class Cosmos3Family(Family):
 
     def read_inputs(self, options) -> Inputs:
         """`--image` (image-to-video) or `--video` (video-to-video, its frames under `images["video"]`)."""
-        inputs = super().read_inputs(options)
         video = (options.extra or {}).get("video")
+        if video is not None and (options.image is not None or (options.images or {}).get("image") is not None):
+            raise PipelineError(f"{self.name}: give --image (image-to-video) or --video (video-to-video), not both")
+        inputs = super().read_inputs(options)
         if video is None:
             return inputs
-        if "image" in inputs.images:
-            raise PipelineError(f"{self.name}: give --image (image-to-video) or --video (video-to-video), not both")
         return dataclasses.replace(inputs, images={**inputs.images, "video": read_clip(video)})
 
     def resolve_settings(self, options, images=None) -> Cosmos3Settings:
