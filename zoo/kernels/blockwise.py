@@ -8,7 +8,7 @@ when the keys fit one block, takes the exact softmax of its one tile. The larges
 On CPU a step is one head (`heads_per_step=1`): a `[block_q, block_kv]` fp32 tile (2 MiB) stays
 in cache between the two matmuls and the softmax, where all-head tiles went through memory, and the
 matmuls take q, k and v heads-major without a transpose per step. Blocks are balanced (3510 tokens
-are 7 blocks of 504, not 4 of 1024 with 586 rows of padding). bench/bench_attention.py measures
+are 5 blocks of 702, not 4 of 1024 with 586 rows of padding). bench/bench_attention.py measures
 the kernel against PyTorch's `scaled_dot_product_attention`.
 """
 
@@ -26,8 +26,17 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 def balanced_blocks(length: int, preferred: int) -> tuple[int, int]:
-    """`(count, size)`: the fewest blocks of at most `preferred` (rounded up to 8) covering `length`,
-    all the same size, so that padding stays under 8 per block."""
+    """`(count, size)` of the blocks covering `length`, none larger than `preferred`.
+
+    One block when the length fits; else equal blocks that divide the length exactly if some size
+    in [preferred/2, preferred] does (3510 tokens: 5 x 702), so no key needs masking; else the
+    fewest equal blocks, multiples of 8, whose padding stays under 8 per block.
+    """
+    if length <= preferred:
+        return 1, length
+    for size in range(preferred, preferred // 2 - 1, -1):
+        if length % size == 0:
+            return length // size, size
     count = -(-length // preferred)
     return count, _round_up(-(-length // count), 8)
 
