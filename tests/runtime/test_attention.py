@@ -80,6 +80,18 @@ def test_blockwise_online_fold_zeroes_fully_masked_rows(rng):
     np.testing.assert_allclose(out[1], naive(q, k, v, mask, 0.3)[1], atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("blocks", [(8, 8), (16, 64)], ids=["online", "exact"])
+@pytest.mark.parametrize("valid", [21, 40, 0], ids=["prefix", "all", "none"])
+def test_blockwise_mask_branches(rng, blocks, valid):
+    """Key blocks whose mask is all True skip the select, all False skip the block: a prefix mask
+    (text padding behind the valid tokens) gives full, mixed and empty blocks."""
+    q, k, v = make(rng, 2, 20, 2, 8), make(rng, 2, 40, 2, 8), make(rng, 2, 40, 2, 8)
+    mask = jnp.asarray(np.broadcast_to(np.arange(40) < valid, (2, 40)))
+    out = np.asarray(blockwise_attention(q, k, v, mask, 0.3, block_q=blocks[0], block_kv=blocks[1]))
+    want = np.zeros(q.shape) if valid == 0 else naive(q, k, v, mask, 0.3)
+    np.testing.assert_allclose(out, want, atol=2e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("length,preferred,expected", [
     (1000, 1024, (1, 1000)),  # fits: one exact block, no padding
     (3510, 1024, (5, 702)),  # Wan 33f 240x416: a divisor, so no key is padded or masked

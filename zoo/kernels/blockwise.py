@@ -82,27 +82,44 @@ def blockwise_attention(q, k, v, kv_mask, scale: float, *, block_q: int = BLOCK_
     v_groups = groups(v.astype(jnp.float32), skv_pad, nk, bk)
     group_of_step = jnp.repeat(jnp.arange(h // g), nq)
 
-    def logits(q_block, k_block, mask_block):  # [B, g, bq, bk], masked keys at -inf
+    def logits(q_block, k_block, mask_block):  # [B, g, bq, bk]; masked keys at -inf when a mask is given
         s = jnp.einsum("bgqd,bgkd->bgqk", q_block, k_block)
-        return jnp.where(mask_block[:, None, None, :], s, -jnp.inf) if masked else s
+        return s if mask_block is None else jnp.where(mask_block[:, None, None, :], s, -jnp.inf)
+
+    def by_mask(mask_block, unmasked, masked_fn, empty):
+        """Branch on the block's mask: no select pass where every key is allowed, no work where none is
+        (the padding at the end of a sequence, text padding moved behind the valid tokens)."""
+        if not masked:
+            return unmasked()
+        kind = jnp.where(jnp.all(mask_block), 2, jnp.where(jnp.any(mask_block), 1, 0))
+        return jax.lax.switch(kind, (empty, masked_fn, unmasked))
 
     def exact(q_block, k_block, v_block, mask_block):
-        s = logits(q_block, k_block, mask_block)
-        row_max = jnp.max(s, axis=-1, keepdims=True)
-        weights = jnp.exp(s - jnp.where(jnp.isfinite(row_max), row_max, 0.0))
-        return jnp.einsum("bgqk,bgkd->bgqd", weights, v_block), jnp.sum(weights, axis=-1)
+        def run(m):
+            s = logits(q_block, k_block, m)
+            row_max = jnp.max(s, axis=-1, keepdims=True)
+            weights = jnp.exp(s - jnp.where(jnp.isfinite(row_max), row_max, 0.0))
+            return jnp.einsum("bgqk,bgkd->bgqd", weights, v_block), jnp.sum(weights, axis=-1)
+
+        empty = lambda: (jnp.zeros(q_block.shape), jnp.zeros(q_block.shape[:-1]))  # noqa: E731
+        return by_mask(mask_block, lambda: run(None), lambda: run(mask_block), empty)
 
     def online(q_block, k_blocks, v_blocks):
-        def fold(carry, kv):
+        def update(carry, k_block, v_block, mask_block):
             row_max, row_sum, acc = carry
-            s = logits(q_block, kv[0], kv[2])
+            s = logits(q_block, k_block, mask_block)
             new_max = jnp.maximum(row_max, jnp.max(s, axis=-1))
             safe_max = jnp.where(jnp.isfinite(new_max), new_max, 0.0)  # all masked so far: no NaN
             weights = jnp.exp(s - safe_max[..., None])
             correction = jnp.exp(row_max - safe_max)
             row_sum = row_sum * correction + jnp.sum(weights, axis=-1)
-            acc = acc * correction[..., None] + jnp.einsum("bgqk,bgkd->bgqd", weights, kv[1])
-            return (new_max, row_sum, acc), None
+            acc = acc * correction[..., None] + jnp.einsum("bgqk,bgkd->bgqd", weights, v_block)
+            return new_max, row_sum, acc
+
+        def fold(carry, kv):
+            k_block, v_block, mask_block = kv
+            return by_mask(mask_block, lambda: update(carry, k_block, v_block, None),
+                           lambda: update(carry, k_block, v_block, mask_block), lambda: carry), None
 
         init = (jnp.full(q_block.shape[:-1], -jnp.inf), jnp.zeros(q_block.shape[:-1]), jnp.zeros(q_block.shape))
         (_, row_sum, acc), _ = jax.lax.scan(fold, init, (k_blocks, v_blocks, mask))
