@@ -5,11 +5,12 @@ folds its key/value blocks in with a running max and sum (`lax.scan`), as in Fla
 when the keys fit one block, takes the exact softmax of its one tile. The largest temporary is one
 `[B, heads_per_step, block_q, block_kv]` tile, so memory grows linearly with the sequence length.
 
-On CPU a step is one head (`heads_per_step=1`): a `[block_q, block_kv]` fp32 tile (2 MiB) stays
-in cache between the two matmuls and the softmax, where all-head tiles went through memory, and the
-matmuls take q, k and v heads-major without a transpose per step. Blocks are balanced (3510 tokens
-are 5 blocks of 702, not 4 of 1024 with 586 rows of padding). bench/bench_attention.py measures
-the kernel against PyTorch's `scaled_dot_product_attention`.
+On CPU a step is one head (`heads_per_step=1`): its fp32 tile (at most 4 MiB) stays in the
+last-level cache between the two matmuls and the softmax, where a tile of all heads (25 MiB for
+12 heads) went through memory, and the matmuls take q, k and v heads-major without a transpose per
+step. Blocks are balanced (3510 tokens are 5 blocks of 702, not 4 of 1024 with 586 rows of
+padding). A key block whose mask allows every key skips the select pass; one that allows none is
+skipped. bench/bench_attention.py times the kernel beside PyTorch's `scaled_dot_product_attention`.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def blockwise_attention(q, k, v, kv_mask, scale: float, *, block_q: int = BLOCK_
       q, k, v: `[B, Sq, H, D]`, `[B, Skv, H, D]`, `[B, Skv, H, D]`.
       kv_mask: `[B, Skv]` bool (True = attend) or None.
       scale: logit scale.
-      block_q, block_kv: largest query / key block (blocks are balanced, multiples of 8).
+      block_q, block_kv: largest query / key block (the sizes used: `balanced_blocks`).
       heads_per_step: heads per step, a divisor of H; default one on CPU, all heads on
         accelerators (whose steps cost more and whose matmuls want the batch of heads).
     """
@@ -101,7 +102,9 @@ def blockwise_attention(q, k, v, kv_mask, scale: float, *, block_q: int = BLOCK_
             weights = jnp.exp(s - jnp.where(jnp.isfinite(row_max), row_max, 0.0))
             return jnp.einsum("bgqk,bgkd->bgqd", weights, v_block), jnp.sum(weights, axis=-1)
 
-        empty = lambda: (jnp.zeros(q_block.shape), jnp.zeros(q_block.shape[:-1]))  # noqa: E731
+        def empty():
+            return jnp.zeros(q_block.shape), jnp.zeros(q_block.shape[:-1])
+
         return by_mask(mask_block, lambda: run(None), lambda: run(mask_block), empty)
 
     def online(q_block, k_blocks, v_blocks):
