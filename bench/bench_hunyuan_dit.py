@@ -4,6 +4,9 @@ The shipped config (hidden 2048 = 16 heads x 128, MLP 8192, refiner, ByT5 and im
 with `num_layers=2`, at 33 frames 240x416 (latent 9 x 15 x 26 = 3510 video tokens) and the
 pipeline's text lengths: 1000 Qwen tokens (60 valid), 256 ByT5 (12 valid), 729 SigLIP tokens (I2V).
 One batch (no CFG), fp32. Weights go through the real spec from a saved diffusers checkpoint.
+Timed per `bench/protocol.py` (interleaved after one warm-up call each, best and median wall
+seconds, CPU seconds, load average before and after); compile time on its own; both sides on the
+same cores.
 
     .venv/bin/python -m bench hunyuan_dit
 """
@@ -15,9 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.protocol import interleaved, print_table
+
 FRAMES, HEIGHT, WIDTH = 33, 240, 416
 TEXT_LEN, TEXT_VALID, BYT5_LEN, BYT5_VALID, IMAGE_TOKENS = 1000, 60, 256, 12, 729
-REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "2"))
+REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "3"))
 
 
 def _inputs(torch, cfg):
@@ -38,22 +43,6 @@ def _inputs(torch, cfg):
     )
 
 
-def _interleaved(fns: dict, repeats: int) -> dict:
-    """{name: (first call, best of `repeats`)} in seconds; the timed calls alternate between the
-    alternatives so that load from other processes on a shared machine hits both alike."""
-    first, best = {}, {name: float("inf") for name in fns}
-    for name, fn in fns.items():
-        start = time.perf_counter()
-        fn()
-        first[name] = time.perf_counter() - start
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return {name: (first[name], best[name]) for name in fns}
-
-
 def main() -> None:
     import jax
     import numpy as np
@@ -66,6 +55,7 @@ def main() -> None:
     from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
     torch.manual_seed(0)
     ref = HunyuanVideo15Transformer3DModel(num_layers=2).eval()
     model = HunyuanVideo15Transformer(TransformerConfig.from_hf_config(dict(ref.config)))
@@ -78,27 +68,27 @@ def main() -> None:
 
     ours_in = [jax.numpy.asarray(v.numpy()) for v in inputs.values()]
     ours_in[3], ours_in[5] = ours_in[3].astype(bool), ours_in[5].astype(bool)
-    forward = jax.jit(model.__call__)
-    outputs = {}
-
-    def run_ours():
-        outputs["vidax"] = forward(params, *ours_in).block_until_ready()
+    start = time.perf_counter()
+    compiled = jax.jit(model.__call__).lower(params, *ours_in).compile()
+    compile_s = time.perf_counter() - start
 
     def run_reference():
         with torch.inference_mode():
-            outputs["diffusers"] = ref(**inputs).sample
+            return ref(**inputs).sample
 
-    times = _interleaved({"diffusers (eager)": run_reference, "vidax (jit)": run_ours}, REPEATS)
-    err = float(np.abs(np.asarray(outputs["vidax"]) - outputs["diffusers"].numpy()).max())
+    timings = interleaved({"vidax": lambda: compiled(params, *ours_in),
+                           "diffusers": run_reference}, repeats=REPEATS)
+    ours, theirs = np.asarray(timings.outputs["vidax"]), timings.outputs["diffusers"].numpy()
+    err, scale = float(np.abs(ours - theirs).max()), float(np.abs(theirs).max())
 
+    cpu_ratio = timings.results["vidax"].cpu_best / timings.results["diffusers"].cpu_best
     tokens = ((FRAMES - 1) // 4 + 1) * (HEIGHT // 16) * (WIDTH // 16)
-    print(f"HunyuanVideo-1.5 DiT, 2 blocks, {FRAMES}f {HEIGHT}x{WIDTH} ({tokens} video + "
-          f"{TEXT_LEN + BYT5_LEN + IMAGE_TOKENS} text tokens), fp32, {torch.get_num_threads()} torch threads")
-    print(f"{'':24}{'first call s':>14}{'best of ' + str(REPEATS) + ' s':>14}")
-    for name, (first, best) in times.items():
-        print(f"{name:24}{first:>14.2f}{best:>14.2f}")
-    ratio = times["vidax (jit)"][1] / times["diffusers (eager)"][1]
-    print(f"vidax / diffusers (best): {ratio:.2f}x   max |diff| {err:.2e}   (first vidax call includes compilation)")
+    title = (f"HunyuanVideo-1.5 DiT (vidax: jit, warm; diffusers: eager), 2 blocks, {FRAMES}f {HEIGHT}x{WIDTH} "
+             f"({tokens} video + {TEXT_LEN + BYT5_LEN + IMAGE_TOKENS} text tokens), fp32, "
+             f"{torch.get_num_threads()} torch threads")
+    print_table(title, timings, reference="diffusers",
+                note=f"CPU s best {cpu_ratio:.2f}x; max |diff| {err:.2e} (outputs up to {scale:.2f}); "
+                     f"vidax compile {compile_s:.1f} s")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 Wan2.1-T2V-1.3B layer shapes (hidden 1536 = 12 heads x 128, FFN 8960, text 4096 -> 1536) with
 `num_layers=4`, at 33 frames 240x416 (latent 9 x 30 x 52 -> 9 x 15 x 26 = 3510 tokens), 512 text
 tokens, one batch (no CFG), fp32 at highest matmul precision. Random weights go through the real
-spec from a saved diffusers checkpoint. Compile time is reported on its own row; both sides run on
-the same threads (torch's intra-op pool is set to the cores XLA uses).
+spec from a saved diffusers checkpoint. Timed per `bench/protocol.py`: the two run interleaved after
+one warm-up call each, best and median wall seconds beside CPU seconds, load average before and
+after; compile time is reported on its own. Both sides run on the same cores (torch's intra-op pool
+is set to the cores XLA uses).
 
     .venv/bin/python -m bench wan_dit
 """
@@ -16,19 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.protocol import interleaved, print_table
+
 FRAMES, HEIGHT, WIDTH, TEXT_LEN = 33, 240, 416, 512
 CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
               text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=4, cross_attn_norm=True)
-REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "2"))
-
-
-def _best(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "3"))
 
 
 def _reference(torch):
@@ -58,7 +53,7 @@ def main() -> None:
     from vidax.zoo.wan.transformer import WanTransformer
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
     ref, inputs = _reference(torch)
     model = WanTransformer(WanTransformerConfig.from_hf_config(dict(ref.config)))
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,28 +69,24 @@ def main() -> None:
     start = time.perf_counter()
     compiled = jax.jit(model.__call__).lower(params, *ours_in).compile()
     compile_s = time.perf_counter() - start
-    ours_out = []
-    start = time.perf_counter()
-    ours_out.append(compiled(params, *ours_in).block_until_ready())
-    ours_first = time.perf_counter() - start
-    ours_best = _best(lambda: ours_out.append(compiled(params, *ours_in).block_until_ready()), REPEATS)
 
     def run_reference():
         with torch.inference_mode():
             return ref(**inputs, return_dict=False)[0]
 
-    ref_out = [run_reference()]  # warm-up (allocator, lazy init)
-    ref_best = _best(lambda: ref_out.append(run_reference()), REPEATS)
-    err = float(np.abs(np.asarray(ours_out[-1]) - ref_out[-1].numpy()).max())
-    scale = float(np.abs(ref_out[-1].numpy()).max())
+    timings = interleaved({"vidax": lambda: compiled(params, *ours_in),
+                           "diffusers": run_reference}, repeats=REPEATS)
+    ours, theirs = np.asarray(timings.outputs["vidax"]), timings.outputs["diffusers"].numpy()
+    err, scale = float(np.abs(ours - theirs).max()), float(np.abs(theirs).max())
 
+    cpu_ratio = timings.results["vidax"].cpu_best / timings.results["diffusers"].cpu_best
     tokens = ((FRAMES - 1) // 4 + 1) * (HEIGHT // 16) * (WIDTH // 16)
-    print(f"Wan2.1-1.3B DiT shapes, {CONFIG['num_layers']} blocks, {FRAMES}f {HEIGHT}x{WIDTH} ({tokens} video + "
-          f"{TEXT_LEN} text tokens), fp32, {torch.get_num_threads()} torch threads, {jax.device_count()} XLA device(s)")
-    print(f"{'':28}{'compile s':>12}{'first call s':>14}{'best of ' + str(REPEATS) + ' s':>14}")
-    print(f"{'diffusers (eager)':28}{'-':>12}{'-':>14}{ref_best:>14.2f}")
-    print(f"{'vidax (jit, warm)':28}{compile_s:>12.2f}{ours_first:>14.2f}{ours_best:>14.2f}")
-    print(f"vidax / diffusers (best): {ours_best / ref_best:.2f}x   max |diff| {err:.2e} (outputs up to {scale:.2f})")
+    title = (f"Wan2.1-1.3B DiT shapes (vidax: jit, warm; diffusers: eager), {CONFIG['num_layers']} blocks, "
+             f"{FRAMES}f {HEIGHT}x{WIDTH} ({tokens} video + {TEXT_LEN} text tokens), fp32, "
+             f"{torch.get_num_threads()} torch threads, {jax.device_count()} XLA device(s)")
+    print_table(title, timings, reference="diffusers",
+                note=f"CPU s best {cpu_ratio:.2f}x; max |diff| {err:.2e} (outputs up to {scale:.2f}); "
+                     f"vidax compile {compile_s:.1f} s")
 
 
 if __name__ == "__main__":

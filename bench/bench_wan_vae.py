@@ -2,9 +2,10 @@
 
 The released Wan2.1 VAE shape (base 96, z 16, random perturbed weights through the real spec),
 decoding 3 latent frames 30x52 into 9 frames at 240x416, fp32, as the reference's own loop does:
-one latent frame per chunk with the causal cache carried between chunks. vidax's first call
-includes compiling its two chunk units (first and steady state); the next calls reuse them. The
-calls alternate between the two, so a shared machine's changing load hits both alike.
+one latent frame per chunk with the causal cache carried between chunks. Each side's first call is
+its warm-up (vidax's compiles its two chunk units, first and steady state; its time is reported
+beside); the timed calls follow `bench/protocol.py`: interleaved, best and median wall seconds, CPU
+seconds, load average before and after, both sides on the same cores.
 
     .venv/bin/python -m bench wan_vae
 """
@@ -16,20 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.protocol import interleaved, print_table
+
 FRAMES, HEIGHT, WIDTH = 9, 240, 416
-REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "2"))
-
-
-def _interleaved(fns: dict, repeats: int) -> dict[str, tuple[float, float]]:
-    """name -> (first call, best of `repeats` further calls) in seconds, the calls alternating
-    between the contenders so that a change in machine load hits both alike."""
-    times = {name: [] for name in fns}
-    for _ in range(1 + repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: (t[0], min(t[1:])) for name, t in times.items()}
+REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "3"))
 
 
 def main() -> None:
@@ -44,6 +35,7 @@ def main() -> None:
     from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
     torch.manual_seed(0)
     ref = AutoencoderKLWan().eval()
     with torch.no_grad():
@@ -60,23 +52,27 @@ def main() -> None:
     latent_frames = (FRAMES - 1) // 4 + 1
     latents = torch.randn(1, 16, latent_frames, HEIGHT // 8, WIDTH // 8, generator=torch.Generator().manual_seed(1))
     ours_in = jax.numpy.asarray(latents.numpy())
-    ours_out, ref_out = [], []
 
     def run_reference():
         with torch.inference_mode():
-            ref_out.append(ref.decode(latents).sample)
+            return ref.decode(latents).sample
 
-    timings = _interleaved({"vidax": lambda: ours_out.append(vae.decode(params, ours_in).block_until_ready()),
-                            "diffusers": run_reference}, REPEATS)
-    (ours_first, ours_best), (ref_first, ref_best) = timings["vidax"], timings["diffusers"]
-    err = float(np.abs(np.asarray(ours_out[-1]) - ref_out[-1].numpy()).max())
+    contenders = {"vidax": lambda: vae.decode(params, ours_in), "diffusers": run_reference}
+    first = {}
+    for name, fn in contenders.items():  # the warm-up calls; vidax's compiles
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        first[name] = time.perf_counter() - start
+    timings = interleaved(contenders, repeats=REPEATS, warmup=0)
+    ours, theirs = np.asarray(timings.outputs["vidax"]), timings.outputs["diffusers"].numpy()
+    err = float(np.abs(ours - theirs).max())
 
-    print(f"Wan2.1 VAE decode, {latent_frames} latent frames -> {FRAMES}f {HEIGHT}x{WIDTH}, fp32, "
-          f"{torch.get_num_threads()} torch threads, {os.cpu_count()} cpus")
-    print(f"{'':24}{'first call s':>14}{'best of ' + str(REPEATS) + ' s':>14}{'first-best s':>14}")  # ~ compile time on a quiet machine
-    print(f"{'diffusers (eager)':24}{ref_first:>14.2f}{ref_best:>14.2f}{'-':>14}")
-    print(f"{'vidax (jit chunks)':24}{ours_first:>14.2f}{ours_best:>14.2f}{ours_first - ours_best:>14.2f}")
-    print(f"vidax / diffusers (best): {ours_best / ref_best:.2f}x   max |diff| {err:.2e}")
+    cpu_ratio = timings.results["vidax"].cpu_best / timings.results["diffusers"].cpu_best
+    title = (f"Wan2.1 VAE decode (vidax: jit chunks; diffusers: eager), {latent_frames} latent frames -> "
+             f"{FRAMES}f {HEIGHT}x{WIDTH}, fp32, {torch.get_num_threads()} torch threads")
+    print_table(title, timings, reference="diffusers",
+                note=f"CPU s best {cpu_ratio:.2f}x; max |diff| {err:.2e}; first calls (vidax's compiles) "
+                     f"{first['vidax']:.1f} s / {first['diffusers']:.1f} s")
 
 
 if __name__ == "__main__":

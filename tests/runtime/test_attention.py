@@ -7,7 +7,7 @@ import pytest
 
 from vidax.zoo import attention as attn_mod
 from vidax.zoo.attention import attention, choose_kernel, joint_attention
-from vidax.zoo.kernels.blockwise import blockwise_attention
+from vidax.zoo.kernels.blockwise import balanced_blocks, blockwise_attention
 from vidax.zoo.kernels.cudnn import cudnn_attention
 from vidax.zoo.mesh import MeshError, make_mesh
 from vidax.zoo.runtime import use_mesh
@@ -56,6 +56,51 @@ def test_blockwise_folds_many_blocks(rng):
     mask = jnp.asarray(rng.random((1, 45)) > 0.3)
     out = blockwise_attention(q, k, v, mask, 0.5, block_q=8, block_kv=8)
     np.testing.assert_allclose(np.asarray(out), naive(q, k, v, mask, 0.5), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("heads_per_step", [1, 2, None])
+@pytest.mark.parametrize("blocks", [(8, 8), (16, 64)], ids=["online", "exact"])
+def test_blockwise_head_groups(rng, heads_per_step, blocks):
+    """One head per step (CPU), two, or all heads (accelerators); keys folded online or in one tile."""
+    q, k, v = make(rng, 2, 37, 4, 8), make(rng, 2, 45, 4, 8), make(rng, 2, 45, 4, 8)
+    mask = jnp.asarray(rng.random((2, 45)) > 0.3)
+    for m in (None, mask):
+        out = blockwise_attention(q, k, v, m, 0.4, block_q=blocks[0], block_kv=blocks[1], heads_per_step=heads_per_step)
+        np.testing.assert_allclose(np.asarray(out), naive(q, k, v, m, 0.4), atol=2e-6, rtol=1e-5)
+
+
+def test_blockwise_online_fold_zeroes_fully_masked_rows(rng):
+    """A row whose keys are all masked stays zero across several folded key blocks, and a row whose
+    first blocks are all masked recovers once an allowed key comes."""
+    q, k, v = make(rng, 2, 20, 2, 8), make(rng, 2, 40, 2, 8), make(rng, 2, 40, 2, 8)
+    mask = jnp.asarray(np.stack([np.zeros(40, bool), np.arange(40) >= 30]))
+    out = np.asarray(blockwise_attention(q, k, v, mask, 0.3, block_q=8, block_kv=8))
+    assert np.isfinite(out).all()
+    np.testing.assert_array_equal(out[0], 0.0)
+    np.testing.assert_allclose(out[1], naive(q, k, v, mask, 0.3)[1], atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("blocks", [(8, 8), (16, 64)], ids=["online", "exact"])
+@pytest.mark.parametrize("valid", [21, 40, 0], ids=["prefix", "all", "none"])
+def test_blockwise_mask_branches(rng, blocks, valid):
+    """Key blocks whose mask is all True skip the select, all False skip the block: a prefix mask
+    (text padding behind the valid tokens) gives full, mixed and empty blocks."""
+    q, k, v = make(rng, 2, 20, 2, 8), make(rng, 2, 40, 2, 8), make(rng, 2, 40, 2, 8)
+    mask = jnp.asarray(np.broadcast_to(np.arange(40) < valid, (2, 40)))
+    out = np.asarray(blockwise_attention(q, k, v, mask, 0.3, block_q=blocks[0], block_kv=blocks[1]))
+    want = np.zeros(q.shape) if valid == 0 else naive(q, k, v, mask, 0.3)
+    np.testing.assert_allclose(out, want, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("length,preferred,expected", [
+    (1000, 1024, (1, 1000)),  # fits: one exact block, no padding
+    (3510, 1024, (5, 702)),  # Wan 33f 240x416: a divisor, so no key is padded or masked
+    (4096, 1024, (4, 1024)),
+    (2053, 1024, (3, 688)),  # prime: the fewest equal blocks, multiples of 8
+])
+def test_balanced_blocks(length, preferred, expected):
+    count, size = balanced_blocks(length, preferred)
+    assert (count, size) == expected and count * size >= length and size <= preferred
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
