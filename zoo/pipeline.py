@@ -100,13 +100,16 @@ DTYPES = ("float32", "bfloat16")  # --dtype: float32 is the parity setting; defa
 
 @dataclasses.dataclass
 class GenerateResult:
-    """What a pipeline produced: frames `[F, H, W, 3]` float32 in [0, 1], latents, settings and stage times."""
+    """What a pipeline produced: frames `[F, H, W, 3]` float32 in [0, 1], latents, settings and stage times;
+    for models that generate sound, the waveform `[channels, samples]` float32 and its sample rate."""
 
     frames: np.ndarray
     latents: np.ndarray
     fps: float
     settings: dict
     times: dict[str, float]
+    audio: np.ndarray | None = None
+    sample_rate: int | None = None
 
 
 class Progress:
@@ -445,7 +448,7 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
     from vidax.zoo.distributed import agree, is_writer
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.runtime import configure_compile_cache
-    from vidax.zoo.video_io import check_output_path, write_frames, write_sidecar
+    from vidax.zoo.video_io import audio_path, check_output_path, write_frames, write_sidecar
 
     timer = StageTimer(progress)
     try:
@@ -463,8 +466,12 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
     if not is_writer():  # one process writes the outputs
         return result
     outputs = {"video": str(options.out)}
+    if result.audio is not None:  # muxed into the MP4 (AAC), or lossless beside a .npy
+        lossless = Path(options.out).suffix.lower() == ".npy"
+        outputs["audio"] = str(audio_path(options.out) if lossless else options.out)
+        outputs["sample_rate"] = result.sample_rate
     with timer.stage("write"):
-        write_frames(options.out, result.frames, result.fps)
+        write_frames(options.out, result.frames, result.fps, audio=result.audio, sample_rate=result.sample_rate)
         if options.save_latents:
             outputs["latents"] = str(save_latents(options.out, result.latents))
     result.times["write"] = timer.times["write"]

@@ -3,6 +3,10 @@
 Frames everywhere are float32 `[frames, height, width, 3]` in [0, 1], the convention of diffusers'
 `output_type="np"`; the MP4 quantises them to 8-bit RGB (as diffusers' `export_to_video` does) and
 encodes yuv420p, which every player decodes.
+
+Models that generate sound (LTX-2.x) pass a waveform `[channels, samples]` float32 in [-1, 1] and its
+sample rate: the MP4 carries it as an AAC track at that rate, muxed with the video in the one file;
+a `.npy` output writes it losslessly beside the frames as `out.audio.npy`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from vidax.translator import VidaxError
 
 VIDEO_SUFFIXES = (".mp4", ".npy")
 DEFAULT_CRF = 18  # visually lossless for x264; a generated clip is small either way
+AAC_BIT_RATE = 256_000  # per stream; transparent for speech and music at 24-48 kHz stereo
 
 
 class VideoIOError(VidaxError, ValueError):
@@ -58,13 +63,34 @@ def _check_frames(frames: np.ndarray) -> np.ndarray:
     return frames
 
 
-def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float, *, crf: int = DEFAULT_CRF) -> Path:
-    """Encode `frames` (float [0, 1] or uint8, `[F, H, W, 3]`) as H.264 yuv420p at `fps`.
+def _check_audio(audio: np.ndarray | None, sample_rate: int | None) -> np.ndarray | None:
+    if audio is None:
+        return None
+    audio = np.asarray(audio, np.float32)
+    if audio.ndim == 1:
+        audio = audio[None]
+    if audio.ndim != 2 or audio.shape[0] not in (1, 2) or audio.shape[1] == 0:
+        raise VideoIOError(f"audio must be [channels (1 or 2), samples], got shape {audio.shape}")
+    if not sample_rate or sample_rate <= 0:
+        raise VideoIOError(f"audio needs a positive sample rate, got {sample_rate}")
+    return audio
+
+
+def audio_path(path: str | os.PathLike) -> Path:
+    """`out.npy` -> `out.audio.npy` (the waveform beside lossless frames)."""
+    return Path(path).with_suffix(".audio.npy")
+
+
+def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float, *, crf: int = DEFAULT_CRF,
+              audio: np.ndarray | None = None, sample_rate: int | None = None) -> Path:
+    """Encode `frames` (float [0, 1] or uint8, `[F, H, W, 3]`) as H.264 yuv420p at `fps`, and `audio`
+    (float `[channels, samples]` in [-1, 1], when given) as an AAC track at `sample_rate` in the same file.
 
     Odd sizes are padded by one edge pixel (yuv420p needs even width and height).
     """
     import av
 
+    audio = _check_audio(audio, sample_rate)
     frames = _check_frames(frames)
     pixels = frames if frames.dtype == np.uint8 else to_uint8(frames)
     pad_h, pad_w = pixels.shape[1] % 2, pixels.shape[2] % 2
@@ -77,12 +103,25 @@ def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float, *, crf: i
         stream.width, stream.height = pixels.shape[2], pixels.shape[1]
         stream.pix_fmt = "yuv420p"
         stream.options = {"crf": str(crf)}
+        sound = None
+        if audio is not None:
+            sound = container.add_stream("aac", rate=int(sample_rate))
+            sound.layout = "stereo" if audio.shape[0] == 2 else "mono"
+            sound.bit_rate = AAC_BIT_RATE * audio.shape[0] // 2
         for pixel_frame in pixels:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixel_frame), format="rgb24")
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+        if sound is not None:  # one planar float frame: the encoder cuts it into AAC frames itself
+            samples = av.AudioFrame.from_ndarray(np.ascontiguousarray(np.clip(audio, -1.0, 1.0)), format="fltp",
+                                                 layout=sound.layout.name)
+            samples.sample_rate = int(sample_rate)
+            for packet in sound.encode(samples):
+                container.mux(packet)
+            for packet in sound.encode():
+                container.mux(packet)
     return path
 
 
@@ -94,15 +133,36 @@ def read_video(path: str | os.PathLike) -> np.ndarray:
         return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
 
 
-def write_frames(path: str | os.PathLike, frames: np.ndarray, fps: float) -> Path:
-    """Write `frames` (float `[F, H, W, 3]` in [0, 1]) to `.mp4` (H.264) or `.npy` (float32, lossless)."""
+def read_audio(path: str | os.PathLike) -> tuple[np.ndarray, int]:
+    """Decode a file's first audio stream: float32 `[channels, samples]` and its sample rate (the AAC
+    encoder's priming samples at the start included, as the decoder returns them)."""
+    import av
+
+    with av.open(str(path)) as container:
+        if not container.streams.audio:
+            raise VideoIOError(f"{path}: no audio stream")
+        rate = container.streams.audio[0].rate
+        chunks = [f.to_ndarray() for f in container.decode(audio=0)]
+    return np.concatenate(chunks, axis=1).astype(np.float32), int(rate)
+
+
+def write_frames(path: str | os.PathLike, frames: np.ndarray, fps: float, *, audio: np.ndarray | None = None,
+                 sample_rate: int | None = None) -> Path:
+    """Write `frames` (float `[F, H, W, 3]` in [0, 1]) to `.mp4` (H.264) or `.npy` (float32, lossless).
+
+    `audio` (float `[channels, samples]`, with `sample_rate`): muxed into the MP4 as AAC, or written as
+    `out.audio.npy` (float32, lossless) beside a `.npy` output.
+    """
     path = check_output_path(path)
     frames = _check_frames(frames)
+    audio = _check_audio(audio, sample_rate)
     if path.suffix.lower() == ".npy":
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, np.asarray(frames, np.float32))
+        if audio is not None:
+            np.save(audio_path(path), audio)
         return path
-    return write_mp4(path, frames, fps)
+    return write_mp4(path, frames, fps, audio=audio, sample_rate=sample_rate)
 
 
 def sidecar_path(path: str | os.PathLike) -> Path:

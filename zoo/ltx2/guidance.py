@@ -64,17 +64,22 @@ class GuidanceScales:
 def pass_controls(scales: GuidanceScales, num_layers: int) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
     """`(passes, stg_keep [P, num_layers], cross_keep [P])` for the rows of one guidance batch."""
     passes = scales.passes
+    return (passes, *pass_rows(passes, scales.stg_blocks, num_layers))
+
+
+def pass_rows(passes: tuple[str, ...], stg_blocks: tuple[int, ...], num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(stg_keep [P, num_layers], cross_keep [P])` of the guidance rows `passes` (`PASSES` names)."""
     stg_keep = np.ones((len(passes), num_layers), np.float32)
     cross_keep = np.ones((len(passes),), np.float32)
     for row, name in enumerate(passes):
         if name == "stg":
-            bad = [b for b in scales.stg_blocks if not 0 <= b < num_layers]
+            bad = [b for b in stg_blocks if not 0 <= b < num_layers]
             if bad:
                 raise ValueError(f"STG blocks {bad} are outside the DiT's {num_layers} blocks")
-            stg_keep[row, list(scales.stg_blocks)] = 0.0
+            stg_keep[row, list(stg_blocks)] = 0.0
         elif name == "isolated":
             cross_keep[row] = 0.0
-    return passes, stg_keep, cross_keep
+    return stg_keep, cross_keep
 
 
 def rescale(guided, cond, factor: float):
@@ -86,12 +91,14 @@ def rescale(guided, cond, factor: float):
 
 
 def combine(x, sigma, velocities: dict, *, scale: float, stg_scale: float, modality_scale: float,
-            rescale_factor: float):
+            rescale_factor: float, rescaled: bool | None = None):
     """One modality's guided velocity from its passes' velocities (`PASSES` names -> arrays like `x`).
 
     Args:
       x: the current latents (packed), `sigma` the step's sigma (scalar).
       velocities: the DiT outputs of the passes that ran.
+      scale, stg_scale, modality_scale, rescale_factor: Python floats or traced scalars (data).
+      rescaled: whether the rescale runs (static); None: `rescale_factor > 0` (a Python float then).
     """
     x = jnp.asarray(x, jnp.float32)
     x0 = {name: x - jnp.asarray(v, jnp.float32) * sigma for name, v in velocities.items()}
@@ -103,7 +110,7 @@ def combine(x, sigma, velocities: dict, *, scale: float, stg_scale: float, modal
         guided = guided + stg_scale * (cond - x0["stg"])
     if "isolated" in x0:
         guided = guided + (modality_scale - 1) * (cond - x0["isolated"])
-    if rescale_factor > 0:
+    if (rescale_factor > 0) if rescaled is None else rescaled:
         guided = rescale(guided, cond, rescale_factor)
     return (x - guided) / sigma
 

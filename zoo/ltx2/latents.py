@@ -9,6 +9,10 @@
 - Image-to-video: the first latent frame is the encoded (normalised) image and stays clean: its
   tokens get timestep 0, the sampler steps only frames 1..F-1 (`LTX2ImageToVideoPipeline`).
 
+The sampler state is one array: both modalities' packed tokens flattened and joined,
+`[B, S*C + L*Ca]` (`join_tokens` / `split_tokens`), so the shared loop's elementwise steppers step
+video and audio together on their common sigma grid (diffusers deep-copies one scheduler for audio).
+
 `--audio-latents` is the audio sampler's starting point in the audio VAE's latent layout before
 packing, `[1, C, L, M]`, already normalised. diffusers' `audio_latents` argument is the same layout
 but *un*-normalised (its `prepare_audio_latents` packs and normalises it), so a parity run hands
@@ -56,6 +60,18 @@ def unpack_audio(tokens, mel_bins: int):
     """`[B, L, C*M]` -> `[B, C, L, M]`."""
     b, length, _ = tokens.shape
     return jnp.transpose(tokens.reshape(b, length, -1, mel_bins), (0, 2, 1, 3))
+
+
+def join_tokens(video, audio):
+    """Packed video `[B, S, C]` and audio `[B, L, Ca]` tokens -> one sampler state `[B, S*C + L*Ca]`."""
+    b = video.shape[0]
+    return jnp.concatenate([jnp.reshape(video, (b, -1)), jnp.reshape(audio, (b, -1))], axis=1)
+
+
+def split_tokens(state, video_shape: tuple[int, int], audio_shape: tuple[int, int]):
+    """`join_tokens`' inverse: `(video [B, S, C], audio [B, L, Ca])`."""
+    b, n = state.shape[0], video_shape[0] * video_shape[1]
+    return jnp.reshape(state[:, :n], (b, *video_shape)), jnp.reshape(state[:, n:], (b, *audio_shape))
 
 
 def normalize_video(latents, mean, std, scaling_factor: float = 1.0):
