@@ -234,3 +234,44 @@ def test_plan_and_memory_job(saved, tmp_path, monkeypatch):
         result = CliRunner().invoke(app, [name, "--plan", "--devices", "4", "--device-memory", "30.75"])
         assert result.exit_code == 0, result.output
         assert "GiB per device on 4 x 30.8 GiB" in result.output and "choice: " in result.output
+
+
+@pytest.fixture(scope="module")
+def i2v_run(saved, tmp_path_factory):
+    """diffusers `LTX2ImageToVideoPipeline` on the same modules: (image path, --latents, --audio-latents,
+    frames, waveform). It encodes the image with the distribution's mode (no draw), so its generator's
+    first two draws are again the video and the audio noise."""
+    from diffusers import LTX2ImageToVideoPipeline
+    from PIL import Image
+
+    pipe, _ = saved
+    i2v = LTX2ImageToVideoPipeline(**pipe.components)
+    folder = tmp_path_factory.mktemp("ltx2_i2v_run")
+    rng = np.random.default_rng(11)
+    image = Image.fromarray(rng.integers(0, 256, (SIZE["height"], SIZE["width"], 3), dtype=np.uint8))
+    image.save(folder / "first.png")
+    video, audio = initial_noise(pipe, 0, **SIZE)
+    np.save(folder / "noise.npy", video)
+    np.save(folder / "audio_noise.npy", audio)
+    with torch.no_grad():
+        out = i2v(image=image, image_crf=0, prompt=PROMPT, negative_prompt=NEGATIVE, num_frames=SIZE["frames"],
+                  height=SIZE["height"], width=SIZE["width"], frame_rate=FPS, num_inference_steps=STEPS,
+                  generator=torch.Generator().manual_seed(0), output_type="np", **GUIDANCE)
+    return folder / "first.png", (folder / "noise.npy", folder / "audio_noise.npy", out.frames[0], to_np(out.audio[0]))
+
+
+def test_image_to_video_matches_reference(saved, i2v_run, tmp_path):
+    """`--image` with `--image-crf 0` (diffusers does not re-compress the image; the official code does, CRF 18)."""
+    _, root = saved
+    image, run = i2v_run
+    opts = options(root, run, tmp_path, image=image, extra={"image_crf": 0})
+    result = make_pipeline(opts.model, opts).generate(opts)
+    check(result, run)
+    assert not np.allclose(result.frames, saved_frames_t2v(saved, run, tmp_path), atol=1e-3)
+
+
+def saved_frames_t2v(saved, run, tmp_path):
+    """The same noise without the image: the image must change the clip."""
+    _, root = saved
+    opts = options(root, run, tmp_path / "t2v")
+    return make_pipeline(opts.model, opts).generate(opts).frames
