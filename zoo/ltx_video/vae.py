@@ -21,7 +21,7 @@ Randomness is the caller's, drawn on the host from the run's seed:
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -30,6 +30,7 @@ import numpy as np
 
 from vidax.zoo.layers import LayerNorm, MLPEmbedder, RMSNorm, logical_param, timestep_sinusoid
 from vidax.zoo.ltx_video.config import VAEConfig
+from vidax.zoo.vae_tiling import Extent, TilePlan, TileSizes, fix_edges, pad_to, window
 
 Params = dict[str, Any]
 NORM_EPS = 1e-8  # every RMS norm of the LTX VAE
@@ -67,12 +68,19 @@ class CausalConv3d(nn.Module):
     causal: bool = True
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, counts=None) -> jax.Array:
         k = self.kernel
+        if counts is not None and k > 1:  # a padded tile: what a tile cut at its real edge would see
+            x = fix_edges(x, counts, time=None if self.causal else "replicate", space="zeros")
         if k > 1:
             before, after = (k - 1, 0) if self.causal else ((k - 1) // 2, (k - 1) // 2)
             x = jnp.pad(x, ((0, 0), (before, after), (0, 0), (0, 0), (0, 0)), mode="edge")
         return Conv3d(self.features, k, self.stride, name="conv")(x)
+
+
+def _counts(extent: Extent | None, x: jax.Array):
+    """A padded tile's real (frames, height, width) at `x`'s resolution (None: a whole video)."""
+    return None if extent is None else extent.at(x.shape[1:4])
 
 
 def channel_rms_norm(x: jax.Array) -> jax.Array:
@@ -102,21 +110,23 @@ class ResnetBlock(nn.Module):
     timestep_conditioning: bool = False
 
     @nn.compact
-    def __call__(self, x: jax.Array, temb: jax.Array | None, noise: Sequence[jax.Array]) -> jax.Array:
+    def __call__(self, x: jax.Array, temb: jax.Array | None, noise: Sequence[jax.Array],
+                 extent: Extent | None = None) -> jax.Array:
         c_in = x.shape[-1]
+        counts = _counts(extent, x)
         h = channel_rms_norm(x)
         if self.timestep_conditioning:  # temb [B, 4*C]: (shift1, scale1, shift2, scale2)
             table = logical_param(self, "scale_shift_table", (4, c_in), (None, "conv_in"))
             mod = temb.reshape(temb.shape[0], 4, c_in) + table.astype(temb.dtype)
             mod = mod[:, :, None, None, None, :]  # [B, 4, 1, 1, 1, C]
             h = h * (1 + mod[:, 1]) + mod[:, 0]
-        h = CausalConv3d(self.features, causal=self.causal, name="conv1")(nn.silu(h))
+        h = CausalConv3d(self.features, causal=self.causal, name="conv1")(nn.silu(h), counts)
         if self.inject_noise:
             h = h + self._noise("per_channel_scale1", noise[0], c_in)
         h = channel_rms_norm(h)
         if self.timestep_conditioning:
             h = h * (1 + mod[:, 3]) + mod[:, 2]
-        h = CausalConv3d(self.features, causal=self.causal, name="conv2")(nn.silu(h))
+        h = CausalConv3d(self.features, causal=self.causal, name="conv2")(nn.silu(h), counts)
         if self.inject_noise:
             h = h + self._noise("per_channel_scale2", noise[1], c_in)
         if c_in != self.features:
@@ -130,10 +140,10 @@ class ResnetBlock(nn.Module):
         return spatial[None, None, :, :, None] * scale
 
 
-def _run_resnets(x, temb, noise, layers: int, **kwargs):
+def _run_resnets(x, temb, noise, layers: int, extent: Extent | None = None, **kwargs):
     """`layers` resnets named `resnets_{i}`, each taking its two noise maps in turn."""
     for i in range(layers):
-        x = ResnetBlock(x.shape[-1], **kwargs, name=f"resnets_{i}")(x, temb, noise[2 * i: 2 * i + 2])
+        x = ResnetBlock(x.shape[-1], **kwargs, name=f"resnets_{i}")(x, temb, noise[2 * i: 2 * i + 2], extent)
     return x
 
 
@@ -163,14 +173,17 @@ class Downsampler(nn.Module):
     causal: bool = True
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, extent: Extent | None = None) -> jax.Array:
         s0 = self.stride[0]
+        counts = _counts(extent, x)
+        if counts is not None:  # the conv sees s0 - 1 more frames in front
+            counts = (counts[0] + s0 - 1, *counts[1:])
         x = jnp.concatenate([x[:, : s0 - 1], x], axis=1)
         volume = int(np.prod(self.stride))
         residual = space_to_depth(x, self.stride)
         group = residual.shape[-1] // self.features
         residual = residual.reshape(*residual.shape[:-1], self.features, group).mean(-1)
-        h = CausalConv3d(self.features // volume, causal=self.causal, name="conv")(x)
+        h = CausalConv3d(self.features // volume, causal=self.causal, name="conv")(x, counts)
         return space_to_depth(h, self.stride) + residual
 
 
@@ -183,10 +196,10 @@ class Upsampler(nn.Module):
     causal: bool = False
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, extent: Extent | None = None) -> jax.Array:
         stride = (2, 2, 2)
         c = x.shape[-1]
-        h = CausalConv3d(c * 8 // self.upscale_factor, causal=self.causal, name="conv")(x)
+        h = CausalConv3d(c * 8 // self.upscale_factor, causal=self.causal, name="conv")(x, _counts(extent, x))
         h = depth_to_space(h, stride)[:, stride[0] - 1:]
         if self.residual:
             r = depth_to_space(x, stride)
@@ -206,19 +219,19 @@ class Encoder(nn.Module):
     cfg: VAEConfig
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, extent: Extent | None = None) -> jax.Array:
         cfg = self.cfg
         p, pt = cfg.patch_size, cfg.patch_size_t
         b, f, h, w, c = x.shape
         x = x.reshape(b, f // pt, pt, h // p, p, w // p, p, c)
         x = x.transpose(0, 1, 3, 5, 7, 2, 6, 4).reshape(b, f // pt, h // p, w // p, c * pt * p * p)
         causal = cfg.encoder_causal
-        x = CausalConv3d(cfg.block_out_channels[0], causal=causal, name="conv_in")(x)
+        x = CausalConv3d(cfg.block_out_channels[0], causal=causal, name="conv_in")(x, _counts(extent, x))
         for i in range(cfg.num_down_blocks):
-            x = _DownBlock(cfg, i, name=f"down_blocks_{i}")(x)
-        x = _Stage(cfg.layers_per_block[-1], causal, cfg.resnet_norm_eps, name="mid_block")(x, None, ())
+            x = _DownBlock(cfg, i, name=f"down_blocks_{i}")(x, extent)
+        x = _Stage(cfg.layers_per_block[-1], causal, cfg.resnet_norm_eps, name="mid_block")(x, None, (), extent)
         x = nn.silu(channel_rms_norm(x))
-        x = CausalConv3d(cfg.latent_channels + 1, causal=causal, name="conv_out")(x)
+        x = CausalConv3d(cfg.latent_channels + 1, causal=causal, name="conv_out")(x, _counts(extent, x))
         return jnp.concatenate([x, jnp.repeat(x[..., -1:], cfg.latent_channels - 1, axis=-1)], axis=-1)
 
 
@@ -232,10 +245,10 @@ class _Stage(nn.Module):
     timestep_conditioning: bool = False
 
     @nn.compact
-    def __call__(self, x, temb, noise):
+    def __call__(self, x, temb, noise, extent: Extent | None = None):
         if self.timestep_conditioning:
             temb = TimeEmbedder(4 * x.shape[-1], name="time_embedder")(temb, x.dtype)
-        return _run_resnets(x, temb, noise, self.layers, causal=self.causal, eps=self.eps,
+        return _run_resnets(x, temb, noise, self.layers, extent, causal=self.causal, eps=self.eps,
                             inject_noise=self.inject_noise, timestep_conditioning=self.timestep_conditioning)
 
 
@@ -247,22 +260,22 @@ class _DownBlock(nn.Module):
     index: int
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, extent: Extent | None = None):
         cfg, i = self.cfg, self.index
         causal, eps = cfg.encoder_causal, cfg.resnet_norm_eps
-        x = _run_resnets(x, None, (), cfg.layers_per_block[i], causal=causal, eps=eps)
+        x = _run_resnets(x, None, (), cfg.layers_per_block[i], extent, causal=causal, eps=eps)
         if cfg.is_095:
             out = cfg.block_out_channels[i + 1]
             if cfg.spatio_temporal_scaling[i]:
                 stride = {"spatial": (1, 2, 2), "temporal": (2, 1, 1), "spatiotemporal": (2, 2, 2)}[cfg.downsample_type[i]]
-                x = Downsampler(out, stride, causal, name="downsamplers_0")(x)
+                x = Downsampler(out, stride, causal, name="downsamplers_0")(x, extent)
             return x
         if cfg.spatio_temporal_scaling[i]:  # a stride-2 `LTXVideoCausalConv3d` (`downsamplers.0.conv`)
-            x = CausalConv3d(x.shape[-1], stride=(2, 2, 2), causal=causal, name="downsamplers_0")(x)
+            x = CausalConv3d(x.shape[-1], stride=(2, 2, 2), causal=causal, name="downsamplers_0")(x, _counts(extent, x))
         n = cfg.num_down_blocks
         out = cfg.block_out_channels[i + 1] if i + 1 < n else cfg.block_out_channels[i]
         if out != x.shape[-1]:
-            x = ResnetBlock(out, causal=causal, eps=eps, name="conv_out")(x, None, ())
+            x = ResnetBlock(out, causal=causal, eps=eps, name="conv_out")(x, None, (), extent)
         return x
 
 
@@ -283,7 +296,7 @@ class _UpBlock(nn.Module):
     index: int
 
     @nn.compact
-    def __call__(self, x, temb, noise):
+    def __call__(self, x, temb, noise, extent: Extent | None = None):
         cfg, i = self.cfg, self.index
         r = _reversed(cfg)
         causal, eps, tc = cfg.decoder_causal, cfg.resnet_norm_eps, cfg.timestep_conditioning
@@ -294,13 +307,13 @@ class _UpBlock(nn.Module):
             if tc:
                 raise ValueError("LTX-Video VAE: a width-changing up block under timestep conditioning is not "
                                  "runnable (the reference's conv_in would receive the raw timestep)")
-            x = ResnetBlock(out, causal=causal, eps=eps, inject_noise=inject, name="conv_in")(x, None, noise[:2])
+            x = ResnetBlock(out, causal=causal, eps=eps, inject_noise=inject, name="conv_in")(x, None, noise[:2], extent)
             used = 2 if inject else 0
         if tc:
             temb = TimeEmbedder(4 * x.shape[-1] // factor, name="time_embedder")(temb, x.dtype)
         if r["scaling"][i]:
-            x = Upsampler(factor, r["residual"][i], causal, name="upsamplers_0")(x)
-        return _run_resnets(x, temb, noise[used:], r["layers"][i + 1], causal=causal, eps=eps,
+            x = Upsampler(factor, r["residual"][i], causal, name="upsamplers_0")(x, extent)
+        return _run_resnets(x, temb, noise[used:], r["layers"][i + 1], extent, causal=causal, eps=eps,
                             inject_noise=inject, timestep_conditioning=tc)
 
 
@@ -311,19 +324,21 @@ class Decoder(nn.Module):
     cfg: VAEConfig
 
     @nn.compact
-    def __call__(self, z: jax.Array, temb: jax.Array | None, noise: Sequence[jax.Array]) -> jax.Array:
+    def __call__(self, z: jax.Array, temb: jax.Array | None, noise: Sequence[jax.Array],
+                 extent: Extent | None = None) -> jax.Array:
         cfg = self.cfg
         r = _reversed(cfg)
         causal, eps, tc = cfg.decoder_causal, cfg.resnet_norm_eps, cfg.timestep_conditioning
-        x = CausalConv3d(r["channels"][0], causal=causal, name="conv_in")(z)
+        x = CausalConv3d(r["channels"][0], causal=causal, name="conv_in")(z, _counts(extent, z))
         if tc:
             multiplier = self.param("timestep_scale_multiplier", nn.initializers.constant(1000.0), (), jnp.float32)
             temb = temb.astype(jnp.float32) * multiplier
         counts = decoder_noise_counts(cfg)
         starts = np.cumsum((0,) + counts)
-        x = _Stage(r["layers"][0], causal, eps, r["noise"][0], tc, name="mid_block")(x, temb, noise[starts[0]: starts[1]])
+        x = _Stage(r["layers"][0], causal, eps, r["noise"][0], tc, name="mid_block")(
+            x, temb, noise[starts[0]: starts[1]], extent)
         for i in range(len(r["channels"])):
-            x = _UpBlock(cfg, i, name=f"up_blocks_{i}")(x, temb, noise[starts[i + 1]: starts[i + 2]])
+            x = _UpBlock(cfg, i, name=f"up_blocks_{i}")(x, temb, noise[starts[i + 1]: starts[i + 2]], extent)
         x = channel_rms_norm(x)
         if tc:
             c = x.shape[-1]
@@ -331,7 +346,7 @@ class Decoder(nn.Module):
             mod = TimeEmbedder(2 * c, name="time_embedder")(temb, x.dtype).reshape(-1, 2, c) + table.astype(x.dtype)
             x = x * (1 + mod[:, 1, None, None, None]) + mod[:, 0, None, None, None]
         p = cfg.patch_size
-        x = CausalConv3d(cfg.out_channels * p * p, causal=causal, name="conv_out")(nn.silu(x))
+        x = CausalConv3d(cfg.out_channels * p * p, causal=causal, name="conv_out")(nn.silu(x), _counts(extent, x))
         b, f, h, w, _ = x.shape
         x = x.reshape(b, f, h, w, cfg.out_channels, cfg.patch_size_t, p, p)  # channels (c, t, w, h)
         return x.transpose(0, 1, 5, 2, 7, 3, 6, 4).reshape(b, f * cfg.patch_size_t, h * p, w * p, cfg.out_channels)
@@ -429,36 +444,81 @@ class LTXVideoVAE:
 
     # --- encode / decode -----------------------------------------------------------------------
 
-    def encode(self, params: Params, video: jax.Array) -> jax.Array:
+    def encode(self, params: Params, video: jax.Array, tiling: TileSizes | None = None) -> jax.Array:
         """Posterior moments `[B, 2·C, F', H', W']` (mean, then the log-variance channel repeated) of
-        video `[B, 3, F, H, W]` in [-1, 1] (F = 8k + 1; H, W multiples of 32)."""
+        video `[B, 3, F, H, W]` in [-1, 1] (F = 8k + 1; H, W multiples of 32).
+
+        Args:
+          tiling: encode in overlapping tiles as diffusers does after `enable_tiling()` (spatial) and with
+            `use_framewise_decoding` (temporal); the moments then come back as a host array.
+        """
         cfg = self.cfg
         _, c, f, h, w = video.shape
         if c != cfg.in_channels or (f - 1) % cfg.temporal_ratio or h % cfg.spatial_ratio or w % cfg.spatial_ratio:
             raise ValueError(f"LTX VAE encodes [B, {cfg.in_channels}, 8k+1, 32m, 32n] video, got {tuple(video.shape)}")
-        return _encode(self, params["encoder"], video)
+        plan = None if tiling is None else TilePlan((f, h, w), tiling, cfg.spatial_ratio, cfg.temporal_ratio, decode=False)
+        if plan is None or plan.single:
+            return _encode(self, params["encoder"], video)
+        x = pad_to(jnp.moveaxis(jnp.asarray(video, jnp.float32), 1, -1), plan.padded, (1, 2, 3))
+        body = plan.body
+        out = plan.run(lambda t: _encode_tile(self, body, params["encoder"], x, *_ints(t)))
+        return np.moveaxis(out, -1, 1)
 
     def decode(self, params: Params, latents: jax.Array, timestep: jax.Array | None = None,
-               noise: Sequence[jax.Array] = ()) -> jax.Array:
+               noise: Sequence[jax.Array] | Callable = (), tiling: TileSizes | None = None) -> jax.Array:
         """Video `[B, 3, 8(F'-1)+1, 32H', 32W']` from unnormalised latents `[B, C, F', H', W']`.
 
         Args:
           timestep: the decode timestep `[B]` (0.9.1+: the decoder is timestep-conditioned; the
             pipelines pass `decode_timestep`, 0.05 in the 0.9.5+ configs), else None.
-          noise: the injected spatial noise maps (0.9.1 only), shapes `decoder_noise_shapes`.
+          noise: the injected spatial noise maps (0.9.1 only): the maps in the reference's order (shapes
+            `decoder_noise_shapes`), or `noise(k, shape)` giving the k-th map it draws (each tile draws its
+            own, tile by tile: the only form tiled decoding takes).
+          tiling: decode in overlapping tiles as diffusers does after `enable_tiling()` (spatial) and with
+            `use_framewise_decoding` (temporal), each tile padded to one compiled shape; the video then
+            comes back as a host array.
         """
         cfg = self.cfg
         if latents.ndim != 5 or latents.shape[1] != cfg.latent_channels:
             raise ValueError(f"LTX VAE decodes latents [B, {cfg.latent_channels}, F, H, W], got {tuple(latents.shape)}")
         if cfg.timestep_conditioning and timestep is None:
             raise ValueError("this LTX VAE decoder is timestep-conditioned (0.9.1+): pass the decode timestep")
-        want = decoder_noise_shapes(cfg, *latents.shape[3:])
-        if [tuple(n.shape) for n in noise] != want:
-            raise ValueError(f"the decoder adds {len(want)} noise maps of shapes {want}; got "
-                             f"{[tuple(n.shape) for n in noise]}")
         temb = None if not cfg.timestep_conditioning else jnp.broadcast_to(jnp.asarray(timestep, jnp.float32).reshape(-1),
                                                                            (latents.shape[0],))
-        return _decode(self, params["decoder"], latents, temb, tuple(noise))
+        plan = None if tiling is None else TilePlan(tuple(latents.shape[2:]), tiling, cfg.spatial_ratio,
+                                                    cfg.temporal_ratio)
+        if plan is None or plan.single:
+            want = decoder_noise_shapes(cfg, *latents.shape[3:])
+            if callable(noise):
+                noise = [noise(k, shape) for k, shape in enumerate(want)]
+            if [tuple(n.shape) for n in noise] != want:
+                raise ValueError(f"the decoder adds {len(want)} noise maps of shapes {want}; got "
+                                 f"{[tuple(n.shape) for n in noise]}")
+            return _decode(self, params["decoder"], latents, temb, tuple(jnp.asarray(n) for n in noise))
+        if any(decoder_noise_counts(cfg)) and not callable(noise):
+            raise ValueError("tiled decoding draws noise maps per tile: pass noise as a callable noise(k, shape)")
+        return np.moveaxis(self._decode_tiles(params["decoder"], latents, temb, noise, plan), -1, 1)
+
+    def _decode_tiles(self, params: Params, latents, temb, noise, plan: TilePlan) -> np.ndarray:
+        """The host loop: each tile's noise maps drawn in the reference's order and zero-padded to the body's."""
+        z = pad_to(jnp.moveaxis(jnp.asarray(latents, jnp.float32), 1, -1), plan.padded, (1, 2, 3))
+        body = plan.body
+        padded_shapes = decoder_noise_shapes(self.cfg, *body[1:])
+        drawn = [0]
+
+        def run(tile):
+            maps = []
+            for shape, full in zip(decoder_noise_shapes(self.cfg, *tile.counts[1:]), padded_shapes):
+                m = jnp.asarray(noise(drawn[0], shape), jnp.float32)
+                maps.append(jnp.pad(m, ((0, full[0] - shape[0]), (0, full[1] - shape[1]))))
+                drawn[0] += 1
+            return _decode_tile(self, body, params, z, *_ints(tile), temb, tuple(maps))
+
+        return plan.run(run)
+
+
+def _ints(tile) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(tile.start, np.int32), np.asarray(tile.counts, np.int32)
 
 
 @partial(jax.jit, static_argnums=0)
@@ -474,3 +534,56 @@ def _decode(vae: LTXVideoVAE, params: Params, latents: jax.Array, temb, noise) -
     noise = tuple(n.astype(vae.dtype) for n in noise)
     video = vae.decoder.apply({"params": params}, z, temb, noise)
     return jnp.moveaxis(video, -1, 1).astype(jnp.float32)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _encode_tile(vae: LTXVideoVAE, body: tuple[int, int, int], params: Params, video, start, counts) -> jax.Array:
+    """One padded tile of channels-last `video` at `start` (every tile: this one compiled unit)."""
+    x = window(video, start, body).astype(vae.dtype)
+    return vae.encoder.apply({"params": params}, x, Extent(body, counts)).astype(jnp.float32)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _decode_tile(vae: LTXVideoVAE, body: tuple[int, int, int], params: Params, z, start, counts, temb,
+                 noise) -> jax.Array:
+    """One padded tile of channels-last latents `z` at `start` -> its channels-last video."""
+    x = window(z, start, body).astype(vae.dtype)
+    noise = tuple(n.astype(vae.dtype) for n in noise)
+    return vae.decoder.apply({"params": params}, x, temb, noise, Extent(body, counts)).astype(jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+
+
+# XLA's buffer assignment for the decoder keeps about this many fp32 maps of `[frames, H/p, W/p,
+# decoder_block_out_channels[0]]` alive at its widest point (the last upsampler and the full-resolution
+# resnets after it); tests/ltx_video/test_vae.py checks the figure against `memory_analysis()`.
+DECODE_LIVE_MAPS = 3.0
+ENCODE_LIVE_MAPS = 3.0  # the same for the encoder's first level (`block_out_channels[0]`)
+
+
+def decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: TileSizes | None = None) -> int:
+    """The decode's device working set beyond its weights (fp32): the widest maps of one compiled decode
+    (the whole video, or the padded tile every tile runs as) and its output. Tiles are stitched on the
+    host. Frames, height and width are the output's."""
+    f, h, w = frames, height, width
+    if tiling is not None:
+        latent = ((frames - 1) // cfg.temporal_ratio + 1, height // cfg.spatial_ratio, width // cfg.spatial_ratio)
+        plan = TilePlan(latent, tiling, cfg.spatial_ratio, cfg.temporal_ratio)
+        if not plan.single:
+            f, h, w = plan.out_counts(plan.body)
+    p = cfg.patch_size
+    maps = DECODE_LIVE_MAPS * f * (h // p) * (w // p) * cfg.decoder_block_out_channels[0] * 4
+    return int(maps + f * h * w * cfg.out_channels * 4)
+
+
+def encode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: TileSizes | None = None) -> int:
+    """The encode's device working set beyond its weights (fp32), as `decode_peak_bytes`."""
+    f, h, w = frames, height, width
+    if tiling is not None:
+        plan = TilePlan((frames, height, width), tiling, cfg.spatial_ratio, cfg.temporal_ratio, decode=False)
+        if not plan.single:
+            f, h, w = plan.body
+    p = cfg.patch_size
+    return int(ENCODE_LIVE_MAPS * f * (h // p) * (w // p) * cfg.block_out_channels[0] * 4 + f * h * w * 3 * 4)
