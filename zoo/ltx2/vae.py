@@ -17,14 +17,17 @@ the space-to-depth downsampler, runtime causality and the reflect padding.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vidax.zoo.layers import LayerNorm, MLPEmbedder, logical_param, timestep_sinusoid
 from vidax.zoo.ltx2.config import VideoVAEConfig
+from vidax.zoo.vae_tiling import Extent, TilePlan, TileSizes, fix_edges, pad_to, window
 
 Params = dict[str, Any]
 
@@ -45,8 +48,10 @@ class CausalConv3d(nn.Module):
     padding_mode: str = "zeros"
 
     @nn.compact
-    def __call__(self, x: jax.Array, causal: bool) -> jax.Array:
+    def __call__(self, x: jax.Array, causal: bool, counts=None) -> jax.Array:
         k = self.kernel
+        if counts is not None and k > 1:  # a padded tile: what a tile cut at its real edge would see
+            x = fix_edges(x, counts, time=None if causal else "replicate", space=self.padding_mode)
         if causal:
             x = jnp.concatenate([jnp.repeat(x[:, :1], k - 1, axis=1), x], axis=1)
         else:
@@ -55,6 +60,11 @@ class CausalConv3d(nn.Module):
         pad = ((0, 0), (0, 0), (k // 2, k // 2), (k // 2, k // 2), (0, 0))
         x = jnp.pad(x, pad, mode="reflect" if self.padding_mode == "reflect" else "constant")
         return Conv3d(self.features, self.kernel, self.stride, name="conv")(x)
+
+
+def _counts(extent: Extent | None, x: jax.Array):
+    """A padded tile's real (frames, height, width) at `x`'s resolution (None: a whole video)."""
+    return None if extent is None else extent.at(x.shape[1:4])
 
 
 class Conv3d(nn.Module):
@@ -93,20 +103,21 @@ class ResnetBlock3d(nn.Module):
     timestep_conditioning: bool = False
 
     @nn.compact
-    def __call__(self, x, temb, causal: bool):
+    def __call__(self, x, temb, causal: bool, extent: Extent | None = None):
         c_in = x.shape[-1]
         conv = lambda name: CausalConv3d(self.features, padding_mode=self.padding_mode, name=name)  # noqa: E731
+        counts = _counts(extent, x)
         h = rms_channels(x)
         if self.timestep_conditioning:
             table = logical_param(self, "scale_shift_table", (4, c_in), (None, "conv_in"))
             mod = temb.reshape(temb.shape[0], 4, -1) + table[None].astype(jnp.float32)  # [B, 4, C]
             shift1, scale1, shift2, scale2 = (mod[:, i, None, None, None] for i in range(4))
             h = h * (1 + scale1) + shift1
-        h = conv("conv1")(jax.nn.silu(h), causal)
+        h = conv("conv1")(jax.nn.silu(h), causal, counts)
         h = rms_channels(h)
         if self.timestep_conditioning:
             h = h * (1 + scale2) + shift2
-        h = conv("conv2")(jax.nn.silu(h), causal)
+        h = conv("conv2")(jax.nn.silu(h), causal, counts)
         if c_in != self.features:
             x = LayerNorm(self.eps, name="norm3")(x)
             x = Conv3d(self.features, name="conv_shortcut")(x)
@@ -137,15 +148,18 @@ class Downsampler3d(nn.Module):
     padding_mode: str
 
     @nn.compact
-    def __call__(self, x, causal: bool):
+    def __call__(self, x, causal: bool, extent: Extent | None = None):
         s0 = self.stride[0]
+        counts = _counts(extent, x)
+        if counts is not None:  # the conv sees s0 - 1 more frames in front
+            counts = (counts[0] + s0 - 1, *counts[1:])
         x = jnp.concatenate([x[:, : s0 - 1], x], axis=1)  # the first frame stands in for the missing past
         residual = _space_to_depth(x, self.stride)
         group = residual.shape[-1] // self.features
         residual = residual.reshape(*residual.shape[:-1], self.features, group).mean(axis=-1)
         conv = CausalConv3d(self.features // (s0 * self.stride[1] * self.stride[2]), padding_mode=self.padding_mode,
                             name="conv")
-        return _space_to_depth(conv(x, causal), self.stride) + residual
+        return _space_to_depth(conv(x, causal, counts), self.stride) + residual
 
 
 class Upsampler3d(nn.Module):
@@ -158,11 +172,11 @@ class Upsampler3d(nn.Module):
     padding_mode: str
 
     @nn.compact
-    def __call__(self, x, causal: bool):
+    def __call__(self, x, causal: bool, extent: Extent | None = None):
         s0, s1, s2 = self.stride
         volume = s0 * s1 * s2
         out = CausalConv3d(x.shape[-1] * volume // self.upscale_factor, padding_mode=self.padding_mode, name="conv")
-        h = _depth_to_space(out(x, causal), self.stride)[:, s0 - 1:]
+        h = _depth_to_space(out(x, causal, _counts(extent, x)), self.stride)[:, s0 - 1:]
         if self.residual:
             res = _depth_to_space(x, self.stride)
             res = jnp.tile(res, (1, 1, 1, 1, volume // self.upscale_factor))[:, s0 - 1:]
@@ -183,15 +197,16 @@ class DownBlock(nn.Module):
     padding_mode: str
 
     @nn.compact
-    def __call__(self, x, causal: bool):
+    def __call__(self, x, causal: bool, extent: Extent | None = None):
         width = x.shape[-1]
         for j in range(self.layers):
-            x = ResnetBlock3d(width, self.eps, self.padding_mode, name=f"resnets_{j}")(x, None, causal)
+            x = ResnetBlock3d(width, self.eps, self.padding_mode, name=f"resnets_{j}")(x, None, causal, extent)
         if self.downsample == "conv":
-            x = CausalConv3d(width, stride=(2, 2, 2), padding_mode=self.padding_mode, name="downsamplers_0")(x, causal)
+            x = CausalConv3d(width, stride=(2, 2, 2), padding_mode=self.padding_mode, name="downsamplers_0")(
+                x, causal, _counts(extent, x))
         elif self.downsample is not None:
             x = Downsampler3d(self.features, _STRIDES[self.downsample], self.padding_mode, name="downsamplers_0")(
-                x, causal)
+                x, causal, extent)
         return x
 
 
@@ -204,11 +219,12 @@ class MidBlock(nn.Module):
     conditioned: bool = False
 
     @nn.compact
-    def __call__(self, x, temb, causal: bool):
+    def __call__(self, x, temb, causal: bool, extent: Extent | None = None):
         width = x.shape[-1]
         t = TimestepEmbedder(width * 4, name="time_embedder")(temb.reshape(-1)) if self.conditioned else None
         for j in range(self.layers):
-            x = ResnetBlock3d(width, self.eps, self.padding_mode, self.conditioned, name=f"resnets_{j}")(x, t, causal)
+            x = ResnetBlock3d(width, self.eps, self.padding_mode, self.conditioned, name=f"resnets_{j}")(
+                x, t, causal, extent)
         return x
 
 
@@ -231,19 +247,19 @@ class UpBlock(nn.Module):
     conditioned: bool = False
 
     @nn.compact
-    def __call__(self, x, temb, causal: bool):
+    def __call__(self, x, temb, causal: bool, extent: Extent | None = None):
         if self.in_features != self.features:
             if self.conditioned:
                 raise ValueError("LTX-2 video VAE: an up block with a channel change under timestep "
                                  "conditioning (diffusers would feed it the raw timestep)")
-            x = ResnetBlock3d(self.features, self.eps, self.padding_mode, name="conv_in")(x, None, causal)
+            x = ResnetBlock3d(self.features, self.eps, self.padding_mode, name="conv_in")(x, None, causal, extent)
         t = TimestepEmbedder(self.in_features * 4, name="time_embedder")(temb.reshape(-1)) if self.conditioned else None
         if self.upsample is not None:
             x = Upsampler3d(_STRIDES[self.upsample], self.residual, self.factor, self.padding_mode,
-                            name="upsamplers_0")(x, causal)
+                            name="upsamplers_0")(x, causal, extent)
         for j in range(self.layers):
             x = ResnetBlock3d(self.features, self.eps, self.padding_mode, self.conditioned, name=f"resnets_{j}")(
-                x, t, causal)
+                x, t, causal, extent)
         return x
 
 
@@ -253,16 +269,17 @@ class Encoder(nn.Module):
     cfg: VideoVAEConfig
 
     @nn.compact
-    def __call__(self, x, causal: bool):
+    def __call__(self, x, causal: bool, extent: Extent | None = None):
         cfg = self.cfg
         mode, eps = cfg.encoder_spatial_padding_mode, cfg.resnet_norm_eps
-        x = CausalConv3d(cfg.latent_channels, padding_mode=mode, name="conv_in")(_patchify(x, cfg), causal)
+        x = _patchify(x, cfg)
+        x = CausalConv3d(cfg.latent_channels, padding_mode=mode, name="conv_in")(x, causal, _counts(extent, x))
         for i, out in enumerate(cfg.block_out_channels):
             kind = cfg.downsample_type[i] if cfg.spatio_temporal_scaling[i] else None
-            x = DownBlock(out, cfg.layers_per_block[i], kind, eps, mode, name=f"down_blocks_{i}")(x, causal)
-        x = MidBlock(cfg.layers_per_block[-1], eps, mode, name="mid_block")(x, None, causal)
+            x = DownBlock(out, cfg.layers_per_block[i], kind, eps, mode, name=f"down_blocks_{i}")(x, causal, extent)
+        x = MidBlock(cfg.layers_per_block[-1], eps, mode, name="mid_block")(x, None, causal, extent)
         x = CausalConv3d(cfg.latent_channels + 1, padding_mode=mode, name="conv_out")(jax.nn.silu(rms_channels(x)),
-                                                                                      causal)
+                                                                                      causal, _counts(extent, x))
         return x[..., : cfg.latent_channels]  # the mean; the last channel is the shared log-variance
 
 
@@ -272,7 +289,7 @@ class Decoder(nn.Module):
     cfg: VideoVAEConfig
 
     @nn.compact
-    def __call__(self, z, temb, causal: bool):
+    def __call__(self, z, temb, causal: bool, extent: Extent | None = None):
         cfg = self.cfg
         mode, eps, cond = cfg.decoder_spatial_padding_mode, cfg.resnet_norm_eps, cfg.timestep_conditioning
         channels = tuple(reversed(cfg.decoder_block_out_channels))
@@ -281,16 +298,16 @@ class Decoder(nn.Module):
         residual = tuple(reversed(cfg.upsample_residual))
         factors = tuple(reversed(cfg.upsample_factor))
         kinds = tuple(reversed(cfg.upsample_type))
-        x = CausalConv3d(channels[0], padding_mode=mode, name="conv_in")(z, causal)
+        x = CausalConv3d(channels[0], padding_mode=mode, name="conv_in")(z, causal, _counts(extent, z))
         if cond:
             multiplier = logical_param(self, "timestep_scale_multiplier", (), (), nn.initializers.constant(1000.0))
             temb = temb.astype(jnp.float32) * multiplier.astype(jnp.float32)
-        x = MidBlock(layers[0], eps, mode, cond, name="mid_block")(x, temb, causal)
+        x = MidBlock(layers[0], eps, mode, cond, name="mid_block")(x, temb, causal, extent)
         width = channels[0]
         for i, out in enumerate(channels):
             block_in, width = width // factors[i], out // factors[i]
             x = UpBlock(block_in, width, layers[i + 1], kinds[i] if scaling[i] else None, residual[i], factors[i],
-                        eps, mode, cond, name=f"up_blocks_{i}")(x, temb, causal)
+                        eps, mode, cond, name=f"up_blocks_{i}")(x, temb, causal, extent)
         x = rms_channels(x)
         if cond:
             width = x.shape[-1]
@@ -299,7 +316,7 @@ class Decoder(nn.Module):
             mod = t.reshape(t.shape[0], 2, -1) + table[None].astype(jnp.float32)
             x = x * (1 + mod[:, 1, None, None, None]) + mod[:, 0, None, None, None]
         out = cfg.out_channels * cfg.patch_size ** 2 * cfg.patch_size_t
-        x = CausalConv3d(out, padding_mode=mode, name="conv_out")(jax.nn.silu(x), causal)
+        x = CausalConv3d(out, padding_mode=mode, name="conv_out")(jax.nn.silu(x), causal, _counts(extent, x))
         return _unpatchify(x, cfg)
 
 
@@ -335,11 +352,11 @@ class VideoVAEModule(nn.Module):
         z = self.encoder(x, self.cfg.encoder_causal)
         return self.decoder(z, temb, self.cfg.decoder_causal), self.latents_mean, self.latents_std
 
-    def encode(self, x, causal):
-        return self.encoder(x, causal)
+    def encode(self, x, causal, extent=None):
+        return self.encoder(x, causal, extent)
 
-    def decode(self, z, temb, causal):
-        return self.decoder(z, temb, causal)
+    def decode(self, z, temb, causal, extent=None):
+        return self.decoder(z, temb, causal, extent)
 
 
 class LTX2VideoVAE:
@@ -366,8 +383,13 @@ class LTX2VideoVAE:
 
         return param_shapes(self.init_params)
 
-    def encode(self, params: Params, video: jax.Array, causal: bool | None = None) -> jax.Array:
-        """`[B, C, F, H, W]` (F = 1 + 8k, H and W multiples of 32) -> mean latents `[B, 128, F', H', W']`."""
+    def encode(self, params: Params, video: jax.Array, causal: bool | None = None,
+               tiling: TileSizes | None = None) -> jax.Array:
+        """`[B, C, F, H, W]` (F = 1 + 8k, H and W multiples of 32) -> mean latents `[B, 128, F', H', W']`.
+
+        `tiling`: overlapping tiles as diffusers after `enable_tiling()` (spatial) and with
+        `use_framewise_decoding` (temporal): a host loop over one compiled tile; a host array back.
+        """
         cfg = self.cfg
         _, _, f, h, w = video.shape
         if (f - 1) % cfg.temporal_ratio or h % cfg.spatial_ratio or w % cfg.spatial_ratio:
@@ -375,17 +397,89 @@ class LTX2VideoVAE:
                              f"{cfg.spatial_ratio} pixels, got {video.shape[2:]}")
         causal = bool(causal) or cfg.encoder_causal
         x = jnp.moveaxis(video.astype(self.dtype), 1, -1)
+        plan = None if tiling is None else TilePlan((f, h, w), tiling, cfg.spatial_ratio, cfg.temporal_ratio,
+                                                    decode=False)
+        if plan is not None and not plan.single:
+            x = pad_to(x, plan.padded, (1, 2, 3))
+            return np.moveaxis(plan.run(lambda t: _encode_tile(cfg, causal, plan.body, params, x, *_ints(t))), -1, 1)
         z = self.module.apply({"params": params}, x, causal, method=VideoVAEModule.encode)
         return jnp.moveaxis(z, -1, 1)
 
     def decode(self, params: Params, z: jax.Array, timestep: jax.Array | None = None,
-               causal: bool | None = None) -> jax.Array:
-        """`[B, 128, F', H', W']` -> video `[B, 3, 1 + 8 (F' - 1), 32 H', 32 W']` in about [-1, 1]."""
+               causal: bool | None = None, tiling: TileSizes | None = None) -> jax.Array:
+        """`[B, 128, F', H', W']` -> video `[B, 3, 1 + 8 (F' - 1), 32 H', 32 W']` in about [-1, 1].
+
+        `tiling`: decode in overlapping tiles as `encode` does (a host array back).
+        """
         cfg = self.cfg
         if cfg.timestep_conditioning and timestep is None:
             raise ValueError("LTX-2 video VAE: this decoder is timestep-conditioned; pass the decode timestep")
         causal = bool(causal) or cfg.decoder_causal
         x = jnp.moveaxis(z.astype(self.dtype), 1, -1)
         t = None if timestep is None else jnp.broadcast_to(jnp.asarray(timestep, jnp.float32), (z.shape[0],))
+        plan = None if tiling is None else TilePlan(tuple(z.shape[2:]), tiling, cfg.spatial_ratio, cfg.temporal_ratio)
+        if plan is not None and not plan.single:
+            x = pad_to(x, plan.padded, (1, 2, 3))
+            return np.moveaxis(plan.run(lambda tile: _decode_tile(cfg, causal, plan.body, params, x, *_ints(tile), t)),
+                               -1, 1)
         out = self.module.apply({"params": params}, x, t, causal, method=VideoVAEModule.decode)
         return jnp.moveaxis(out, -1, 1)
+
+
+def _ints(tile) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(tile.start, np.int32), np.asarray(tile.counts, np.int32)
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2))
+def _encode_tile(cfg: VideoVAEConfig, causal: bool, body: tuple[int, int, int], params: Params, x,
+                 start, counts) -> jax.Array:
+    """One padded tile of channels-last pixels `x` at `start` (every tile: this one compiled unit)."""
+    tile = window(x, start, body)
+    return VideoVAEModule(cfg).apply({"params": params}, tile, causal, Extent(body, counts), method=VideoVAEModule.encode)
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2))
+def _decode_tile(cfg: VideoVAEConfig, causal: bool, body: tuple[int, int, int], params: Params, z,
+                 start, counts, temb) -> jax.Array:
+    """One padded tile of channels-last latents `z` at `start` -> its channels-last video."""
+    tile = window(z, start, body)
+    return VideoVAEModule(cfg).apply({"params": params}, tile, temb, causal, Extent(body, counts),
+                                     method=VideoVAEModule.decode)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+
+# XLA's buffer assignment for a decode keeps about this many fp32 maps of `[frames, H/p, W/p,
+# decoder_block_out_channels[0]]` alive at its widest point (the last upsampler and the resnets after
+# it); tests/ltx2/test_vae.py checks the figure against `memory_analysis()`.
+DECODE_LIVE_MAPS = 3.0
+ENCODE_LIVE_MAPS = 3.0  # the encoder's first level (`block_out_channels[0]` ... at H/p, W/p)
+
+
+def decode_peak_bytes(cfg: VideoVAEConfig, frames: int, height: int, width: int,
+                      tiling: TileSizes | None = None) -> int:
+    """The decode's device working set beyond its weights (fp32): the widest maps of one compiled decode
+    (the whole video, or the padded tile every tile runs as) and its output; tiles are stitched on the
+    host. Frames, height and width are the output's."""
+    f, h, w = frames, height, width
+    if tiling is not None:
+        latent = ((frames - 1) // cfg.temporal_ratio + 1, height // cfg.spatial_ratio, width // cfg.spatial_ratio)
+        plan = TilePlan(latent, tiling, cfg.spatial_ratio, cfg.temporal_ratio)
+        if not plan.single:
+            f, h, w = plan.out_counts(plan.body)
+    p = cfg.patch_size
+    maps = DECODE_LIVE_MAPS * f * (h // p) * (w // p) * cfg.decoder_block_out_channels[0] * 4
+    return int(maps + f * h * w * cfg.out_channels * 4)
+
+
+def encode_peak_bytes(cfg: VideoVAEConfig, frames: int, height: int, width: int,
+                      tiling: TileSizes | None = None) -> int:
+    """The encode's device working set beyond its weights (fp32), as `decode_peak_bytes`."""
+    f, h, w = frames, height, width
+    if tiling is not None:
+        plan = TilePlan((frames, height, width), tiling, cfg.spatial_ratio, cfg.temporal_ratio, decode=False)
+        if not plan.single:
+            f, h, w = plan.body
+    p = cfg.patch_size
+    return int(ENCODE_LIVE_MAPS * f * (h // p) * (w // p) * cfg.latent_channels * 4 + f * h * w * 3 * 4)
