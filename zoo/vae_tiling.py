@@ -327,3 +327,15 @@ def window(x: jax.Array, start, sizes: Sequence[int], axes: Sequence[int] = (1, 
         starts[axis] = jnp.asarray(s, jnp.int32)
         shape[axis] = n
     return jax.lax.dynamic_slice(x, starts, shape)
+
+
+def tiles_for(setting: bool | None, whole_bytes: int, sizes: TileSizes = TileSizes()) -> TileSizes | None:
+    """The tiles a VAE call runs with: `sizes` when `setting` is True (`--vae-tiling`), none when False;
+    None (the default): tiles only when the whole-video call (`whole_bytes`: weights and working set)
+    would not fit in 90% of one local device (the planner's `device_memory_bytes`)."""
+    if setting is None:
+        from vidax.zoo.planner import device_memory_bytes
+
+        _, limit = device_memory_bytes()
+        setting = whole_bytes > 0.9 * limit
+    return sizes if setting else None

@@ -54,7 +54,8 @@ from vidax.zoo.ltx2.media import default_crf, recompress_image
 from vidax.zoo.ltx2.rope import RopeTables, default_dit_rope_tables
 from vidax.zoo.ltx2.text import BOS_MODES, prompt_tokens, stack_hidden_states
 from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer
-from vidax.zoo.ltx2.vae import LTX2VideoVAE
+from vidax.zoo.ltx2.vae import LTX2VideoVAE, decode_peak_bytes, encode_peak_bytes
+from vidax.zoo.vae_tiling import TileSizes, tiles_for
 from vidax.zoo.pipeline import GenerateOptions, GenerateResult, PipelineError, load_latents, seeded_noise
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 
@@ -92,6 +93,7 @@ class LTX2Settings(Settings):
     decode_timestep: float = 0.0
     decode_noise_scale: float | None = None
     diffusion_decoder: bool = False
+    vae_tiling: bool | None = None  # None: decode in tiles (as Lightricks' pipelines), encode only if it must
 
     def __post_init__(self):
         object.__setattr__(self, "stg_blocks", _int_list(self.stg_blocks, "--stg-blocks"))
@@ -296,6 +298,9 @@ class LTX2Family(Family):
              "timestep-conditioned decode (default: --decode-timestep)"),
         Flag("--diffusion-decoder", "diffusion_decoder", bool, "decode the video with LTX-2.5's diffusion "
              "decoder instead of the VAE's"),
+        Flag("--vae-tiling", "vae_tiling", bool, "video VAE decode (and image encode) in overlapping 512-px, "
+             "16-frame tiles as diffusers' enable_tiling() + frame-wise decoding (default: decode tiled, as "
+             "Lightricks' pipelines; the image encode only when it would not fit the device)"),
     )
 
     # --- configs ----------------------------------------------------------------------------
@@ -454,7 +459,12 @@ class LTX2Family(Family):
         crf = s.image_crf if s.image_crf is not None else default_crf(self.model.text_model_type)
         pixels = vae_image(recompress_image(image, crf), s.height, s.width)  # [1, 3, 1, H, W] in [-1, 1]
         params = self.load_part(self.component("vae"), "float32")
-        z = _vae_encode(self.model.vae, params, jnp.asarray(pixels))
+        weights = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
+        tiles = tiles_for(s.vae_tiling, weights + encode_peak_bytes(self.model.vae, 1, s.height, s.width))
+        if tiles is None:
+            z = _vae_encode(self.model.vae, params, jnp.asarray(pixels))
+        else:
+            z = jnp.asarray(LTX2VideoVAE(self.model.vae).encode(params, jnp.asarray(pixels), tiling=tiles))
         out = lat.normalize_video(z, params["latents_mean"], params["latents_std"])  # diffusers: scaling 1
         out.block_until_ready()
         self.done(params)
@@ -565,7 +575,7 @@ class LTX2Family(Family):
             pixels = self._diffusion_decode(s, video)
         else:
             pixels = self._vae_decode(s, video)
-        return np.asarray(jnp.moveaxis(jnp.clip(pixels[0] / 2 + 0.5, 0.0, 1.0), 0, -1), np.float32)
+        return np.moveaxis(np.clip(np.asarray(pixels[0], np.float32) / 2 + 0.5, 0.0, 1.0), 0, -1)
 
     def _vae_decode(self, s: LTX2Settings, video: jax.Array) -> jax.Array:
         cfg = self.model.vae
@@ -576,8 +586,11 @@ class LTX2Family(Family):
             video = (1 - scale) * video + scale * jnp.asarray(self.host_noise(2, 0, tuple(video.shape)))
             timestep = jnp.full((video.shape[0],), s.decode_timestep, jnp.float32)
         z = lat.denormalize_video(video, params["latents_mean"], params["latents_std"], cfg.scaling_factor)
-        out = _vae_decode(cfg, params, z, timestep)
-        out.block_until_ready()
+        if _decode_tiles(s) is None:
+            out = _vae_decode(cfg, params, z, timestep)
+            out.block_until_ready()
+        else:  # a host loop over one compiled tile; the video stitched on the host
+            out = LTX2VideoVAE(cfg).decode(params, z, timestep, tiling=_decode_tiles(s))
         self.done(params)
         return out
 
@@ -672,18 +685,15 @@ def memory_job(model: LTX2Model, s: LTX2Settings, passes: int, *, dtype_bytes: i
         text_encoder_bytes=dtype_bytes,
         vae_params=vae_params,
         vae_weight_bytes=4,  # the VAE runs in fp32
-        vae_peak_activation_bytes=vae_decode_peak_bytes(vae, s.frames, s.height, s.width),
+        vae_peak_activation_bytes=decode_peak_bytes(vae, s.frames, s.height, s.width, _decode_tiles(s)),
         blockwise_attention=blockwise_attention,
     )
 
 
-def vae_decode_peak_bytes(cfg: VideoVAEConfig, frames: int, height: int, width: int) -> int:
-    """The video VAE decoder's working set (fp32, whole clip): its widest level's activations, the last
-    up block at `patch_size`-downsampled resolution and `decoder_block_out_channels[0]` channels, with
-    a residual input, a conv output and the norm in flight (three such maps), plus the output."""
-    side = cfg.patch_size
-    level = frames * (height // side) * (width // side) * cfg.decoder_block_out_channels[0] * 4
-    return 3 * level + frames * height * width * cfg.out_channels * 4
+def _decode_tiles(s: LTX2Settings) -> TileSizes | None:
+    """The video VAE decode's tiles: diffusers' default tiles unless --no-vae-tiling (Lightricks' pipelines
+    decode tiled by default)."""
+    return None if s.vae_tiling is False else TileSizes()
 
 
 FAMILY = LTX2Family

@@ -65,7 +65,8 @@ from vidax.zoo.ltx_video.steppers import KeepFirstFrame, PerTokenEuler
 from vidax.zoo.ltx_video.text import encode_prompts
 from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
 from vidax.zoo.ltx_video.upsampler import LTXLatentUpsampler
-from vidax.zoo.ltx_video.vae import LTXVideoVAE, decoder_noise_shapes
+from vidax.zoo.ltx_video.vae import LTXVideoVAE, decode_peak_bytes, encode_peak_bytes
+from vidax.zoo.vae_tiling import TileSizes, tiles_for
 from vidax.zoo.video_io import vae_image
 from vidax.zoo.pipeline import PipelineError, WeightsSource
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
@@ -90,6 +91,7 @@ class LTXSettings(Settings):
     guidance_rescale: float = 0.0  # diffusers `guidance_rescale` / official `rescaling_scale`
     decode_timestep: float = 0.0
     decode_noise_scale: float | None = None  # None: the decode timestep
+    vae_tiling: bool | None = None  # None: tiles only when the whole video's VAE call would not fit
     image_cond_noise_scale: float = 0.15
     condition_frame: tuple[str, ...] = ()  # "PATH:INDEX[:STRENGTH]" (LTXConditionPipeline conditions)
     max_sequence_length: int | None = None  # None: the reference's (128 LTXPipeline, 256 otherwise)
@@ -308,6 +310,9 @@ class LTXVideoFamily(Family):
         Flag("--adain-factor", "adain_factor", float, "AdaIN of the upsampled latents to the first pass's"),
         Flag("--tone-map-compression-ratio", "tone_map_compression_ratio", float,
              "tone mapping of the final latents (0..1)"),
+        Flag("--vae-tiling", "vae_tiling", bool, "VAE decode (and conditioning encode) in overlapping 512-px, "
+             "16-frame tiles as diffusers' enable_tiling() + frame-wise decoding (default: only when the whole "
+             "video would not fit the device)"),
     )
 
     # --- sources -------------------------------------------------------------------------------
@@ -829,7 +834,8 @@ class LTXVideoFamily(Family):
             if (len(frames) - 1) % self.vae_config.temporal_ratio:
                 raise PipelineError(f"{item.path}: a conditioning video needs 8k+1 frames, got {len(frames)}")
             pixels = np.concatenate([vae_image(np.asarray(frame, np.uint8), p.height, p.width) for frame in frames], axis=2)
-            moments = vae.encode(params, jnp.asarray(pixels))
+            tiles = self._tiles(s, encode_peak_bytes(self.vae_config, pixels.shape[2], p.height, p.width), params)
+            moments = vae.encode(params, jnp.asarray(pixels), tiling=tiles)
             eps = self.host_noise(3, offset + 2 * k, (1, moments.shape[1] // 2, *moments.shape[2:]))
             z = L.sample_posterior(np.asarray(moments), eps)
             z = L.normalize(z, np.asarray(params["latents_mean"]), np.asarray(params["latents_std"]))
@@ -891,14 +897,22 @@ class LTXVideoFamily(Family):
                 z = L.decode_input(z, eps, scale)
         if cfg.timestep_conditioning:
             timestep = jnp.full((z.shape[0],), s.decode_timestep, jnp.float32)
-        maps = [jnp.asarray(self.host_noise(2, 1 + k, shape)) for k, shape in
-                enumerate(decoder_noise_shapes(cfg, *z.shape[3:]))]
-        video = vae.decode(params, z, timestep, maps)
-        frames = jnp.clip(video[0] / 2 + 0.5, 0.0, 1.0).transpose(1, 2, 3, 0)  # [F, H, W, 3]
-        if frames.shape[1:3] != (s.height, s.width):
-            frames = jax.image.resize(frames, (frames.shape[0], s.height, s.width, 3), "bilinear", antialias=False)
+        frames, height, width = (z.shape[2] - 1) * cfg.temporal_ratio + 1, *(n * cfg.spatial_ratio for n in z.shape[3:])
+        tiles = self._tiles(s, decode_peak_bytes(cfg, frames, height, width), params)
+        def maps(k, shape):  # the 0.9.1 decoder's noise maps, in the reference's draw order
+            return self.host_noise(2, 1 + k, shape)
+
+        video = np.asarray(vae.decode(params, z, timestep, maps, tiling=tiles), np.float32)
         self.done(params)
+        frames = np.clip(video[0] / 2 + 0.5, 0.0, 1.0).transpose(1, 2, 3, 0)  # [F, H, W, 3]
+        if frames.shape[1:3] != (s.height, s.width):  # frame by frame: one compiled resize, the video on the host
+            frames = np.stack([np.asarray(_resize(jnp.asarray(f), (s.height, s.width))) for f in frames])
         return np.asarray(frames, np.float32)
+
+    def _tiles(self, s: LTXSettings, working: int, params: Any) -> TileSizes | None:
+        """The VAE's tiles: --vae-tiling / --no-vae-tiling, else tiles only when the whole video's call (its
+        fp32 working set `working` and the weights `params`) would not fit the device."""
+        return tiles_for(s.vae_tiling, working + sum(leaf.nbytes for leaf in jax.tree.leaves(params)))
 
     # --- memory --------------------------------------------------------------------------------
 
@@ -924,6 +938,8 @@ class LTXVideoFamily(Family):
             if t5 else 4_760_000_000
         vae_params = sum(math.prod(shape) for shape in LTXVideoVAE(vae_cfg).param_shapes().values())
         last = passes[-1]
+        whole = decode_peak_bytes(vae_cfg, s.frames, last.height, last.width)
+        tiles = tiles_for(s.vae_tiling, vae_params * width + whole)
         return Job(
             sizes,
             tokens=tokens,
@@ -936,17 +952,15 @@ class LTXVideoFamily(Family):
             text_encoder_bytes=width,
             vae_params=vae_params,
             vae_weight_bytes=4 if options.dtype == "float32" else None,
-            vae_peak_activation_bytes=decode_peak_bytes(vae_cfg, s.frames, last.height, last.width),
+            vae_peak_activation_bytes=decode_peak_bytes(vae_cfg, s.frames, last.height, last.width, tiles),
             blockwise_attention=jax.default_backend() == "cpu",
         )
 
 
-def decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int) -> int:
-    """The decoder's widest live activations (the whole video at once, fp32): at the last up block, the
-    full-resolution `[F, H/p, W/p, C]` map of its width, about three alive at once (input, conv, residual)."""
-    p = cfg.patch_size
-    first = cfg.decoder_block_out_channels[0]
-    return 3 * frames * (height // p) * (width // p) * first * 4
+@partial(jax.jit, static_argnums=1)
+def _resize(frame: jax.Array, size: tuple[int, int]) -> jax.Array:
+    """One frame `[H, W, 3]` resized bilinearly (the official multi-scale pipeline's final resize)."""
+    return jax.image.resize(frame, (*size, frame.shape[-1]), "bilinear", antialias=False)
 
 
 def _pick(table: Mapping, given: Mapping, defaults: Mapping, index: int, key: str):
