@@ -3,8 +3,10 @@
 Encode (posterior moments) and decode of tiny perturbed references saved in the diffusers `vae/` layout:
 0.9.0 (no timestep conditioning), 0.9.1 (timestep-conditioned decoder with injected noise: the maps are
 drawn from a seeded torch RNG in the reference's order and passed in) and 0.9.5+ (space-to-depth encoder,
-timestep-conditioned decoder: the VAE of every 0.9.5 - 0.9.8 checkpoint). The official header configs
-(block lists) must read back as the diffusers configs.
+timestep-conditioned decoder: the VAE of every 0.9.5 - 0.9.8 checkpoint), whole and tiled (the reference
+after `enable_tiling()`, with `use_framewise_decoding` for the temporal windows). The official header
+configs (block lists) must read back as the diffusers configs. The planner's decode working set is
+checked against XLA's memory analysis of the compiled tile body of the shipped VAE.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 
 from vidax.zoo.ltx_video.config import LTXConfigError, VAEConfig
 from vidax.zoo.ltx_video.vae import LTXVideoVAE, decoder_noise_shapes
+from vidax.zoo.vae_tiling import TilePlan, TileSizes
 
 from .helpers import load_params, to_np
 from .ltx_spec_fixtures import OFFICIAL_VAE_CONFIGS, TINY_VAES, diffusers_config, save, vae_reference
@@ -69,6 +72,106 @@ def test_decode_matches_reference(built, version):
                                  [jnp.asarray(to_np(n)) for n in noise]))
     assert ours.shape == expected.shape == (2, 3, 9, 64, 96)
     np.testing.assert_allclose(ours, expected, atol=ATOL, rtol=1e-5)
+
+
+# diffusers' tiling at the tiny VAEs' scale (32 px, 8 frames a latent): 96-px tiles every 64 px (3 latents
+# every 2, 32-px cross-fades), 16-frame windows every 8 (3 latent frames every 1, 8-frame cross-fades). The
+# latents below make 3 x 3 spatial tiles (the last row and column cut short: 1 and 2 latents) in 3 windows.
+TILES = dict(tile_sample_min_height=96, tile_sample_min_width=96, tile_sample_min_num_frames=16,
+             tile_sample_stride_height=64, tile_sample_stride_width=64, tile_sample_stride_num_frames=8)
+LATENT_GRID = (4, 5, 6)  # 25 frames of 160 x 192 pixels
+VIDEO_GRID = (33, 160, 192)  # encode: 4 windows (the fifth, one frame, keeps nothing) of 3 x 3 tiles
+
+
+def _tiles(temporal: bool) -> TileSizes:
+    return TileSizes(*(TILES[k] for k in ("tile_sample_min_height", "tile_sample_min_width",
+                                          "tile_sample_min_num_frames", "tile_sample_stride_height",
+                                          "tile_sample_stride_width", "tile_sample_stride_num_frames")),
+                     temporal=temporal)
+
+
+def _tiled(ref, temporal: bool):
+    """The reference with tiling on (restored by the caller: the module's references are shared)."""
+    ref.enable_tiling(**TILES)
+    ref.use_framewise_decoding = temporal
+    return ref
+
+
+def _untile(ref):
+    ref.use_tiling = ref.use_framewise_decoding = False
+
+
+@pytest.mark.parametrize("version, temporal", [("0.9.0", True), ("0.9.1", True), ("0.9.5", True), ("0.9.5", False)],
+                         ids=["0.9.0", "0.9.1-noise", "0.9.5", "0.9.5-spatial"])
+def test_tiled_decode_matches_reference(built, version, temporal):
+    from vidax.zoo.ltx_video.vae import _decode_tile
+
+    ref, vae, params = built(version)
+    plan = TilePlan(LATENT_GRID, _tiles(temporal), 32, 8)
+    frames, rows, cols = plan.axes
+    assert (len(rows.starts), len(cols.starts), len(plan.chunks())) == (3, 3, 3 if temporal else 1)
+    latents = torch.randn(1, 8, *LATENT_GRID, generator=torch.Generator().manual_seed(2))
+    timestep = torch.tensor([0.05]) if vae.cfg.timestep_conditioning else None
+    torch.manual_seed(7)  # 0.9.1: every tile draws its own noise maps from the global RNG, tile by tile
+    try:
+        with torch.no_grad():
+            expected = to_np(_tiled(ref, temporal).decode(latents, timestep).sample)
+    finally:
+        _untile(ref)
+    torch.manual_seed(7)
+    drawn = []
+
+    def noise(k, shape):
+        drawn.append(k)
+        return to_np(torch.randn(shape))
+
+    compiled = _decode_tile._cache_size()
+    ours = vae.decode(params, jnp.asarray(to_np(latents)), None if timestep is None else jnp.asarray(to_np(timestep)),
+                      noise, tiling=_tiles(temporal))
+    assert _decode_tile._cache_size() == compiled + 1  # every tile, edge tiles too: one compiled body
+    assert drawn == list(range(len(drawn))) and bool(drawn) == (version == "0.9.1")
+    assert ours.shape == expected.shape == (1, 3, 25, 160, 192)
+    np.testing.assert_allclose(ours, expected, atol=ATOL, rtol=1e-5)
+
+
+@pytest.mark.parametrize("version, temporal", [("0.9.0", True), ("0.9.5", True), ("0.9.5", False)],
+                         ids=["0.9.0", "0.9.5", "0.9.5-spatial"])
+def test_tiled_encode_matches_reference(built, version, temporal):
+    ref, vae, params = built(version)
+    frames = VIDEO_GRID[0] if temporal else 9
+    video = torch.rand(1, 3, frames, *VIDEO_GRID[1:], generator=torch.Generator().manual_seed(3)) * 2 - 1
+    try:
+        with torch.no_grad():
+            expected = to_np(_tiled(ref, temporal).encode(video).latent_dist.parameters)
+    finally:
+        _untile(ref)
+    ours = vae.encode(params, jnp.asarray(to_np(video)), tiling=_tiles(temporal))
+    assert ours.shape == expected.shape == (1, 16, (frames - 1) // 8 + 1, 5, 6)
+    np.testing.assert_allclose(ours, expected, atol=ATOL, rtol=1e-5)
+
+
+def test_decode_working_set_matches_xla():
+    """The planner's VAE term: `decode_peak_bytes` of the shipped 0.9.5+ VAE (real widths) on a small tile,
+    against XLA's memory analysis of the compiled tile body (abstract: nothing runs), and the default tiles
+    at the 13B second pass (896 x 1600 x 121) far below the whole video's."""
+    import jax
+
+    from vidax.translator import load_registry
+    from vidax.zoo.ltx_video.vae import _decode_tile, decode_peak_bytes
+
+    cfg = VAEConfig.from_hf_config(load_registry()["ltx-video-13b"].config["vae"])
+    vae = LTXVideoVAE(cfg)
+    params = jax.eval_shape(vae.init_params, jax.random.key(0))["decoder"]
+    body = (3, 4, 4)  # latent frames, rows, columns: 17 x 128 x 128 pixels
+    spec = lambda *shape, dtype=jnp.float32: jax.ShapeDtypeStruct(shape, dtype)  # noqa: E731
+    compiled = _decode_tile.lower(vae, body, params, spec(1, *body, 128), spec(3, dtype=jnp.int32),
+                                  spec(3, dtype=jnp.int32), spec(1), ()).compile().memory_analysis()
+    measured = compiled.temp_size_in_bytes + compiled.output_size_in_bytes
+    predicted = decode_peak_bytes(cfg, 17, 128, 128)
+    assert abs(predicted - measured) <= 0.15 * measured, (predicted / 2**20, measured / 2**20)
+    whole = decode_peak_bytes(cfg, 121, 896, 1600)
+    tiled = decode_peak_bytes(cfg, 121, 896, 1600, TileSizes())
+    assert tiled == decode_peak_bytes(cfg, 17, 512, 512) and tiled < whole / 30
 
 
 def test_decode_timestep_matters(built):

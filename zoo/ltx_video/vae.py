@@ -307,7 +307,8 @@ class _UpBlock(nn.Module):
             if tc:
                 raise ValueError("LTX-Video VAE: a width-changing up block under timestep conditioning is not "
                                  "runnable (the reference's conv_in would receive the raw timestep)")
-            x = ResnetBlock(out, causal=causal, eps=eps, inject_noise=inject, name="conv_in")(x, None, noise[:2], extent)
+            x = ResnetBlock(out, causal=causal, eps=eps, inject_noise=inject, name="conv_in")(
+                x, None, noise[:2], extent)
             used = 2 if inject else 0
         if tc:
             temb = TimeEmbedder(4 * x.shape[-1] // factor, name="time_embedder")(temb, x.dtype)
@@ -456,7 +457,8 @@ class LTXVideoVAE:
         _, c, f, h, w = video.shape
         if c != cfg.in_channels or (f - 1) % cfg.temporal_ratio or h % cfg.spatial_ratio or w % cfg.spatial_ratio:
             raise ValueError(f"LTX VAE encodes [B, {cfg.in_channels}, 8k+1, 32m, 32n] video, got {tuple(video.shape)}")
-        plan = None if tiling is None else TilePlan((f, h, w), tiling, cfg.spatial_ratio, cfg.temporal_ratio, decode=False)
+        plan = None if tiling is None else TilePlan((f, h, w), tiling, cfg.spatial_ratio, cfg.temporal_ratio,
+                                                    decode=False)
         if plan is None or plan.single:
             return _encode(self, params["encoder"], video)
         x = pad_to(jnp.moveaxis(jnp.asarray(video, jnp.float32), 1, -1), plan.padded, (1, 2, 3))
@@ -556,11 +558,13 @@ def _decode_tile(vae: LTXVideoVAE, body: tuple[int, int, int], params: Params, z
 # Memory
 
 
-# XLA's buffer assignment for the decoder keeps about this many fp32 maps of `[frames, H/p, W/p,
+# XLA's buffer assignment for one compiled decode keeps this many fp32 maps of `[frames, H/p, W/p,
 # decoder_block_out_channels[0]]` alive at its widest point (the last upsampler and the full-resolution
-# resnets after it); tests/ltx_video/test_vae.py checks the figure against `memory_analysis()`.
-DECODE_LIVE_MAPS = 3.0
-ENCODE_LIVE_MAPS = 3.0  # the same for the encoder's first level (`block_out_channels[0]`)
+# resnets after it): about 2.6 (CPU, tiles of 2-3 latent frames and 4-8 latents a side); the encoder
+# about 4.2 maps of its first level `[frames, H/p, W/p, block_out_channels[0]]`.
+# tests/ltx_video/test_vae.py checks the decode figure against `memory_analysis()`.
+DECODE_LIVE_MAPS = 2.6
+ENCODE_LIVE_MAPS = 4.2
 
 
 def decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: TileSizes | None = None) -> int:
