@@ -1,5 +1,7 @@
 """LTX-2 video VAE against diffusers `AutoencoderKLLTX2Video`, through the real spec: encode (the
-posterior mean), decode (causal and not, timestep-conditioned and not), fp32."""
+posterior mean), decode (causal and not, timestep-conditioned and not), fp32; whole and tiled (the
+reference after `enable_tiling()`, with `use_framewise_decoding` for the temporal windows). The planner's
+decode working set is checked against XLA's memory analysis of the compiled tile body of the shipped VAE."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch
 from vidax.translator import convert, load_spec
 from vidax.zoo.ltx2.config import VideoVAEConfig
 from vidax.zoo.ltx2.vae import LTX2VideoVAE
+from vidax.zoo.vae_tiling import TilePlan, TileSizes
 
 from .ltx2_spec_fixtures import official_vae_state, save_diffusers, state_of, vae_reference
 
@@ -70,3 +73,73 @@ def test_official_layout_converts_to_the_same_tree(setup, tmp_path):
     save_file(official_vae_state(state_of(ref)), tmp_path / "ltx-2-19b-dev.safetensors")
     tree = unflatten(convert(load_spec("ltx2/vae"), tmp_path, vae.param_shapes(), dtype="float32"))
     jax.tree.map(np.testing.assert_array_equal, tree, params)
+
+
+# diffusers' tiling at the tiny VAE's scale (16 px, 8 frames a latent): 48-px tiles every 32 px (3 latents
+# every 2, 16-px cross-fades), 16-frame windows every 8. The latents make 3 x 4 tiles, the last row and
+# column cut to 2 latents (the reference's reflect padding cannot take a 1-latent tile), in 3 windows.
+TILES = dict(tile_sample_min_height=48, tile_sample_min_width=48, tile_sample_min_num_frames=16,
+             tile_sample_stride_height=32, tile_sample_stride_width=32, tile_sample_stride_num_frames=8)
+LATENT_GRID = (4, 6, 8)  # 25 frames of 96 x 128 pixels
+
+
+def _tiles(temporal: bool) -> TileSizes:
+    return TileSizes(48, 48, 16, 32, 32, 8, temporal=temporal)
+
+
+def _reference_tiled(ref, temporal: bool, run):
+    ref.enable_tiling(**TILES)
+    ref.use_framewise_decoding = temporal
+    try:
+        with torch.no_grad():
+            return run()
+    finally:
+        ref.use_tiling = ref.use_framewise_decoding = False
+
+
+@pytest.mark.parametrize("causal, temporal", [(False, True), (True, False)], ids=["noncausal", "causal-spatial"])
+def test_tiled_decode(setup, causal, temporal):
+    from vidax.zoo.ltx2.vae import _decode_tile
+
+    ref, vae, params = setup
+    plan = TilePlan(LATENT_GRID, _tiles(temporal), 16, 8)
+    _, rows, cols = plan.axes
+    assert (len(rows.starts), len(cols.starts), len(plan.chunks())) == (3, 4, 3 if temporal else 1)
+    z = torch.randn(1, 8, *LATENT_GRID, generator=torch.Generator().manual_seed(2))
+    t = torch.tensor([0.05]) if vae.cfg.timestep_conditioning else None
+    want = _reference_tiled(ref, temporal, lambda: ref.decode(z, t, causal=causal).sample.numpy())
+    compiled = _decode_tile._cache_size()
+    got = vae.decode(params, jnp.asarray(z.numpy()), None if t is None else jnp.asarray(t.numpy()), causal,
+                     tiling=_tiles(temporal))
+    assert _decode_tile._cache_size() == compiled + 1  # every tile, edge tiles too: one compiled body
+    assert got.shape == want.shape == (1, 3, 25, 96, 128)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=1e-4)
+
+
+def test_tiled_encode(setup):
+    ref, vae, params = setup
+    video = torch.rand(1, 3, 33, 96, 112, generator=torch.Generator().manual_seed(3)) * 2 - 1
+    want = _reference_tiled(ref, True, lambda: ref.encode(video).latent_dist.mode().numpy())
+    got = vae.encode(params, jnp.asarray(video.numpy()), tiling=_tiles(True))
+    assert got.shape == want.shape == (1, 8, 5, 6, 7)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=1e-4)
+
+
+def test_decode_working_set_matches_xla():
+    """The planner's VAE term: `decode_peak_bytes` of LTX-2.5's VAE (real widths) on a small tile, against
+    XLA's memory analysis of the compiled tile body (abstract: nothing runs); the default tiles at 704 x
+    1216 x 121 far below the whole video's."""
+    from vidax.translator import load_registry
+    from vidax.zoo.ltx2.vae import _decode_tile, decode_peak_bytes
+
+    cfg = VideoVAEConfig.from_hf_config(load_registry()["ltx-2.5"].config["vae"])
+    params = jax.eval_shape(LTX2VideoVAE(cfg).init_params, jax.random.key(0))
+    body = (3, 4, 4)  # latent frames, rows, columns: 17 x 128 x 128 pixels
+    spec = lambda *shape, dtype=jnp.float32: jax.ShapeDtypeStruct(shape, dtype)  # noqa: E731
+    compiled = _decode_tile.lower(cfg, cfg.decoder_causal, body, params, spec(1, *body, 128), spec(3, dtype=jnp.int32),
+                                  spec(3, dtype=jnp.int32), None).compile().memory_analysis()
+    measured = compiled.temp_size_in_bytes + compiled.output_size_in_bytes
+    predicted = decode_peak_bytes(cfg, 17, 128, 128)
+    assert abs(predicted - measured) <= 0.15 * measured, (predicted / 2**20, measured / 2**20)
+    tiled = decode_peak_bytes(cfg, 121, 704, 1216, TileSizes())
+    assert tiled == decode_peak_bytes(cfg, 17, 512, 512) and tiled < decode_peak_bytes(cfg, 121, 704, 1216) / 20
