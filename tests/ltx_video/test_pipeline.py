@@ -61,7 +61,7 @@ def t2v(tmp_path_factory):
 
 def options(root, **extra) -> GenerateOptions:
     knobs = {k: extra.pop(k) for k in list(extra) if k in (*KNOBS, "stg", "condition_frame", "timesteps",
-                                                            "image_cond_noise_scale", "multi_scale")}
+                                                            "image_cond_noise_scale", "multi_scale", "vae_tiling")}
     base = dict(model="ltx-video-13b-distilled", prompt=PROMPT, negative_prompt=NEGATIVE, weights=str(root / "model"),
                 height=HEIGHT, width=WIDTH, frames=FRAMES, steps=STEPS, guidance=GUIDANCE, latents=root / "latents.npy",
                 out=root / "unused.npy", dtype="float32", compile_cache=False)
@@ -85,6 +85,32 @@ def test_i2v_matches_image_to_video_pipeline(t2v, tmp_path, monkeypatch):
     result = generate(options(root, out=tmp_path / "v.npy", image=root / "first.png", latents=root / "i2v_latents.npy"))
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
     assert replay.used == {(3, 0), (2, 0)}
+
+
+def test_vae_tiling_matches_the_tiled_reference(t2v, tmp_path, monkeypatch):
+    """--vae-tiling: the decode in diffusers' default tiles (`enable_tiling()`, with frame-wise decoding on)
+    at a size that tiles both ways: 25 frames (4 latent frames: 3 windows) of 544 pixels (17 latent columns:
+    a 16-wide tile and a 3-wide one cross-faded over 64 pixels)."""
+    from diffusers import LTXPipeline
+
+    root, *_ = t2v
+    width, frames, latent = 544, 25, (1, 8, 4, 2, 17)
+    pipe = LTXPipeline.from_pretrained(root / "model")
+    pipe.vae.enable_tiling()
+    pipe.vae.use_framewise_decoding = True
+    noise = torch.randn(latent, generator=torch.Generator().manual_seed(4))
+    np.save(tmp_path / "latents.npy", noise.numpy())
+    replay = Replay(SEED)
+    replay.record(2, 0, latent)
+    with torch.no_grad():
+        expected = pipe(PROMPT, latents=pack(noise), generator=torch.Generator().manual_seed(SEED),
+                        negative_prompt=NEGATIVE, height=HEIGHT, width=width, num_frames=frames, frame_rate=25,
+                        num_inference_steps=STEPS, guidance_scale=GUIDANCE, output_type="np", **KNOBS).frames[0]
+    replay.install(monkeypatch)
+    result = generate(options(root, out=tmp_path / "v.npy", width=width, frames=frames, latents=tmp_path / "latents.npy",
+                              vae_tiling=True))
+    assert result.frames.shape == expected.shape == (frames, HEIGHT, width, 3)
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("change, message", [
