@@ -143,3 +143,25 @@ def test_decode_working_set_matches_xla():
     assert abs(predicted - measured) <= 0.15 * measured, (predicted / 2**20, measured / 2**20)
     tiled = decode_peak_bytes(cfg, 121, 704, 1216, TileSizes())
     assert tiled == decode_peak_bytes(cfg, 17, 512, 512) and tiled < decode_peak_bytes(cfg, 121, 704, 1216) / 20
+
+
+def test_memory_job_counts_the_vae_tiles(tmp_path, monkeypatch):
+    """LTX-2.5 at 704 x 1216 x 121 from the registry alone: the decode is tiled by default (as Lightricks'
+    pipelines), one padded tile in the planner's VAE term; --no-vae-tiling counts the whole video."""
+    import huggingface_hub.constants
+
+    from vidax.zoo.ltx2.vae import decode_peak_bytes
+    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.registry import make_pipeline
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+
+    def job(**extra):
+        options = GenerateOptions(model="ltx-2.5", prompt="", extra=extra)
+        family = make_pipeline(options.model, options)
+        return family.memory_job(options).vae_peak_activation_bytes, family.model.vae
+
+    tiled, cfg = job()
+    assert tiled == job(vae_tiling=True)[0] == decode_peak_bytes(cfg, 17, 512, 512)
+    assert job(vae_tiling=False)[0] == decode_peak_bytes(cfg, 121, 704, 1216) > 20 * tiled
