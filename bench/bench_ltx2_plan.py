@@ -4,8 +4,11 @@ The job is the one `vidax-gen ltx-2.5 --plan` builds from the registry's shipped
 downloaded, nothing allocated): the joint audio+video DiT with every guidance pass a batch row (CFG, STG
 and modality isolation: 4), the Gemma text tower, bf16 weights and activations with fp32 residual
 streams, the video VAE in fp32, flash attention (an accelerator kernel: no score tiles in memory). The
-vidax paper measured 16.7 GB per chip with TP=4 + offload (video only). The diffusion decoder's own
-working set (compiled, XLA's memory analysis) is `python -m bench ltx2_decoder`.
+VAE column is the default decode: diffusers' 512-px, 16-frame tiles (one padded tile on the device, the
+video stitched on the host), as Lightricks' pipelines decode tiled; the whole-video decode
+(`--no-vae-tiling`) is printed below the table. The vidax paper measured 16.7 GB per chip with TP=4 +
+offload (video only). The diffusion decoder's own working set (compiled, XLA's memory analysis) is
+`python -m bench ltx2_decoder`.
 
     .venv/bin/python -m bench ltx2_plan
 """
@@ -21,7 +24,7 @@ DEVICE_GB = 30.75
 MODEL = "ltx-2.5"
 
 
-def job():
+def job(**extra):
     """The planner's job for the native request, built offline from the registry."""
     import huggingface_hub.constants
 
@@ -32,7 +35,7 @@ def job():
     with tempfile.TemporaryDirectory() as empty:
         saved, huggingface_hub.constants.HF_HUB_CACHE = huggingface_hub.constants.HF_HUB_CACHE, empty
         try:
-            options = GenerateOptions(model=MODEL, prompt="", dtype="bfloat16")
+            options = GenerateOptions(model=MODEL, prompt="", dtype="bfloat16", extra=extra)
             planned = make_pipeline(MODEL, options).memory_job(options)
         finally:
             huggingface_hub.constants.HF_HUB_CACHE = saved
@@ -55,6 +58,8 @@ def main() -> None:
     _, chosen = plan(planned, 4, int(DEVICE_GB * 1e9))
     if chosen:
         print(f"planner's choice: {chosen[0].describe()} (peak {chosen[1].total / 1e9:.2f} GB)")
+    whole = predict(job(vae_tiling=False), Layout(tp=4, offload_chunk=8))
+    print(f"--no-vae-tiling: vae {gb(whole.vae)} GB (the whole video at once), peak {gb(whole.total)} GB")
 
 
 if __name__ == "__main__":
