@@ -6,6 +6,8 @@
     rope                              host-built 3D RoPE tables (both reference position paths)
     latents                           packing, step grids, conditioning, per-token step, AdaIN / tone map
     text                              T5 prompt encoding (diffusers' and the official variants)
+    passes                            one or two denoising passes, per-step guidance lists
+    predict                           the guided velocity (CFG, CFG*, STG, rescale) over one DiT batch
 """
 
 from vidax.zoo.ltx_video.config import (

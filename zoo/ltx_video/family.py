@@ -9,7 +9,8 @@ Which reference a run follows is the checkpoint's, as its author would run it:
 - an official single file (Lightricks/LTX-Video, the config in its safetensors header) follows
   Lightricks' `LTXVideoPipeline` / `LTXMultiScalePipeline` (ltx_video/pipelines/pipeline_ltx_video.py).
 
-The pieces each reference uses (`latents.py`, `rope.py`, `text.py`, `steppers.py`):
+The pieces each reference uses (`latents.py`, `rope.py`, `text.py`, `steppers.py`; `passes.py` the passes
+and per-step guidance, `predict.py` the guided velocity):
 
     reference   text (T5)                 positions         schedule                       stepping
     ltx         128 tokens, T5 unmasked   8f / fps          linspace(1, 1/n) + shift        scheduler (Euler/UniPC/DPM++)
@@ -53,7 +54,7 @@ from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings
 from vidax.zoo.ltx_video import latents as L
-from vidax.zoo.ltx_video import rope
+from vidax.zoo.ltx_video import passes, rope
 from vidax.zoo.ltx_video.config import (
     LTXConfigError,
     SchedulerConfig,
@@ -61,6 +62,8 @@ from vidax.zoo.ltx_video.config import (
     UpsamplerConfig,
     VAEConfig,
 )
+from vidax.zoo.ltx_video.passes import Pass, StepGuide
+from vidax.zoo.ltx_video.predict import LTXCondition, LTXPredict, LTXText
 from vidax.zoo.ltx_video.steppers import KeepFirstFrame, PerTokenEuler
 from vidax.zoo.ltx_video.text import encode_prompts
 from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
@@ -76,7 +79,6 @@ LTX_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline")
 # the text presets of `text.PRESETS`, by reference: (max_length, mask the encoder, strip the prompt)
 TEXT = {"ltx": (128, False, False), "i2v": (128, False, False), "condition": (256, True, False),
         "official": (256, True, True)}
-GUIDANCE_KEYS = ("guidance", "stg", "rescale", "guidance_timesteps", "skip_blocks", "cfg_star")
 SECOND_PASS_CONDITION_NOISE = 100  # stream-3 index offset of the second pass's conditioning draws
 
 
@@ -109,24 +111,6 @@ class LTXSettings(Settings):
     second_pass: Mapping | None = None
 
 
-def _floats(value, what: str) -> tuple[float, ...] | None:
-    if value is None or isinstance(value, (list, tuple)):
-        return None if value is None else tuple(float(v) for v in value)
-    try:
-        return tuple(float(v) for v in str(value).replace(" ", "").split(",") if v)
-    except ValueError:
-        raise PipelineError(f"{what} takes comma-separated numbers, got {value!r}") from None
-
-
-def _ints(value, what: str) -> tuple[int, ...]:
-    if isinstance(value, (list, tuple)):
-        return tuple(int(v) for v in value)
-    try:
-        return tuple(int(v) for v in str(value).replace(" ", "").split(",") if v)
-    except ValueError:
-        raise PipelineError(f"{what} takes comma-separated block indices, got {value!r}") from None
-
-
 @dataclasses.dataclass(frozen=True)
 class ConditionItem:
     """One `--condition-frame PATH:INDEX[:STRENGTH]` (or `--image`: frame 0, strength 1)."""
@@ -152,132 +136,6 @@ class ConditionItem:
         if not 0.0 <= strength <= 1.0:
             raise PipelineError(f"--condition-frame {text}: strength {strength} is not in [0, 1]")
         return cls(path, index, strength)
-
-
-@dataclasses.dataclass(frozen=True)
-class StepGuide:
-    """Guidance at one step (the official lists resolved per timestep)."""
-
-    guidance: float
-    stg: float
-    rescale: float
-    skip: tuple[int, ...]
-    cfg_star: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class Pass:
-    """One denoising pass: its size, grid and guidance."""
-
-    height: int
-    width: int
-    steps: int | None  # None: `timesteps` given
-    timesteps: tuple[float, ...] | None  # in 0..1000
-    skip_initial: int = 0
-    skip_final: int = 0
-    guidance: tuple[StepGuide, ...] | Mapping | None = None  # resolved in `_guides`
-    tone_map: float = 0.0
-    second: bool = False
-
-
-# --- what the DiT sees --------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class LTXText:
-    text: jax.Array  # [1 or 2, T, caption_channels]: prompt, then negative prompt
-    mask: jax.Array  # [1 or 2, T]
-
-
-@dataclasses.dataclass(frozen=True)
-class LTXCondition:
-    """What the predictor reads besides the latents (one pass)."""
-
-    text: jax.Array
-    text_mask: jax.Array
-    rope_cos: jax.Array  # [1, S, D]
-    rope_sin: jax.Array
-    token_mask: jax.Array | None  # [1, S]: I2V first-frame mask, or the conditioning strengths
-    init_tokens: jax.Array | None  # [1, S, C]: the conditioned tokens (image-conditioning noise)
-
-
-jax.tree_util.register_dataclass(LTXText, data_fields=["text", "mask"], meta_fields=[])
-jax.tree_util.register_dataclass(LTXCondition, data_fields=["text", "text_mask", "rope_cos", "rope_sin", "token_mask",
-                                                            "init_tokens"], meta_fields=[])
-
-
-@dataclasses.dataclass(frozen=True)
-class LTXPredict:
-    """The guided velocity at one step (hashable: one compiled unit per branch configuration).
-
-    Branch rows: the prompt, then (CFG) the negative prompt, then (STG with blocks to skip) the prompt
-    again with those blocks' self-attention replaced by its values.
-    """
-
-    reference: str  # "ltx", "i2v", "condition", "official"
-    cfg: bool
-    stg: bool  # the STG term is added
-    stg_row: bool  # ... from a perturbed row (False: no blocks to skip, the prompt row stands in)
-    cfg_star: bool
-    rescale: bool  # apply the guidance rescale (knobs["rescale"])
-    skip: tuple[int, ...]
-    num_layers: int
-    dtype: str
-    noise: bool  # image-conditioning noise in knobs["noise"]
-
-    def __call__(self, run, latents, timestep, cond: LTXCondition, knobs):
-        x = latents.astype(jnp.float32)
-        t = jnp.asarray(timestep, jnp.float32)
-        if self.noise:  # hard-conditioned tokens re-noised before the model sees them (PerTokenEuler does the same)
-            x = L.add_conditioning_noise(t, cond.init_tokens, x, knobs["noise_scale"], cond.token_mask, knobs["noise"])
-        if self.reference == "i2v":
-            ts = L.image_to_video_timestep(t, cond.token_mask)  # [1, S]
-        elif self.reference in ("condition", "official") and cond.token_mask is not None:
-            ts = L.condition_timestep(t, cond.token_mask)
-        else:
-            ts = jnp.full((1, 1), t)
-        rows = [(x, cond.text[:1], cond.text_mask[:1], ts)]
-        if self.cfg:
-            rows.append((x, cond.text[1:2], cond.text_mask[1:2], ts))
-        if self.stg_row:
-            rows.append(rows[0])
-        batch = len(rows)
-        joined = _join(rows)
-        skip = None
-        if self.stg_row:
-            mask = np.ones((batch, self.num_layers), np.float32)
-            mask[batch - 1, list(self.skip)] = 0.0
-            skip = jnp.asarray(mask)
-        x_b, text_b, mask_b, ts_b = joined
-        dtype = jnp.dtype(self.dtype)
-        out = run(x_b, text_b.astype(dtype), mask_b, ts_b, cond.rope_cos, cond.rope_sin, skip).astype(jnp.float32)
-        positive = out[:1]
-        pred = positive
-        if self.cfg:
-            negative = out[1:2]
-            if self.cfg_star:
-                negative = L.cfg_star(positive, negative)
-            pred = negative + knobs["scale"] * (positive - negative)
-        if self.stg:
-            perturbed = out[batch - 1:] if self.stg_row else positive
-            pred = pred + knobs["stg"] * (positive - perturbed)
-        if self.rescale:
-            from vidax.zoo.samplers import rescale_guidance
-
-            pred = rescale_guidance(pred, positive, knobs["rescale"])
-        return pred
-
-
-def _join(rows):
-    """The branch rows as one batch (two rows: `cfg_batch`, on the data axis when dp = 2)."""
-    from vidax.zoo.sharding import cfg_batch
-
-    first = tuple(jnp.broadcast_to(a, (1, *a.shape[1:])) for a in rows[0])
-    if len(rows) == 1:
-        return first
-    rest = tuple(jnp.concatenate([jnp.broadcast_to(r[k], (1, *r[k].shape[1:])) for r in rows[1:]], axis=0)
-                 for k in range(4))
-    return cfg_batch(first, rest)
 
 
 # --- the family --------------------------------------------------------------------------------
@@ -534,7 +392,7 @@ class LTXVideoFamily(Family):
                                 "--timesteps needs the condition pipeline (--condition-frame) or an official checkpoint")
         if s.stg_mode != "attention_values":
             raise PipelineError(f"{self.name}: STG mode {s.stg_mode!r} is not supported (attention_values)")
-        blocks = _ints(s.stg_skip_blocks, "--stg-skip-blocks")
+        blocks = passes.ints(s.stg_skip_blocks, "--stg-skip-blocks")
         if any(not 0 <= b < self.dit_config.num_layers for b in blocks):
             raise PipelineError(f"--stg-skip-blocks {blocks}: the DiT has blocks 0..{self.dit_config.num_layers - 1}")
         if not 0.0 <= s.guidance_rescale <= 1.0:
@@ -631,82 +489,31 @@ class LTXVideoFamily(Family):
     # --- passes and guidance -------------------------------------------------------------------
 
     def _passes(self, s: LTXSettings) -> list[Pass]:
-        given = _floats(s.timesteps, "--timesteps")
-        if (self.options.extra or {}).get("timesteps") is None and self.options.steps is not None:
-            given = None  # --steps wins over the registry's timestep list
-        if not self.multi_scale(s):  # one pass: the top-level grid, the first pass's guidance lists if any
-            lists = {k: v for k, v in (s.first_pass or {}).items() if k in GUIDANCE_KEYS}
-            return [Pass(s.height, s.width, None if given else s.steps, given, guidance=lists or None,
-                         tone_map=s.tone_map_compression_ratio or 0.0)]
-        h, w = self._first_size(s)
-        passes = []
-        for second, (height, width, table) in enumerate(((h, w, s.first_pass or {}), (2 * h, 2 * w, s.second_pass or {}))):
-            sigmas = table.get("timesteps")
-            timesteps = tuple(float(x) * 1000.0 for x in sigmas) if sigmas is not None else None
-            if not second and self.options.extra and self.options.extra.get("timesteps") is not None:
-                timesteps = given  # --timesteps: the first pass's
-            steps = None if timesteps else int(table.get("steps", s.steps))
-            skips = [int(table.get("skip_initial_steps", 0)), int(table.get("skip_final_steps", 0))]
-            if self.options.steps is not None and timesteps is None and steps != s.steps:
-                # --steps rescales the pass's grid: its skipped steps keep their share (dev: 3 / 30 final
-                # steps of the first pass, 17 / 30 initial of the second), at least one step left
-                skips = [round(k * s.steps / steps) for k in skips]
-                while sum(skips) >= s.steps:
-                    skips[skips.index(max(skips))] -= 1
-                steps = s.steps
-            tone = s.tone_map_compression_ratio if s.tone_map_compression_ratio is not None else \
-                float(table.get("tone_map_compression_ratio", 0.0))
-            passes.append(Pass(height, width, steps, timesteps, skips[0], skips[1], table or None,
-                               tone if second else 0.0, bool(second)))
-        return passes
+        extra = self.options.extra or {}
+        return passes.plan_passes(s, multi_scale=self.multi_scale(s), first_size=self._first_size(s),
+                                  user_timesteps=extra.get("timesteps") is not None,
+                                  user_steps=self.options.steps is not None)
 
     def _schedule(self, s: LTXSettings, p: Pass, ref: str):
-        from vidax.zoo.samplers.schedules import Schedule
-
-        if ref == "official":
-            sigmas = None if p.timesteps is None else [t / 1000.0 for t in p.timesteps]
-            tokens = math.prod(self._grid(s.frames, p.height, p.width))
-            try:
-                return L.official_schedule(self.scheduler, tokens, num_steps=p.steps, timesteps=sigmas,
-                                           skip_initial=p.skip_initial, skip_final=p.skip_final)
-            except ValueError as err:
-                raise PipelineError(f"{self.name}: {err}") from None
-        schedule = L.condition_schedule(self.scheduler, p.steps, p.timesteps)
-        n = schedule.num_steps
-        if p.skip_initial or p.skip_final:
-            keep = slice(p.skip_initial, n - p.skip_final)
-            sigmas = np.append(schedule.sigmas[:-1][keep], np.float32(0))
-            schedule = Schedule(timesteps=schedule.timesteps[keep], sigmas=sigmas)
-        return schedule
+        tokens = math.prod(self._grid(s.frames, p.height, p.width))
+        try:
+            return passes.pass_schedule(p, ref, self.scheduler, tokens)
+        except ValueError as err:
+            if ref != "official":
+                raise
+            raise PipelineError(f"{self.name}: {err}") from None
 
     def _guides(self, s: LTXSettings, p: Pass, timesteps: np.ndarray | None = None) -> list[StepGuide]:
-        """Per-step guidance: the pass's official lists keyed by `guidance_timesteps`, else the settings;
-        the user's --guidance / --stg / --guidance-rescale / --cfg-star win over the lists."""
+        """Per-step guidance (`passes.step_guides`); the user's flags win over the pass's lists."""
+        ref = self.reference(s)
         if timesteps is None:
-            timesteps = np.asarray(self._schedule(s, p, self.reference(s)).timesteps) \
-                if self.reference(s) in ("condition", "official") else np.zeros(s.steps)
-        table = dict(p.guidance or {})
+            timesteps = np.asarray(self._schedule(s, p, ref).timesteps) if ref in ("condition", "official") \
+                else np.zeros(s.steps)
         extra = self.options.extra or {}
         given = {"guidance": self.options.guidance, "stg": extra.get("stg"), "rescale": extra.get("guidance_rescale"),
                  "skip_blocks": extra.get("stg_skip_blocks"), "cfg_star": extra.get("cfg_star")}
-        defaults = {"guidance": s.guidance, "stg": s.stg, "rescale": s.guidance_rescale,
-                    "skip_blocks": list(_ints(s.stg_skip_blocks, "--stg-skip-blocks")), "cfg_star": s.cfg_star}
-        if self.reference(s) != "official":  # the official-only knobs of a pass (STG is guarded below)
-            table.pop("rescale", None)
-            table.pop("cfg_star", None)
-        marks = table.get("guidance_timesteps")
-        guides = []
-        for t in timesteps:
-            sigma = float(t) / 1000.0
-            index = 0
-            if marks:
-                hits = [i for i, m in enumerate(marks) if m <= sigma]
-                index = hits[0] if hits else len(marks) - 1
-            pick = partial(_pick, table, given, defaults, index)
-            stg = float(pick("stg")) if self.layout == "official" or given["stg"] is not None else 0.0
-            guides.append(StepGuide(float(pick("guidance")), stg, float(pick("rescale")),
-                                    tuple(int(b) for b in pick("skip_blocks")), bool(pick("cfg_star"))))
-        return guides
+        return passes.step_guides(s, p, timesteps, given, official=ref == "official",
+                                  official_layout=self.layout == "official")
 
     # --- sampling ------------------------------------------------------------------------------
 
@@ -961,19 +768,6 @@ class LTXVideoFamily(Family):
 def _resize(frame: jax.Array, size: tuple[int, int]) -> jax.Array:
     """One frame `[H, W, 3]` resized bilinearly (the official multi-scale pipeline's final resize)."""
     return jax.image.resize(frame, (*size, frame.shape[-1]), "bilinear", antialias=False)
-
-
-def _pick(table: Mapping, given: Mapping, defaults: Mapping, index: int, key: str):
-    """One guidance value at a step: the user's flag, else the pass's list entry (`index` by guidance
-    timestep) or scalar, else the settings'."""
-    if given[key] is not None:
-        return given[key] if key != "skip_blocks" else list(_ints(given[key], "--stg-skip-blocks"))
-    if key not in table:
-        return defaults[key]
-    value = table[key]
-    if key == "skip_blocks":
-        return list(value[index]) if value and isinstance(value[0], (list, tuple)) else list(value)
-    return value[index] if isinstance(value, (list, tuple)) else value
 
 
 def _json(path: Path) -> dict | None:
