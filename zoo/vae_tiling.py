@@ -204,8 +204,9 @@ class TilePlan:
 
     @property
     def single(self) -> bool:
-        """One tile covers everything: the untiled computation."""
-        return not (self.temporal or self.spatial) or self.body == tuple(self.shape)
+        """No tiling applies: the untiled computation (a first window as long as the video still tiles:
+        the reference decodes the later, shorter windows too and cross-fades them in)."""
+        return not (self.temporal or self.spatial)
 
     @property
     def padded(self) -> tuple[int, int, int]:
