@@ -242,26 +242,24 @@ class TilePlan:
     def out_shape(self) -> tuple[int, int, int]:
         return self.out_counts(self.shape)
 
-    def run(self, body: Callable[[Tile], np.ndarray]) -> np.ndarray:
-        """`body(tile)` -> the tile's output, channels-last `[B, F, H, W, C]` of at least its real size;
-        returns the blended output `[B, F', H', W', C]` (float32, on the host)."""
+    def run(self, body: Callable[[Tile], Any]) -> np.ndarray:
+        """`body(tile)` -> the tile's output (a device array: dispatched one tile ahead of the host's
+        blending), channels-last `[B, F, H, W, C]` of at least its real size; returns the blended output
+        `[B, F', H', W', C]` (float32, on the host)."""
         s = self.sizes
         rs, rt = self.spatial_ratio, self.temporal_ratio
         if self.decode:  # blend and keep sizes on the output side
-            blend_h, blend_w, keep_h, keep_w = s.height - s.stride_height, s.width - s.stride_width, \
-                s.stride_height, s.stride_width
+            spatial = (s.height - s.stride_height, s.width - s.stride_width, s.stride_height, s.stride_width)
             blend_f, keep_f = s.frames - s.stride_frames, s.stride_frames
         else:
-            blend_h, blend_w = (s.height - s.stride_height) // rs, (s.width - s.stride_width) // rs
-            keep_h, keep_w = s.stride_height // rs, s.stride_width // rs
+            spatial = ((s.height - s.stride_height) // rs, (s.width - s.stride_width) // rs, s.stride_height // rs,
+                       s.stride_width // rs)
             blend_f, keep_f = (s.frames - s.stride_frames) // rt, s.stride_frames // rt
-        _, rows, cols = self.axes
-        out_f, out_h, out_w = self.out_shape
+        chunks = self.chunks()
+        outputs = _one_ahead(body, [tile for chunk in chunks for tile in chunk])
         pieces, previous = [], None
-        for n, chunk in enumerate(self.chunks()):
-            tiles = iter(chunk)
-            stitched = self._stitch(body, tiles, len(rows.starts), len(cols.starts),
-                                    (blend_h, blend_w, keep_h, keep_w), (out_h, out_w))
+        for chunk in chunks:
+            stitched = self._stitch(outputs, spatial)
             if self.temporal and chunk[0].start[0] > 0:  # the reference drops one frame of a later window
                 stitched = stitched[:, :-1] if self.decode else stitched[:, 1:]
             if previous is not None:
@@ -270,29 +268,43 @@ class TilePlan:
             else:
                 pieces.append(stitched[:, :keep_f + 1] if self.temporal else stitched)
             previous = stitched
-        return np.concatenate(pieces, axis=1)[:, :out_f]
+        return np.concatenate(pieces, axis=1)[:, : self.out_shape[0]]
 
-    def _stitch(self, body, tiles, n_rows: int, n_cols: int, sizes, out_hw) -> np.ndarray:
-        """One temporal chunk: each spatial tile through `body`, blended with its blended neighbours."""
+    def _stitch(self, outputs, sizes) -> np.ndarray:
+        """One temporal chunk from `outputs` (tile, output): each spatial tile cropped to its real size
+        and blended with its already blended neighbours above and to the left."""
         blend_h, blend_w, keep_h, keep_w = sizes
+        _, rows_axis, cols_axis = self.axes
         above: list[np.ndarray] = []
         rows = []
-        for i in range(n_rows):
+        for i in range(len(rows_axis.starts)):
             row: list[np.ndarray] = []
-            for j in range(n_cols):
-                tile = next(tiles)
+            for j in range(len(cols_axis.starts)):
+                tile, out = next(outputs)
                 f, h, w = self.out_counts(tile.counts)
-                out = np.asarray(body(tile), np.float32)[:, :f, :h, :w]
+                out = np.asarray(out, np.float32)[:, :f, :h, :w]
                 if i > 0:
                     out = blend(above[j], out, blend_h, axis=2)
                 if j > 0:
                     out = blend(row[j - 1], out, blend_w, axis=3)
                 row.append(out)
-            if n_rows == 1 and n_cols == 1:
-                return row[0][:, :, : out_hw[0], : out_hw[1]]
-            rows.append(np.concatenate([t[:, :, :keep_h, :keep_w] for t in row], axis=3))
+            rows.append(np.concatenate([t[:, :, :keep_h, :keep_w] for t in row], axis=3) if self.spatial else row[0])
             above = row
-        return np.concatenate(rows, axis=2)[:, :, : out_hw[0], : out_hw[1]]
+        out_h, out_w = self.out_shape[1:]
+        return (np.concatenate(rows, axis=2) if len(rows) > 1 else rows[0])[:, :, :out_h, :out_w]
+
+
+def _one_ahead(body: Callable[[Tile], Any], tiles: Sequence[Tile]):
+    """(tile, body(tile)) in order, each next tile's body dispatched before the current output is read
+    back, so that the device computes while the host blends."""
+    pending = None
+    for tile in tiles:
+        out = body(tile)
+        if pending is not None:
+            yield pending
+        pending = (tile, out)
+    if pending is not None:
+        yield pending
 
 
 def blend(previous: np.ndarray, tile: np.ndarray, extent: int, axis: int) -> np.ndarray:
