@@ -14,7 +14,8 @@ Blending runs on the host in the reference's order and with its in-place semanti
 from its already blended neighbours above and to the left (`blend` output rows / columns), keeps its
 first `stride` rows and columns; a temporal chunk (all spatial tiles of a frame window, stitched) drops
 its last frame (decode; its first latent frame in encode), fades in from the previous blended chunk
-and keeps its first `stride_frames`. The device holds the VAE, one padded input and one tile's output.
+and keeps its first `stride_frames`. The device holds the VAE, one padded input, one tile's working set
+and two tiles' outputs (the next tile runs while the host blends the last).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-Counts = tuple[Any, Any, Any]  # valid (frames, height, width), traced ints or None (whole axis)
+Counts = tuple[Any, Any, Any]  # the real (frames, height, width) at one resolution (traced ints)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,9 +126,8 @@ def _replace(x: jax.Array, axis: int, index, back: int) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class Tile:
-    """One tile: its place in the reference's order, start and real size at the body's input."""
+    """One tile: its start and real size at the body's input."""
 
-    index: int
     start: tuple[int, int, int]
     counts: tuple[int, int, int]
 
@@ -217,17 +217,13 @@ class TilePlan:
         """Tiles grouped by temporal chunk, in the reference's order; chunks that keep nothing (a last
         window of one frame, dropped whole) are left out."""
         frames, rows, cols = self.axes
-        out, index = [], 0
+        out = []
         for fi in frames.starts:
             nf = frames.count(fi)
             if fi > 0 and nf == 1:
                 continue
-            chunk = []
-            for hi in rows.starts:
-                for wi in cols.starts:
-                    chunk.append(Tile(index, (fi, hi, wi), (nf, rows.count(hi), cols.count(wi))))
-                    index += 1
-            out.append(chunk)
+            out.append([Tile((fi, hi, wi), (nf, rows.count(hi), cols.count(wi)))
+                        for hi in rows.starts for wi in cols.starts])
         return out
 
     def out_counts(self, counts: tuple[int, int, int]) -> tuple[int, int, int]:

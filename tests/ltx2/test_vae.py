@@ -142,7 +142,8 @@ def test_decode_working_set_matches_xla():
     predicted = decode_peak_bytes(cfg, 17, 128, 128)
     assert abs(predicted - measured) <= 0.15 * measured, (predicted / 2**20, measured / 2**20)
     tiled = decode_peak_bytes(cfg, 121, 704, 1216, TileSizes())
-    assert tiled == decode_peak_bytes(cfg, 17, 512, 512) and tiled < decode_peak_bytes(cfg, 121, 704, 1216) / 20
+    one_tile = 17 * 512 * 512 * 3 * 4  # a second tile's output: the next tile runs while the host stitches
+    assert tiled == decode_peak_bytes(cfg, 17, 512, 512) + one_tile < decode_peak_bytes(cfg, 121, 704, 1216) / 20
 
 
 def test_memory_job_counts_the_vae_tiles(tmp_path, monkeypatch):
@@ -163,5 +164,5 @@ def test_memory_job_counts_the_vae_tiles(tmp_path, monkeypatch):
         return family.memory_job(options).vae_peak_activation_bytes, family.model.vae
 
     tiled, cfg = job()
-    assert tiled == job(vae_tiling=True)[0] == decode_peak_bytes(cfg, 17, 512, 512)
+    assert tiled == job(vae_tiling=True)[0] == decode_peak_bytes(cfg, 121, 704, 1216, TileSizes()) < 1e9
     assert job(vae_tiling=False)[0] == decode_peak_bytes(cfg, 121, 704, 1216) > 20 * tiled

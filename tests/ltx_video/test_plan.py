@@ -69,10 +69,11 @@ def test_family_flags_reach_the_settings_through_the_cli(offline, tmp_path):
 
 
 def test_memory_job_counts_the_vae_tiles(offline, monkeypatch):
-    """The VAE term: the whole 896 x 1600 x 121 decode of the 13B second pass with --no-vae-tiling, one
-    padded tile (17 x 512 x 512) with --vae-tiling; by default tiles only where the whole decode would not
+    """The VAE term: the whole 896 x 1600 x 121 decode of the 13B second pass with --no-vae-tiling, the
+    padded tile's (17 x 512 x 512) with --vae-tiling; by default tiles only where the whole decode would not
     fit the device (30.75 GB: tiles; 141 GB: none)."""
     from vidax.zoo.ltx_video.vae import decode_peak_bytes
+    from vidax.zoo.vae_tiling import TileSizes
 
     def job(**extra):
         options = GenerateOptions(model="ltx-video-13b", prompt="", extra=extra)
@@ -82,7 +83,7 @@ def test_memory_job_counts_the_vae_tiles(offline, monkeypatch):
     whole, cfg = job(vae_tiling=False)
     tiled, _ = job(vae_tiling=True)
     assert whole.vae_peak_activation_bytes == decode_peak_bytes(cfg, 121, 896, 1600) > 30e9
-    assert tiled.vae_peak_activation_bytes == decode_peak_bytes(cfg, 17, 512, 512) < 1e9
+    assert tiled.vae_peak_activation_bytes == decode_peak_bytes(cfg, 121, 896, 1600, TileSizes()) < 1e9
     for memory, want in ((30.75e9, tiled), (141e9, whole)):
         monkeypatch.setattr("vidax.zoo.planner.device_memory_bytes", lambda memory=memory: (4, int(memory)))
         assert job()[0].vae_peak_activation_bytes == want.vae_peak_activation_bytes

@@ -175,7 +175,8 @@ def test_decode_working_set_matches_xla():
     assert abs(predicted - measured) <= 0.15 * measured, (predicted / 2**20, measured / 2**20)
     whole = decode_peak_bytes(cfg, 121, 896, 1600)
     tiled = decode_peak_bytes(cfg, 121, 896, 1600, TileSizes())
-    assert tiled == decode_peak_bytes(cfg, 17, 512, 512) and tiled < whole / 30
+    one_tile = 17 * 512 * 512 * 3 * 4  # a second tile's output: the next tile runs while the host stitches
+    assert tiled == decode_peak_bytes(cfg, 17, 512, 512) + one_tile and tiled < whole / 30
 
 
 def test_decode_timestep_matters(built):

@@ -569,17 +569,17 @@ ENCODE_LIVE_MAPS = 4.2
 
 def decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: TileSizes | None = None) -> int:
     """The decode's device working set beyond its weights (fp32): the widest maps of one compiled decode
-    (the whole video, or the padded tile every tile runs as) and its output. Tiles are stitched on the
-    host. Frames, height and width are the output's."""
-    f, h, w = frames, height, width
+    (the whole video, or the padded tile every tile runs as) and its output (tiles: two, the next tile
+    runs while the host stitches the last). Frames, height and width are the output's."""
+    f, h, w, outputs = frames, height, width, 1
     if tiling is not None:
         latent = ((frames - 1) // cfg.temporal_ratio + 1, height // cfg.spatial_ratio, width // cfg.spatial_ratio)
         plan = TilePlan(latent, tiling, cfg.spatial_ratio, cfg.temporal_ratio)
         if not plan.single:
-            f, h, w = plan.out_counts(plan.body)
+            (f, h, w), outputs = plan.out_counts(plan.body), 2
     p = cfg.patch_size
     maps = DECODE_LIVE_MAPS * f * (h // p) * (w // p) * cfg.decoder_block_out_channels[0] * 4
-    return int(maps + f * h * w * cfg.out_channels * 4)
+    return int(maps + outputs * f * h * w * cfg.out_channels * 4)
 
 
 def encode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: TileSizes | None = None) -> int:
