@@ -54,7 +54,7 @@ def test_family_flags_reach_the_settings_through_the_cli(offline, tmp_path):
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
     args = ["ltx-video-2b", "--plan", "--guidance-rescale", "0.5", "--decode-timestep", "0.1", "--stg", "2",
             "--stg-skip-blocks", "3,4", "--condition-frame", f"{image}:16:0.5", "--no-multi-scale", "--timesteps",
-            "1000,500"]
+            "1000,500", "--no-vae-tiling"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     from vidax.cli.gen import family_options
@@ -64,6 +64,7 @@ def test_family_flags_reach_the_settings_through_the_cli(offline, tmp_path):
     s = make_pipeline(options.model, options).resolve_settings(options)
     assert (s.guidance_rescale, s.decode_timestep, s.stg, s.multi_scale) == (0.5, 0.1, 2.0, False)
     assert s.condition_frame == (f"{image}:16:0.5",) and s.stg_skip_blocks == "3,4" and s.fps == 30
+    assert s.vae_tiling is False
     bad = CliRunner().invoke(app, ["ltx-video-2b", "--plan", "--stg-skip-blocks", "28"])
     assert bad.exit_code != 0 and "blocks 0..27" in bad.output
 

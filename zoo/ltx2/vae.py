@@ -6,6 +6,10 @@ its edge frames (causally: the first frame only) and space with zeros (encoder) 
 (decoder); resampling is space-to-depth / depth-to-space with a parameter-free residual path.
 The 32x spatial / 8x temporal compression comes from a 4x4 patchify plus three to four 2x stages.
 
+`encode` / `decode` take `tiling=`: diffusers' overlapping tiles (`enable_tiling()`, and its frame-wise
+windows), a host loop over one compiled tile body (`vidax.zoo.vae_tiling`); every module takes the
+padded tile's `Extent` so that each convolution sees the reference's padding at the tile's real edge.
+
 Parameter paths mirror diffusers' (`encoder/down_blocks_0/resnets_1/conv1/conv/kernel`,
 `decoder/up_blocks_2/upsamplers_0/conv/conv/kernel`); the latent statistics `latents_mean` /
 `latents_std` ride in the same tree (the pipeline normalises with them).

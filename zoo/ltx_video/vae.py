@@ -9,10 +9,15 @@ Activations run channels-last (`[B, F, H, W, C]`); the public `encode` / `decode
 diffusers' `[B, C, F, H, W]`. Encoder convolutions are causal in time (the first frame replicated
 in front), the decoder's are not (first and last frames replicated); spatial padding is zeros.
 
+`encode` / `decode` take `tiling=`: diffusers' overlapping tiles (`enable_tiling()`, and its frame-wise
+windows), a host loop over one compiled tile body (`vidax.zoo.vae_tiling`); every module takes the
+padded tile's `Extent` so that each convolution sees the reference's padding at the tile's real edge.
+
 Randomness is the caller's, drawn on the host from the run's seed:
   - `decode(..., noise=...)`: the 0.9.1 decoder adds a per-resnet spatial noise map `[H, W]` (one
     after each of its two convolutions) scaled per channel; the reference draws them from torch's
-    global RNG in forward order. `decoder_noise_shapes` lists their shapes in that order.
+    global RNG in forward order (tiled: tile by tile, each at its tile's size). `decoder_noise_shapes`
+    lists their shapes in that order.
   - the decode timestep's latent noise (`(1 − s)·z + s·ε`) is the pipeline's (`latents.decode_input`).
   - sampling the posterior (`latents.sample_posterior(moments, noise)`), as the pipelines'
     `retrieve_latents` does for conditioning frames.
