@@ -23,7 +23,8 @@ class Conv3d(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         k = self.kernel
-        w = logical_param(self, "kernel", (k, k, k, x.shape[-1], self.features), (None, None, None, "conv_in", "conv_out"))
+        axes = (None, None, None, "conv_in", "conv_out")
+        w = logical_param(self, "kernel", (k, k, k, x.shape[-1], self.features), axes)
         b = logical_param(self, "bias", (self.features,), ("conv_out",), nn.initializers.zeros)
         y = jax.lax.conv_general_dilated(x, w.astype(x.dtype), self.stride, "VALID",
                                          dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
