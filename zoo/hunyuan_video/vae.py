@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 
 from vidax.zoo.hunyuan_video.config import VAEConfig
-from vidax.zoo.hunyuan_video15.vae import _blend as blend, frame_causal_attention, run_stages, tiled
+from vidax.zoo.dit import param_shapes
+from vidax.zoo.hunyuan_video15.vae import _blend as blend, frame_causal_attention, init_stages, run_stages, tiled
 from vidax.zoo.layers import Dense, logical_param
 from vidax.zoo.vae_layers import CausalConv3d
 
@@ -336,12 +337,7 @@ class HunyuanVideoVAE:
                 rng, k = jax.random.split(rng)
                 x = x[..., : cfg.latent_channels]
                 params["post_quant_conv"] = nn.unbox(self.point.init(k, x)["params"])
-            params[part] = {}
-            for key, module in stages:
-                rng, k = jax.random.split(rng)
-                variables = nn.unbox(module.init(k, x)["params"])
-                params[part].update({key: variables} if isinstance(key, str) else variables)
-                x = module.apply({"params": variables}, x)
+            params[part], x, rng = init_stages(stages, rng, x)
             if point is not None:
                 rng, k = jax.random.split(rng)
                 params[point] = nn.unbox(self.point.init(k, x)["params"])
@@ -349,7 +345,4 @@ class HunyuanVideoVAE:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"encoder/conv_in/conv/kernel": shape}` of the full tree."""
-        import flax
-
-        tree = jax.eval_shape(self.init_params, jax.random.key(0))
-        return {p: tuple(leaf.shape) for p, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+        return param_shapes(self.init_params)

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from vidax.zoo.attention import attention
+from vidax.zoo.dit import param_shapes
 from vidax.zoo.hunyuan_video15.config import VAEConfig
 from vidax.zoo.layers import logical_param
 from vidax.zoo.vae_layers import CausalConv3d, Conv3d
@@ -272,6 +273,18 @@ def _stage_params(params: Params, key: str | tuple[str, ...]) -> Params:
     return params[key] if isinstance(key, str) else {name: params[name] for name in key}
 
 
+def init_stages(stages: Stages, rng: jax.Array, x: jax.Array) -> tuple[Params, jax.Array, jax.Array]:
+    """Random params of the stages (a tuple key's modules at the top level), their output on `x`, and
+    the rng left after one split per stage."""
+    params: Params = {}
+    for key, module in stages:
+        rng, k = jax.random.split(rng)
+        variables = nn.unbox(module.init(k, x)["params"])
+        params.update({key: variables} if isinstance(key, str) else variables)
+        x = module.apply({"params": variables}, x)
+    return params, x, rng
+
+
 # ---------------------------------------------------------------------------------------------
 # Tiling with the reference's linear cross-fade
 
@@ -379,19 +392,12 @@ class HunyuanVideo15VAE:
         """Random parameters of the full tree, for shapes (the translator's expected tree)."""
         cfg = self.cfg
         x = jnp.zeros((1, frames, size, size, cfg.in_channels), jnp.float32)
-        params: Params = {"encoder": {}, "decoder": {}}
+        params: Params = {}
         for part, stages in (("encoder", self.encoder), ("decoder", self.decoder)):
-            for key, module in stages:
-                rng, k = jax.random.split(rng)
-                variables = nn.unbox(module.init(k, x)["params"])
-                params[part].update({key: variables} if isinstance(key, str) else variables)
-                x = module.apply({"params": variables}, x)
+            params[part], x, rng = init_stages(stages, rng, x)
             x = x[..., : cfg.latent_channels]
         return params
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"encoder/conv_in/conv/kernel": shape}` of the full tree."""
-        import flax
-
-        tree = jax.eval_shape(self.init_params, jax.random.key(0))
-        return {p: tuple(l.shape) for p, l in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+        return param_shapes(self.init_params)
