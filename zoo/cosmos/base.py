@@ -8,7 +8,6 @@ the folder's scheduler.
 from __future__ import annotations
 
 import dataclasses
-import math
 from functools import cached_property
 from typing import ClassVar, Mapping
 
@@ -100,13 +99,3 @@ class CosmosBase(Family):
     def build_dit(self, part: DiTPart, tree: Mapping[str, np.ndarray], s: Settings):
         # computes in its weights' dtype, as diffusers runs the transformer in its own
         return self.transformer_class(self.dit_config, dtype=jnp.dtype(tree["proj_out/kernel"].dtype))
-
-
-def vae_job(vae: WanVAEConfig, s: Settings) -> dict:
-    """The planner's VAE entries (`planner.Job` fields): the Wan VAE's fp32 weights and its decode peak."""
-    return dict(
-        vae_params=sum(math.prod(shape) for shape in WanVAE(vae).param_shapes().values()),
-        vae_weight_bytes=4,
-        # decode works one latent frame (4 video frames) at a time: a few fp32 [4, H, W, decoder_dim] maps
-        vae_peak_activation_bytes=4 * vae.scale_factor_temporal * s.height * s.width * vae.decoder_dim * 4,
-    )

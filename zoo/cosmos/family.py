@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from vidax.zoo.cosmos import conditioning as cc
-from vidax.zoo.cosmos.base import CosmosBase, vae_job
+from vidax.zoo.cosmos.base import CosmosBase
+from vidax.zoo.wan.vae import planner_entries
 from vidax.zoo.cosmos.config import CosmosTransformerConfig
 from vidax.zoo.cosmos.media import pil_frames, predict25_image
 from vidax.zoo.cosmos.text import (
@@ -277,7 +278,7 @@ class CosmosFamily(CosmosBase):
             residual_bytes=4,  # the fp32 residual stream
             text_encoder_params=text_params,
             text_encoder_bytes=width,
-            **vae_job(vae, s),
+            **planner_entries(vae, s.height, s.width),
             blockwise_attention=jax.default_backend() == "cpu",
         )
 

@@ -28,7 +28,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from vidax.zoo.cosmos.base import CosmosBase, vae_job
+from vidax.zoo.cosmos.base import CosmosBase
+from vidax.zoo.wan.vae import planner_entries
 from vidax.zoo.cosmos.media import cosmos3_image, pil_frames
 from vidax.zoo.cosmos3 import conditioning as cc
 from vidax.zoo.cosmos3 import rope
@@ -235,7 +236,7 @@ def memory_job(cfg: Cosmos3TransformerConfig, vae: WanVAEConfig, s: Settings, *,
         weight_bytes=dtype_bytes,
         activation_bytes=dtype_bytes,
         residual_bytes=4,  # both streams stay fp32 between layers
-        **vae_job(vae, s),
+        **planner_entries(vae, s.height, s.width),
         blockwise_attention=blockwise_attention,
     )
 
