@@ -8,7 +8,8 @@ wall time and peak RSS (ru_maxrss of that child) are its own:
 - raw write O_DIRECT + fsync: writing as many bytes to the output disk the way vidax-convert does
   (the write floor of any converter)
 - vidax-convert: the CLI end to end (plan, transpose+cast, write safetensors shards + manifest, fsync),
-  to the project disk and, where /dev/shm has room, to RAM (what it costs without the disk)
+  to the project disk and, where /dev/shm has room, to RAM (what it costs without the disk), each
+  beside the raw write floor of its destination
 - vidax convert() to memory: the library call materialising the whole host tree
 - diffusers: WanTransformer3DModel.from_pretrained(torch_dtype=bfloat16)
 - naive: safetensors.torch.load_file -> .float().numpy() -> transpose copies
@@ -167,7 +168,8 @@ def main() -> None:
             ("raw write O_DIRECT + fsync (disk floor)", [py, "-c", _RAW_WRITE, str(out.parent / "raw-write.tmp"), str(size)]),
             ("vidax-convert end to end", None)]
     if shm.is_dir() and shutil.disk_usage(shm).free > 2 * size:
-        rows.append(("vidax-convert --out /dev/shm (no disk)", None))
+        rows += [("raw write to /dev/shm (RAM floor)", [py, "-c", _RAW_WRITE, str(shm / "vidax-raw-write.tmp"), str(size)]),
+                 ("vidax-convert --out /dev/shm (no disk)", None)]
     rows += [("vidax convert() into memory", [py, "-c", _VIDAX_MEMORY, str(root)]),
              ("diffusers from_pretrained", [py, "-c", _DIFFUSERS, str(root)]),
              ("naive safetensors.torch->numpy->T", [py, "-c", _NAIVE, str(file)])]
@@ -179,7 +181,7 @@ def main() -> None:
     runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in rows}
     for _ in range(repeats):
         for name, argv in rows:
-            target = shm / "vidax-bench-out" if "shm" in name else out
+            target = shm / "vidax-bench-out" if "vidax-convert --out /dev/shm" in name else out
             if argv is None:
                 shutil.rmtree(target, ignore_errors=True)
                 argv = [py, "-m", "vidax.cli.convert", "wan2.1-t2v-1.3b", "--components", "transformer",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from functools import cached_property
 from typing import Any, Mapping
 
 
@@ -17,3 +18,20 @@ def pick_fields(cls, hf: Mapping[str, Any], renames: Mapping[str, str] | None = 
         if key in names:
             out[key] = tuple(value) if isinstance(value, list) else value
     return out
+
+
+class HeadsConfig:
+    """Widths derived from `num_attention_heads`, `attention_head_dim` and `mlp_ratio`, the fields
+    of a diffusers DiT config that counts its width in heads (a mixin for frozen config dataclasses)."""
+
+    num_attention_heads: int
+    attention_head_dim: int
+    mlp_ratio: float
+
+    @cached_property
+    def inner_dim(self) -> int:
+        return self.num_attention_heads * self.attention_head_dim
+
+    @cached_property
+    def mlp_dim(self) -> int:
+        return int(self.inner_dim * self.mlp_ratio)

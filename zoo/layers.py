@@ -94,13 +94,24 @@ class PatchEmbed(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        pt, ph, pw = self.patch
-        b, c, f, h, w = x.shape
-        kernel = logical_param(self, "kernel", (pt, ph, pw, c, self.features), (None, None, None, "conv_in", "embed"))
+        c = x.shape[1]
+        kernel = logical_param(self, "kernel", (*self.patch, c, self.features), (None, None, None, "conv_in", "embed"))
         bias = logical_param(self, "bias", (self.features,), ("embed",), nn.initializers.zeros)
-        x = x.reshape(b, c, f // pt, pt, h // ph, ph, w // pw, pw)
-        x = x.transpose(0, 2, 4, 6, 3, 5, 7, 1).reshape(b, -1, pt * ph * pw * c)  # [B, S, pt*ph*pw*C]
+        x = patchify(x, self.patch)  # [B, S, pt*ph*pw*C]
         return jnp.dot(x, kernel.reshape(-1, self.features).astype(x.dtype)) + bias.astype(x.dtype)
+
+
+def patchify(video: jax.Array, patch: tuple[int, int, int], *, channels_first: bool = False) -> jax.Array:
+    """Video `[B, C, F*pt, H*ph, W*pw]` -> tokens `[B, F*H*W, features]` in (f, h, w) order; `unpatchify`'s inverse.
+
+    Each token's features are its patch laid out `(pt, ph, pw, C)`, or `(C, pt, ph, pw)` with
+    `channels_first` (Cosmos-Predict2.5's `patch_embed`).
+    """
+    pt, ph, pw = patch
+    b, c, f, h, w = video.shape
+    x = video.reshape(b, c, f // pt, pt, h // ph, ph, w // pw, pw)
+    x = x.transpose(0, 2, 4, 6, 1, 3, 5, 7) if channels_first else x.transpose(0, 2, 4, 6, 3, 5, 7, 1)
+    return x.reshape(b, (f // pt) * (h // ph) * (w // pw), pt * ph * pw * c)
 
 
 def gelu_tanh(x: jax.Array) -> jax.Array:

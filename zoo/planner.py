@@ -145,7 +145,8 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     `compiled.memory_analysis()` across widths, lengths, tp and sp), then the larger of the attention phase (q, k, v and the output,
     split over heads by TP; Ulysses trades sequence for heads, so the total stays) and the MLP
     phase (hidden before and after the nonlinearity). The blockwise kernel adds its score tiles
-    (logits and probabilities, `[batch, heads, q_block, kv_block]` fp32); flash kernels keep theirs
+    (logits and probabilities, `[batch, 1, q_block, kv_block]` fp32: one head per step on the CPU,
+    where it runs); flash kernels keep theirs
     in on-chip memory.
     """
     d = job.dit
@@ -155,10 +156,9 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     unit = batch * seq * d.dim
     residual = unit * (res + act / layout.tp)
     attention = unit * 4 * act / layout.tp
-    if job.blockwise_attention:
-        heads_local = max(d.heads // (layout.tp * layout.sp), 1)
+    if job.blockwise_attention:  # one head per step where it runs (the CPU): its logits and probabilities
         tile = min(job.q_block, job.tokens) * min(job.kv_block, job.tokens)
-        attention += 2 * batch * heads_local * tile * 4
+        attention += 2 * batch * tile * 4
     mlp = unit * (d.ffn_dim / d.dim) * 2 * act / layout.tp
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4

@@ -275,3 +275,44 @@ def saved_frames_t2v(saved, run, tmp_path):
     _, root = saved
     opts = options(root, run, tmp_path / "t2v")
     return make_pipeline(opts.model, opts).generate(opts).frames
+
+
+def test_diffusion_decoder_matches_reference(saved, reference_run, tmp_path, monkeypatch):
+    """`--diffusion-decoder` on a folder with LTX-2.5's `diffusion_decoder/`: the final latents through diffusers'
+    `LTX2VideoDiffusionDecodePipeline` (denormalised with the video VAE's statistics), its x_t noise the one vidax
+    draws from the run's seed on the host (decode stream 2)."""
+    import shutil
+
+    import diffusers.models.autoencoders.ltx2_diffusion_decoder as reference_decoder
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    from diffusers.pipelines.ltx2.pipeline_ltx2_diffusion_decode import LTX2VideoDiffusionDecodePipeline
+
+    from .ltx2_spec_fixtures import diffusion_decoder_reference, save_diffusers
+
+    pipe, root = saved
+    folder = tmp_path / "with_decoder"
+    shutil.copytree(root, folder)
+    # kernels that fit the 2 x 2 x 4 latent grid of the 32x64 clip (height 2 < the tiny decoder's 3)
+    decoder = diffusion_decoder_reference(decoder_stage_kernels=((3, 1, 3), (3, 3, 3), (3, 3, 3), (3, 3, 5)),
+                                          decoder_stage5_kernel=(3, 3, 5))
+    save_diffusers(decoder, folder / "diffusion_decoder")
+    # the registry's ltx-2.5 lists the decoder; the folder's configs (the tiny LTX-2.0-shaped model) win
+    opts = options(folder, reference_run, tmp_path, model="ltx-2.5", extra={"diffusion_decoder": True, "audio": False})
+    result = make_pipeline(opts.model, opts).generate(opts)
+
+    drawn = []
+
+    def host_noise(shape, generator=None, device=None, dtype=None):
+        drawn.append(tuple(shape))
+        return torch.from_numpy(np.random.default_rng([opts.seed, 2, 0]).standard_normal(tuple(shape), dtype=np.float32))
+
+    monkeypatch.setattr(reference_decoder, "randn_tensor", host_noise)
+    decode = LTX2VideoDiffusionDecodePipeline(diffusion_decoder=decoder, scheduler=FlowMatchEulerDiscreteScheduler(),
+                                              vae=pipe.vae)
+    with torch.no_grad():
+        want = decode(torch.from_numpy(np.asarray(result.latents)), output_type="np").frames[0]
+    assert len(drawn) == 1 and result.frames.shape == want.shape
+    np.testing.assert_allclose(result.frames, want, atol=ATOL, rtol=0)
+    with pytest.raises(PipelineError, match="ltx-2 has no diffusion decoder"):
+        bad = options(folder, reference_run, tmp_path, extra={"diffusion_decoder": True})
+        make_pipeline(bad.model, bad).generate(bad)

@@ -41,6 +41,7 @@ from vidax.zoo.layers import (
     gelu_tanh,
     logical_param,
     modulate,
+    patchify,
     split_heads,
     timestep_sinusoid,
     unpatchify,
@@ -116,17 +117,6 @@ class _PatchProjection(nn.Module):
         return y
 
 
-def patchify(cfg: CogVideoXTransformerConfig, latents: jax.Array) -> jax.Array:
-    """`[B, C, F, H, W]` -> `[B, F'*H'*W', patch features]` in the order the projection expects."""
-    b, c, f, h, w = latents.shape
-    pt, p, _ = cfg.patch
-    if cfg.patch_size_t is None:  # Conv2d on each frame: (ph, pw, C)
-        x = latents.reshape(b, c, f, h // p, p, w // p, p).transpose(0, 2, 3, 5, 4, 6, 1)
-    else:  # diffusers' 1.5 unfold: (C, pt, ph, pw)
-        x = latents.reshape(b, c, f // pt, pt, h // p, p, w // p, p).transpose(0, 2, 4, 6, 1, 3, 5, 7)
-    return x.reshape(b, (f // pt) * (h // p) * (w // p), -1)
-
-
 class PatchEmbed(nn.Module):
     """diffusers `CogVideoXPatchEmbed`: patch and text projections plus the joint position table."""
 
@@ -142,7 +132,9 @@ class PatchEmbed(nn.Module):
             proj = _PatchProjection(cfg.inner_dim, (p, p, c, cfg.inner_dim), cfg.patch_bias, name="proj")
         else:  # diffusers' 1.5 Linear always has a bias (`patch_bias` only concerns the Conv2d)
             proj = _PatchProjection(cfg.inner_dim, (c * pt * p * p, cfg.inner_dim), True, name="proj")
-        video = proj(patchify(cfg, latents.astype(self.dtype))).astype(jnp.float32)
+        # 1.0: a Conv2d per frame, features (ph, pw, C); 1.5: diffusers' unfold, (C, pt, ph, pw)
+        tokens = patchify(latents.astype(self.dtype), cfg.patch, channels_first=cfg.patch_size_t is not None)
+        video = proj(tokens).astype(jnp.float32)
         text = Dense(cfg.inner_dim, axes=(None, "embed"), dtype=jnp.float32, name="text_proj")(text)
         if cfg.use_learned_positional_embeddings:  # declared whenever the checkpoint has it
             n = cfg.sample_latent_frames * (cfg.sample_height // p) * (cfg.sample_width // p)

@@ -83,7 +83,8 @@ def guide(cond: jax.Array, uncond: jax.Array, scale: float) -> jax.Array:
 
 
 def normalize(latents: jax.Array, mean, std) -> jax.Array:
-    """VAE latents -> the DiT's: `(z - mean) * (1 / std)`, as `prepare_latents` writes it."""
+    """VAE latents -> the DiT's: `(z - mean) * (1 / std)`, as `prepare_latents` (Cosmos3: `_encode_video`)
+    writes it."""
     shape = (1, -1) + (1,) * (latents.ndim - 2)
     inv_std = 1.0 / jnp.asarray(std, jnp.float32).reshape(shape)
     return (latents - jnp.asarray(mean, jnp.float32).reshape(shape)) * inv_std

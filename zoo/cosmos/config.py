@@ -14,20 +14,15 @@ from functools import cached_property
 from typing import Any
 
 from vidax.translator import VidaxError
+from vidax.zoo.configs import HeadsConfig, pick_fields
 
 
 class CosmosConfigError(VidaxError, ValueError):
     """A Cosmos-Predict2.5 transformer config that vidax cannot run."""
 
 
-def _pick(cls, hf: Mapping[str, Any]) -> dict[str, Any]:
-    """The config.json entries `cls` declares (`_class_name`, `_diffusers_version` go)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in hf.items() if k in names}
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class CosmosTransformerConfig:
+class CosmosTransformerConfig(HeadsConfig):
     """Follows diffusers `CosmosTransformer3DModel`'s constructor arguments and defaults.
 
     `in_channels` counts the latent channels plus the conditioning-mask channel (17 for Predict2.5);
@@ -69,14 +64,6 @@ class CosmosTransformerConfig:
                 f"channels but the blocks read text_embed_dim={self.text_embed_dim}")
 
     @cached_property
-    def inner_dim(self) -> int:
-        return self.num_attention_heads * self.attention_head_dim
-
-    @cached_property
-    def mlp_dim(self) -> int:
-        return int(self.inner_dim * self.mlp_ratio)
-
-    @cached_property
     def patch_in_channels(self) -> int:
         """Channels the patch embedding reads: latents, condition mask and (optionally) padding mask."""
         return self.in_channels + 1 if self.concat_padding_mask else self.in_channels
@@ -94,7 +81,7 @@ class CosmosTransformerConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> CosmosTransformerConfig:
         """Build from a diffusers `transformer/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
 
     @classmethod
     def from_param_shapes(cls, shapes: Mapping[str, tuple[int, ...]], **fixed: Any) -> CosmosTransformerConfig:

@@ -29,8 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from vidax.zoo.cosmos import conditioning as cc
+from vidax.zoo.cosmos.base import CosmosBase
+from vidax.zoo.wan.vae import planner_entries
 from vidax.zoo.cosmos.config import CosmosTransformerConfig
-from vidax.zoo.cosmos.media import pil_frames, predict25_image, read_clip
+from vidax.zoo.cosmos.media import pil_frames, predict25_image
 from vidax.zoo.cosmos.text import (
     DEFAULT_NEGATIVE_PROMPT,
     PromptTokenizer,
@@ -38,10 +40,9 @@ from vidax.zoo.cosmos.text import (
 )
 from vidax.zoo.cosmos.transformer import CosmosTransformer
 from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
-from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings
+from vidax.zoo.family import Flag, Inputs, Settings
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
-from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
 
 REASON1_PARAMS = 7_070_000_000  # Qwen2.5-VL-7B's language tower, when no config says otherwise
 
@@ -102,10 +103,12 @@ def _reason1(model: DecoderTextModel, params, ids) -> jax.Array:
     return reason1_features(model, params, ids)
 
 
-class CosmosFamily(Family):
+class CosmosFamily(CosmosBase):
     """Cosmos-Predict2.5 (2B, 14B): text-, image- and video-to-world."""
 
     name = "cosmos"
+    makes = "world"
+    transformer_class = CosmosTransformer
     settings_class = CosmosSettings
     default_negative_prompt = DEFAULT_NEGATIVE_PROMPT
     flags = (
@@ -148,36 +151,15 @@ class CosmosFamily(Family):
         return CosmosTransformerConfig.from_hf_config(self.require_config("transformer"))
 
     @cached_property
-    def vae_config(self) -> WanVAEConfig:
-        return WanVAEConfig.from_hf_config(self.require_config("vae", "vae/config.json"))
-
-    @cached_property
     def text_config(self) -> DecoderConfig:
         paths = [f"{folder}/config.json" for folder in self._folders("text_encoder")]
         return DecoderConfig.from_hf_config(self.require_config("text_encoder", *paths))
 
-    def heads(self) -> int:
-        return self.dit_config.num_attention_heads
-
     # --- settings ---------------------------------------------------------------------------
 
     def folder_settings(self) -> dict:
-        scheduler = self.scheduler_config()
-        shift = scheduler.get("flow_shift") if "flow_shift" in scheduler else scheduler.get("shift")
-        return {} if shift is None or scheduler.get("use_karras_sigmas") else {"shift": float(shift)}
-
-    def image_roles(self) -> dict[str, bool]:
-        return {"image": False}
-
-    def read_inputs(self, options) -> Inputs:
-        """`--image` (image-to-world) or `--video` (video-to-world, its frames under `images["video"]`)."""
-        video = (options.extra or {}).get("video")
-        if video is not None and (options.image is not None or (options.images or {}).get("image") is not None):
-            raise PipelineError(f"{self.name}: give --image (image-to-world) or --video (video-to-world), not both")
-        inputs = super().read_inputs(options)
-        if video is None:
-            return inputs
-        return dataclasses.replace(inputs, images={**inputs.images, "video": read_clip(video)})
+        shift = self.scheduler_shift()
+        return {} if shift is None else {"shift": shift}
 
     def resolve_settings(self, options, images=None) -> CosmosSettings:
         self._clip_frames = None if not images or images.get("video") is None else len(images["video"])
@@ -208,11 +190,6 @@ class CosmosFamily(Family):
                 raise PipelineError(f"the conditioning video has {clip} frames; video-to-world with "
                                     f"--num-latent-conditional-frames {s.num_latent_conditional_frames} needs {keep}")
 
-    def latent_shape(self, s: Settings) -> tuple[int, ...]:
-        v = self.vae_config
-        return (1, v.z_dim, (s.frames - 1) // v.scale_factor_temporal + 1, s.height // v.scale_factor_spatial,
-                s.width // v.scale_factor_spatial)
-
     def tokens(self, s: Settings) -> int:
         _, _, f, h, w = self.latent_shape(s)
         return math.prod(n // p for n, p in zip((f, h, w), self.dit_config.patch_size))
@@ -232,12 +209,7 @@ class CosmosFamily(Family):
             keep = 4 * (s.num_latent_conditional_frames - 1) + 1
             video, frames_in = cc.video_conditioning_video(pil_frames(clip[-keep:], s.height, s.width), s.frames,
                                                            s.num_latent_conditional_frames)
-        part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
-        v = self.vae_config
-        latents = cc.normalize(WanVAE(v).encode(params, jnp.asarray(video)), v.latents_mean, v.latents_std)
-        latents.block_until_ready()
-        self.done(params)
+        latents = self.encode_video(video)
         indicator, _ = cc.condition_mask(shape, cc.conditional_latent_frames(frames_in))
         return CosmosCondition(text, latents, jnp.asarray(indicator))
 
@@ -260,13 +232,6 @@ class CosmosFamily(Family):
 
     # --- denoise ----------------------------------------------------------------------------
 
-    def dit_parts(self, s: Settings) -> list[DiTPart]:
-        return [self.component("transformer")]
-
-    def build_dit(self, part: DiTPart, tree: Mapping[str, np.ndarray], s: Settings) -> CosmosTransformer:
-        # computes in its weights' dtype, as diffusers runs the transformer in its own
-        return CosmosTransformer(self.dit_config, dtype=jnp.dtype(tree["proj_out/kernel"].dtype))
-
     def predictor(self, s: CosmosSettings, expert: int, dit: CosmosTransformer) -> CosmosPredict:
         return CosmosPredict(s.guided, jnp.dtype(dit.dtype).name, float(s.conditional_frame_timestep))
 
@@ -286,15 +251,8 @@ class CosmosFamily(Family):
 
     # --- decode -----------------------------------------------------------------------------
 
-    def decode(self, s: Settings, latents: jax.Array) -> np.ndarray:
-        """Frames `[F, H, W, 3]` float32 in [0, 1] (diffusers' `postprocess_video(output_type="np")`)."""
-        v = self.vae_config
-        part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
-        video = WanVAE(v).decode(params, cc.denormalize(latents.astype(jnp.float32), v.latents_mean, v.latents_std))
-        video = cc.match_num_frames(np.asarray(video), s.frames)
-        self.done(params)
-        return np.clip(video[0] / 2 + 0.5, 0.0, 1.0).transpose(1, 2, 3, 0).astype(np.float32)
+    def decode_video(self, s: Settings, latents: jax.Array) -> np.ndarray:
+        return cc.match_num_frames(super().decode_video(s, latents), s.frames)
 
     # --- memory -----------------------------------------------------------------------------
 
@@ -320,10 +278,7 @@ class CosmosFamily(Family):
             residual_bytes=4,  # the fp32 residual stream
             text_encoder_params=text_params,
             text_encoder_bytes=width,
-            vae_params=sum(math.prod(shape) for shape in WanVAE(vae).param_shapes().values()),
-            vae_weight_bytes=4,
-            # decode works one latent frame (4 video frames) at a time: a few fp32 [4, H, W, decoder_dim] maps
-            vae_peak_activation_bytes=4 * vae.scale_factor_temporal * s.height * s.width * vae.decoder_dim * 4,
+            **planner_entries(vae, s.height, s.width),
             blockwise_attention=jax.default_backend() == "cpu",
         )
 

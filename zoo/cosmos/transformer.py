@@ -39,6 +39,7 @@ from vidax.zoo.layers import (
     gelu_exact,
     logical_param,
     modulate,
+    patchify,
     split_heads,
     timestep_sinusoid,
     unpatchify,
@@ -98,10 +99,7 @@ class PatchEmbed(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        pt, ph, pw = self.patch
-        b, c, f, h, w = x.shape
-        x = x.reshape(b, c, f // pt, pt, h // ph, ph, w // pw, pw)
-        x = x.transpose(0, 2, 4, 6, 1, 3, 5, 7).reshape(b, -1, c * pt * ph * pw)  # [B, S, C*pt*ph*pw]
+        x = patchify(x, self.patch, channels_first=True)  # [B, S, C*pt*ph*pw]
         return Dense(self.features, axes=("conv_in", "embed"), use_bias=False, name="proj")(x)
 
 

@@ -22,8 +22,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from vidax.zoo.cosmos import conditioning as predict25
 
 TEMPORAL, SPATIAL = 4, 16  # Wan2.2 VAE compression
+
+# The latents' normalisation is Predict2.5's (`_encode_video`, and its inverse before decode).
+normalize, denormalize = predict25.normalize, predict25.denormalize
 
 
 def latent_shape(frames: int, height: int, width: int, channels: int = 48, patch: int = 2) -> tuple[int, ...]:
@@ -95,17 +99,3 @@ def native_flow_sigmas(num_steps: int, num_train_timesteps: int = 1000) -> np.nd
 def guide(cond: jax.Array, uncond: jax.Array, scale: float) -> jax.Array:
     """`uncond + g * (cond - uncond)`; the reference skips the negative branch when g == 1."""
     return uncond + scale * (cond - uncond)
-
-
-def normalize(latents: jax.Array, mean, std) -> jax.Array:
-    """VAE latents -> the DiT's: `(mu - mean) * (1 / std)` (`_encode_video`)."""
-    shape = (1, -1) + (1,) * (latents.ndim - 2)
-    inv_std = 1.0 / jnp.asarray(std, jnp.float32).reshape(shape)
-    return (latents - jnp.asarray(mean, jnp.float32).reshape(shape)) * inv_std
-
-
-def denormalize(latents: jax.Array, mean, std) -> jax.Array:
-    """The DiT's latents -> VAE latents: `z / (1 / std) + mean`, as the pipeline writes it before decode."""
-    shape = (1, -1) + (1,) * (latents.ndim - 2)
-    inv_std = 1.0 / jnp.asarray(std, jnp.float32).reshape(shape)
-    return latents / inv_std + jnp.asarray(mean, jnp.float32).reshape(shape)

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from vidax.translator import VidaxError
+from vidax.zoo.configs import pick_fields
 
 ACTIVATIONS = ("silu", "relu2")  # the two diffusers accepts
 
@@ -78,8 +79,7 @@ class Cosmos3TransformerConfig:
     def from_hf_config(cls, hf: Mapping[str, Any]) -> Cosmos3TransformerConfig:
         """Build from a diffusers `transformer/config.json` dict (`rope_axes_dim` falls back to
         `rope_scaling.mrope_section`, then (24, 20, 20), as the reference does)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in hf.items() if k in names}
+        fields = pick_fields(cls, hf)
         if fields.get("rope_axes_dim") is None:
             fields["rope_axes_dim"] = tuple((hf.get("rope_scaling") or {}).get("mrope_section", (24, 20, 20)))
         return cls(**fields)

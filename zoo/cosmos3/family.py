@@ -22,24 +22,24 @@ mixture-of-transformers DiT that reads the prompt's token ids itself:
 from __future__ import annotations
 
 import dataclasses
-import math
 from functools import cached_property
 from pathlib import Path
-from typing import Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from vidax.zoo.cosmos.media import cosmos3_image, pil_frames, read_clip
+from vidax.zoo.cosmos.base import CosmosBase
+from vidax.zoo.wan.vae import planner_entries
+from vidax.zoo.cosmos.media import cosmos3_image, pil_frames
 from vidax.zoo.cosmos3 import conditioning as cc
 from vidax.zoo.cosmos3 import rope
 from vidax.zoo.cosmos3.config import Cosmos3TransformerConfig
 from vidax.zoo.cosmos3.text import PromptTokenizer, pad_prompts
 from vidax.zoo.cosmos3.transformer import Cosmos3Transformer
-from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.family import Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, dit_sizes
-from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
+from vidax.zoo.wan.vae import WanVAEConfig
 
 PLANNED_PROMPT_TOKENS = 256  # the joint sequence's text part for --plan (system prompt, prompt, sentences)
 KEEP = ("first", "last")
@@ -92,10 +92,11 @@ class Cosmos3Predict:
         return cfg_predict(run, branch(slice(0, 1)), branch(slice(1, 2)) if self.guided else None, knobs["scale"])
 
 
-class Cosmos3Family(Family):
+class Cosmos3Family(CosmosBase):
     """Cosmos3 (Nano, Edge): text-to-video / -image, image- and video-to-video."""
 
     name = "cosmos3"
+    transformer_class = Cosmos3Transformer
     settings_class = Cosmos3Settings
     size_multiple = 32  # Wan2.2 VAE (16x) x the DiT's 2x2 latent patches (the reference zero-pads others)
     flags = (
@@ -119,13 +120,6 @@ class Cosmos3Family(Family):
     def dit_config(self) -> Cosmos3TransformerConfig:
         return Cosmos3TransformerConfig.from_hf_config(self.require_config("transformer", "transformer/config.json"))
 
-    @cached_property
-    def vae_config(self) -> WanVAEConfig:
-        return WanVAEConfig.from_hf_config(self.require_config("vae", "vae/config.json"))
-
-    def heads(self) -> int:
-        return self.dit_config.num_attention_heads
-
     # --- settings ---------------------------------------------------------------------------
 
     def folder_settings(self) -> dict:
@@ -135,24 +129,8 @@ class Cosmos3Family(Family):
                            ("use_native_flow_schedule", "native_flow_schedule")):
             if index.get(key) is not None:
                 out[field] = bool(index[key])
-        scheduler = self.scheduler_config()
-        shift = scheduler.get("flow_shift") if "flow_shift" in scheduler else scheduler.get("shift")
-        if shift is not None and not scheduler.get("use_karras_sigmas"):
-            out["shift"] = float(shift)
-        return out
-
-    def image_roles(self) -> dict[str, bool]:
-        return {"image": False}
-
-    def read_inputs(self, options) -> Inputs:
-        """`--image` (image-to-video) or `--video` (video-to-video, its frames under `images["video"]`)."""
-        video = (options.extra or {}).get("video")
-        if video is not None and (options.image is not None or (options.images or {}).get("image") is not None):
-            raise PipelineError(f"{self.name}: give --image (image-to-video) or --video (video-to-video), not both")
-        inputs = super().read_inputs(options)
-        if video is None:
-            return inputs
-        return dataclasses.replace(inputs, images={**inputs.images, "video": read_clip(video)})
+        shift = self.scheduler_shift()
+        return out if shift is None else {**out, "shift": shift}
 
     def resolve_settings(self, options, images=None) -> Cosmos3Settings:
         self._conditioned = sorted(k for k in (images or {}) if k in ("image", "video"))
@@ -172,11 +150,6 @@ class Cosmos3Family(Family):
         if "video" in given and max(indexes) >= latent_frames:
             raise PipelineError(f"--condition-frame-indexes-vision {indexes} reaches past the {latent_frames} latent "
                                 f"frames of {s.frames} frames")
-
-    def latent_shape(self, s: Settings) -> tuple[int, ...]:
-        v = self.vae_config
-        return (1, v.z_dim, (s.frames - 1) // v.scale_factor_temporal + 1, s.height // v.scale_factor_spatial,
-                s.width // v.scale_factor_spatial)
 
     def grid(self, s: Settings) -> tuple[int, int, int]:
         _, _, t, h, w = self.latent_shape(s)
@@ -217,22 +190,10 @@ class Cosmos3Family(Family):
             kept = clip[:count] if s.condition_video_keep == "first" else clip[-count:]
             frames = pil_frames(kept, s.height, s.width)
             mode, video = "v2v", cc.video_video(frames, s.frames, s.condition_frame_indexes_vision, keep="first")
-        part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
-        v = self.vae_config
-        clean = cc.normalize(WanVAE(v).encode(params, jnp.asarray(video)), v.latents_mean, v.latents_std)
-        clean.block_until_ready()
-        self.done(params)
+        clean = self.encode_video(video)
         return cc.condition_frames(latent_frames, mode, s.condition_frame_indexes_vision), clean
 
     # --- denoise ----------------------------------------------------------------------------
-
-    def dit_parts(self, s: Settings) -> list[DiTPart]:
-        return [self.component("transformer")]
-
-    def build_dit(self, part: DiTPart, tree: Mapping[str, np.ndarray], s: Settings) -> Cosmos3Transformer:
-        # computes in its weights' dtype, as diffusers runs the transformer in its own
-        return Cosmos3Transformer(self.dit_config, dtype=jnp.dtype(tree["proj_out/kernel"].dtype))
 
     def predictor(self, s: Cosmos3Settings, expert: int, dit: Cosmos3Transformer) -> Cosmos3Predict:
         return Cosmos3Predict(s.guided, jnp.dtype(dit.dtype).name)
@@ -248,18 +209,6 @@ class Cosmos3Family(Family):
             mask = 1.0 - np.asarray(cond.noisy)[0]
             latents = cc.initial_latents(cond.clean, jnp.asarray(latents), mask)
         return self.denoise(s, np.asarray(latents), cond, dtype=self.options.dtype)
-
-    # --- decode -----------------------------------------------------------------------------
-
-    def decode(self, s: Settings, latents: jax.Array) -> np.ndarray:
-        """Frames `[F, H, W, 3]` float32 in [0, 1] (diffusers' `postprocess_video(output_type="np")`)."""
-        v = self.vae_config
-        part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
-        video = WanVAE(v).decode(params, cc.denormalize(latents.astype(jnp.float32), v.latents_mean, v.latents_std))
-        frames = np.clip(np.asarray(video)[0] / 2 + 0.5, 0.0, 1.0).transpose(1, 2, 3, 0)
-        self.done(params)
-        return frames.astype(np.float32)
 
     # --- memory -----------------------------------------------------------------------------
 
@@ -287,10 +236,7 @@ def memory_job(cfg: Cosmos3TransformerConfig, vae: WanVAEConfig, s: Settings, *,
         weight_bytes=dtype_bytes,
         activation_bytes=dtype_bytes,
         residual_bytes=4,  # both streams stay fp32 between layers
-        vae_params=sum(math.prod(shape) for shape in WanVAE(vae).param_shapes().values()),
-        vae_weight_bytes=4,
-        # decode works one latent frame (4 video frames) at a time: a few fp32 [4, H, W, decoder_dim] maps
-        vae_peak_activation_bytes=4 * vae.scale_factor_temporal * s.height * s.width * vae.decoder_dim * 4,
+        **planner_entries(vae, s.height, s.width),
         blockwise_attention=blockwise_attention,
     )
 

@@ -33,7 +33,7 @@ from vidax.zoo.attention import joint_attention
 from vidax.zoo.cosmos3.config import Cosmos3TransformerConfig
 from vidax.zoo.dit import Params, StackedTransformer
 from vidax.zoo.encoders.common import Embed, dense_attention
-from vidax.zoo.layers import Dense, RMSNorm, timestep_sinusoid
+from vidax.zoo.layers import Dense, RMSNorm, patchify, timestep_sinusoid, unpatchify
 from vidax.zoo.rope import rotate_half
 from vidax.zoo.runtime import Precision
 from vidax.zoo.sharding import constrain
@@ -64,19 +64,9 @@ class Context:
     grid: tuple[int, int, int] = struct.field(pytree_node=False, default=(0, 0, 0))  # post-patch (T, H, W)
 
 
-def patchify(latents: jax.Array, p: int) -> jax.Array:
-    """`[B, C, T, H, W]` -> `[B, T*(H/p)*(W/p), p*p*C]`, features (p_h, p_w, C) ("cthpwq->thwpqc")."""
-    b, c, t, h, w = latents.shape
-    x = latents.reshape(b, c, t, h // p, p, w // p, p).transpose(0, 2, 3, 5, 4, 6, 1)
-    return x.reshape(b, t * (h // p) * (w // p), p * p * c)
-
-
-def unpatchify(tokens: jax.Array, grid: tuple[int, int, int], p: int, channels: int) -> jax.Array:
-    """`patchify`'s inverse: `[B, T*h*w, p*p*C]` -> `[B, C, T, h*p, w*p]`."""
-    t, h, w = grid
-    b = tokens.shape[0]
-    x = tokens.reshape(b, t, h, w, p, p, channels).transpose(0, 6, 1, 2, 4, 3, 5)
-    return x.reshape(b, channels, t, h * p, w * p)
+def _patch(cfg: Cosmos3TransformerConfig) -> tuple[int, int, int]:
+    """The latent patch (one frame by p x p)."""
+    return 1, cfg.latent_patch_size, cfg.latent_patch_size
 
 
 def relu2(x: jax.Array) -> jax.Array:
@@ -95,7 +85,7 @@ class Embedder(nn.Module):
         cfg = self.cfg
         und = Embed(cfg.vocab_size, cfg.hidden_size, name="embed_tokens")(input_ids)
         gen = Dense(cfg.hidden_size, axes=("conv_in", "embed"), dtype=self.dtype, name="proj_in")(
-            patchify(latents.astype(self.dtype), cfg.latent_patch_size))
+            patchify(latents.astype(self.dtype), _patch(cfg)))  # features (ph, pw, C): "cthpwq->thwpqc"
         t = timestep.astype(jnp.float32) * cfg.timestep_scale
         temb = TimestepMLP(cfg.hidden_size, name="time_embedder")(timestep_sinusoid(t, TIME_PROJ_DIM))  # [B, D]
         # The time embedding is added to the noisy frames' tokens only (the reference's scatter_add).
@@ -295,7 +285,7 @@ class Cosmos3Transformer(StackedTransformer):
         cfg = self.cfg
         out = self.head_module.apply({"params": self.subtree(params, self.head_modules)}, hidden.gen)
         out = constrain(out, ("batch", None, None))  # sequence parallel gathers here
-        video = unpatchify(out, ctx.grid, cfg.latent_patch_size, cfg.latent_channel)
+        video = unpatchify(out, ctx.grid, _patch(cfg), cfg.latent_channel)
         return video * ctx.noisy[:, None, :, None, None].astype(video.dtype)
 
     def head_inputs(self, hidden: Streams, ctx: Context) -> tuple:

@@ -6,18 +6,14 @@ import dataclasses
 from functools import cached_property
 from typing import Any, Mapping
 
+from vidax.zoo.configs import HeadsConfig, pick_fields
+from vidax.zoo.hunyuan_video15.config import check_attention, shared_sizes
+
 IMAGE_CONDITION_TYPES = (None, "latent_concat", "token_replace")
 
 
-def _pick(cls, hf: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Keep the config.json entries `cls` declares (diffusers' `_class_name`, `_diffusers_version` go)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    hf = {(renames or {}).get(k, k): v for k, v in hf.items()}
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in hf.items() if k in names}
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TransformerConfig:
+class TransformerConfig(HeadsConfig):
     """Follows diffusers `HunyuanVideoTransformer3DModel`'s constructor arguments and defaults (the 13B T2V)."""
 
     in_channels: int = 16
@@ -40,11 +36,7 @@ class TransformerConfig:
 
     def __post_init__(self):
         where = "HunyuanVideo transformer"
-        if self.qk_norm != "rms_norm":
-            raise ValueError(f"{where}: qk_norm {self.qk_norm!r} is not supported (only 'rms_norm')")
-        if sum(self.rope_axes_dim) != self.attention_head_dim:
-            raise ValueError(f"{where}: rope_axes_dim {self.rope_axes_dim} must sum to attention_head_dim "
-                             f"{self.attention_head_dim}")
+        check_attention(self, where)
         if self.image_condition_type not in IMAGE_CONDITION_TYPES:
             raise ValueError(f"{where}: image_condition_type {self.image_condition_type!r} is not one of "
                              f"{IMAGE_CONDITION_TYPES}")
@@ -52,14 +44,6 @@ class TransformerConfig:
             # The token refiner hard-codes 4 (diffusers `HunyuanVideoTokenRefiner`), and the official
             # single-block `linear1` [3D + 4D, D] is read as 7 equal parts (conversion_specs/hunyuan_video).
             raise ValueError(f"{where}: mlp_ratio {self.mlp_ratio} is not supported (the released models use 4)")
-
-    @cached_property
-    def inner_dim(self) -> int:
-        return self.num_attention_heads * self.attention_head_dim
-
-    @cached_property
-    def mlp_dim(self) -> int:
-        return int(self.inner_dim * self.mlp_ratio)
 
     @cached_property
     def mlp_chunks(self) -> int:
@@ -73,7 +57,7 @@ class TransformerConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
         """Build from a diffusers `transformer/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
 
     @classmethod
     def from_param_shapes(cls, shapes: Mapping[str, tuple[int, ...]], **fixed: Any) -> "TransformerConfig":
@@ -83,21 +67,10 @@ class TransformerConfig:
         RoPE axes/theta and the image-condition type are not visible in shapes: they keep the
         shipped defaults unless `fixed` says otherwise (I2V: `image_condition_type="token_replace"`).
         """
-        pt, p, _, in_channels, inner = shapes["x_embedder/proj/kernel"]
-        head_dim = shapes["blocks/attn/norm_q/scale"][-1]
-        refiners = {k.split("/")[2] for k in shapes if k.startswith("context_embedder/token_refiner/refiner_blocks_")}
         sizes = dict(
-            in_channels=in_channels,
-            out_channels=shapes["proj_out/kernel"][1] // (pt * p * p),
-            num_attention_heads=inner // head_dim,
-            attention_head_dim=head_dim,
-            num_layers=shapes["blocks/attn/norm_q/scale"][0],
+            shared_sizes(shapes),
             num_single_layers=shapes["single_blocks/attn/norm_q/scale"][0],
-            num_refiner_layers=len(refiners),
-            patch_size=p,
-            patch_size_t=pt,
             guidance_embeds="time_text_embed/guidance_embedder/linear_1/kernel" in shapes,
-            text_embed_dim=shapes["context_embedder/proj_in/kernel"][0],
             pooled_projection_dim=shapes["time_text_embed/text_embedder/linear_1/kernel"][0],
         )
         return cls(**{**sizes, **fixed})
@@ -152,4 +125,4 @@ class VAEConfig:
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "VAEConfig":
         """Build from a diffusers `vae/config.json` dict, or the official one (hyvideo's `AutoencoderKLCausal3D`:
         `time_compression_ratio`, the other sizes under diffusers' names)."""
-        return cls(**_pick(cls, hf, {"time_compression_ratio": "temporal_compression_ratio"}))
+        return cls(**pick_fields(cls, hf, {"time_compression_ratio": "temporal_compression_ratio"}))

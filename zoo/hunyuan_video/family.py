@@ -46,13 +46,14 @@ from vidax.zoo.encoders.clip_text import CLIPTextConfig, CLIPTextModel
 from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
 from vidax.zoo.encoders.llava import LlavaConfig, LlavaTextEncoder
 from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.family import DiTPart, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.hunyuan_video import text as hv_text
 from vidax.zoo.hunyuan_video.config import TransformerConfig, VAEConfig
 from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
 from vidax.zoo.hunyuan_video.vae import HunyuanVideoVAE
+from vidax.zoo.hunyuan_video15.base import HunyuanBase, joint_job, size_bucket, video_frames
 from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.planner import Job, abstract_param_count
 from vidax.zoo.video_io import vae_image
 
 # The Llama-3-8B tower (llava-llama-3's language model, as the official preprocess extracts it) and CLIP-L's
@@ -132,24 +133,6 @@ def embedded_guidance(scale: float, dtype: str) -> np.float32:
     return np.float32(value)
 
 
-def bucket_size(height: int, width: int, base: int = I2V_BUCKET_BASE, patch: int = I2V_BUCKET_PATCH) -> tuple[int, int]:
-    """(height, width) of tencent/HunyuanVideo-I2V's bucket for an image of `height x width`
-    (hyvideo `generate_crop_size_list(base, 32)` + `get_closest_ratio`)."""
-    patches = round((base / patch) ** 2)
-    buckets, wp, hp = [], patches, 1
-    while wp > 0:
-        if max(wp, hp) / min(wp, hp) <= 4.0:
-            buckets.append((wp * patch, hp * patch))
-        if (hp + 1) * wp <= patches:
-            hp += 1
-        else:
-            wp -= 1
-    ratio = height / width
-    diffs = [round(h / w, 5) - ratio for h, w in buckets]
-    candidates = [(i, d) for i, d in enumerate(diffs) if (d <= 0 if ratio >= 1 else d > 0)]
-    return buckets[min(candidates, key=lambda pair: abs(pair[1]))[0]]
-
-
 def vae_decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: bool = True) -> int:
     """The decoder's working set beyond its weights: a few fp32 maps of its widest (last) stage on one
     temporal window and spatial tile, plus the decoded windows and the blended video."""
@@ -164,7 +147,7 @@ def vae_decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, 
 # --- the family --------------------------------------------------------------------------------
 
 
-class HunyuanVideoFamily(Family):
+class HunyuanVideoFamily(HunyuanBase):
     """HunyuanVideo 1.0: text-to-video and image-to-video (token_replace)."""
 
     name = "hunyuan_video"
@@ -187,13 +170,8 @@ class HunyuanVideoFamily(Family):
     # --- configs ----------------------------------------------------------------------------
 
     def _folders(self, name: str) -> list[str]:
-        """Where a registry component sits in a local folder or repo, every layout's."""
-        comp = self.entry.components.get(name) or self.entry.all_components.get(name)
-        if comp is None:
-            return [name]
-        layouts = list(self.entry.repos) or [None]
-        found = [comp.folder(layout, local) for layout in layouts for local in (True, False)]
-        return list(dict.fromkeys([f for f in found if f] + [name]))
+        """Where a registry component sits in a local folder or repo, every layout's, then `name/`."""
+        return list(dict.fromkeys([*filter(None, self.folders(name)), name]))
 
     def _configs(self, name: str) -> list[str]:
         return [f"{folder}/config.json" for folder in self._folders(name)]
@@ -239,9 +217,6 @@ class HunyuanVideoFamily(Family):
                                 "16-channel token_replace model) is not supported")
         return kind == "token_replace"
 
-    def heads(self) -> int:
-        return self.dit_config.num_attention_heads
-
     # --- settings ---------------------------------------------------------------------------
 
     def folder_settings(self) -> dict:
@@ -259,20 +234,14 @@ class HunyuanVideoFamily(Family):
         if s.negative_prompt_2 is not None and not s.guided:
             raise PipelineError("--negative-prompt-2 is the CLIP negative prompt of true CFG: give --true-cfg > 1")
 
-    def image_roles(self) -> dict[str, bool]:
-        return {"image": True} if self.i2v else {}
-
     def size_for_image(self, image: np.ndarray, s: Settings) -> tuple[int, int]:
-        return bucket_size(*image.shape[:2])
+        # tencent/HunyuanVideo-I2V's bucket (hyvideo `generate_crop_size_list(960, 32)` + `get_closest_ratio`)
+        return size_bucket(*image.shape[:2], I2V_BUCKET_BASE, I2V_BUCKET_PATCH, exact_wide=False)
 
     def latent_shape(self, s: Settings) -> tuple[int, ...]:
         v = self.vae_config
         t, sp = v.temporal_compression_ratio, v.spatial_compression_ratio
         return (1, v.latent_channels, (s.frames - 1) // t + 1, s.height // sp, s.width // sp)
-
-    def base_sigmas(self, s: Settings) -> np.ndarray:
-        """The reference's grid before the shift: `linspace(1, 0, steps + 1)[:-1]`."""
-        return np.linspace(1.0, 0.0, s.steps + 1)[:-1]
 
     # --- encode -----------------------------------------------------------------------------
 
@@ -364,17 +333,11 @@ class HunyuanVideoFamily(Family):
 
     # --- denoise ----------------------------------------------------------------------------
 
-    def dit_parts(self, s: Settings) -> list[DiTPart]:
-        return [self.component("transformer")]
-
     def build_dit(self, part: DiTPart, tree: Mapping[str, np.ndarray], s: Settings) -> HunyuanVideoTransformer:
-        shapes = {p: tuple(a.shape) for p, a in tree.items()}
         cfg = self.dit_config
         fixed = dict(rope_axes_dim=cfg.rope_axes_dim, rope_theta=cfg.rope_theta,
                      image_condition_type=cfg.image_condition_type)
-        # the DiT computes in its weights' dtype (bf16 as shipped; --dtype float32 for parity)
-        self._weights_dtype = jnp.dtype(tree["x_embedder/proj/kernel"].dtype).name
-        return HunyuanVideoTransformer(TransformerConfig.from_param_shapes(shapes, **fixed))
+        return HunyuanVideoTransformer(TransformerConfig.from_param_shapes(self.tree_shapes(tree), **fixed))
 
     def predictor(self, s: HunyuanVideoSettings, expert: int, dit: HunyuanVideoTransformer) -> HunyuanVideoPredict:
         return HunyuanVideoPredict(s.guided, self._weights_dtype, dit.cfg.guidance_embeds, dit.cfg.token_replace)
@@ -399,22 +362,16 @@ class HunyuanVideoFamily(Family):
         part = self.component("vae")
         params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)
         vae = HunyuanVideoVAE(self.vae_config)
-        video = vae.decode(params, latents.astype(jnp.float32) / np.float32(self.vae_config.scaling_factor),
-                           tiling=s.vae_tiling)
-        frames = jnp.clip(video.astype(jnp.float32) / 2 + 0.5, 0, 1)
+        out = video_frames(vae.decode(params, latents.astype(jnp.float32) / np.float32(self.vae_config.scaling_factor),
+                                      tiling=s.vae_tiling))
         self.done(params)
-        return np.asarray(jnp.moveaxis(frames, 1, -1))[0]
+        return out
 
     # --- memory -----------------------------------------------------------------------------
 
     def memory_job(self, options) -> Job:
         """What the planner needs at the requested size (`--plan`, the automatic layout): configs only."""
-        images = {}
-        if options.image is not None and self.i2v:  # the image's bucket decides the size
-            from vidax.zoo.video_io import read_image
-
-            images["image"] = read_image(options.image)
-        s = self.resolve_settings(options, images)
+        s = self.planned_settings(options)
         return memory_job(self.dit_config, self.vae_config, s, i2v=self.i2v,
                           dtype_bytes=4 if options.dtype == "float32" else 2,
                           text_encoder_params=self._text_encoder_params(),
@@ -460,26 +417,13 @@ def memory_job(dit: TransformerConfig, vae: VAEConfig, s: HunyuanVideoSettings, 
         text_encoder_params: the text towers resident together while the prompt is encoded.
         blockwise_attention: the CPU kernel (score tiles in memory) rather than flash attention.
     """
-    sizes = dit_sizes(HunyuanVideoTransformer(dit).param_shapes(), dim=dit.inner_dim, ffn_dim=dit.mlp_dim,
-                      heads=dit.num_attention_heads, groups=("blocks", "single_blocks"))
     t, sp = vae.temporal_compression_ratio, vae.spatial_compression_ratio
-    f, h, w = (s.frames - 1) // t + 1, s.height // sp, s.width // sp
-    video_tokens = (f // dit.patch_size_t) * (h // dit.patch_size) * (w // dit.patch_size)
-    return Job(
-        sizes,
-        tokens=video_tokens + text_tokens(s, i2v),  # joint attention: the text tokens are in every block's sequence
-        text_tokens=0,
-        batch=2 if s.guided else 1,
-        weight_bytes=dtype_bytes,
-        activation_bytes=dtype_bytes,
-        residual_bytes=dtype_bytes,
-        text_encoder_params=text_encoder_params,
-        text_encoder_bytes=dtype_bytes,
-        vae_params=sum(math.prod(shape) for shape in HunyuanVideoVAE(vae).param_shapes().values()),
-        vae_weight_bytes=dtype_bytes,
-        vae_peak_activation_bytes=vae_decode_peak_bytes(vae, s.frames, s.height, s.width, s.vae_tiling),
-        blockwise_attention=blockwise_attention,
-    )
+    latent_grid = ((s.frames - 1) // t + 1, s.height // sp, s.width // sp)
+    return joint_job(HunyuanVideoTransformer(dit), HunyuanVideoVAE(vae), latent_grid, s,
+                     text_tokens=text_tokens(s, i2v), dtype_bytes=dtype_bytes, text_encoder_params=text_encoder_params,
+                     vae_weight_bytes=dtype_bytes,
+                     vae_peak_activation_bytes=vae_decode_peak_bytes(vae, s.frames, s.height, s.width, s.vae_tiling),
+                     blockwise_attention=blockwise_attention)
 
 
 FAMILY = HunyuanVideoFamily

@@ -7,8 +7,9 @@ same computation as running it over each stream with one shared softmax (`joint_
 keeps the video tokens sequence-split and the text whole under sequence parallel.
 
 What HunyuanVideo-1.5 already has with the same computation and parameter names is imported from
-`vidax.zoo.hunyuan_video15.transformer`: the token refiner, the RoPE tables, the joint attention, the
-plain dual-stream block (T2V) and the output head. What is this model's own: the condition embedding
+`vidax.zoo.hunyuan_video15.transformer`: the patch embedding, the token refiner, the joint attention,
+the plain dual-stream block (T2V), and through `DualStreamTransformer` the RoPE tables and the output
+head. What is this model's own: the condition embedding
 (timestep + embedded guidance + pooled CLIP), the single-stream blocks, and the I2V "token_replace"
 blocks, whose first-frame tokens are modulated by a timestep-0 embedding.
 
@@ -26,17 +27,18 @@ import jax.numpy as jnp
 from flax import struct
 
 from vidax.zoo.attention import joint_attention
-from vidax.zoo.dit import BlockGroup, Params, StackedTransformer
+from vidax.zoo.dit import BlockGroup, Params
 from vidax.zoo.hunyuan_video.config import TransformerConfig
 from vidax.zoo.hunyuan_video15.transformer import (
     TEXT_AXES,
     VIDEO_AXES,
     DualStream,
     DualStreamBlock,
+    DualStreamTransformer,
     Head,
     JointAttention,
     TokenRefiner,
-    rope_tables,
+    XEmbedder,
 )
 from vidax.zoo.layers import (
     Dense,
@@ -44,14 +46,12 @@ from vidax.zoo.layers import (
     LayerNorm,
     Linear,
     MLPEmbedder,
-    PatchEmbed,
     RMSNorm,
     gelu_tanh,
     logical_param,
     modulate,
     split_heads,
     timestep_sinusoid,
-    unpatchify,
 )
 from vidax.zoo.rope import rotate_interleaved as apply_rope
 from vidax.zoo.sharding import constrain
@@ -99,17 +99,6 @@ class ConditionEmbedding(nn.Module):
         return temb, token_replace
 
 
-class _XEmbedder(nn.Module):
-    """diffusers `HunyuanVideoPatchEmbed`: a strided Conv3d one level down, as `proj`."""
-
-    cfg: TransformerConfig
-
-    @nn.compact
-    def __call__(self, x):
-        cfg = self.cfg
-        return PatchEmbed(cfg.inner_dim, (cfg.patch_size_t, cfg.patch_size, cfg.patch_size), name="proj")(x)
-
-
 class Embedder(nn.Module):
     """Everything before the blocks; param names are diffusers' top-level modules."""
 
@@ -119,7 +108,7 @@ class Embedder(nn.Module):
     def __call__(self, latents, timestep, text, text_mask, pooled, guidance):
         cfg = self.cfg
         temb, token_replace = ConditionEmbedding(cfg, name="time_text_embed")(timestep, pooled, guidance)
-        video = _XEmbedder(cfg, name="x_embedder")(latents)
+        video = XEmbedder(cfg, name="x_embedder")(latents)
         text = TokenRefiner(cfg, name="context_embedder")(text, timestep, text_mask).astype(video.dtype)
         return constrain(video, VIDEO_AXES), constrain(text, TEXT_AXES), temb, token_replace
 
@@ -260,7 +249,7 @@ class SingleStreamBlock(nn.Module):
 # The model
 
 
-class HunyuanVideoTransformer(StackedTransformer):
+class HunyuanVideoTransformer(DualStreamTransformer):
     """HunyuanVideo 1.0 DiT in the `vidax.zoo.dit.StackedDiT` shape (two block groups).
 
     Args:
@@ -268,7 +257,6 @@ class HunyuanVideoTransformer(StackedTransformer):
     """
 
     embed_modules = ("time_text_embed", "x_embedder", "context_embedder")
-    head_modules = ("norm_out", "proj_out")
 
     def __init__(self, cfg: TransformerConfig):
         self.cfg = cfg
@@ -305,30 +293,15 @@ class HunyuanVideoTransformer(StackedTransformer):
             guidance: `[B]` embedded guidance scale x 1000 (diffusers' pipeline multiplies); required
                 when the checkpoint has a guidance embedder (all released ones do).
         """
-        cfg = self.cfg
         sub = self.subtree(params, self.embed_modules)
         video, joint, temb, token_replace = self.embedder.apply(
             {"params": sub}, latents, timestep, text, text_mask, pooled, guidance
         )
-        f, h, w = latents.shape[2:]
-        cos, sin = rope_tables(cfg, f, h, w)
+        cos, sin, grid = self.positions(latents)
         # diffusers masks the text keys past the *count* of valid tokens (its attention mask is a prefix).
         count = jnp.sum(text_mask.astype(jnp.int32), axis=1, keepdims=True)
         joint_mask = jnp.arange(text.shape[1])[None] < count
-        grid = (f // cfg.patch_size_t, h // cfg.patch_size, w // cfg.patch_size)
-        ctx = Context(temb, joint_mask, jnp.asarray(cos), jnp.asarray(sin), token_replace, grid)
-        return DualStream(video, joint), ctx
-
-    def head(self, params: Params, hidden: DualStream, ctx: Context) -> jax.Array:
-        """Final AdaLN, projection and unpatchify to `[B, out_channels, F, H, W]`."""
-        cfg = self.cfg
-        out = self.head_module.apply({"params": self.subtree(params, self.head_modules)}, hidden.video, ctx.temb)
-        out = constrain(out, ("batch", None, None))  # sequence parallel gathers here
-        patch = (cfg.patch_size_t, cfg.patch_size, cfg.patch_size)
-        return unpatchify(out, ctx.grid, patch, cfg.out_channels, channels_first=True)
-
-    def head_inputs(self, hidden: DualStream, ctx: Context) -> tuple:
-        return hidden.video, ctx.temb
+        return DualStream(video, joint), Context(temb, joint_mask, cos, sin, token_replace, grid)
 
     def dummy_inputs(self, batch: int = 1) -> tuple:
         cfg, f32 = self.cfg, jnp.float32

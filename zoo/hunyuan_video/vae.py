@@ -22,50 +22,17 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vidax.zoo.attention import attention
 from vidax.zoo.hunyuan_video.config import VAEConfig
-from vidax.zoo.hunyuan_video15.vae import _blend as blend, run_stages, tiled
+from vidax.zoo.dit import param_shapes
+from vidax.zoo.hunyuan_video15.vae import _blend as blend, frame_causal_attention, init_stages, run_stages, tiled
 from vidax.zoo.layers import Dense, logical_param
+from vidax.zoo.vae_layers import CausalConv3d
 
 Params = dict[str, Any]
 
 
 # ---------------------------------------------------------------------------------------------
 # Layers
-
-
-class _Conv(nn.Module):
-    """torch `Conv3d` (kernel `[kt, kh, kw, I, O]`), channels-last; `causal`: the reference's replicate pad."""
-
-    features: int
-    kernel: int = 3
-    stride: tuple[int, int, int] = (1, 1, 1)
-    causal: bool = True
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        k = self.kernel
-        w = logical_param(self, "kernel", (k, k, k, x.shape[-1], self.features), (None, None, None, "conv_in", "conv_out"))
-        b = logical_param(self, "bias", (self.features,), ("conv_out",), nn.initializers.zeros)
-        if self.causal and k > 1:
-            # Time: k-1 frames before, none after; space: k//2 each side; all by edge replication.
-            x = jnp.pad(x, ((0, 0), (k - 1, 0), (k // 2, k // 2), (k // 2, k // 2), (0, 0)), mode="edge")
-        y = jax.lax.conv_general_dilated(
-            x, w.astype(x.dtype), self.stride, "VALID", dimension_numbers=("NDHWC", "DHWIO", "NDHWC")
-        )
-        return y + b.astype(x.dtype)
-
-
-class CausalConv3d(nn.Module):
-    """diffusers `HunyuanVideoCausalConv3d`: the conv one level down, as `conv`."""
-
-    features: int
-    kernel: int = 3
-    stride: tuple[int, int, int] = (1, 1, 1)
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return _Conv(self.features, self.kernel, self.stride, name="conv")(x)
 
 
 class GroupNorm(nn.Module):
@@ -110,19 +77,10 @@ class MidAttention(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        b, f, h, w, c = x.shape
+        c = x.shape[-1]
         normed = GroupNorm(self.groups, name="group_norm")(x)
-        q, k, v = (Dense(c, axes=(None, None), name=n)(normed).reshape(b, f, h * w, 1, c) for n in ("to_q", "to_k", "to_v"))
-        k, v = k.reshape(b, f * h * w, 1, c), v.reshape(b, f * h * w, 1, c)
-        keys_frame = jnp.arange(f * h * w) // (h * w)
-
-        def one_frame(args):  # the frame-causal mask as a key mask, one query frame at a time
-            q_frame, i = args
-            return attention(q_frame, k, v, kv_mask=jnp.broadcast_to(keys_frame <= i, (b, f * h * w)))
-
-        out = jax.lax.map(one_frame, (jnp.moveaxis(q, 1, 0), jnp.arange(f)))  # [F, B, HW, 1, C]
-        out = jnp.moveaxis(out, 0, 1).reshape(b, f, h, w, c)
-        return x + Dense(c, axes=(None, None), name="to_out_0")(out)
+        q, k, v = (Dense(c, axes=(None, None), name=n)(normed) for n in ("to_q", "to_k", "to_v"))
+        return x + Dense(c, axes=(None, None), name="to_out_0")(frame_causal_attention(q, k, v))
 
 
 def upsample_nearest(x: jax.Array, temporal: bool) -> jax.Array:
@@ -379,12 +337,7 @@ class HunyuanVideoVAE:
                 rng, k = jax.random.split(rng)
                 x = x[..., : cfg.latent_channels]
                 params["post_quant_conv"] = nn.unbox(self.point.init(k, x)["params"])
-            params[part] = {}
-            for key, module in stages:
-                rng, k = jax.random.split(rng)
-                variables = nn.unbox(module.init(k, x)["params"])
-                params[part].update({key: variables} if isinstance(key, str) else variables)
-                x = module.apply({"params": variables}, x)
+            params[part], x, rng = init_stages(stages, rng, x)
             if point is not None:
                 rng, k = jax.random.split(rng)
                 params[point] = nn.unbox(self.point.init(k, x)["params"])
@@ -392,7 +345,4 @@ class HunyuanVideoVAE:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"encoder/conv_in/conv/kernel": shape}` of the full tree."""
-        import flax
-
-        tree = jax.eval_shape(self.init_params, jax.random.key(0))
-        return {p: tuple(leaf.shape) for p, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+        return param_shapes(self.init_params)

@@ -6,11 +6,39 @@ import dataclasses
 from functools import cached_property
 from typing import Any, Mapping
 
-from vidax.zoo.configs import pick_fields
+from vidax.zoo.configs import HeadsConfig, pick_fields
+
+
+def check_attention(cfg: Any, where: str) -> None:
+    """What both HunyuanVideo DiTs require of their attention: RMS q/k norms and RoPE axes that fill a head."""
+    if cfg.qk_norm != "rms_norm":
+        raise ValueError(f"{where}: qk_norm {cfg.qk_norm!r} is not supported (only 'rms_norm')")
+    if sum(cfg.rope_axes_dim) != cfg.attention_head_dim:
+        raise ValueError(f"{where}: rope_axes_dim {cfg.rope_axes_dim} must sum to attention_head_dim "
+                         f"{cfg.attention_head_dim}")
+
+
+def shared_sizes(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+    """The sizes both HunyuanVideo DiTs show alike in a converted tree: the patch embedding, heads, the
+    dual-stream blocks, the token refiner, the text width and the output channels."""
+    pt, p, _, in_channels, inner = shapes["x_embedder/proj/kernel"]
+    head_dim = shapes["blocks/attn/norm_q/scale"][-1]
+    refiners = {k.split("/")[2] for k in shapes if k.startswith("context_embedder/token_refiner/refiner_blocks_")}
+    return dict(
+        in_channels=in_channels,
+        out_channels=shapes["proj_out/kernel"][1] // (pt * p * p),
+        num_attention_heads=inner // head_dim,
+        attention_head_dim=head_dim,
+        num_layers=shapes["blocks/attn/norm_q/scale"][0],
+        num_refiner_layers=len(refiners),
+        patch_size=p,
+        patch_size_t=pt,
+        text_embed_dim=shapes["context_embedder/proj_in/kernel"][0],
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TransformerConfig:
+class TransformerConfig(HeadsConfig):
     """Follows diffusers `HunyuanVideo15Transformer3DModel`'s constructor arguments and defaults."""
 
     in_channels: int = 65
@@ -33,22 +61,7 @@ class TransformerConfig:
     use_meanflow: bool = False
 
     def __post_init__(self):
-        if self.qk_norm != "rms_norm":
-            raise ValueError(f"HunyuanVideo-1.5 transformer: qk_norm {self.qk_norm!r} is not supported "
-                             "(only 'rms_norm')")
-        if sum(self.rope_axes_dim) != self.attention_head_dim:
-            raise ValueError(
-                f"HunyuanVideo-1.5 transformer: rope_axes_dim {self.rope_axes_dim} must sum to "
-                f"attention_head_dim {self.attention_head_dim}"
-            )
-
-    @cached_property
-    def inner_dim(self) -> int:
-        return self.num_attention_heads * self.attention_head_dim
-
-    @cached_property
-    def mlp_dim(self) -> int:
-        return int(self.inner_dim * self.mlp_ratio)
+        check_attention(self, "HunyuanVideo-1.5 transformer")
 
     @cached_property
     def byt5_hidden(self) -> int:
@@ -82,20 +95,9 @@ class TransformerConfig:
         RoPE axes and theta are not visible in shapes: they keep the shipped defaults unless `fixed`
         says otherwise.
         """
-        pt, p, _, in_channels, inner = shapes["x_embedder/proj/kernel"]
-        head_dim = shapes["blocks/attn/norm_q/scale"][-1]
-        refiners = {k.split("/")[2] for k in shapes if k.startswith("context_embedder/token_refiner/refiner_blocks_")}
         sizes = dict(
-            in_channels=in_channels,
-            out_channels=shapes["proj_out/kernel"][1] // (pt * p * p),
-            num_attention_heads=inner // head_dim,
-            attention_head_dim=head_dim,
-            num_layers=shapes["blocks/attn/norm_q/scale"][0],
-            num_refiner_layers=len(refiners),
-            mlp_ratio=shapes["blocks/ff/net_0/proj/kernel"][-1] / inner,
-            patch_size=p,
-            patch_size_t=pt,
-            text_embed_dim=shapes["context_embedder/proj_in/kernel"][0],
+            shared_sizes(shapes),
+            mlp_ratio=shapes["blocks/ff/net_0/proj/kernel"][-1] / shapes["x_embedder/proj/kernel"][-1],
             text_embed_2_dim=shapes["context_embedder_2/norm/scale"][0],
             image_embed_dim=shapes["image_embedder/norm_in/scale"][0],
             use_meanflow="time_embed/timestep_embedder_r/linear_1/kernel" in shapes,

@@ -18,7 +18,6 @@ Glyph-SDXL-v2}/` and `vision_encoder/siglip/`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from functools import cached_property
 from typing import Mapping
 
@@ -30,13 +29,14 @@ from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
 from vidax.zoo.encoders.siglip import SIGLIP_MEAN, SIGLIP_STD, SiglipVisionModel, siglip_preprocess, siglip_vision_config
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.family import DiTPart, Family, Inputs, Settings, cfg_predict
+from vidax.zoo.family import DiTPart, Inputs, Settings, cfg_predict
+from vidax.zoo.hunyuan_video15.base import HunyuanBase, joint_job, size_bucket, video_frames
 from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
 from vidax.zoo.hunyuan_video15.text import BYT5_MAX_LENGTH, MLLM_MAX_LENGTH, PromptEncoder, TextFeatures
 from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE, decode_peak_bytes
 from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.planner import Job, abstract_param_count
 
 IMAGE_TOKENS = 729  # SigLIP semantic tokens (all zeros for text-to-video)
 DEFAULT_ASPECT = (16, 9)  # width : height when the user gives no size
@@ -102,30 +102,9 @@ def _t2v_condition(channels: int, width: int, latents: jax.Array) -> ImageCondit
 # --- sizes -------------------------------------------------------------------------------------
 
 
-def bucket_size(height: int, width: int, target_size: int, patch: int = 16) -> tuple[int, int]:
-    """(height, width) of the reference's size bucket closest to `height / width` at `target_size` (480p: 640).
-
-    Follows diffusers' `generate_crop_size_list` + `get_closest_ratio`: every patch grid of about
-    (target_size / patch)^2 cells with aspect ratio at most 4, the closest ratio not past the request's.
-    """
-    patches = round((target_size / patch) ** 2)
-    buckets, rows, cols = [], patches, 1
-    while rows > 0:
-        if max(rows, cols) / min(rows, cols) <= 4.0:
-            buckets.append((rows * patch, cols * patch))  # (height, width)
-        if (cols + 1) * rows <= patches:
-            cols += 1
-        else:
-            rows -= 1
-    ratio = height / width
-    diffs = [round(h / w, 5) - ratio for h, w in buckets]
-    candidates = [(i, d) for i, d in enumerate(diffs) if (d <= 0 if ratio >= 1 else d >= 0)]
-    return buckets[min(candidates, key=lambda pair: abs(pair[1]))[0]]
-
-
 def default_size(target_size: int, aspect: tuple[int, int] = DEFAULT_ASPECT) -> tuple[int, int]:
     """(height, width) for text-to-video: the bucket of the default 16:9 aspect."""
-    return bucket_size(aspect[1], aspect[0], target_size)
+    return size_bucket(aspect[1], aspect[0], target_size)
 
 
 def resize_and_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -164,31 +143,18 @@ def memory_job(dit: TransformerConfig, vae: VAEConfig, s: Settings, *, dtype_byt
         text_encoder_params: both text towers, resident together while the prompt is encoded.
         blockwise_attention: the CPU kernel (score tiles in memory) rather than flash attention.
     """
-    sizes = dit_sizes(HunyuanVideo15Transformer(dit).param_shapes(), dim=dit.inner_dim, ffn_dim=dit.mlp_dim,
-                      heads=dit.num_attention_heads)
-    f, h, w = (s.frames - 1) // 4 + 1, s.height // 16, s.width // 16
-    video_tokens = (f // dit.patch_size_t) * (h // dit.patch_size) * (w // dit.patch_size)
-    return Job(
-        sizes,
-        tokens=video_tokens + JOINT_TEXT_TOKENS,  # joint attention: the text tokens are in every block's sequence
-        text_tokens=0,
-        batch=2 if s.guided else 1,
-        weight_bytes=dtype_bytes,
-        activation_bytes=dtype_bytes,
-        residual_bytes=dtype_bytes,
-        text_encoder_params=text_encoder_params,
-        text_encoder_bytes=dtype_bytes,
-        vae_params=sum(math.prod(shape) for shape in HunyuanVideo15VAE(vae).param_shapes().values()),
-        vae_weight_bytes=4,  # as shipped (fp32), and decoded in fp32
-        vae_peak_activation_bytes=decode_peak_bytes(vae, s.frames, s.height, s.width),
-        blockwise_attention=blockwise_attention,
-    )
+    latent_grid = ((s.frames - 1) // 4 + 1, s.height // 16, s.width // 16)
+    return joint_job(HunyuanVideo15Transformer(dit), HunyuanVideo15VAE(vae), latent_grid, s,
+                     text_tokens=JOINT_TEXT_TOKENS, dtype_bytes=dtype_bytes, text_encoder_params=text_encoder_params,
+                     vae_weight_bytes=4,  # as shipped (fp32), and decoded in fp32
+                     vae_peak_activation_bytes=decode_peak_bytes(vae, s.frames, s.height, s.width),
+                     blockwise_attention=blockwise_attention)
 
 
 # --- the family --------------------------------------------------------------------------------
 
 
-class HunyuanVideo15Family(Family):
+class HunyuanVideo15Family(HunyuanBase):
     """HunyuanVideo-1.5: every variant (480p/720p, T2V/I2V, CFG- and step-distilled)."""
 
     name = "hunyuan_video15"
@@ -230,9 +196,6 @@ class HunyuanVideo15Family(Family):
         dit_json = self.read_config("transformer", *self._dit_configs()) or {}
         return int(dit_json.get("target_size") or (960 if "720p" in self.entry.variants else 640))
 
-    def heads(self) -> int:
-        return self.dit_config.num_attention_heads
-
     # --- settings ---------------------------------------------------------------------------
 
     def folder_settings(self) -> dict:
@@ -241,19 +204,12 @@ class HunyuanVideo15Family(Family):
         shift = self.scheduler_config().get("shift")
         return {**out, "shift": float(shift)} if shift is not None else out
 
-    def image_roles(self) -> dict[str, bool]:
-        return {"image": True} if self.i2v else {}
-
     def size_for_image(self, image: np.ndarray, s: Settings) -> tuple[int, int]:
-        return bucket_size(*image.shape[:2], self.target_size)
+        return size_bucket(*image.shape[:2], self.target_size)  # 480p: 640
 
     def latent_shape(self, s: Settings) -> tuple[int, ...]:
         c = self.vae_config.latent_channels
         return (1, c, (s.frames - 1) // 4 + 1, s.height // 16, s.width // 16)
-
-    def base_sigmas(self, s: Settings) -> np.ndarray:
-        """The reference's grid before the shift: `linspace(1, 0, steps + 1)[:-1]`."""
-        return np.linspace(1.0, 0.0, s.steps + 1)[:-1]
 
     # --- encode -----------------------------------------------------------------------------
 
@@ -334,14 +290,8 @@ class HunyuanVideo15Family(Family):
 
     # --- denoise ----------------------------------------------------------------------------
 
-    def dit_parts(self, s: Settings) -> list[DiTPart]:
-        return [self.component("transformer")]
-
     def build_dit(self, part: DiTPart, tree: Mapping[str, np.ndarray], s: Settings) -> HunyuanVideo15Transformer:
-        shapes = {p: tuple(a.shape) for p, a in tree.items()}
-        # the DiT computes in its weights' dtype (bf16 as shipped; --dtype float32 for parity)
-        self._weights_dtype = jnp.dtype(tree["x_embedder/proj/kernel"].dtype).name
-        return HunyuanVideo15Transformer(TransformerConfig.from_param_shapes(shapes, **self._rope()))
+        return HunyuanVideo15Transformer(TransformerConfig.from_param_shapes(self.tree_shapes(tree), **self._rope()))
 
     def predictor(self, s: Settings, expert: int, dit: HunyuanVideo15Transformer) -> HunyuanPredict:
         cfg = dit.cfg
@@ -366,22 +316,16 @@ class HunyuanVideo15Family(Family):
         vae = HunyuanVideo15VAE(self.vae_config)
         part = self.component("vae")
         params = self.load(part.component, part.spec, part.subfolders)
-        video = vae.decode(params, latents.astype(jnp.float32) / vae.cfg.scaling_factor, tiling=True)
-        frames = jnp.clip(video.astype(jnp.float32) / 2 + 0.5, 0, 1)
+        out = video_frames(vae.decode(params, latents.astype(jnp.float32) / vae.cfg.scaling_factor, tiling=True))
         self.done(params)
-        return np.asarray(jnp.moveaxis(frames, 1, -1))[0]
+        return out
 
     # --- memory -----------------------------------------------------------------------------
 
     def memory_job(self, options) -> Job:
         """What the memory planner needs at the requested size (`--plan`, and the automatic layout when no
         mesh flag is given); configs only, no weights."""
-        images = {}
-        if options.image is not None and self.i2v:  # the image's aspect bucket decides the size
-            from vidax.zoo.video_io import read_image
-
-            images["image"] = read_image(options.image)
-        s = self.resolve_settings(options, images)
+        s = self.planned_settings(options)
         return memory_job(self.dit_config, self.vae_config, s, dtype_bytes=4 if options.dtype == "float32" else 2,
                           text_encoder_params=self._text_encoder_params(),
                           blockwise_attention=jax.default_backend() == "cpu")

@@ -221,7 +221,7 @@ class Embedder(nn.Module):
     def __call__(self, latents, timestep, text, text_mask, text_2, text_mask_2, image_embeds, timestep_r=None):
         cfg = self.cfg
         temb = TimeEmbedding(cfg.inner_dim, cfg.use_meanflow, name="time_embed")(timestep, timestep_r)
-        video = _XEmbedder(cfg, name="x_embedder")(latents)
+        video = XEmbedder(cfg, name="x_embedder")(latents)
         cond_type = _CondTypeEmbed(cfg.inner_dim, name="cond_type_embed")()
 
         # 1. Qwen2.5-VL tokens through the refiner, ByT5 tokens through their projection.
@@ -245,12 +245,15 @@ class Embedder(nn.Module):
         return constrain(video, VIDEO_AXES), constrain(joint, TEXT_AXES), joint_mask, temb
 
 
-class _XEmbedder(nn.Module):
+class XEmbedder(nn.Module):
+    """diffusers `HunyuanVideo15PatchEmbed` (and 1.0's `HunyuanVideoPatchEmbed`): a strided Conv3d one
+    level down, as `proj`."""
+
     cfg: TransformerConfig
 
     @nn.compact
     def __call__(self, x):
-        cfg = self.cfg  # diffusers `HunyuanVideo15PatchEmbed`: a strided Conv3d
+        cfg = self.cfg
         return PatchEmbed(cfg.inner_dim, (cfg.patch_size_t, cfg.patch_size, cfg.patch_size), name="proj")(x)
 
 
@@ -355,7 +358,33 @@ class Head(nn.Module):
 # The model
 
 
-class HunyuanVideo15Transformer(StackedTransformer):
+class DualStreamTransformer(StackedTransformer):
+    """What both HunyuanVideo DiTs (1.0 and 1.5) do around their blocks on a `DualStream`: the RoPE
+    tables and post-patch grid of the latents, and the head on the video stream."""
+
+    head_modules = ("norm_out", "proj_out")
+
+    def positions(self, latents: jax.Array) -> tuple[jax.Array, jax.Array, tuple[int, int, int]]:
+        """RoPE cos/sin `[S, head_dim]` and the post-patch grid (F, H, W) of `[B, C, F, H, W]` latents."""
+        cfg = self.cfg
+        f, h, w = latents.shape[2:]
+        cos, sin = rope_tables(cfg, f, h, w)
+        return jnp.asarray(cos), jnp.asarray(sin), (f // cfg.patch_size_t, h // cfg.patch_size, w // cfg.patch_size)
+
+    def head(self, params: Params, hidden: DualStream, ctx: Context) -> jax.Array:
+        """Final AdaLN, projection and unpatchify to `[B, out_channels, F, H, W]`."""
+        cfg = self.cfg
+        sub = self.subtree(params, self.head_modules)
+        out = self.head_module.apply({"params": sub}, hidden.video, ctx.temb)
+        out = constrain(out, ("batch", None, None))  # sequence parallel gathers here
+        patch = (cfg.patch_size_t, cfg.patch_size, cfg.patch_size)
+        return unpatchify(out, ctx.grid, patch, cfg.out_channels, channels_first=True)
+
+    def head_inputs(self, hidden: DualStream, ctx: Context) -> tuple:
+        return hidden.video, ctx.temb
+
+
+class HunyuanVideo15Transformer(DualStreamTransformer):
     """HunyuanVideo-1.5 DiT in the `vidax.zoo.dit.StackedDiT` shape.
 
     Args:
@@ -370,7 +399,6 @@ class HunyuanVideo15Transformer(StackedTransformer):
 
     embed_modules = ("time_embed", "x_embedder", "cond_type_embed", "context_embedder", "context_embedder_2",
                      "image_embedder")
-    head_modules = ("norm_out", "proj_out")
 
     def embed(
         self,
@@ -395,27 +423,12 @@ class HunyuanVideo15Transformer(StackedTransformer):
             image_embeds: SigLIP tokens `[B, N, image_embed_dim]`, all zeros for text-to-video.
             timestep_r: `[B]`, the meanflow (step-distilled) models' second time; ignored otherwise.
         """
-        cfg = self.cfg
         sub = self.subtree(params, self.embed_modules)
         video, joint, joint_mask, temb = self.embedder.apply(
             {"params": sub}, latents, timestep, text, text_mask, text_2, text_mask_2, image_embeds, timestep_r
         )
-        f, h, w = latents.shape[2:]
-        cos, sin = rope_tables(cfg, f, h, w)
-        grid = (f // cfg.patch_size_t, h // cfg.patch_size, w // cfg.patch_size)
-        return DualStream(video, joint), Context(temb, joint_mask, jnp.asarray(cos), jnp.asarray(sin), grid)
-
-    def head(self, params: Params, hidden: DualStream, ctx: Context) -> jax.Array:
-        """Final AdaLN, projection and unpatchify to `[B, out_channels, F, H, W]`."""
-        cfg = self.cfg
-        sub = self.subtree(params, self.head_modules)
-        out = self.head_module.apply({"params": sub}, hidden.video, ctx.temb)
-        out = constrain(out, ("batch", None, None))  # sequence parallel gathers here
-        patch = (cfg.patch_size_t, cfg.patch_size, cfg.patch_size)
-        return unpatchify(out, ctx.grid, patch, cfg.out_channels, channels_first=True)
-
-    def head_inputs(self, hidden: DualStream, ctx: Context) -> tuple:
-        return hidden.video, ctx.temb
+        cos, sin, grid = self.positions(latents)
+        return DualStream(video, joint), Context(temb, joint_mask, cos, sin, grid)
 
     def dummy_inputs(self, batch: int = 1) -> tuple:
         return _dummy_inputs(self.cfg, batch, 1, 2, 2)

@@ -18,46 +18,16 @@ import jax
 import jax.numpy as jnp
 
 from vidax.zoo.attention import attention
+from vidax.zoo.dit import param_shapes
 from vidax.zoo.hunyuan_video15.config import VAEConfig
 from vidax.zoo.layers import logical_param
+from vidax.zoo.vae_layers import CausalConv3d, Conv3d
 
 Params = dict[str, Any]
 
 
 # ---------------------------------------------------------------------------------------------
 # Layers
-
-
-class Conv3d(nn.Module):
-    """torch `Conv3d` (kernel `[kt, kh, kw, I, O]`), optionally with the reference's causal replicate pad."""
-
-    features: int
-    kernel: int = 3
-    causal: bool = True
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        k = self.kernel
-        w = logical_param(self, "kernel", (k, k, k, x.shape[-1], self.features), (None, None, None, "conv_in", "conv_out"))
-        b = logical_param(self, "bias", (self.features,), ("conv_out",), nn.initializers.zeros)
-        if self.causal and k > 1:
-            # Time: k-1 frames before, none after; space: k//2 each side; all by edge replication.
-            x = jnp.pad(x, ((0, 0), (k - 1, 0), (k // 2, k // 2), (k // 2, k // 2), (0, 0)), mode="edge")
-        y = jax.lax.conv_general_dilated(
-            x, w.astype(x.dtype), (1, 1, 1), "VALID", dimension_numbers=("NDHWC", "DHWIO", "NDHWC")
-        )
-        return y + b.astype(x.dtype)
-
-
-class CausalConv3d(nn.Module):
-    """diffusers `HunyuanVideo15CausalConv3d`: the conv sits one level down, as `conv`."""
-
-    features: int
-    kernel: int = 3
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return Conv3d(self.features, self.kernel, name="conv")(x)
 
 
 class ChannelRMSNorm(nn.Module):
@@ -82,8 +52,23 @@ class ResnetBlock(nn.Module):
         h = CausalConv3d(self.features, name="conv1")(nn.silu(ChannelRMSNorm(name="norm1")(x)))
         h = CausalConv3d(self.features, name="conv2")(nn.silu(ChannelRMSNorm(name="norm2")(h)))
         if x.shape[-1] != self.features:
-            x = Conv3d(self.features, kernel=1, causal=False, name="conv_shortcut")(x)
+            x = Conv3d(self.features, kernel=1, name="conv_shortcut")(x)
         return h + x
+
+
+def frame_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """One-head attention over `[B, F, H, W, C]` q/k/v in which each frame's tokens see their own and
+    earlier frames' (diffusers `prepare_causal_attention_mask`), one query frame at a time."""
+    b, f, h, w, c = q.shape
+    k, v = k.reshape(b, f * h * w, 1, c), v.reshape(b, f * h * w, 1, c)
+    keys_frame = jnp.arange(f * h * w) // (h * w)
+
+    def one_frame(args):  # the frame-causal mask as a key mask
+        q_frame, i = args
+        return attention(q_frame, k, v, kv_mask=jnp.broadcast_to(keys_frame <= i, (b, f * h * w)))
+
+    out = jax.lax.map(one_frame, (jnp.moveaxis(q.reshape(b, f, h * w, 1, c), 1, 0), jnp.arange(f)))  # [F, B, HW, 1, C]
+    return jnp.moveaxis(out, 0, 1).reshape(b, f, h, w, c)
 
 
 class AttnBlock(nn.Module):
@@ -92,22 +77,9 @@ class AttnBlock(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         c = x.shape[-1]
-        b, f, h, w, _ = x.shape
         normed = ChannelRMSNorm(name="norm")(x)
-        q, k, v = (
-            Conv3d(c, kernel=1, causal=False, name=n)(normed).reshape(b, f, h * w, 1, c) for n in ("to_q", "to_k", "to_v")
-        )
-        k, v = k.reshape(b, f * h * w, 1, c), v.reshape(b, f * h * w, 1, c)
-        keys_frame = jnp.arange(f * h * w) // (h * w)
-
-        def one_frame(args):  # the frame-causal mask as a key mask, one query frame at a time
-            q_frame, i = args
-            mask = jnp.broadcast_to(keys_frame <= i, (b, f * h * w))
-            return attention(q_frame, k, v, kv_mask=mask)
-
-        out = jax.lax.map(one_frame, (jnp.moveaxis(q, 1, 0), jnp.arange(f)))  # [F, B, HW, 1, C]
-        out = jnp.moveaxis(out, 0, 1).reshape(b, f, h, w, c)
-        return x + Conv3d(c, kernel=1, causal=False, name="proj_out")(out)
+        q, k, v = (Conv3d(c, kernel=1, name=n)(normed) for n in ("to_q", "to_k", "to_v"))
+        return x + Conv3d(c, kernel=1, name="proj_out")(frame_causal_attention(q, k, v))
 
 
 def pixel_unshuffle(x: jax.Array, rt: int, rs: int = 2) -> jax.Array:
@@ -301,6 +273,18 @@ def _stage_params(params: Params, key: str | tuple[str, ...]) -> Params:
     return params[key] if isinstance(key, str) else {name: params[name] for name in key}
 
 
+def init_stages(stages: Stages, rng: jax.Array, x: jax.Array) -> tuple[Params, jax.Array, jax.Array]:
+    """Random params of the stages (a tuple key's modules at the top level), their output on `x`, and
+    the rng left after one split per stage."""
+    params: Params = {}
+    for key, module in stages:
+        rng, k = jax.random.split(rng)
+        variables = nn.unbox(module.init(k, x)["params"])
+        params.update({key: variables} if isinstance(key, str) else variables)
+        x = module.apply({"params": variables}, x)
+    return params, x, rng
+
+
 # ---------------------------------------------------------------------------------------------
 # Tiling with the reference's linear cross-fade
 
@@ -408,19 +392,12 @@ class HunyuanVideo15VAE:
         """Random parameters of the full tree, for shapes (the translator's expected tree)."""
         cfg = self.cfg
         x = jnp.zeros((1, frames, size, size, cfg.in_channels), jnp.float32)
-        params: Params = {"encoder": {}, "decoder": {}}
+        params: Params = {}
         for part, stages in (("encoder", self.encoder), ("decoder", self.decoder)):
-            for key, module in stages:
-                rng, k = jax.random.split(rng)
-                variables = nn.unbox(module.init(k, x)["params"])
-                params[part].update({key: variables} if isinstance(key, str) else variables)
-                x = module.apply({"params": variables}, x)
+            params[part], x, rng = init_stages(stages, rng, x)
             x = x[..., : cfg.latent_channels]
         return params
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"encoder/conv_in/conv/kernel": shape}` of the full tree."""
-        import flax
-
-        tree = jax.eval_shape(self.init_params, jax.random.key(0))
-        return {p: tuple(l.shape) for p, l in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+        return param_shapes(self.init_params)

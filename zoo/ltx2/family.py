@@ -396,6 +396,8 @@ class LTX2Family(Family):
         if dit.in_channels != m.vae.latent_channels or dit.audio_in_channels != c_audio * mel:
             raise PipelineError(f"{self.name}: the DiT takes {dit.in_channels} video / {dit.audio_in_channels} audio "
                                 f"channels but the VAEs give {m.vae.latent_channels} / {c_audio} x {mel}")
+        if s.diffusion_decoder and "diffusion_decoder" not in self.entry.all_components:
+            raise PipelineError(f"{self.name} has no diffusion decoder (LTX-2.5 ships one: ltx-2.5)")
         if s.diffusion_decoder and m.diffusion_decoder is None:
             raise PipelineError(f"{self.name}: --diffusion-decoder needs the diffusion decoder (diffusion_decoder/ or "
                                 f"vae_diffusion/ in {self.source.label}); LTX-2.5 ships one")

@@ -41,7 +41,15 @@ from vidax.zoo.samplers import TwoExperts
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH, wan_text_features
 from vidax.zoo.wan.transformer import WanTransformer
-from vidax.zoo.wan.vae import WAN21_VAE, WAN22_VAE, WanVAE, WanVAEConfig, denormalize_latents, normalize_latents
+from vidax.zoo.wan.vae import (
+    WAN21_VAE,
+    WAN22_VAE,
+    WanVAE,
+    WanVAEConfig,
+    denormalize_latents,
+    normalize_latents,
+    planner_entries,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -359,10 +367,7 @@ class WanFamily(Family):
             residual_bytes=4,  # the fp32 residual stream
             text_encoder_params=abstract_param_count(T5EncoderModel(text), ids, jnp.ones_like(ids)),
             text_encoder_bytes=width,
-            vae_params=sum(math.prod(shape) for shape in WanVAE(vae_cfg).param_shapes().values()),
-            # decode works one latent frame (4 video frames) at a time; its widest live tensors are
-            # a few fp32 [4, H, W, decoder_dim] maps at full resolution
-            vae_peak_activation_bytes=4 * vae_cfg.scale_factor_temporal * s.height * s.width * vae_cfg.decoder_dim * 4,
+            **planner_entries(vae_cfg, s.height, s.width),
             blockwise_attention=jax.default_backend() == "cpu",
         )
 

@@ -17,6 +17,7 @@ reference's bare parameter name `gamma`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
@@ -631,3 +632,14 @@ class WanVAE:
         x = jax.ShapeDtypeStruct((1, ENCODE_CHUNK_FRAMES, size, size, self.video_channels), jnp.float32)
         abstract = jax.eval_shape(lambda v: self.module.init(jax.random.key(0), v), x)
         return nn.get_partition_spec(abstract["params"])
+
+
+def planner_entries(cfg: WanVAEConfig, height: int, width: int) -> dict:
+    """The VAE's `planner.Job` fields: its fp32 weights and its decode peak. Decode works one latent
+    frame (4 video frames) at a time; its widest live tensors are a few fp32 [4, H, W, decoder_dim]
+    maps at full resolution."""
+    return dict(
+        vae_params=sum(math.prod(shape) for shape in WanVAE(cfg).param_shapes().values()),
+        vae_weight_bytes=4,
+        vae_peak_activation_bytes=4 * cfg.scale_factor_temporal * height * width * cfg.decoder_dim * 4,
+    )
