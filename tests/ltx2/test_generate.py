@@ -140,7 +140,7 @@ def test_mesh_and_offload_match_reference(saved, reference_run, tmp_path, layout
     (dict(extra={"sigmas": "1.0,0.5"}, steps=3), "2 sigmas for 3 steps"),
     (dict(extra={"max_sequence_length": 100}), "multiple of the connectors' 8 registers"),
     (dict(extra={"prompt_bos": "none"}), "--prompt-bos must be one of"),
-    (dict(extra={"diffusion_decoder": True}), "needs the diffusion decoder"),
+    (dict(extra={"diffusion_decoder": True}), "has no diffusion decoder"),
     (dict(images={"last_image": "x.png"}), "takes no --last-image"),
     (dict(extra={"audio_latents": "missing.npy"}), "audio latents file not found"),
     (dict(frames=17), "latents have shape"),  # --latents of 9 frames for 17
