@@ -8,16 +8,21 @@ from typing import Any, Mapping
 
 
 def pick_fields(cls, hf: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The entries of a config.json that dataclass `cls` declares (renamed where asked; lists as
-    tuples, so the config stays hashable); diffusers' `_class_name`, `_diffusers_version` and any
+    """The entries of a config.json that dataclass `cls` declares (renamed where asked; lists, nested
+    ones too, as tuples, so the config stays hashable); diffusers' `_class_name`, `_diffusers_version` and any
     other key the dataclass does not name are left out."""
     names = {f.name for f in dataclasses.fields(cls)}
     out = {}
     for key, value in hf.items():
         key = (renames or {}).get(key, key)
         if key in names:
-            out[key] = tuple(value) if isinstance(value, list) else value
+            out[key] = _frozen(value)
     return out
+
+
+def _frozen(value: Any) -> Any:
+    """JSON lists as tuples, nested ones too (per-stage kernel lists: `[[3, 3, 3], ...]`)."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
 
 class HeadsConfig:

@@ -13,20 +13,9 @@ import math
 from functools import cached_property
 from typing import Any, Mapping
 
+from vidax.zoo.configs import pick_fields
+
 ROPE_TYPES = ("interleaved", "split")
-
-
-def _pick(cls, hf: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The config.json entries `cls` declares (diffusers' `_class_name`, `_diffusers_version` go)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    out = {}
-    for key, value in hf.items():
-        key = (renames or {}).get(key, key)
-        if key in names:
-            if isinstance(value, list):
-                value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-            out[key] = value
-    return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -141,7 +130,7 @@ class TransformerConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
         """Build from a diffusers `transformer/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
 
     @classmethod
     def from_official_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
@@ -223,7 +212,7 @@ class ConnectorsConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "ConnectorsConfig":
         """Build from a diffusers `connectors/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -293,7 +282,7 @@ class VideoVAEConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "VideoVAEConfig":
         """Build from a diffusers `vae/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -333,7 +322,7 @@ class AudioVAEConfig:
 
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "AudioVAEConfig":
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -375,7 +364,7 @@ class VocoderConfig:
         """A `vocoder/config.json` of either class (`bwe_*` entries make the BWE vocoder)."""
         hf = dict(hf)
         if not any(k.startswith("bwe_") for k in hf):
-            return cls(**_pick(cls, {k: v for k, v in hf.items() if k != "bwe"}))
+            return cls(**pick_fields(cls, {k: v for k, v in hf.items() if k != "bwe"}))
         bwe = {k[4:]: v for k, v in hf.items() if k.startswith("bwe_")}
         bwe["output_sampling_rate"] = hf.get("output_sampling_rate", 48000)
         first = {k: v for k, v in hf.items() if not k.startswith("bwe_")}
@@ -386,8 +375,8 @@ class VocoderConfig:
         bwe_defaults = dict(in_channels=128, hidden_channels=512, upsample_kernel_sizes=(12, 11, 4, 4, 4),
                             upsample_factors=(6, 5, 2, 2, 2), act_fn="snakebeta", antialias=True,
                             final_act_fn=None, final_bias=False, out_channels=2)
-        stage2 = cls(**{**bwe_defaults, **_pick(cls, bwe)})
-        return cls(**{**defaults, **_pick(cls, first), "bwe": stage2})
+        stage2 = cls(**{**bwe_defaults, **pick_fields(cls, bwe)})
+        return cls(**{**defaults, **pick_fields(cls, first), "bwe": stage2})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -432,4 +421,4 @@ class DiffusionDecoderConfig:
 
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "DiffusionDecoderConfig":
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))

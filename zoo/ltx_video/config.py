@@ -23,15 +23,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
+from vidax.zoo.configs import pick_fields
+
 
 class LTXConfigError(ValueError):
     """An LTX-Video config that vidax cannot run."""
-
-
-def _pick(cls, hf: Mapping[str, Any]) -> dict[str, Any]:
-    """The config.json entries `cls` declares (lists become tuples; `_class_name` etc. go)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in hf.items() if k in names}
 
 
 def read_checkpoint_config(path: str | Path) -> dict:
@@ -114,7 +110,7 @@ class TransformerConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
         """From a diffusers `transformer/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
 
     @classmethod
     def from_official_config(cls, cfg: Mapping[str, Any]) -> "TransformerConfig":
@@ -238,7 +234,7 @@ class VAEConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "VAEConfig":
         """From a diffusers `vae/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
 
     @classmethod
     def from_official_config(cls, cfg: Mapping[str, Any]) -> "VAEConfig":
@@ -399,7 +395,7 @@ class UpsamplerConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "UpsamplerConfig":
         """From a diffusers `latent_upsampler/config.json` dict."""
-        return cls(**_pick(cls, hf))
+        return cls(**pick_fields(cls, hf))
 
     @classmethod
     def from_official_config(cls, cfg: Mapping[str, Any]) -> "UpsamplerConfig":
