@@ -20,6 +20,8 @@ from vidax.zoo.offload import stream_blocks
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import place_model
 
+from tests.oracle import save_diffusers
+
 from . import cogvideox_spec_fixtures as fx
 from .test_transformer import make_inputs
 
@@ -30,7 +32,7 @@ _forward = jax.jit(lambda model, params, *inputs: model(params, *inputs), static
 def setup(tmp_path_factory):
     ref = fx.dit_reference("15_i2v", seed=5, num_attention_heads=8)
     root = tmp_path_factory.mktemp("parallel")
-    fx.save(fx.state_dict(ref), root / "transformer", fx.config_json(ref))
+    save_diffusers(ref, root / "transformer")
     model = CogVideoXTransformer(CogVideoXTransformerConfig.from_hf_config(fx.config_json(ref)))
     tree = convert(load_spec("cogvideox/transformer15"), root, model.param_shapes(), dtype="float32")
     _, inputs = make_inputs(ref, (4, 8, 6), seed=5)

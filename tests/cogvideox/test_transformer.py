@@ -34,6 +34,8 @@ from vidax.zoo.cogvideox.transformer import (
 )
 from vidax.zoo.runtime import BF16
 
+from tests.oracle import save_diffusers, state_of
+
 from . import cogvideox_spec_fixtures as fx
 
 ATOL = 1e-5  # fp32; observed max error ~7e-7 on outputs of magnitude ~2
@@ -94,7 +96,7 @@ def cases(tmp_path_factory):
         if variant not in built:
             ref = fx.dit_reference(variant)
             root = tmp_path_factory.mktemp(variant)
-            fx.save(fx.state_dict(ref), root / "transformer", fx.config_json(ref))
+            save_diffusers(ref, root / "transformer")
             model = CogVideoXTransformer(CogVideoXTransformerConfig.from_hf_config(fx.config_json(ref)))
             params = load_params(fx.SPEC_OF[variant], root, model)
             inputs, ours = make_inputs(ref, SIZES[variant])
@@ -161,7 +163,7 @@ def test_embed_and_block_match_reference(cases, variant):
 def test_sat_layout_runs_the_same(cases, tmp_path):
     """1.5's SAT checkpoint (THUDM/CogVideoX1.5-5B-SAT layout) converts to the same model."""
     case = cases("15_i2v")
-    root = fx.save_sat(fx.state_dict(case.ref), tmp_path, "i2v")
+    root = fx.save_sat(state_of(case.ref), tmp_path, "i2v")
     params = load_params("cogvideox/transformer15", root, case.model)
     got = to_reference_layout(_forward(case.model, params, *case.ours))
     np.testing.assert_allclose(got, case.want, rtol=1e-5, atol=ATOL)

@@ -15,8 +15,9 @@ from vidax.zoo.offload import stream_blocks
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import place_model
 
-from .cosmos_spec_fixtures import dit_reference, save_diffusers
-from .helpers import unflatten
+from tests.oracle import save_diffusers, unflatten
+
+from .cosmos_spec_fixtures import dit_reference
 from .test_transformer import make_inputs, our_inputs
 
 

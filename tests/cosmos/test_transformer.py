@@ -24,14 +24,10 @@ from vidax.translator import AccountingError, convert, load_spec
 from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
 from vidax.zoo.cosmos.transformer import per_token
 
-from .cosmos_spec_fixtures import (
-    TINY_DIT,
-    dit_reference,
-    official_state_dict,
-    save_diffusers,
-    save_official,
-)
-from .helpers import install_torchvision_standin, randn, to_np, unflatten
+from tests.oracle import save_diffusers, to_np, unflatten
+
+from .cosmos_spec_fixtures import TINY_DIT, dit_reference, official_state_dict, save_official
+from .helpers import install_torchvision_standin, randn
 
 ATOL = 2e-5  # fp32 through ~12 matmuls and two softmaxes per block; observed max error ~1e-6
 SPEC = "cosmos/transformer"

@@ -29,7 +29,9 @@ from PIL import Image
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
 from vidax.zoo.registry import make_pipeline
 
-from .cosmos3_spec_fixtures import dit_reference, perturb
+from tests.oracle import perturb
+
+from .cosmos3_spec_fixtures import dit_reference
 from .test_pipeline import SCHEDULER, TINY_VAE22, tokenizer_folder
 
 FRAME_ATOL = 2e-5

@@ -16,7 +16,9 @@ from vidax.zoo.offload import stream_blocks
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import place_model
 
-from .cosmos3_spec_fixtures import dit_reference, save_diffusers
+from tests.oracle import save_diffusers
+
+from .cosmos3_spec_fixtures import dit_reference
 from .test_transformer import make_inputs, our_inputs
 
 

@@ -24,7 +24,9 @@ from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
 from vidax.zoo.cosmos3 import rope as cosmos3_rope
 from vidax.zoo.cosmos3.transformer import Streams
 
-from .cosmos3_spec_fixtures import dit_reference, save_diffusers
+from tests.oracle import save_diffusers
+
+from .cosmos3_spec_fixtures import dit_reference
 
 ATOL = 2e-5  # fp32 through ~10 matmuls and two softmaxes per layer
 SPEC = "cosmos3/transformer"

@@ -16,8 +16,9 @@ from vidax.zoo.offload import stream_blocks
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import TRANSFORMER_RULES, place
 
-from .helpers import unflatten
-from .hunyuan_video_spec_fixtures import dit_reference, save
+from tests.oracle import save_state, unflatten
+
+from .hunyuan_video_spec_fixtures import dit_reference
 from .test_transformer import make_inputs, our_inputs
 
 
@@ -25,7 +26,7 @@ from .test_transformer import make_inputs, our_inputs
 def setup(tmp_path_factory):
     # 4 heads: tp * sp = 4 splits them; 18 video tokens (sp = 4 pads them), 7 text tokens, batch 2
     ref = dit_reference(num_attention_heads=4, image_condition_type="token_replace")
-    root = save(ref.state_dict(), tmp_path_factory.mktemp("hv_parallel") / "transformer").parent
+    root = save_state(ref.state_dict(), tmp_path_factory.mktemp("hv_parallel") / "transformer").parent
     model = HunyuanVideoTransformer(TransformerConfig.from_hf_config(dict(ref.config)))
     tree = convert("hunyuan_video/transformer", root, model.param_shapes(), dtype="float32")
     inputs = our_inputs(make_inputs())

@@ -19,8 +19,9 @@ from vidax.translator.testing import mismatches
 from vidax.zoo.hunyuan_video.config import TransformerConfig
 from vidax.zoo.hunyuan_video.transformer import Context, DualStream, HunyuanVideoTransformer
 
-from .helpers import to_np, unflatten
-from .hunyuan_video_spec_fixtures import dit_reference, save, save_official_dit
+from tests.oracle import save_state, to_np, unflatten
+
+from .hunyuan_video_spec_fixtures import dit_reference, save_official_dit
 
 ATOL = 2e-5  # fp32 through ~14 matmul layers and three softmaxes; observed max error ~5e-6 on outputs ~1.6
 KINDS = {"t2v": {}, "i2v": {"image_condition_type": "token_replace"}}
@@ -32,7 +33,7 @@ def setup(request, tmp_path_factory):
     ref = dit_reference(**KINDS[request.param])
     state = ref.state_dict()
     root = tmp_path_factory.mktemp(f"hv_{request.param}")
-    save(state, root / "diffusers" / "transformer", dict(ref.config))
+    save_state(state, root / "diffusers" / "transformer", dict(ref.config))
     save_official_dit(state, root / "official")
     model = HunyuanVideoTransformer(TransformerConfig.from_hf_config(dict(ref.config)))
     spec = load_spec("hunyuan_video/transformer")
@@ -154,7 +155,7 @@ def test_broken_spec_fails_loudly(tmp_path):
     broken = tmp_path / "broken.toml"
     broken.write_text(text[:start] + text[end:])
     ref = dit_reference()
-    save(ref.state_dict(), tmp_path / "ckpt" / "transformer")
+    save_state(ref.state_dict(), tmp_path / "ckpt" / "transformer")
     model = HunyuanVideoTransformer(TransformerConfig.from_hf_config(dict(ref.config)))
     with pytest.raises(AccountingError, match="norm_q"):
         convert(load_spec(broken), tmp_path / "ckpt", model.param_shapes())

@@ -15,6 +15,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from vidax.translator.models import MODEL_FILE, ConvertOptions, convert_model as run
 from vidax.translator import SourceError, load
@@ -25,9 +26,10 @@ from vidax.zoo.hunyuan_video15.family import glyph_tokens
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.pipeline import GenerateOptions
 
-from .helpers import torch
-from .hunyuan_spec_fixtures import (dit_reference, expected_tree, official_dit_state, official_vae_state, perturbed, save,
-                                    transformer_cases, vae_cases, vae_reference)
+from tests.oracle import perturb, save_state
+
+from .hunyuan_spec_fixtures import (dit_reference, expected_tree, official_dit_state, official_vae_state, transformer_cases,
+                                    vae_cases, vae_reference)
 from .test_generate import saved  # noqa: F401  (module fixture: a tiny diffusers pipeline folder)
 from .test_text_encode import towers  # noqa: F401  (module fixture: tiny Qwen2.5-VL tower and tokenizers)
 
@@ -49,12 +51,12 @@ def ckpts(towers, tmp_path_factory):  # noqa: F811
                         target_size=32, use_meanflow=False)
     config = {k: v for k, v in dict(dit.config).items() if not k.startswith("_")}
     for variant in ("480p_t2v", "480p_i2v"):
-        save(official_dit_state(dit.state_dict()), root / "transformer" / variant, config)
+        save_state(official_dit_state(dit.state_dict()), root / "transformer" / variant, config)
     vae = vae_reference()
     vae_json = {"in_channels": 3, "out_channels": 3, "latent_channels": 4, "block_out_channels": [8, 16, 16, 16, 16],
                 "layers_per_block": 1, "ffactor_spatial": 16, "ffactor_temporal": 4, "sample_size": 256,
                 "sample_tsize": 64, "scaling_factor": 1.03682}  # hyvideo's own VAE config names
-    save(official_vae_state(vae.state_dict()), root / "vae", vae_json)
+    save_state(official_vae_state(vae.state_dict()), root / "vae", vae_json)
     # Qwen2.5-VL-7B-Instruct: weights, config and tokenizer files in one folder
     shutil.copytree(text_root / "text_encoder", root / "text_encoder" / "llm")
     for path in (text_root / "tokenizer").iterdir():
@@ -66,14 +68,14 @@ def ckpts(towers, tmp_path_factory):  # noqa: F811
                  relative_attention_num_buckets=8, relative_attention_max_distance=16)
     (small / "config.json").write_text(json.dumps(transformers.T5Config(vocab_size=384, **sizes).to_dict()))
     added = glyph_tokens(COLORS, FONTS)
-    byt5 = perturbed(transformers.T5EncoderModel(transformers.T5Config(vocab_size=384 + len(added), **sizes)), 5)
+    byt5 = perturb(transformers.T5EncoderModel(transformers.T5Config(vocab_size=384 + len(added), **sizes)), 5)
     glyph = root / "text_encoder" / "Glyph-SDXL-v2"
     glyph_checkpoint(byt5, glyph / "checkpoints" / "byt5_model.pt", wrapped=True)
     (glyph / "assets").mkdir()
     (glyph / "assets" / "color_idx.json").write_text(json.dumps(COLORS))
     (glyph / "assets" / "multilingual_10-lang_idx.json").write_text(json.dumps(FONTS))
     # FLUX.1-Redux-dev's SigLIP: image_encoder/ and feature_extractor/
-    siglip = perturbed(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(
+    siglip = perturb(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(
         hidden_size=12, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)), 4)
     siglip.save_pretrained(root / "vision_encoder" / "siglip" / "image_encoder")
     transformers.SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(
@@ -85,7 +87,7 @@ def generate(weights, tmp_path, model="hunyuanvideo-1.5", image=None, **extra):
     """One seeded tiny run (2 steps, 5 frames); T2V at 32x48, I2V at the image's bucket (32x32 at target 32)."""
     grid = (2, 2) if image is not None else (2, 3)
     latents = torch.randn(1, 4, 2, *grid, generator=torch.Generator().manual_seed(0)).numpy()
-    np.save(tmp_path / "noise.npy", latents)
+    np.save_state(tmp_path / "noise.npy", latents)
     size = {} if image is not None else {"height": 32, "width": 48}
     options = GenerateOptions(model=model, prompt=PROMPT, weights=str(weights), frames=5, steps=2, image=image,
                               latents=tmp_path / "noise.npy", out=tmp_path / "out.npy", compile_cache=False,
@@ -217,7 +219,7 @@ def test_convert_then_generate_i2v(ckpts, tmp_path):
     run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), variant="480p_i2v", out=out, dtype="float32"))
     assert (out / "image_encoder" / "config.json").is_file()
     assert (out / "feature_extractor" / "preprocessor_config.json").is_file()
-    Image.fromarray(np.random.default_rng(1).integers(0, 256, (30, 52, 3), dtype=np.uint8)).save(tmp_path / "first.png")
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (30, 52, 3), dtype=np.uint8)).save_state(tmp_path / "first.png")
     with pytest.raises(Exception, match="image-to-video"):
         generate(out, tmp_path)
     converted = generate(out, tmp_path, image=tmp_path / "first.png")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from vidax.zoo.pipeline import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 
-from .helpers import torch
 from .hunyuan_spec_fixtures import dit_reference, vae_reference
 from .test_text_encode import towers  # noqa: F401  (module fixture: tiny text towers and tokenizers)
 
@@ -149,11 +149,11 @@ def saved_i2v(towers, tmp_path_factory):  # noqa: F811
     from diffusers import ClassifierFreeGuidance, FlowMatchEulerDiscreteScheduler
     from diffusers import HunyuanVideo15ImageToVideoPipeline as Reference
 
-    from .hunyuan_spec_fixtures import perturbed
+    from tests.oracle import perturb
 
     import transformers
     text_ref, _ = towers
-    siglip = perturbed(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(
+    siglip = perturb(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(
         hidden_size=12, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)), 4)
     dit = dit_reference(in_channels=9, out_channels=4, text_embed_dim=32, target_size=32, task_type="i2v")
     ref = Reference(text_encoder=text_ref.text_encoder, tokenizer=text_ref.tokenizer, transformer=dit, vae=vae_reference(),

@@ -13,7 +13,8 @@ from vidax.zoo.mesh import make_mesh
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import place_model
 
-from .helpers import save_diffusers, unflatten
+from tests.oracle import save_diffusers, unflatten
+
 from .hunyuan_spec_fixtures import dit_reference
 from .test_transformer import make_inputs, our_inputs
 

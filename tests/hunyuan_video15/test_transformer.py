@@ -11,12 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
 from vidax.translator import AccountingError, convert, load_spec
 from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
 from vidax.zoo.hunyuan_video15.transformer import Context, DualStream
 
-from .helpers import save_diffusers, to_np, torch, unflatten
+from tests.oracle import save_diffusers, to_np, unflatten
+
 from .hunyuan_spec_fixtures import dit_reference
 ATOL = 2e-5  # fp32 through ~10 matmul layers and two softmaxes; observed max error ~5e-7
 

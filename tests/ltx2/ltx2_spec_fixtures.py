@@ -12,15 +12,14 @@ Imported by file path (no package): absolute imports only.
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from vidax.translator.spec import module_path
+from tests.oracle import expected_tree, save_diffusers, state_of, tree_path
+from tests.oracle import perturb as perturbed  # the name tests/ltx2's modules import
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 # Three transformer variants: LTX-2.0 (split RoPE, caption projection in the DiT, FFN biases),
@@ -65,15 +64,6 @@ def rename(key: str, table) -> str:
     raise KeyError(key)
 
 
-def perturbed(module, seed: int):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            if p.is_floating_point():
-                p.add_(torch.randn(p.shape, generator=gen) * 0.02)  # zero-initialised biases/tables must differ
-    return module.eval()
-
-
 def dit_reference(variant: str = "2.0", seed: int = 0, **overrides):
     from diffusers import LTX2VideoTransformer3DModel
 
@@ -81,52 +71,8 @@ def dit_reference(variant: str = "2.0", seed: int = 0, **overrides):
     return perturbed(LTX2VideoTransformer3DModel(**{**TINY_DIT[variant], **overrides}), seed + 1)
 
 
-def state_of(module) -> dict:
-    return {k: v.detach().contiguous() for k, v in module.state_dict().items()}
-
-
-def save_diffusers(module, folder: Path, state: dict | None = None) -> Path:
-    """`save_pretrained`-style folder: config.json and diffusion_pytorch_model.safetensors."""
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(state if state is not None else state_of(module), folder / "diffusion_pytorch_model.safetensors")
-    (folder / "config.json").write_text(json.dumps(dict(module.config), default=list))
-    return folder
-
-
 def official_dit_state(state: dict, prefix: str = "model.diffusion_model.") -> dict:
     return {prefix + rename(k, DIT_TO_OFFICIAL): v for k, v in state.items()}
-
-
-def expected_tree(state: dict, stacks: dict[str, str] | None = None, prefix: str = "") -> dict:
-    """The host tree a diffusers state dict must convert to, from CONTRIBUTING.md's naming rules alone:
-    2-D `weight` -> transposed `kernel`, conv `weight` -> `(*k, I, O)` `kernel`, 1-D `weight` ->
-    `scale`, `bias` kept, bare parameters kept; `stacks` (diffusers ModuleList prefix -> tree name)
-    stacked on a leading layer axis."""
-    stacks = stacks or {}
-    flat, stacked = {}, {}
-    for key, value in state.items():
-        array = value.float().numpy()
-        stem, _, leaf = key.rpartition(".")
-        if leaf == "weight" and array.ndim == 2:
-            stem, array = stem + ".kernel", array.T
-        elif leaf == "weight" and array.ndim > 2:
-            stem, array = stem + ".kernel", np.moveaxis(array, (0, 1), (-1, -2))
-        elif leaf == "weight":
-            stem = stem + ".scale"
-        elif leaf == "bias":
-            stem = stem + ".bias"
-        else:
-            stem = key
-        for source, target in stacks.items():
-            m = re.fullmatch(rf"{re.escape(source)}\.(\d+)\.(.+)", stem)
-            if m:
-                stacked.setdefault(f"{target}/{module_path(m.group(2))}", {})[int(m.group(1))] = array
-                break
-        else:
-            flat[prefix + module_path(stem)] = array
-    for path, layers in stacked.items():
-        flat[prefix + path] = np.stack([layers[i] for i in range(len(layers))])
-    return flat
 
 
 def dit_expected(state: dict) -> dict:
@@ -327,17 +273,17 @@ def vocoder_expected(state: dict) -> dict:
         if key.endswith("inverse_basis"):
             continue
         if key.endswith(".filter"):
-            tree[module_path(key)] = array.reshape(-1)
+            tree[tree_path(key)] = array.reshape(-1)
         elif key.endswith("forward_basis"):
-            tree[module_path(key)] = array.transpose(2, 1, 0)
+            tree[tree_path(key)] = array.transpose(2, 1, 0)
         elif re.search(r"upsamplers\.\d+\.weight$", key):
-            tree[module_path(key[:-7]) + "/kernel"] = array.transpose(2, 0, 1)
+            tree[tree_path(key[:-7]) + "/kernel"] = array.transpose(2, 0, 1)
         elif key.endswith(".weight"):
-            tree[module_path(key[:-7]) + "/kernel"] = np.moveaxis(array, (0, 1), (-1, -2))
+            tree[tree_path(key[:-7]) + "/kernel"] = np.moveaxis(array, (0, 1), (-1, -2))
         elif key.endswith(".bias"):
-            tree[module_path(key[:-5]) + "/bias"] = array
+            tree[tree_path(key[:-5]) + "/bias"] = array
         else:
-            tree[module_path(key)] = array
+            tree[tree_path(key)] = array
     return tree
 
 
