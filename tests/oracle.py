@@ -7,9 +7,10 @@ Imported as `tests.oracle` (the spec fixtures too, which the translator loads by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,19 @@ def perturb(model: torch.nn.Module, seed: int | torch.Generator | None = 0, std:
 
 def state_of(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous() for k, v in module.state_dict().items()}
+
+
+@contextlib.contextmanager
+def recorded(module: torch.nn.Module) -> Iterator[dict]:
+    """What `module` receives (`args`, `kwargs`) and returns (`out`) while the block runs (its last call)."""
+    seen = {}
+    pre = module.register_forward_pre_hook(lambda m, args, kwargs: seen.update(args=args, kwargs=kwargs),
+                                           with_kwargs=True)
+    post = module.register_forward_hook(lambda m, args, out: seen.__setitem__("out", out))
+    try:
+        yield seen
+    finally:
+        pre.remove(), post.remove()
 
 
 def save_state(state: dict, folder: Path, config: dict | None = None,

@@ -19,7 +19,7 @@ from vidax.translator.testing import mismatches
 from vidax.zoo.hunyuan_video.config import TransformerConfig
 from vidax.zoo.hunyuan_video.transformer import Context, DualStream, HunyuanVideoTransformer
 
-from tests.oracle import save_state, to_np, unflatten
+from tests.oracle import recorded, save_state, spec_without_rule, to_np, unflatten
 
 from .hunyuan_video_spec_fixtures import dit_reference, save_official_dit
 
@@ -63,18 +63,11 @@ def our_inputs(inputs: dict):
 
 def run_reference(reference, inputs: dict):
     """Output, and what dual block 0 and single block 0 received and returned (captured by hooks)."""
-    seen = {}
-    hooks = []
-    for name, block in (("dual", reference.transformer_blocks[0]), ("single", reference.single_transformer_blocks[0])):
-        hooks.append(block.register_forward_pre_hook(lambda m, a, n=name: seen.__setitem__(n + "_in", a)))
-        hooks.append(block.register_forward_hook(lambda m, a, o, n=name: seen.__setitem__(n + "_out", o)))
-    try:
+    with recorded(reference.transformer_blocks[0]) as dual, recorded(reference.single_transformer_blocks[0]) as single:
         with torch.no_grad():
             out = reference(**inputs).sample
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return to_np(out), seen
+    return to_np(out), {"dual_in": dual["args"], "dual_out": dual["out"],
+                        "single_in": single["args"], "single_out": single["out"]}
 
 
 def block_context(args, grid) -> Context:
@@ -149,11 +142,8 @@ def test_from_param_shapes_reads_the_sizes(setup):
 
 def test_broken_spec_fails_loudly(tmp_path):
     """Dropping the single blocks' q/k-norm rule leaves keys unclaimed and leaves unproduced: one clear error."""
-    text = load_spec("hunyuan_video/transformer").path.read_text()
-    start = text.index("[[layouts.diffusers.rules]]\nmatch = 'single_transformer_blocks\\.(?P<i>\\d+)\\.attn\\.(?P<norm>")
-    end = text.index("[[layouts.diffusers.rules]]", start + 10)
-    broken = tmp_path / "broken.toml"
-    broken.write_text(text[:start] + text[end:])
+    broken = spec_without_rule("hunyuan_video/transformer",
+                               "[[layouts.diffusers.rules]]\nmatch = 'single_transformer_blocks\\.(?P<i>\\d+)\\.attn\\.(?P<norm>", tmp_path)
     ref = dit_reference()
     save_state(ref.state_dict(), tmp_path / "ckpt" / "transformer")
     model = HunyuanVideoTransformer(TransformerConfig.from_hf_config(dict(ref.config)))

@@ -87,7 +87,7 @@ def generate(weights, tmp_path, model="hunyuanvideo-1.5", image=None, **extra):
     """One seeded tiny run (2 steps, 5 frames); T2V at 32x48, I2V at the image's bucket (32x32 at target 32)."""
     grid = (2, 2) if image is not None else (2, 3)
     latents = torch.randn(1, 4, 2, *grid, generator=torch.Generator().manual_seed(0)).numpy()
-    np.save_state(tmp_path / "noise.npy", latents)
+    np.save(tmp_path / "noise.npy", latents)
     size = {} if image is not None else {"height": 32, "width": 48}
     options = GenerateOptions(model=model, prompt=PROMPT, weights=str(weights), frames=5, steps=2, image=image,
                               latents=tmp_path / "noise.npy", out=tmp_path / "out.npy", compile_cache=False,
@@ -219,7 +219,7 @@ def test_convert_then_generate_i2v(ckpts, tmp_path):
     run(ConvertOptions(model="hunyuanvideo-1.5", source=str(root), variant="480p_i2v", out=out, dtype="float32"))
     assert (out / "image_encoder" / "config.json").is_file()
     assert (out / "feature_extractor" / "preprocessor_config.json").is_file()
-    Image.fromarray(np.random.default_rng(1).integers(0, 256, (30, 52, 3), dtype=np.uint8)).save_state(tmp_path / "first.png")
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (30, 52, 3), dtype=np.uint8)).save(tmp_path / "first.png")
     with pytest.raises(Exception, match="image-to-video"):
         generate(out, tmp_path)
     converted = generate(out, tmp_path, image=tmp_path / "first.png")
