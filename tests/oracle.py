@@ -110,7 +110,7 @@ def stack_layers(leaves: Iterable[tuple[str, np.ndarray]], stacks: dict[str, str
                 layers.setdefault(name, {})[int(m["layer"])] = value
                 break
         else:
-            flat[path] = np.ascontiguousarray(value)
+            flat[path] = np.asarray(value, order="C")
     for path, by_layer in layers.items():
         flat[path] = np.stack([by_layer[i] for i in range(len(by_layer))])
     return flat
