@@ -1,6 +1,6 @@
-"""Torch-side plumbing every family's parity tests share: perturb a tiny reference, save it as diffusers
-does, and compute the tree it must convert to from its state dict alone (CONTRIBUTING.md's naming),
-never from the spec under test.
+"""Plumbing every family's parity tests share: perturb a tiny reference, save it as diffusers does (or
+serve the folder as a Hub repo from an offline cache), and compute the tree it must convert to from its
+state dict alone (CONTRIBUTING.md's naming), never from the spec under test.
 
 Imported as `tests.oracle` (the spec fixtures too, which the translator loads by file path).
 """
@@ -63,6 +63,14 @@ def save_state(state: dict, folder: Path, config: dict | None = None,
 def save_diffusers(module, folder: Path, state: dict | None = None) -> Path:
     """`module` saved as `save_pretrained` does (its config.json), with `state` in place of its own if given."""
     return save_state(state_of(module) if state is None else state, folder, dict(module.config))
+
+
+def rename(key: str, table) -> str:
+    """`key` renamed by the one `(pattern, replacement)` of `table` whose pattern full-matches it."""
+    hits = [re.sub(pattern, repl, key) for pattern, repl in table if re.fullmatch(pattern, key)]
+    if len(hits) != 1:
+        raise KeyError(f"{key}: {len(hits)} names")
+    return hits[0]
 
 
 def tree_path(module: str) -> str:
@@ -133,6 +141,22 @@ def unflatten(tree: dict) -> dict:
     from flax.traverse_util import unflatten_dict
 
     return unflatten_dict({k: np.asarray(v) for k, v in dict(tree).items()}, sep="/")
+
+
+def repo_files(folder: Path, prefix: str = "") -> dict[str, Path]:
+    """`{path in the repo: file}` of every file under `folder`, the paths under `prefix`."""
+    return {f"{prefix}{p.relative_to(folder)}": p for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def hub_cached(monkeypatch, cache: Path, repo: str, folder: Path, commit: str = "0" * 40) -> Path:
+    """`folder` as the Hub repo `repo` in the Hugging Face cache `cache`, which the test then reads
+    (offline: conftest sets HF_HUB_OFFLINE). Returns the snapshot folder."""
+    import huggingface_hub.constants
+    from vidax.translator.testing import make_hub_cache
+
+    snapshot = make_hub_cache(cache, repo, repo_files(folder), commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    return snapshot
 
 
 _RULE = "[[layouts.diffusers.rules]]"

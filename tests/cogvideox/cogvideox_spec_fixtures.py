@@ -19,7 +19,7 @@ import numpy as np
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 from tests import oracle
-from tests.oracle import perturb, save_state, split_leaves, stack_layers, state_of, to_np, torch_leaf, tree_path
+from tests.oracle import perturb, rename, save_state, split_leaves, stack_layers, state_of, to_np, torch_leaf, tree_path
 
 TEXT_DIM = 20
 TEXT_LEN = 7  # the tiny references' max_text_seq_length (226 in the releases)
@@ -97,11 +97,7 @@ def sat_state(state: dict) -> dict:
             n1 = state.pop(f"{block}norm1.linear.{leaf}").chunk(2, 0)  # (video, text) halves
             n2 = state.pop(f"{block}norm2.linear.{leaf}").chunk(2, 0)
             out[f"mixins.adaln_layer.adaLN_modulations.{i}.1.{leaf}"] = torch.cat([n1[0], n2[0], n1[1], n2[1]], 0)
-    for key, value in state.items():
-        hits = [re.sub(p, r, key) for p, r in _SAT_RENAMES if re.fullmatch(p, key)]
-        if len(hits) != 1:
-            raise KeyError(f"{key}: {len(hits)} SAT names")
-        out[hits[0]] = value
+    out.update({rename(k, _SAT_RENAMES): v for k, v in state.items()})
     return {f"model.diffusion_model.{k}": v for k, v in out.items()}
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from tests import oracle
-from tests.oracle import perturb, save_state, split_leaves, stack_layers, to_np, torch_leaf, tree_path
+from tests.oracle import perturb, rename, save_state, split_leaves, stack_layers, to_np, torch_leaf, tree_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 TINY_DIT = dict(
@@ -62,13 +62,6 @@ DIT_TO_OFFICIAL = [
     (r"single_transformer_blocks\.(\d+)\.proj_out\.(\w+)", r"single_blocks.\1.linear2.\2"),
     (r"proj_out\.(\w+)", r"final_layer.linear.\1"),
 ]
-
-
-def rename(key: str, table) -> str:
-    hits = [re.sub(pattern, repl, key) for pattern, repl in table if re.fullmatch(pattern, key)]
-    if len(hits) != 1:
-        raise KeyError(f"{key}: {len(hits)} official names")
-    return hits[0]
 
 
 def official_dit_state(state: dict) -> dict:

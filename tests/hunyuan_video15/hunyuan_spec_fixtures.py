@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.oracle import perturb, save_state, split_leaves, stack_layers, to_np, torch_leaf, tree_path
+from tests.oracle import perturb, rename, save_state, split_leaves, stack_layers, to_np, torch_leaf, tree_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 TINY_DIT = dict(
@@ -77,13 +77,6 @@ VAE_TO_OFFICIAL = [
     (r"(encoder|decoder)\.mid_block\.attentions\.0\.to_([qkv])\.(\w+)", r"\1.mid.attn_1.\2.\3"),
     (r"(encoder|decoder)\.mid_block\.attentions\.0\.proj_out\.(\w+)", r"\1.mid.attn_1.proj_out.\2"),
 ]
-
-
-def rename(key: str, table) -> str:
-    hits = [re.sub(pattern, repl, key) for pattern, repl in table if re.fullmatch(pattern, key)]
-    if len(hits) != 1:
-        raise KeyError(f"{key}: {len(hits)} official names")
-    return hits[0]
 
 
 def official_dit_state(state: dict) -> dict:

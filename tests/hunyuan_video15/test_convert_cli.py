@@ -26,7 +26,7 @@ from vidax.zoo.hunyuan_video15.family import glyph_tokens
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.pipeline import GenerateOptions
 
-from tests.oracle import perturb, save_state
+from tests.oracle import perturb, repo_files, save_state
 
 from .hunyuan_spec_fixtures import (dit_reference, expected_tree, official_dit_state, official_vae_state, transformer_cases,
                                     vae_cases, vae_reference)
@@ -171,10 +171,6 @@ def test_convert_then_generate_t2v(ckpts, towers, tmp_path):  # noqa: F811
     np.testing.assert_allclose(converted.frames, expected, atol=1e-5, rtol=0)
 
 
-def _repo_files(folder, prefix=""):
-    return {f"{prefix}{p.relative_to(folder)}": p for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_hub_convert_then_generate(ckpts, tmp_path, monkeypatch):
     """`vidax-convert hunyuanvideo-1.5 --out DIR`, nothing else, through an offline huggingface_hub cache holding
     what the Hub holds: DiT and VAE from tencent/HunyuanVideo-1.5, Qwen2.5-VL from its repo, and ByT5 with the
@@ -186,15 +182,15 @@ def test_hub_convert_then_generate(ckpts, tmp_path, monkeypatch):
 
     root, states, (_, _, byt5) = ckpts
     cache = tmp_path / "hub"
-    official = {**_repo_files(root / "transformer", "transformer/"), **_repo_files(root / "vae", "vae/")}
+    official = {**repo_files(root / "transformer", "transformer/"), **repo_files(root / "vae", "vae/")}
     make_hub_cache(cache, "tencent/HunyuanVideo-1.5", official)
-    make_hub_cache(cache, "Qwen/Qwen2.5-VL-7B-Instruct", _repo_files(root / "text_encoder" / "llm"))
+    make_hub_cache(cache, "Qwen/Qwen2.5-VL-7B-Instruct", repo_files(root / "text_encoder" / "llm"))
     mirror = tmp_path / "mirror"  # what diffusers' converter writes: Glyph weights, tokenizer with the tokens
     byt5.save_pretrained(mirror / "text_encoder_2")
     tokenizer_2 = transformers.AutoTokenizer.from_pretrained(root / "text_encoder" / "byt5-small")
     tokenizer_2.add_tokens(glyph_tokens(COLORS, FONTS), special_tokens=True)
     tokenizer_2.save_pretrained(mirror / "tokenizer_2")
-    make_hub_cache(cache, "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", _repo_files(mirror))
+    make_hub_cache(cache, "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", repo_files(mirror))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
 
     out = tmp_path / "ckpt"

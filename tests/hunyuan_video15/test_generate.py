@@ -14,6 +14,8 @@ import torch
 from vidax.zoo.pipeline import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 
+from tests.oracle import hub_cached
+
 from .hunyuan_spec_fixtures import dit_reference, vae_reference
 from .test_text_encode import towers  # noqa: F401  (module fixture: tiny text towers and tokenizers)
 
@@ -129,15 +131,9 @@ def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
 def test_generate_straight_from_the_hub(saved, reference_run, tmp_path, monkeypatch):
     """No --weights: the variant's diffusers mirror, read from the Hugging Face cache (offline), converted on
     the fly; the frames are diffusers'."""
-    import huggingface_hub.constants
-
-    from vidax.translator.testing import make_hub_cache
-
     _, root = saved
     noise, expected = reference_run
-    files = {str(p.relative_to(root)): p for p in sorted(root.rglob("*")) if p.is_file()}
-    make_hub_cache(tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", files)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub_cached(monkeypatch, tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", root)
     options = _options(None, noise, tmp_path)
     generator = make_pipeline(options.model, options)
     assert generator.source.kind == "repo"

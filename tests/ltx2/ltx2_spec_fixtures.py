@@ -79,19 +79,25 @@ def dit_expected(state: dict) -> dict:
     return expected_tree(state, {"transformer_blocks": "blocks"})
 
 
+def both_layouts(tmp_path, tag: str, ref, component: str, expected: dict, official: dict,
+                 filename: str = "ltx-2.safetensors", state: dict | None = None) -> list[SpecCase]:
+    """`ref` saved as the diffusers folder's `component/` (with `state` if given) and as the official single
+    file holding `official`, both to convert to `expected`."""
+    root, single = tmp_path / f"diffusers_{tag}", tmp_path / f"official_{tag}"
+    save_diffusers(ref, root / component, state)
+    single.mkdir()
+    save_file(official, single / filename)
+    return [SpecCase(f"diffusers-{tag}", root, expected), SpecCase(f"official-{tag}", single, expected)]
+
+
 @register_spec_fixture("ltx2/transformer")
 def ltx2_transformer_cases(tmp_path):
     cases = []
     for variant in TINY_DIT:
         ref = dit_reference(variant)
         state = state_of(ref)
-        root = tmp_path / f"diffusers_{variant}"
-        save_diffusers(ref, root / "transformer", state)
-        cases.append(SpecCase("diffusers", root, dit_expected(state)))
-        official = tmp_path / f"official_{variant}"
-        official.mkdir()
-        save_file(official_dit_state(state), official / f"ltx-{variant}.safetensors")
-        cases.append(SpecCase("official", official, dit_expected(state)))
+        cases += both_layouts(tmp_path, variant, ref, "transformer", dit_expected(state), official_dit_state(state),
+                              f"ltx-{variant}.safetensors", state)
     return cases
 
 
@@ -135,13 +141,8 @@ def ltx2_connectors_cases(tmp_path):
     for variant in TINY_CONNECTORS:
         ref = connectors_reference(variant)
         state = state_of(ref)
-        root = tmp_path / f"diffusers_{variant}"
-        save_diffusers(ref, root / "connectors", state)
-        cases.append(SpecCase("diffusers", root, expected_tree(state)))
-        official = tmp_path / f"official_{variant}"
-        official.mkdir()
-        save_file({rename(k, CONNECTORS_TO_OFFICIAL): v for k, v in state.items()}, official / "ltx-2.safetensors")
-        cases.append(SpecCase("official", official, expected_tree(state)))
+        official = {rename(k, CONNECTORS_TO_OFFICIAL): v for k, v in state.items()}
+        cases += both_layouts(tmp_path, variant, ref, "connectors", expected_tree(state), official, state=state)
     return cases
 
 
@@ -198,13 +199,7 @@ def ltx2_vae_cases(tmp_path):
     for name, overrides in (("plain", {}), ("timestep", dict(timestep_conditioning=True))):
         ref = vae_reference(**overrides)
         state = state_of(ref)
-        root = tmp_path / f"diffusers_{name}"
-        save_diffusers(ref, root / "vae", state)
-        cases.append(SpecCase(f"diffusers-{name}", root, expected_tree(state)))
-        official = tmp_path / f"official_{name}"
-        official.mkdir()
-        save_file(official_vae_state(state), official / "ltx-2.safetensors")
-        cases.append(SpecCase(f"official-{name}", official, expected_tree(state)))
+        cases += both_layouts(tmp_path, name, ref, "vae", expected_tree(state), official_vae_state(state), state=state)
     return cases
 
 
@@ -292,15 +287,11 @@ def ltx2_audio_vae_cases(tmp_path):
     cases = []
     for variant in TINY_AUDIO_VAE:
         ref = audio_vae_reference(variant)
-        state = {k: v for k, v in state_of(ref).items() if not k.startswith("encoder.")}
         full = state_of(ref)
-        save_diffusers(ref, tmp_path / f"diffusers_{variant}" / "audio_vae", full)
-        cases.append(SpecCase(f"diffusers-{variant}", tmp_path / f"diffusers_{variant}", expected_tree(state)))
+        decoder = {k: v for k, v in full.items() if not k.startswith("encoder.")}  # the spec converts the decoder
         official = {("audio_vae.per_channel_statistics." + {"latents_mean": "mean-of-means", "latents_std": "std-of-means"}[k]
                      if k.startswith("latents_") else "audio_vae." + k): v for k, v in full.items()}
-        (tmp_path / f"official_{variant}").mkdir()
-        save_file(official, tmp_path / f"official_{variant}" / "ltx-2.safetensors")
-        cases.append(SpecCase(f"official-{variant}", tmp_path / f"official_{variant}", expected_tree(state)))
+        cases += both_layouts(tmp_path, variant, ref, "audio_vae", expected_tree(decoder), official, state=full)
     return cases
 
 

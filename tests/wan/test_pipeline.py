@@ -22,7 +22,7 @@ from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate  # noqa:
 from vidax.zoo.video_io import read_video  # noqa: E402
 from vidax.zoo.wan.tiny import build_tokenizer  # noqa: E402
 
-from tests.oracle import perturb
+from tests.oracle import hub_cached, perturb
 
 PROMPT = "a red kite over a grey sea"
 NEGATIVE = "blurry, low quality"
@@ -396,15 +396,8 @@ def test_runs_from_a_converted_folder(t2v, tmp_path):
 
 def test_runs_straight_from_the_hub(t2v, tmp_path, monkeypatch):
     """No --weights: the registry's repo, read from the Hugging Face cache (offline) and converted on the fly."""
-    import huggingface_hub.constants
-
-    from vidax.translator.testing import make_hub_cache
-
     folder, latents, expected = t2v
-    model = folder / "model"
-    files = {str(p.relative_to(model)): p for p in sorted(model.rglob("*")) if p.is_file()}
-    make_hub_cache(tmp_path / "hub", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", files)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub_cached(monkeypatch, tmp_path / "hub", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", folder / "model")
     result = generate(_options(folder, latents, tmp_path / "v.npy", weights=None))
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
     assert result.settings["weights_source"] == "Wan-AI/Wan2.1-T2V-1.3B-Diffusers@" + "0" * 40  # repo@commit
