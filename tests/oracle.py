@@ -31,6 +31,13 @@ def perturb(model: torch.nn.Module, seed: int | torch.Generator | None = 0, std:
     return model.eval()
 
 
+def build_perturbed(cls, config: dict, seed: int | None, init_seed: int | None = None) -> torch.nn.Module:
+    """`cls(**config)` initialised after `torch.manual_seed(init_seed)` (default `seed`), then perturbed from
+    `seed` (None: from the global generator, on from where the initialisation left it)."""
+    torch.manual_seed(seed if init_seed is None else init_seed)
+    return perturb(cls(**config), seed)
+
+
 def state_of(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous() for k, v in module.state_dict().items()}
 

@@ -19,7 +19,7 @@ import numpy as np
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 from tests import oracle
-from tests.oracle import perturb, rename, save_state, split_leaves, stack_layers, state_of, to_np, torch_leaf, tree_path
+from tests.oracle import build_perturbed, rename, save_state, split_leaves, stack_layers, state_of, to_np, torch_leaf, tree_path
 
 TEXT_DIM = 20
 TEXT_LEN = 7  # the tiny references' max_text_seq_length (226 in the releases)
@@ -43,19 +43,15 @@ TINY_VAE = dict(block_out_channels=(8, 16, 16, 16), latent_channels=4, layers_pe
 
 
 def dit_reference(variant: str, seed: int = 0, **overrides):
-    import torch
     from diffusers import CogVideoXTransformer3DModel
 
-    torch.manual_seed(seed)
-    return perturb(CogVideoXTransformer3DModel(**{**DIT_VARIANTS[variant], **overrides}), seed)
+    return build_perturbed(CogVideoXTransformer3DModel, {**DIT_VARIANTS[variant], **overrides}, seed)
 
 
 def vae_reference(seed: int = 3, **overrides):
-    import torch
     from diffusers import AutoencoderKLCogVideoX
 
-    torch.manual_seed(seed)
-    return perturb(AutoencoderKLCogVideoX(**{**TINY_VAE, **overrides}), seed)
+    return build_perturbed(AutoencoderKLCogVideoX, {**TINY_VAE, **overrides}, seed)
 
 
 def config_json(module) -> dict:

@@ -21,7 +21,7 @@ import torch
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 from tests import oracle
-from tests.oracle import perturb, save_state
+from tests.oracle import build_perturbed, save_state
 
 TINY_DIT = dict(
     in_channels=5, out_channels=4, num_attention_heads=2, attention_head_dim=16, num_layers=2, mlp_ratio=2.0,
@@ -57,8 +57,7 @@ DIT_TO_OFFICIAL = [
 def dit_reference(seed: int = 0, **overrides):
     from diffusers import CosmosTransformer3DModel
 
-    torch.manual_seed(seed)
-    return perturb(CosmosTransformer3DModel(**{**TINY_DIT, **overrides}), seed)
+    return build_perturbed(CosmosTransformer3DModel, {**TINY_DIT, **overrides}, seed)
 
 
 def official_state_dict(state: dict) -> dict:

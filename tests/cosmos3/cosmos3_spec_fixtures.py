@@ -14,11 +14,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import torch
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 from tests import oracle
-from tests.oracle import perturb, save_diffusers, state_of
+from tests.oracle import build_perturbed, save_diffusers, state_of
 
 BASE = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             head_dim=8, rope_axes_dim=[2, 1, 1], latent_channel=4, latent_patch_size=2, patch_latent_dim=16,
@@ -38,8 +37,7 @@ PREFIXED = re.compile(r"(embed_tokens|layers|norm)\.")  # the text model's keys 
 def dit_reference(variant: str, seed: int = 0, **overrides):
     from diffusers import Cosmos3OmniTransformer
 
-    torch.manual_seed(seed)
-    return perturb(Cosmos3OmniTransformer(**{**BASE, **VARIANTS[variant], **overrides}), seed)
+    return build_perturbed(Cosmos3OmniTransformer, {**BASE, **VARIANTS[variant], **overrides}, seed)
 
 
 def text_model_prefixed(state: dict) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from tests import oracle
-from tests.oracle import perturb, rename, save_state, split_leaves, stack_layers, to_np, torch_leaf, tree_path
+from tests.oracle import build_perturbed, perturb, rename, save_state, split_leaves, stack_layers, to_np, torch_leaf, tree_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 TINY_DIT = dict(
@@ -129,19 +129,15 @@ def expected_tree(state: dict) -> dict[str, np.ndarray]:
 
 
 def dit_reference(seed: int = 0, **overrides):
-    import torch
     from diffusers import HunyuanVideoTransformer3DModel
 
-    torch.manual_seed(seed)
-    return perturb(HunyuanVideoTransformer3DModel(**{**TINY_DIT, **overrides}), seed)
+    return build_perturbed(HunyuanVideoTransformer3DModel, {**TINY_DIT, **overrides}, seed)
 
 
 def vae_reference(seed: int = 3):
-    import torch
     from diffusers import AutoencoderKLHunyuanVideo
 
-    torch.manual_seed(0)
-    return perturb(AutoencoderKLHunyuanVideo(**TINY_VAE), seed)
+    return build_perturbed(AutoencoderKLHunyuanVideo, TINY_VAE, seed, init_seed=0)
 
 
 @register_spec_fixture("hunyuan_video/transformer")

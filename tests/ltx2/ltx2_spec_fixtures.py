@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from tests.oracle import expected_tree, save_diffusers, state_of, tree_path
-from tests.oracle import perturb as perturbed  # the name tests/ltx2's modules import
+from tests.oracle import build_perturbed, expected_tree, save_diffusers, state_of, tree_path
+from tests.oracle import perturb as perturbed  # noqa: F401  (tests/ltx2 modules import it under this name)
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 # Three transformer variants: LTX-2.0 (split RoPE, caption projection in the DiT, FFN biases),
@@ -67,8 +67,7 @@ def rename(key: str, table) -> str:
 def dit_reference(variant: str = "2.0", seed: int = 0, **overrides):
     from diffusers import LTX2VideoTransformer3DModel
 
-    torch.manual_seed(seed)
-    return perturbed(LTX2VideoTransformer3DModel(**{**TINY_DIT[variant], **overrides}), seed + 1)
+    return build_perturbed(LTX2VideoTransformer3DModel, {**TINY_DIT[variant], **overrides}, seed + 1, init_seed=seed)
 
 
 def official_dit_state(state: dict, prefix: str = "model.diffusion_model.") -> dict:
@@ -131,8 +130,7 @@ CONNECTORS_TO_OFFICIAL = [
 def connectors_reference(variant: str = "2.0", seed: int = 0):
     from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
 
-    torch.manual_seed(seed)
-    return perturbed(LTX2TextConnectors(**TINY_CONNECTORS[variant]), seed + 1)
+    return build_perturbed(LTX2TextConnectors, TINY_CONNECTORS[variant], seed + 1, init_seed=seed)
 
 
 @register_spec_fixture("ltx2/connectors")
@@ -169,8 +167,7 @@ VAE_TO_OFFICIAL_BLOCKS = {
 def vae_reference(seed: int = 0, **overrides):
     from diffusers import AutoencoderKLLTX2Video
 
-    torch.manual_seed(seed)
-    return perturbed(AutoencoderKLLTX2Video(**{**TINY_VAE, **overrides}), seed + 1)
+    return build_perturbed(AutoencoderKLLTX2Video, {**TINY_VAE, **overrides}, seed + 1, init_seed=seed)
 
 
 def official_vae_state(state: dict) -> dict:
@@ -224,8 +221,7 @@ TINY_VOCODER = {
 def audio_vae_reference(variant: str = "release", seed: int = 0):
     from diffusers import AutoencoderKLLTX2Audio
 
-    torch.manual_seed(seed)
-    ref = perturbed(AutoencoderKLLTX2Audio(**TINY_AUDIO_VAE[variant]), seed + 1)
+    ref = build_perturbed(AutoencoderKLLTX2Audio, TINY_AUDIO_VAE[variant], seed + 1, init_seed=seed)
     with torch.no_grad():  # the statistics are buffers: give them values that matter
         ref.latents_mean.copy_(torch.randn(ref.latents_mean.shape, generator=torch.Generator().manual_seed(seed)))
         ref.latents_std.copy_(1 + torch.rand(ref.latents_std.shape, generator=torch.Generator().manual_seed(seed)))
@@ -235,9 +231,8 @@ def audio_vae_reference(variant: str = "release", seed: int = 0):
 def vocoder_reference(variant: str = "plain", seed: int = 0):
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
 
-    torch.manual_seed(seed)
     cls = LTX2VocoderWithBWE if variant == "bwe" else LTX2Vocoder
-    ref = perturbed(cls(**TINY_VOCODER[variant]), seed + 1)
+    ref = build_perturbed(cls, TINY_VOCODER[variant], seed + 1, init_seed=seed)
     if variant == "bwe":  # real analysis bases (the buffers start at zero): a DFT with a Hann window
         stft = ref.mel_stft.stft_fn
         n, length = stft.forward_basis.shape[0] // 2, stft.forward_basis.shape[-1]
@@ -324,8 +319,7 @@ TINY_DIFFUSION_DECODER = dict(
 def diffusion_decoder_reference(seed: int = 0, **overrides):
     from diffusers import LTX2VideoDiffusionDecoderModel
 
-    torch.manual_seed(seed)
-    ref = perturbed(LTX2VideoDiffusionDecoderModel(**{**TINY_DIFFUSION_DECODER, **overrides}), seed + 1)
+    ref = build_perturbed(LTX2VideoDiffusionDecoderModel, {**TINY_DIFFUSION_DECODER, **overrides}, seed + 1, init_seed=seed)
     with torch.no_grad():
         ref.latents_mean.copy_(torch.randn(ref.latents_mean.shape, generator=torch.Generator().manual_seed(seed)))
     return ref

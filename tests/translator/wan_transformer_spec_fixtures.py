@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from tests import oracle
-from tests.oracle import perturb, state_of
+from tests.oracle import build_perturbed, state_of
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 BASE = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, out_channels=3, text_dim=24,
@@ -58,11 +58,9 @@ def official_key(key: str) -> str:
 
 def reference_state_dict(variant: str, seed: int = 0) -> dict:
     """A perturbed tiny WanTransformer3DModel's state dict (torch tensors, fp32)."""
-    import torch
     from diffusers import WanTransformer3DModel
 
-    torch.manual_seed(seed)
-    return state_of(perturb(WanTransformer3DModel(**CONFIGS[variant]), seed=None))  # from the generator seeded above
+    return state_of(build_perturbed(WanTransformer3DModel, CONFIGS[variant], None, init_seed=seed))
 
 
 def expected_tree(state: dict) -> dict[str, np.ndarray]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.oracle import perturb, save_state, state_of
+from tests.oracle import build_perturbed, save_state, state_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "translator"))
 import wan_transformer_spec_fixtures as spec_fixtures  # noqa: E402
@@ -43,11 +43,9 @@ def tiny_config(variant: str = "t2v", **overrides) -> dict:
 
 def build_reference(config: dict, seed: int = 0):
     """A WanTransformer3DModel with every float parameter perturbed by N(0, 0.02), in eval mode."""
-    import torch
     from diffusers import WanTransformer3DModel
 
-    torch.manual_seed(seed)
-    return perturb(WanTransformer3DModel(**config).eval(), seed=None)  # from the generator seeded above
+    return build_perturbed(WanTransformer3DModel, config, None, init_seed=seed)
 
 
 def diffusers_config(model) -> dict:

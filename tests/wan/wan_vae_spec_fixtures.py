@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.oracle import perturb, save_diffusers, state_of, tree_path
+from tests.oracle import build_perturbed, save_diffusers, state_of, tree_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 # Two temporal and three spatial down levels as in the released models, at tiny widths. The
@@ -87,11 +87,9 @@ def official_key(spec: str, key: str) -> str:
 
 def reference(spec: str, seed: int = 0):
     """A perturbed tiny diffusers AutoencoderKLWan."""
-    import torch
     from diffusers import AutoencoderKLWan
 
-    torch.manual_seed(seed)
-    return perturb(AutoencoderKLWan(**CONFIGS[spec]), seed=None)  # from the generator seeded above
+    return build_perturbed(AutoencoderKLWan, CONFIGS[spec], None, init_seed=seed)
 
 
 def tree_leaf(key: str) -> tuple[str, str]:
