@@ -12,12 +12,14 @@ Imported by file path (no package) by the translator tests: absolute imports onl
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 from vidax.translator.testing import SpecCase, register_spec_fixture
+
+from tests import oracle
+from tests.oracle import build_perturbed, rename, save_state, split_leaves, stack_layers, state_of, to_np, torch_leaf, tree_path
 
 TEXT_DIM = 20
 TEXT_LEN = 7  # the tiny references' max_text_seq_length (226 in the releases)
@@ -40,50 +42,20 @@ TINY_VAE = dict(block_out_channels=(8, 16, 16, 16), latent_channels=4, layers_pe
                 sample_height=48, sample_width=64)
 
 
-def perturbed(module, seed: int):
-    """Every float parameter + N(0, 0.02): zero-initialised biases and tables must matter."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
-    return module.eval()
-
-
 def dit_reference(variant: str, seed: int = 0, **overrides):
-    import torch
     from diffusers import CogVideoXTransformer3DModel
 
-    torch.manual_seed(seed)
-    return perturbed(CogVideoXTransformer3DModel(**{**DIT_VARIANTS[variant], **overrides}), seed)
+    return build_perturbed(CogVideoXTransformer3DModel, {**DIT_VARIANTS[variant], **overrides}, seed)
 
 
 def vae_reference(seed: int = 3, **overrides):
-    import torch
     from diffusers import AutoencoderKLCogVideoX
 
-    torch.manual_seed(seed)
-    return perturbed(AutoencoderKLCogVideoX(**{**TINY_VAE, **overrides}), seed)
-
-
-def state_dict(module) -> dict:
-    return {k: v.detach().contiguous() for k, v in module.state_dict().items()}
+    return build_perturbed(AutoencoderKLCogVideoX, {**TINY_VAE, **overrides}, seed)
 
 
 def config_json(module) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dict(module.config).items()}
-
-
-def save(state: dict, folder: Path, config: dict | None = None) -> Path:
-    """`save_pretrained`-style folder: diffusion_pytorch_model.safetensors (+ config.json)."""
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous() for k, v in state.items()}, folder / "diffusion_pytorch_model.safetensors")
-    if config is not None:
-        (folder / "config.json").write_text(json.dumps(config, default=list))
-    return folder
 
 
 # --- SAT layout (1.5) ------------------------------------------------------------------------
@@ -121,11 +93,7 @@ def sat_state(state: dict) -> dict:
             n1 = state.pop(f"{block}norm1.linear.{leaf}").chunk(2, 0)  # (video, text) halves
             n2 = state.pop(f"{block}norm2.linear.{leaf}").chunk(2, 0)
             out[f"mixins.adaln_layer.adaLN_modulations.{i}.1.{leaf}"] = torch.cat([n1[0], n2[0], n1[1], n2[1]], 0)
-    for key, value in state.items():
-        hits = [re.sub(p, r, key) for p, r in _SAT_RENAMES if re.fullmatch(p, key)]
-        if len(hits) != 1:
-            raise KeyError(f"{key}: {len(hits)} SAT names")
-        out[hits[0]] = value
+    out.update({rename(k, _SAT_RENAMES): v for k, v in state.items()})
     return {f"model.diffusion_model.{k}": v for k, v in out.items()}
 
 
@@ -144,41 +112,17 @@ def save_sat(state: dict, folder: Path, task: str = "t2v") -> Path:
 # --- expected trees --------------------------------------------------------------------------
 
 
-def _tree_path(module: str) -> str:
-    return re.sub(r"\.(\d+)", r"_\1", module).replace(".", "/")
-
-
 def expected_dit_tree(state: dict) -> dict[str, np.ndarray]:
     """The converted DiT tree from the diffusers state dict alone: renames, transposes, halves, stacks."""
-    flat, layers = {}, {}
+    leaves = []
     for key, tensor in state.items():
-        value = tensor.detach().float().numpy()  # diffusers keeps the learned table's buffer in float64
-        module, _, param = key.rpartition(".")
-        leaves = {}
-        if key == "patch_embed.pos_embedding":
-            leaves[key.replace(".", "/")] = value
-        elif re.fullmatch(r"transformer_blocks\.\d+\.norm[12]\.linear", module):  # (video, text) halves
-            video, text = np.split(value.T if value.ndim == 2 else value, 2, axis=-1)
-            name = "kernel" if value.ndim == 2 else "bias"
-            leaves[f"{_tree_path(module)}_video/{name}"] = video
-            leaves[f"{_tree_path(module)}_text/{name}"] = text
-        elif param == "bias":
-            leaves[f"{_tree_path(module)}/bias"] = value
-        elif value.ndim == 1:
-            leaves[f"{_tree_path(module)}/scale"] = value
-        elif value.ndim == 2:
-            leaves[f"{_tree_path(module)}/kernel"] = value.T
-        else:  # Conv2d (O, I, kh, kw) -> (kh, kw, I, O)
-            leaves[f"{_tree_path(module)}/kernel"] = value.transpose(2, 3, 1, 0)
-        for leaf, array in leaves.items():
-            block = re.fullmatch(r"transformer_blocks_(\d+)/(.*)", leaf)
-            if block:
-                layers.setdefault(f"blocks/{block[2]}", {})[int(block[1])] = array
-            else:
-                flat[leaf] = np.ascontiguousarray(array)
-    for leaf, by_layer in layers.items():
-        flat[leaf] = np.stack([by_layer[i] for i in range(len(by_layer))])
-    return flat
+        value = to_np(tensor)  # diffusers keeps the learned table's buffer in float64
+        module = key.rpartition(".")[0]
+        if re.fullmatch(r"transformer_blocks\.\d+\.norm[12]\.linear", module):  # (video, text) halves
+            leaves += split_leaves(module, value, ("video", "text"))
+        else:
+            leaves.append(torch_leaf(key, value))
+    return stack_layers(leaves, {"transformer_blocks": "blocks"})
 
 
 def expected_dit_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -193,15 +137,15 @@ def expected_dit_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[i
         elif re.fullmatch(r"transformer_blocks\.\d+\.norm[12]\.linear", module):
             half = (shape[1], shape[0] // 2) if len(shape) == 2 else (shape[0] // 2,)
             name = "kernel" if len(shape) == 2 else "bias"
-            leaves.update({f"{_tree_path(module)}_{s}/{name}": half for s in ("video", "text")})
+            leaves.update({f"{tree_path(module)}_{s}/{name}": half for s in ("video", "text")})
         elif param == "bias":
-            leaves[f"{_tree_path(module)}/bias"] = tuple(shape)
+            leaves[f"{tree_path(module)}/bias"] = tuple(shape)
         elif len(shape) == 1:
-            leaves[f"{_tree_path(module)}/scale"] = tuple(shape)
+            leaves[f"{tree_path(module)}/scale"] = tuple(shape)
         elif len(shape) == 2:
-            leaves[f"{_tree_path(module)}/kernel"] = tuple(shape[::-1])
+            leaves[f"{tree_path(module)}/kernel"] = tuple(shape[::-1])
         else:
-            leaves[f"{_tree_path(module)}/kernel"] = (shape[2], shape[3], shape[1], shape[0])
+            leaves[f"{tree_path(module)}/kernel"] = (shape[2], shape[3], shape[1], shape[0])
         for leaf, leaf_shape in leaves.items():
             block = re.fullmatch(r"transformer_blocks_(\d+)/(.*)", leaf)
             if block:
@@ -218,18 +162,18 @@ def expected_dit_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[i
 def transformer_cases(tmp_path: Path) -> list[SpecCase]:
     cases = []
     for variant in ("2b", "5b_i2v"):  # the I2V one carries the learned table (an optional rule)
-        state = state_dict(dit_reference(variant))
+        state = state_of(dit_reference(variant))
         root = tmp_path / variant
-        save(state, root / "transformer")
+        save_state(state, root / "transformer")
         cases.append(SpecCase(f"diffusers-{variant}", root, expected_dit_tree(state)))
     return cases
 
 
 @register_spec_fixture("cogvideox/transformer15")
 def transformer15_cases(tmp_path: Path) -> list[SpecCase]:
-    state = state_dict(dit_reference("15_i2v"))  # the ofs embedding is I2V-only
+    state = state_of(dit_reference("15_i2v"))  # the ofs embedding is I2V-only
     expected = expected_dit_tree(state)
-    save(state, tmp_path / "diffusers" / "transformer")
+    save_state(state, tmp_path / "diffusers" / "transformer")
     return [
         SpecCase("diffusers-15_i2v", tmp_path / "diffusers", expected),
         SpecCase("sat-15_i2v", save_sat(state, tmp_path / "sat", "i2v"), expected),
@@ -278,17 +222,7 @@ def save_sat_vae(state: dict, folder: Path) -> Path:
 
 def expected_vae_tree(state: dict) -> dict[str, np.ndarray]:
     """The converted VAE tree from the diffusers state dict alone (conv kernels permuted, norms renamed)."""
-    flat = {}
-    for key, tensor in state.items():
-        value = tensor.detach().float().numpy()
-        module, _, param = key.rpartition(".")
-        if param == "bias":
-            flat[f"{_tree_path(module)}/bias"] = value
-        elif value.ndim == 1:
-            flat[f"{_tree_path(module)}/scale"] = value
-        else:  # ConvNd (O, I, *k) -> (*k, I, O)
-            flat[f"{_tree_path(module)}/kernel"] = np.ascontiguousarray(value.transpose(*range(2, value.ndim), 1, 0))
-    return flat
+    return oracle.expected_tree(state)
 
 
 def expected_vae_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -297,17 +231,17 @@ def expected_vae_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[i
     for key, shape in shapes.items():
         module, _, param = key.rpartition(".")
         if param == "bias" or len(shape) == 1:
-            flat[f"{_tree_path(module)}/{'bias' if param == 'bias' else 'scale'}"] = tuple(shape)
+            flat[f"{tree_path(module)}/{'bias' if param == 'bias' else 'scale'}"] = tuple(shape)
         else:
-            flat[f"{_tree_path(module)}/kernel"] = (*shape[2:], shape[1], shape[0])
+            flat[f"{tree_path(module)}/kernel"] = (*shape[2:], shape[1], shape[0])
     return flat
 
 
 @register_spec_fixture("cogvideox/vae")
 def vae_cases(tmp_path: Path) -> list[SpecCase]:
-    state = state_dict(vae_reference())
+    state = state_of(vae_reference())
     expected = expected_vae_tree(state)
-    save(state, tmp_path / "diffusers" / "vae")
+    save_state(state, tmp_path / "diffusers" / "vae")
     return [
         SpecCase("diffusers", tmp_path / "diffusers", expected),
         SpecCase("sat", save_sat_vae(state, tmp_path / "sat"), expected),

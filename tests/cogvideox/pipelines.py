@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tests.oracle import perturb
+
 from . import cogvideox_spec_fixtures as fx
 
 PROMPT = "a small boat drifts on calm water"
@@ -53,7 +55,7 @@ def t5_reference(seed: int = 1):
     import transformers
 
     torch.manual_seed(seed)
-    return fx.perturbed(transformers.T5EncoderModel(transformers.T5Config(
+    return perturb(transformers.T5EncoderModel(transformers.T5Config(
         vocab_size=40, d_model=T5_DIM, d_kv=8, d_ff=48, num_layers=2, num_heads=4, feed_forward_proj="gated-gelu",
         relative_attention_num_buckets=8, relative_attention_max_distance=32)), seed)
 

@@ -19,6 +19,8 @@ import torch
 from vidax.zoo.pipeline import GenerateOptions, generate
 from vidax.zoo.registry import make_pipeline
 
+from tests.oracle import hub_cached
+
 from . import pipelines as tiny
 from .pipelines import FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, STEPS, WIDTH
 
@@ -100,13 +102,8 @@ def test_from_a_converted_folder(reference, reference_noise, tmp_path):
 
 def test_straight_from_the_hub(reference, reference_noise, tmp_path, monkeypatch):
     """No --weights: the registry's diffusers repo from the Hugging Face cache (offline), converted on the fly."""
-    import huggingface_hub.constants
-    from vidax.translator.testing import make_hub_cache
-
     folder, *_, expected = reference
-    files = {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
-    make_hub_cache(tmp_path / "hub", "zai-org/CogVideoX1.5-5B", files)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub_cached(monkeypatch, tmp_path / "hub", "zai-org/CogVideoX1.5-5B", folder)
     generator = make_pipeline(MODEL, options(reference, tmp_path, weights=None))
     assert generator.source.kind == "repo"
     result = generate(options(reference, tmp_path, weights=None))

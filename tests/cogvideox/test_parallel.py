@@ -7,60 +7,39 @@ tokens split evenly up to sp 8, and the 7 text tokens stay whole on every device
 
 from __future__ import annotations
 
-import jax
-import numpy as np
 import pytest
-from flax import traverse_util
 from vidax.translator import convert, load_spec
 from vidax.zoo.cogvideox.config import CogVideoXTransformerConfig
 from vidax.zoo.cogvideox.sharding import DIT_RULES
 from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.offload import stream_blocks
-from vidax.zoo.runtime import use_mesh
-from vidax.zoo.sharding import place_model
+
+from tests.oracle import save_diffusers
+from tests.parallel_checks import assert_mesh_equals_one_device, assert_streamed_equals_resident, one_device
 
 from . import cogvideox_spec_fixtures as fx
 from .test_transformer import make_inputs
-
-_forward = jax.jit(lambda model, params, *inputs: model(params, *inputs), static_argnums=0)
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     ref = fx.dit_reference("15_i2v", seed=5, num_attention_heads=8)
     root = tmp_path_factory.mktemp("parallel")
-    fx.save(fx.state_dict(ref), root / "transformer", fx.config_json(ref))
+    save_diffusers(ref, root / "transformer")
     model = CogVideoXTransformer(CogVideoXTransformerConfig.from_hf_config(fx.config_json(ref)))
     tree = convert(load_spec("cogvideox/transformer15"), root, model.param_shapes(), dtype="float32")
     _, inputs = make_inputs(ref, (4, 8, 6), seed=5)
-    single = np.asarray(_forward(model, jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/")), *inputs))
-    return model, tree, inputs, single
+    return model, tree, inputs, one_device(model, tree, inputs)
 
 
 @pytest.mark.parametrize("dp, tp, sp", [(1, 1, 4), (1, 4, 1), (1, 2, 4), (2, 2, 2)],
                          ids=["sp4", "tp4", "tp2_sp4", "dp2_tp2_sp2"])
 def test_mesh_equals_one_device(setup, dp, tp, sp):
-    model, tree, inputs, single = setup
-    mesh = make_mesh(dp=dp, tp=tp, sp=sp)
-    params = place_model(model, tree, DIT_RULES, mesh)
-    assert params["blocks"]["attn1"]["to_q"]["kernel"].sharding.spec[-1] == "tensor"  # column-parallel (size-1 axis at tp=1)
-    with use_mesh(mesh, DIT_RULES):
-        out = np.asarray(_forward(model, params, *inputs))
-    np.testing.assert_allclose(out, single, rtol=1e-5, atol=2e-5)  # reduction order differs across shards
+    assert_mesh_equals_one_device(*setup, DIT_RULES, (dp, tp, sp),
+                                  {"blocks/attn1/to_q/kernel": -1})  # column-parallel (size-1 axis at tp=1)
 
 
 @pytest.mark.parametrize("mesh_degrees", [None, (1, 2, 2)], ids=["one_device", "tp2_sp2"])
 def test_streamed_offload_equals_resident(setup, mesh_degrees):
     """`vidax.zoo.offload` streams the blocks one per chunk (2 chunks) through the same embed/block/head."""
-    model, tree, inputs, single = setup
-    if mesh_degrees is None:
-        params, streamed, host = stream_blocks(model, tree, 1, DIT_RULES)
-        out = streamed(params, host, *inputs)
-    else:
-        mesh = make_mesh(*mesh_degrees)
-        params, streamed, host = stream_blocks(model, tree, 1, DIT_RULES, mesh)
-        with use_mesh(mesh, DIT_RULES):
-            out = streamed(params, host, *inputs)
+    host = assert_streamed_equals_resident(*setup, DIT_RULES, mesh_degrees)
     assert host["blocks"].sizes == (1, 1)
-    np.testing.assert_allclose(np.asarray(out), single, rtol=1e-5, atol=2e-5)

@@ -16,6 +16,8 @@ from vidax.zoo.cogvideox.vae import CogVideoXVAE
 from vidax.zoo.encoders.t5 import T5Config
 from vidax.zoo.samplers import DDIM, CogVideoXDPM, stepper_from_config
 
+from tests.oracle import state_of
+
 from . import cogvideox_spec_fixtures as fx
 
 NAMES = ["cogvideox-2b", "cogvideox-5b", "cogvideox-5b-i2v", "cogvideox1.5-5b", "cogvideox1.5-5b-i2v"]
@@ -71,10 +73,10 @@ def test_sat_repo_folders_convert(tmp_path):
     """zai-org/CogVideoX1.5-5B-SAT as the registry reads it: transformer_i2v/1000/..., vae/3d-vae.pt."""
     entry = get_model("cogvideox1.5-5b-i2v")
     dit, vae = fx.dit_reference("15_i2v"), fx.vae_reference()
-    fx.save_sat(fx.state_dict(dit), tmp_path, "i2v")
-    fx.save_sat_vae(fx.state_dict(vae), tmp_path)
-    for component, expected in (("transformer", fx.expected_dit_tree(fx.state_dict(dit))),
-                                ("vae", fx.expected_vae_tree(fx.state_dict(vae)))):
+    fx.save_sat(state_of(dit), tmp_path, "i2v")
+    fx.save_sat_vae(state_of(vae), tmp_path)
+    for component, expected in (("transformer", fx.expected_dit_tree(state_of(dit))),
+                                ("vae", fx.expected_vae_tree(state_of(vae)))):
         comp = entry.components[component]
         tree = convert(load_spec(comp.spec), tmp_path, subfolder=comp.subfolder["sat"], dtype="float32")
         assert tree.keys() == expected.keys()

@@ -20,7 +20,7 @@ from vidax.zoo.cogvideox.text import MAX_SEQUENCE_LENGTH, encode_prompt
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 
-from . import cogvideox_spec_fixtures as fx
+from tests.oracle import perturb
 
 CORPUS = ["a red kite over a grey sea", "the cat sat on the mat", "waves crash against the rocks at dusk",
           "a small boat drifts on calm water", "a girl rides a bike through the park"] * 20
@@ -44,7 +44,7 @@ def setup(tmp_path_factory):
         {"tokenizer_class": "T5Tokenizer", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
          "extra_ids": 0, "model_max_length": MAX_SEQUENCE_LENGTH}))
     torch.manual_seed(0)
-    t5 = fx.perturbed(transformers.T5EncoderModel(transformers.T5Config(
+    t5 = perturb(transformers.T5EncoderModel(transformers.T5Config(
         vocab_size=40, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4, feed_forward_proj="gated-gelu",
         relative_attention_num_buckets=8, relative_attention_max_distance=32)), 1)
     t5.save_pretrained(root / "text_encoder")

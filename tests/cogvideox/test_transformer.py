@@ -34,6 +34,8 @@ from vidax.zoo.cogvideox.transformer import (
 )
 from vidax.zoo.runtime import BF16
 
+from tests.oracle import recorded, save_diffusers, spec_without_rule, state_of
+
 from . import cogvideox_spec_fixtures as fx
 
 ATOL = 1e-5  # fp32; observed max error ~7e-7 on outputs of magnitude ~2
@@ -94,7 +96,7 @@ def cases(tmp_path_factory):
         if variant not in built:
             ref = fx.dit_reference(variant)
             root = tmp_path_factory.mktemp(variant)
-            fx.save(fx.state_dict(ref), root / "transformer", fx.config_json(ref))
+            save_diffusers(ref, root / "transformer")
             model = CogVideoXTransformer(CogVideoXTransformerConfig.from_hf_config(fx.config_json(ref)))
             params = load_params(fx.SPEC_OF[variant], root, model)
             inputs, ours = make_inputs(ref, SIZES[variant])
@@ -123,16 +125,9 @@ def test_forward_matches_reference(cases, variant):
 
 def _capture(ref, inputs: dict, layer: int):
     """What block `layer` received and returned during a full reference forward pass."""
-    seen = {}
-    block = ref.transformer_blocks[layer]
-    pre = block.register_forward_pre_hook(lambda m, args, kwargs: seen.__setitem__("in", kwargs), with_kwargs=True)
-    post = block.register_forward_hook(lambda m, args, out: seen.__setitem__("out", out))
-    try:
-        with torch.no_grad():
-            ref(**inputs, return_dict=False)
-    finally:
-        pre.remove(), post.remove()
-    return seen["in"], seen["out"]
+    with recorded(ref.transformer_blocks[layer]) as seen, torch.no_grad():
+        ref(**inputs, return_dict=False)
+    return seen["kwargs"], seen["out"]
 
 
 @pytest.mark.parametrize("variant", ["2b", "5b_i2v", "15_i2v"])
@@ -161,7 +156,7 @@ def test_embed_and_block_match_reference(cases, variant):
 def test_sat_layout_runs_the_same(cases, tmp_path):
     """1.5's SAT checkpoint (THUDM/CogVideoX1.5-5B-SAT layout) converts to the same model."""
     case = cases("15_i2v")
-    root = fx.save_sat(fx.state_dict(case.ref), tmp_path, "i2v")
+    root = fx.save_sat(state_of(case.ref), tmp_path, "i2v")
     params = load_params("cogvideox/transformer15", root, case.model)
     got = to_reference_layout(_forward(case.model, params, *case.ours))
     np.testing.assert_allclose(got, case.want, rtol=1e-5, atol=ATOL)
@@ -216,11 +211,7 @@ def test_bf16_keeps_fp32_text_and_residual_streams(cases):
 def test_broken_spec_fails_loudly(cases, tmp_path):
     """Dropping the AdaLN split rule leaves keys unclaimed and leaves unproduced: one clear error."""
     case = cases("5b")
-    text = load_spec("cogvideox/transformer").path.read_text()
-    start = text.index("[[layouts.diffusers.rules]]\n# CogVideoXLayerNormZero.linear")
-    end = text.index("[[layouts.diffusers.rules]]", start + 10)
-    broken = tmp_path / "broken.toml"
-    broken.write_text(text[:start] + text[end:])
+    broken = spec_without_rule("cogvideox/transformer", "[[layouts.diffusers.rules]]\n# CogVideoXLayerNormZero.linear", tmp_path)
     with pytest.raises(AccountingError, match="norm1.linear.weight"):
         convert(load_spec(broken), case.root, case.model.param_shapes())
 

@@ -27,6 +27,8 @@ from vidax.zoo.mesh import make_mesh
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import place
 
+from tests.oracle import save_diffusers
+
 from . import cogvideox_spec_fixtures as fx
 
 ATOL = 2e-5  # fp32 through ~40 convolutions and GroupNorms; observed ~6e-6 on outputs of magnitude ~6
@@ -36,7 +38,7 @@ ATOL = 2e-5  # fp32 through ~40 convolutions and GroupNorms; observed ~6e-6 on o
 def vae(tmp_path_factory):
     ref = fx.vae_reference()
     root = tmp_path_factory.mktemp("vae")
-    fx.save(fx.state_dict(ref), root / "vae", fx.config_json(ref))
+    save_diffusers(ref, root / "vae")
     ours = CogVideoXVAE(CogVideoXVAEConfig.from_hf_config(fx.config_json(ref)))
     tree = convert(load_spec("cogvideox/vae"), root, ours.param_shapes())
     return ref, ours, tree, jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/"))

@@ -13,14 +13,15 @@ Imported by file path (no package): absolute imports only.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 import torch
-from vidax.translator.spec import module_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
+
+from tests import oracle
+from tests.oracle import build_perturbed, save_state
 
 TINY_DIT = dict(
     in_channels=5, out_channels=4, num_attention_heads=2, attention_head_dim=16, num_layers=2, mlp_ratio=2.0,
@@ -53,31 +54,10 @@ DIT_TO_OFFICIAL = [
 ]
 
 
-def perturb(model: torch.nn.Module, seed: int = 0, std: float = 0.02) -> torch.nn.Module:
-    """Add N(0, std) to every float parameter so zero tables and unit scales matter."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.is_floating_point():
-                param.add_(torch.randn(param.shape, generator=gen) * std)
-    return model.eval()
-
-
 def dit_reference(seed: int = 0, **overrides):
     from diffusers import CosmosTransformer3DModel
 
-    torch.manual_seed(seed)
-    return perturb(CosmosTransformer3DModel(**{**TINY_DIT, **overrides}), seed)
-
-
-def save_diffusers(module, folder: Path) -> Path:
-    """`save_pretrained`'s files: config.json and diffusion_pytorch_model.safetensors."""
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in module.state_dict().items()}, folder / "diffusion_pytorch_model.safetensors")
-    (folder / "config.json").write_text(json.dumps(dict(module.config), default=list))
-    return folder
+    return build_perturbed(CosmosTransformer3DModel, {**TINY_DIT, **overrides}, seed)
 
 
 def official_state_dict(state: dict) -> dict:
@@ -107,31 +87,13 @@ def save_official(state: dict, path: Path) -> Path:
 
 def expected_tree(state: dict) -> dict[str, np.ndarray]:
     """The converted tree of a diffusers state dict under the project's naming conventions."""
-    flat, stacks = {}, {}
-    for key, tensor in state.items():
-        value = tensor.detach().float().numpy()
-        module, name = key.rsplit(".", 1)
-        if name == "weight":
-            name, value = ("kernel", value.T) if value.ndim == 2 else ("scale", value)
-        path = f"{module_path(module)}/{name}"
-        m = re.fullmatch(r"transformer_blocks_(\d+)/(.*)", path)
-        if m:
-            stacks.setdefault(f"blocks/{m[2]}", {})[int(m[1])] = value
-        else:
-            flat[path] = value
-    for path, layers in stacks.items():
-        flat[path] = np.stack([layers[i] for i in range(len(layers))])
-    return flat
+    return oracle.expected_tree(state, {"transformer_blocks": "blocks"})
 
 
 @register_spec_fixture("cosmos/transformer")
 def cosmos_transformer_cases(tmp_path):
     state = dit_reference().state_dict()
-    root = tmp_path / "diffusers"
-    from safetensors.torch import save_file
-
-    (root / "transformer").mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, root / "transformer" / "diffusion_pytorch_model.safetensors")
+    root = save_state(state, tmp_path / "diffusers" / "transformer").parent
     official = save_official(state, tmp_path / "official" / "base" / "post-trained" / "tiny_ema_bf16.pt")
     expected = expected_tree(state)
     return [SpecCase("diffusers", root, expected), SpecCase("official", official.parents[2], expected)]

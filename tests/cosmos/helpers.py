@@ -1,13 +1,11 @@
-"""Shared pieces of the Cosmos-Predict2.5 tests: the torchvision stand-in, trees, tensors."""
+"""Shared pieces of the Cosmos-Predict2.5 tests: the torchvision stand-in, seeded tensors."""
 
 from __future__ import annotations
 
 import types
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from flax.traverse_util import unflatten_dict
 
 
 def install_torchvision_standin() -> None:
@@ -20,14 +18,6 @@ def install_torchvision_standin() -> None:
 
     transformer_cosmos.transforms = types.SimpleNamespace(
         functional=types.SimpleNamespace(resize=resize), InterpolationMode=types.SimpleNamespace(NEAREST="nearest"))
-
-
-def unflatten(tree: dict) -> dict:
-    return unflatten_dict({k: np.asarray(v) for k, v in tree.items()}, sep="/")
-
-
-def to_np(t) -> np.ndarray:
-    return t.detach().float().numpy()
 
 
 def randn(*shape, seed: int = 0) -> torch.Tensor:

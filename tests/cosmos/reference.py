@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .cosmos_spec_fixtures import dit_reference, official_state_dict, perturb
+from tests.oracle import perturb
+
+from .cosmos_spec_fixtures import dit_reference, official_state_dict
 from .helpers import install_torchvision_standin
 from .test_text import QWEN2_VL_TEMPLATE
 

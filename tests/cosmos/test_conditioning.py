@@ -28,8 +28,10 @@ from vidax.zoo.cosmos import conditioning as cond
 from vidax.zoo.samplers import stepper_from_config
 from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
 
-from .cosmos_spec_fixtures import dit_reference, perturb, save_diffusers
-from .helpers import install_torchvision_standin, randn, to_np, unflatten
+from tests.oracle import perturb, save_diffusers, to_np, unflatten
+
+from .cosmos_spec_fixtures import dit_reference
+from .helpers import install_torchvision_standin, randn
 
 TINY_VAE = dict(base_dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1, temperal_downsample=[False, True, True])
 # the scheduler diffusers' convert_cosmos_to_diffusers.py ships with Predict2.5

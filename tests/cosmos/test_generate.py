@@ -21,6 +21,8 @@ from PIL import Image
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
 from vidax.zoo.registry import make_pipeline
 
+from tests.oracle import hub_cached
+
 from . import reference as ref
 from .helpers import randn
 
@@ -122,20 +124,15 @@ def test_offload_equals_one_device(saved, runs, tmp_path, monkeypatch):
 def test_generate_straight_from_the_hub(saved, runs, tmp_path, monkeypatch):
     """No --weights: the registry's diffusers layout, on its branch (`revision = { diffusers = ... }`), read from
     the Hugging Face cache offline and converted on the fly."""
-    import huggingface_hub.constants
     from vidax.translator.registry import load_registry
-    from vidax.translator.testing import make_hub_cache
 
     _, root = saved
     entry = load_registry()[MODEL]
-    folder = root / "diffusers"
-    files = {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
-    snapshot = make_hub_cache(tmp_path / "hub", entry.repo("diffusers"), files, commit="1" * 40)
+    snapshot = hub_cached(monkeypatch, tmp_path / "hub", entry.repo("diffusers"), root / "diffusers", commit="1" * 40)
     ref_file = snapshot.parents[1] / "refs" / entry.revision_of("diffusers")
     ref_file.parent.mkdir(parents=True, exist_ok=True)
     ref_file.write_text("1" * 40)
     (snapshot.parents[1] / "refs" / "main").unlink()  # main holds the official layout, not this
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     generator = make_pipeline(MODEL, options(None, root, tmp_path))
     assert generator.source.kind == "repo" and generator.source.revision == "diffusers/base/post-trained"
     result = generate(options(None, root, tmp_path))

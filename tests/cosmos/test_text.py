@@ -20,8 +20,9 @@ from diffusers.pipelines.cosmos.pipeline_cosmos2_5_predict import (
 from vidax.zoo.cosmos import text as cosmos_text
 from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
 
-from tests.encoders.oracle import converted_params, perturb
+from tests.encoders.oracle import converted_params
 from tests.encoders.test_tokenizer import qwen_like_folder
+from tests.oracle import perturb
 
 # Qwen2-VL / Qwen2.5-VL's chat template (tokenizer_config.json of Qwen/Qwen2.5-VL-7B-Instruct)
 QWEN2_VL_TEMPLATE = (

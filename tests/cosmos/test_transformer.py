@@ -24,14 +24,10 @@ from vidax.translator import AccountingError, convert, load_spec
 from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
 from vidax.zoo.cosmos.transformer import per_token
 
-from .cosmos_spec_fixtures import (
-    TINY_DIT,
-    dit_reference,
-    official_state_dict,
-    save_diffusers,
-    save_official,
-)
-from .helpers import install_torchvision_standin, randn, to_np, unflatten
+from tests.oracle import recorded, save_diffusers, spec_without_rule, to_np, unflatten
+
+from .cosmos_spec_fixtures import TINY_DIT, dit_reference, official_state_dict, save_official
+from .helpers import install_torchvision_standin, randn
 
 ATOL = 2e-5  # fp32 through ~12 matmuls and two softmaxes per block; observed max error ~1e-6
 SPEC = "cosmos/transformer"
@@ -45,9 +41,7 @@ def reference():
 
 @pytest.fixture(scope="module")
 def checkpoint(reference, tmp_path_factory):
-    root = tmp_path_factory.mktemp("cosmos_diffusers")
-    save_diffusers(reference, root / "transformer")
-    return root
+    return save_diffusers(reference, tmp_path_factory.mktemp("cosmos_diffusers") / "transformer").parent
 
 
 @pytest.fixture(scope="module")
@@ -84,15 +78,8 @@ def our_inputs(inputs: dict):
 
 def run_reference(reference, inputs: dict):
     """Output, and what block 0 received and returned (captured by hooks)."""
-    seen = {}
-    block = reference.transformer_blocks[0]
-    pre = block.register_forward_pre_hook(lambda m, args: seen.__setitem__("args", args))
-    post = block.register_forward_hook(lambda m, args, out: seen.__setitem__("out", out))
-    try:
-        with torch.no_grad():
-            out = reference(**inputs, return_dict=False)[0]
-    finally:
-        pre.remove(), post.remove()
+    with recorded(reference.transformer_blocks[0]) as seen, torch.no_grad():
+        out = reference(**inputs, return_dict=False)[0]
     return to_np(out), seen
 
 
@@ -175,12 +162,7 @@ def test_param_shapes_give_the_config(reference, model, params):
 
 def test_broken_spec_fails_loudly(checkpoint, model, tmp_path):
     """Dropping the q/k-norm rule leaves keys unclaimed and leaves unproduced: one clear error."""
-    text = load_spec(SPEC).path.read_text()
-    start = text.index("match = 'transformer_blocks\\.(?P<i>\\d+)\\.(?P<m>attn[12]\\.norm_[qk])")
-    start = text.rindex("[[layouts.diffusers.rules]]", 0, start)
-    end = text.index("[[layouts.diffusers.rules]]", start + 10)
-    broken = tmp_path / "broken.toml"
-    broken.write_text(text[:start] + text[end:])
+    broken = spec_without_rule(SPEC, "match = 'transformer_blocks\\.(?P<i>\\d+)\\.(?P<m>attn[12]\\.norm_[qk])", tmp_path)
     with pytest.raises(AccountingError, match="norm_q"):
         convert(load_spec(broken), checkpoint, model.param_shapes())
 

@@ -11,14 +11,13 @@ Imported by file path (no package): absolute imports only.
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import numpy as np
-import torch
-from vidax.translator.spec import module_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
+
+from tests import oracle
+from tests.oracle import build_perturbed, save_diffusers, state_of
 
 BASE = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             head_dim=8, rope_axes_dim=[2, 1, 1], latent_channel=4, latent_patch_size=2, patch_latent_dim=16,
@@ -35,54 +34,20 @@ DROPPED = r"lm_head\.weight|norm\.weight|audio_.*|action_.*"  # not converted (v
 PREFIXED = re.compile(r"(embed_tokens|layers|norm)\.")  # the text model's keys (under `model.` before the flat layout)
 
 
-def perturb(model: torch.nn.Module, seed: int = 0, std: float = 0.02) -> torch.nn.Module:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.is_floating_point():
-                param.add_(torch.randn(param.shape, generator=gen) * std)
-    return model.eval()
-
-
 def dit_reference(variant: str, seed: int = 0, **overrides):
     from diffusers import Cosmos3OmniTransformer
 
-    torch.manual_seed(seed)
-    return perturb(Cosmos3OmniTransformer(**{**BASE, **VARIANTS[variant], **overrides}), seed)
+    return build_perturbed(Cosmos3OmniTransformer, {**BASE, **VARIANTS[variant], **overrides}, seed)
 
 
-def save_diffusers(module, folder: Path, prefix_text_model: bool = False) -> Path:
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    state = {("model." + k if prefix_text_model and PREFIXED.match(k) else k): v.contiguous()
-             for k, v in module.state_dict().items()}
-    save_file(state, folder / "diffusion_pytorch_model.safetensors")
-    (folder / "config.json").write_text(json.dumps(dict(module.config), default=list))
-    return folder
+def text_model_prefixed(state: dict) -> dict:
+    """The state dict with the text model's keys under `model.`, as checkpoints before the flat layout."""
+    return {("model." + k if PREFIXED.match(k) else k): v for k, v in state.items()}
 
 
 def expected_tree(state: dict) -> dict[str, np.ndarray]:
-    flat, stacks = {}, {}
-    for key, tensor in state.items():
-        if re.fullmatch(DROPPED, key):
-            continue
-        value = tensor.detach().float().numpy()
-        module, name = key.rsplit(".", 1)
-        if name == "weight":
-            if module == "embed_tokens":
-                name = "embedding"
-            else:
-                name, value = ("kernel", value.T) if value.ndim == 2 else ("scale", value)
-        path = f"{module_path(module)}/{name}"
-        m = re.fullmatch(r"layers_(\d+)/(.*)", path)
-        if m:
-            stacks.setdefault(f"blocks/{m[2]}", {})[int(m[1])] = value
-        else:
-            flat[path] = value
-    for path, layers in stacks.items():
-        flat[path] = np.stack([layers[i] for i in range(len(layers))])
-    return flat
+    kept = {k: v for k, v in state.items() if not re.fullmatch(DROPPED, k)}
+    return oracle.expected_tree(kept, {"layers": "blocks"}, tables=("embed_tokens",))
 
 
 @register_spec_fixture("cosmos3/transformer")
@@ -93,6 +58,6 @@ def cosmos3_transformer_cases(tmp_path):
         expected = expected_tree(ref.state_dict())
         save_diffusers(ref, tmp_path / variant / "transformer")
         cases.append(SpecCase(variant, tmp_path / variant, expected))
-    save_diffusers(ref, tmp_path / "edge_prefixed" / "transformer", prefix_text_model=True)
+    save_diffusers(ref, tmp_path / "edge_prefixed" / "transformer", text_model_prefixed(state_of(ref)))
     cases.append(SpecCase("edge_prefixed", tmp_path / "edge_prefixed", expected))
     return cases

@@ -29,7 +29,9 @@ from PIL import Image
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
 from vidax.zoo.registry import make_pipeline
 
-from .cosmos3_spec_fixtures import dit_reference, perturb
+from tests.oracle import hub_cached, perturb
+
+from .cosmos3_spec_fixtures import dit_reference
 from .test_pipeline import SCHEDULER, TINY_VAE22, tokenizer_folder
 
 FRAME_ATOL = 2e-5
@@ -137,14 +139,8 @@ def test_converted_folder_on_the_mesh_and_streamed(saved, runs, tmp_path, monkey
 
 def test_generate_straight_from_the_hub(saved, runs, tmp_path, monkeypatch):
     """No --weights: the registry's repo (nvidia/Cosmos3-Edge), read from the Hugging Face cache offline."""
-    import huggingface_hub.constants
-    from vidax.translator.testing import make_hub_cache
-
     _, root = saved["edge"]
-    folder = root / "model"
-    files = {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
-    make_hub_cache(tmp_path / "hub", "nvidia/Cosmos3-Edge", files)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub_cached(monkeypatch, tmp_path / "hub", "nvidia/Cosmos3-Edge", root / "model")
     opts = options("cosmos3-edge", None, root / "noise_edge.npy", tmp_path)
     assert make_pipeline(opts.model, opts).source.kind == "repo"
     np.testing.assert_allclose(generate(opts).frames, runs["edge"], atol=FRAME_ATOL, rtol=0)

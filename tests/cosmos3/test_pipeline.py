@@ -31,8 +31,9 @@ from vidax.zoo.samplers import stepper_from_config
 from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
 
 from tests.cosmos.test_text import QWEN2_VL_TEMPLATE
+from tests.oracle import perturb, save_diffusers
 
-from .cosmos3_spec_fixtures import dit_reference, perturb, save_diffusers
+from .cosmos3_spec_fixtures import dit_reference
 
 CORPUS = ["a robot arm folds a towel on a table", "the video is of 16 fps", "this image is not of resolution",
           "you are a helpful assistant who will generate videos"] * 20

@@ -24,7 +24,9 @@ from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
 from vidax.zoo.cosmos3 import rope as cosmos3_rope
 from vidax.zoo.cosmos3.transformer import Streams
 
-from .cosmos3_spec_fixtures import dit_reference, save_diffusers
+from tests.oracle import recorded, save_diffusers, spec_without_rule, state_of
+
+from .cosmos3_spec_fixtures import dit_reference, text_model_prefixed
 
 ATOL = 2e-5  # fp32 through ~10 matmuls and two softmaxes per layer
 SPEC = "cosmos3/transformer"
@@ -71,21 +73,14 @@ def run_reference(case, ids, latents, sample: int):
     noisy = torch.tensor([i for i in range(T) if NOISY[sample, i]])
     per_frame = (H // 2) * (W // 2)
     mse = torch.cat([torch.arange(length + f * per_frame, length + (f + 1) * per_frame) for f in noisy.tolist()])
-    seen = {}
-    layer = ref.layers[0]
-    pre = layer.register_forward_pre_hook(lambda m, args: seen.__setitem__("args", args))
-    post = layer.register_forward_hook(lambda m, args, out: seen.__setitem__("out", out))
-    try:
-        with torch.no_grad():
-            out = ref(input_ids=ids[sample], text_indexes=torch.arange(length),
-                      position_ids=reference_positions(length, ref.config), und_len=length,
-                      sequence_length=length + n_tokens, vision_tokens=[latents[sample:sample + 1]],
-                      vision_token_shapes=[(T, H // 2, W // 2)],
-                      vision_sequence_indexes=torch.arange(length, length + n_tokens), vision_mse_loss_indexes=mse,
-                      vision_timesteps=torch.full((len(mse),), TIMESTEP), vision_noisy_frame_indexes=[noisy],
-                      return_dict=False)[0][0]
-    finally:
-        pre.remove(), post.remove()
+    with recorded(ref.layers[0]) as seen, torch.no_grad():
+        out = ref(input_ids=ids[sample], text_indexes=torch.arange(length),
+                  position_ids=reference_positions(length, ref.config), und_len=length,
+                  sequence_length=length + n_tokens, vision_tokens=[latents[sample:sample + 1]],
+                  vision_token_shapes=[(T, H // 2, W // 2)],
+                  vision_sequence_indexes=torch.arange(length, length + n_tokens), vision_mse_loss_indexes=mse,
+                  vision_timesteps=torch.full((len(mse),), TIMESTEP), vision_noisy_frame_indexes=[noisy],
+                  return_dict=False)[0][0]
     return out.numpy(), seen
 
 
@@ -141,7 +136,7 @@ def test_end_to_end_embed_and_layer_zero(case):
 
 def test_text_model_prefix_reads_the_same(case, tmp_path):
     """Checkpoints from before the flat layout keep the text model under `model.`."""
-    save_diffusers(case.reference, tmp_path / "transformer", prefix_text_model=True)
+    save_diffusers(case.reference, tmp_path / "transformer", text_model_prefixed(state_of(case.reference)))
     tree = convert(load_spec(SPEC), tmp_path, case.model.param_shapes(), dtype="float32")
     flat = {"/".join(p.key for p in path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(case.params)[0]}
     assert tree.keys() == flat.keys()
@@ -150,12 +145,7 @@ def test_text_model_prefix_reads_the_same(case, tmp_path):
 
 
 def test_broken_spec_fails_loudly(case, tmp_path):
-    text = load_spec(SPEC).path.read_text()
-    start = text.index("match = '(?:model\\.)?norm_moe_gen\\.weight'")
-    start = text.rindex("[[layouts.diffusers.rules]]", 0, start)
-    end = text.index("[[layouts.diffusers.rules]]", start + 10)
-    broken = tmp_path / "broken.toml"
-    broken.write_text(text[:start] + text[end:])
+    broken = spec_without_rule(SPEC, "match = '(?:model\\.)?norm_moe_gen\\.weight'", tmp_path)
     with pytest.raises(AccountingError, match="norm_moe_gen"):
         convert(load_spec(broken), case.root, case.model.param_shapes())
 

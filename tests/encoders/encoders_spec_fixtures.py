@@ -9,59 +9,34 @@ permuted, norm weight -> scale, embedding weight -> embedding, `block_N`/`layers
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 
 import numpy as np
 import torch
 import transformers
-from safetensors.torch import save_file
 
 from tests.encoders import test_clip, test_decoder, test_siglip, test_t5
-from tests.encoders.oracle import perturb
-from vidax.translator.spec import module_path
+from tests.oracle import perturb, save_state, stack_layers, to_np, torch_leaf, tree_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 EMBEDDINGS = ("shared", "embed_tokens", "position_embedding", "relative_attention_bias")
-STACKED = re.compile(r"(?P<head>.*?)(?P<list>block|layers)_(?P<i>\d+)/(?P<rest>.*)")
-
-
-def _leaf(module: str, name: str, value: np.ndarray) -> tuple[str, np.ndarray]:
-    if name != "weight":
-        return name, value  # bias, class_embedding, probe
-    if module.rsplit(".", 1)[-1] in EMBEDDINGS:
-        return "embedding", value
-    if value.ndim == 4:
-        return "kernel", value.transpose(2, 3, 1, 0)
-    return ("kernel", value.T) if value.ndim == 2 else ("scale", value)
+STACKS = {r".*?(?:block|layers)": r"\g<0>"}  # every `block_N` / `layers_N` list, stacked under its own name
 
 
 def expected_tree(state: dict, strip: str = "", drop: str = r"$^", renames: dict | None = None) -> dict:
     """The converted tree of a transformers state dict under the project's naming conventions."""
-    flat, stacks = {}, defaultdict(dict)
+    leaves = []
     for key, tensor in state.items():
         if re.fullmatch(drop, key):
             continue
-        value = tensor.detach().numpy().astype(np.float32)
-        module, name = key.removeprefix(strip).rsplit(".", 1)
+        key, value = key.removeprefix(strip), to_np(tensor)
+        module, name = key.rsplit(".", 1)
         if name in ("in_proj_weight", "in_proj_bias"):  # nn.MultiheadAttention's fused q/k/v
-            for part, chunk in zip("qkv", np.split(value, 3)):
-                flat[f"{module_path(module)}/{part}_proj/{'kernel' if chunk.ndim == 2 else 'bias'}"] = chunk.T
+            leaves += [(f"{tree_path(module)}/{part}_proj/{'kernel' if chunk.ndim == 2 else 'bias'}", chunk.T)
+                       for part, chunk in zip("qkv", np.split(value, 3))]
             continue
-        leaf, value = _leaf(module, name, value)
-        path = (renames or {}).get(f"{module_path(module)}/{leaf}", f"{module_path(module)}/{leaf}")
-        m = STACKED.fullmatch(path)
-        if m:
-            stacks[f"{m['head']}{m['list']}/{m['rest']}"][int(m["i"])] = value
-        else:
-            flat[path] = value
-    for path, layers in stacks.items():
-        flat[path] = np.stack([layers[i] for i in range(len(layers))])
-    return flat
-
-
-def _save(state: dict, path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, path)
+        path, value = torch_leaf(key, value, EMBEDDINGS)
+        leaves.append(((renames or {}).get(path, path), value))
+    return stack_layers(leaves, STACKS)
 
 
 @register_spec_fixture("encoders/t5")
@@ -105,8 +80,8 @@ def clip_cases(tmp_path):
 def siglip_cases(tmp_path):
     model = perturb(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**test_siglip.HF_CONFIG)))
     state = model.state_dict()
-    _save(state, tmp_path / "v5" / "image_encoder" / "model.safetensors")
-    _save({"vision_model." + k: v for k, v in state.items()}, tmp_path / "v4" / "image_encoder" / "model.safetensors")
+    save_state(state, tmp_path / "v5" / "image_encoder", filename="model.safetensors")
+    save_state({"vision_model." + k: v for k, v in state.items()}, tmp_path / "v4" / "image_encoder", filename="model.safetensors")
     expected = expected_tree(state, drop=r".*position_ids")
     return [SpecCase("transformers5", tmp_path / "v5", expected), SpecCase("transformers4", tmp_path / "v4", expected)]
 

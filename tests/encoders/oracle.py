@@ -1,4 +1,4 @@
-"""Shared test plumbing: perturb a tiny reference, save it in its repo layout, convert it, compare."""
+"""Encoder test plumbing: convert a tiny reference through its spec against the module's own tree, compare."""
 
 from __future__ import annotations
 
@@ -13,20 +13,12 @@ from flax import traverse_util
 
 from vidax.translator.api import convert
 
+from tests.oracle import perturb  # noqa: F401  (tests/ltx_video imports it from here)
+
 
 # the translator's torch-zip (.pth) reader lands separately; the official-layout round trips run once it exists
 requires_pth_reader = pytest.mark.skipif(importlib.util.find_spec("vidax.translator.torch_zip") is None,
                                          reason="vidax.translator.torch_zip (.pth reader) not available yet")
-
-
-def perturb(model: torch.nn.Module, seed: int = 0, std: float = 0.02) -> torch.nn.Module:
-    """Add N(0, std) to every float parameter so zero-initialised biases and ones-scales matter."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.is_floating_point():
-                param.add_(torch.randn(param.shape, generator=gen) * std)
-    return model.eval()
 
 
 def expected_shapes(module, *example_args) -> dict[str, tuple[int, ...]]:

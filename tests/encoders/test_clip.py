@@ -8,7 +8,8 @@ import safetensors.torch
 import torch
 import transformers
 
-from tests.encoders.oracle import assert_close, converted_params, perturb, requires_pth_reader
+from tests.encoders.oracle import assert_close, converted_params, requires_pth_reader
+from tests.oracle import perturb
 from vidax.translator.errors import TranslatorError
 from vidax.zoo.encoders.clip import CLIPVisionModelWithProjection, clip_preprocess, clip_vision_config
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 import transformers
 
-from tests.encoders.oracle import assert_close, converted_params, perturb
+from tests.encoders.oracle import assert_close, converted_params
+from tests.oracle import perturb
 from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel, inverse_frequencies
 
 COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,

@@ -9,7 +9,8 @@ import torch
 import transformers
 from flax.traverse_util import flatten_dict
 
-from tests.encoders.oracle import assert_close, converted_params, perturb, requires_pth_reader
+from tests.encoders.oracle import assert_close, converted_params, requires_pth_reader
+from tests.oracle import perturb
 from vidax.translator.errors import TranslatorError
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel, relative_position_buckets
 

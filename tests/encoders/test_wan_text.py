@@ -11,8 +11,9 @@ import torch
 import transformers
 from diffusers.pipelines.wan.pipeline_wan import WanPipeline, prompt_clean
 
-from tests.encoders.oracle import assert_close, converted_params, perturb
+from tests.encoders.oracle import assert_close, converted_params
 from tests.encoders.test_tokenizer import t5_like_folder
+from tests.oracle import perturb
 from vidax.zoo.wan.text import wan_prompt_clean, wan_text_features
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer

@@ -12,12 +12,13 @@ Imported by file path (no package): absolute imports only.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 
+from tests import oracle
+from tests.oracle import build_perturbed, perturb, rename, save_state, split_leaves, stack_layers, to_np, torch_leaf, tree_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 TINY_DIT = dict(
@@ -63,13 +64,6 @@ DIT_TO_OFFICIAL = [
 ]
 
 
-def rename(key: str, table) -> str:
-    hits = [re.sub(pattern, repl, key) for pattern, repl in table if re.fullmatch(pattern, key)]
-    if len(hits) != 1:
-        raise KeyError(f"{key}: {len(hits)} official names")
-    return hits[0]
-
-
 def official_dit_state(state: dict) -> dict:
     """diffusers state dict -> official names: q/k/v fused (refiner, both streams), single blocks'
     q/k/v/mlp fused into `linear1`, the final AdaLN's halves swapped to (shift, scale)."""
@@ -102,26 +96,6 @@ def official_dit_state(state: dict) -> dict:
     return out
 
 
-def perturbed(module, seed: int):
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.02)  # zero-initialised biases/tables must differ
-    return module.eval()
-
-
-def save(state: dict, folder: Path, config: dict | None = None) -> Path:
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous() for k, v in state.items()}, folder / "diffusion_pytorch_model.safetensors")
-    if config is not None:
-        (folder / "config.json").write_text(json.dumps(config, default=list))
-    return folder
-
-
 def save_official_dit(state: dict, folder: Path) -> Path:
     """The official repo's file: `transformers/mp_rank_00_model_states.pt`, a DeepSpeed `{"module": ...}`."""
     import torch
@@ -132,65 +106,38 @@ def save_official_dit(state: dict, folder: Path) -> Path:
     return folder
 
 
-def _tree_path(module: str) -> str:
-    return re.sub(r"\.(\d+)", r"_\1", module).replace(".", "/")
-
-
 def _leaves(key: str, value: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """(tree path, array) of one diffusers tensor, blocks not yet stacked."""
     module, _, param = key.rpartition(".")
-    name = "kernel" if value.ndim == 2 else "bias"
     if module == "norm_out.linear":  # (scale, shift) halves as two leaves
-        halves = np.split(value.T if value.ndim == 2 else value, 2, axis=-1)
-        return [(f"norm_out/linear_{h}/{name}", v) for h, v in zip(("scale", "shift"), halves)]
+        return split_leaves(module, value, ("scale", "shift"))
     single = re.fullmatch(r"(single_transformer_blocks\.\d+)\.(proj_mlp|proj_out)", module)
     if single and not (single.group(2) == "proj_out" and param == "bias"):
-        prefix = _tree_path(single.group(1))
+        prefix = tree_path(single.group(1))
         if single.group(2) == "proj_mlp":  # column blocks of the [D, 4D] kernel
-            chunks = np.split(value.T if value.ndim == 2 else value, MLP_CHUNKS, axis=-1)
-            return [(f"{prefix}/proj_mlp/chunk_{c}/{name}", v) for c, v in enumerate(chunks)]
+            return split_leaves(f"{single.group(1)}.proj_mlp.chunk", value, tuple(str(c) for c in range(MLP_CHUNKS)))
         rows = np.split(value.T, MLP_CHUNKS + 1, axis=0)  # row blocks of the [5D, D] kernel
         names = ["attn"] + [f"chunk_{c}" for c in range(MLP_CHUNKS)]
         return [(f"{prefix}/proj_out/{n}/kernel", v) for n, v in zip(names, rows)]
-    if param == "bias":
-        return [(f"{_tree_path(module)}/bias", value)]
-    if value.ndim == 1:
-        return [(f"{_tree_path(module)}/scale", value)]
-    if value.ndim == 2:
-        return [(f"{_tree_path(module)}/kernel", value.T)]
-    return [(f"{_tree_path(module)}/kernel", value.transpose(2, 3, 4, 1, 0))]  # Conv3d (O, I, t, h, w)
+    return [torch_leaf(key, value)]
 
 
 def expected_tree(state: dict) -> dict[str, np.ndarray]:
     """The converted DiT tree from the diffusers state dict alone (both layouts)."""
-    flat, layers = {}, {}
-    for key, tensor in state.items():
-        for leaf, value in _leaves(key, tensor.detach().numpy()):
-            block = re.fullmatch(r"(single_transformer_blocks|transformer_blocks)_(\d+)/(.*)", leaf)
-            if block:
-                group = "blocks" if block.group(1) == "transformer_blocks" else "single_blocks"
-                layers.setdefault(f"{group}/{block.group(3)}", {})[int(block.group(2))] = value
-            else:
-                flat[leaf] = np.ascontiguousarray(value)
-    for leaf, by_layer in layers.items():
-        flat[leaf] = np.stack([by_layer[i] for i in range(len(by_layer))])
-    return flat
+    leaves = [leaf for key, tensor in state.items() for leaf in _leaves(key, to_np(tensor))]
+    return stack_layers(leaves, {"transformer_blocks": "blocks", "single_transformer_blocks": "single_blocks"})
 
 
 def dit_reference(seed: int = 0, **overrides):
-    import torch
     from diffusers import HunyuanVideoTransformer3DModel
 
-    torch.manual_seed(seed)
-    return perturbed(HunyuanVideoTransformer3DModel(**{**TINY_DIT, **overrides}), seed)
+    return build_perturbed(HunyuanVideoTransformer3DModel, {**TINY_DIT, **overrides}, seed)
 
 
 def vae_reference(seed: int = 3):
-    import torch
     from diffusers import AutoencoderKLHunyuanVideo
 
-    torch.manual_seed(0)
-    return perturbed(AutoencoderKLHunyuanVideo(**TINY_VAE), seed)
+    return build_perturbed(AutoencoderKLHunyuanVideo, TINY_VAE, seed, init_seed=0)
 
 
 @register_spec_fixture("hunyuan_video/transformer")
@@ -198,7 +145,7 @@ def transformer_cases(tmp_path: Path) -> list[SpecCase]:
     state = dit_reference().state_dict()  # the I2V (token_replace) DiT has the same parameters
     expected = expected_tree(state)
     return [
-        SpecCase("diffusers", save(state, tmp_path / "diffusers" / "transformer").parent, expected),
+        SpecCase("diffusers", save_state(state, tmp_path / "diffusers" / "transformer").parent, expected),
         SpecCase("official", save_official_dit(state, tmp_path / "official"), expected),
     ]
 
@@ -213,29 +160,12 @@ def save_official_vae(state: dict, folder: Path) -> Path:
     return folder
 
 
-def expected_vae_tree(state: dict) -> dict[str, np.ndarray]:
-    """The converted VAE tree from the diffusers state dict alone."""
-    flat = {}
-    for key, tensor in state.items():
-        value = tensor.detach().numpy()
-        module, _, param = key.rpartition(".")
-        if param == "bias":
-            flat[f"{_tree_path(module)}/bias"] = value
-        elif value.ndim == 1:
-            flat[f"{_tree_path(module)}/scale"] = value
-        elif value.ndim == 2:
-            flat[f"{_tree_path(module)}/kernel"] = np.ascontiguousarray(value.T)
-        else:
-            flat[f"{_tree_path(module)}/kernel"] = np.ascontiguousarray(value.transpose(2, 3, 4, 1, 0))
-    return flat
-
-
 @register_spec_fixture("hunyuan_video/vae")
 def vae_cases(tmp_path: Path) -> list[SpecCase]:
     state = vae_reference().state_dict()
-    expected = expected_vae_tree(state)
+    expected = oracle.expected_tree(state)
     return [
-        SpecCase("diffusers", save(state, tmp_path / "diffusers" / "vae").parent, expected),
+        SpecCase("diffusers", save_state(state, tmp_path / "diffusers" / "vae").parent, expected),
         SpecCase("official", save_official_vae(state, tmp_path / "official"), expected),
     ]
 
@@ -244,47 +174,27 @@ def vae_cases(tmp_path: Path) -> list[SpecCase]:
 # Text towers: CLIP-L text (pooled) and the I2V Llava
 
 
+TABLES = ("token_embedding", "position_embedding", "embed_tokens")
+
+
 def expected_encoder_tree(state: dict, prefixes: dict[str, str], ignore: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """A transformers state dict as our encoder trees: `prefixes` maps a key prefix to a tree prefix;
     Linear weights -> kernel (transposed), conv -> kernel, tables -> embedding, 1-D norm weights ->
     scale; `layers.N.` stacked."""
-    flat, layers = {}, {}
+    parts = {p: {} for p in prefixes}
     for key, tensor in state.items():
-        if key in ignore:
-            continue
-        prefix = next(p for p in sorted(prefixes, key=len, reverse=True) if key.startswith(p))
-        rest = key[len(prefix):]
-        value = tensor.detach().numpy()
-        module, _, param = rest.rpartition(".")
-        if param == "class_embedding":
-            leaf = f"{_tree_path(module)}/class_embedding"
-        elif value.ndim == 2 and module.endswith(("token_embedding", "position_embedding", "embed_tokens")):
-            leaf = f"{_tree_path(module)}/embedding"
-        elif param == "bias":
-            leaf = f"{_tree_path(module)}/bias"
-        elif value.ndim == 1:
-            leaf = f"{_tree_path(module)}/scale"
-        elif value.ndim == 2:
-            leaf, value = f"{_tree_path(module)}/kernel", value.T
-        else:
-            leaf, value = f"{_tree_path(module)}/kernel", value.transpose(2, 3, 1, 0)
-        leaf = "/".join(p for p in (prefixes[prefix], leaf) if p)
-        stacked = re.fullmatch(r"(.*)/layers_(\d+)/(.*)", leaf)
-        if stacked:
-            layers.setdefault(f"{stacked.group(1)}/layers/{stacked.group(3)}", {})[int(stacked.group(2))] = value
-        else:
-            flat[leaf] = np.ascontiguousarray(value)
-    for leaf, by_layer in layers.items():
-        flat[leaf] = np.stack([by_layer[i] for i in range(len(by_layer))])
-    return flat
+        if key not in ignore:
+            prefix = next(p for p in sorted(prefixes, key=len, reverse=True) if key.startswith(p))
+            parts[prefix][key[len(prefix):]] = tensor
+    tree = {}
+    for prefix, part in parts.items():
+        head = f"{prefixes[prefix]}/" if prefixes[prefix] else ""
+        tree.update(oracle.expected_tree(part, {r".*layers": r"\g<0>"}, head, TABLES))  # `layers_N` stacked as `layers`
+    return tree
 
 
 def save_transformers(state: dict, folder: Path) -> Path:
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous() for k, v in state.items()}, folder / "model.safetensors")
-    return folder
+    return save_state(state, folder, filename="model.safetensors")
 
 
 def clip_text_reference(seed: int = 5):
@@ -294,7 +204,7 @@ def clip_text_reference(seed: int = 5):
     torch.manual_seed(0)
     config = transformers.CLIPTextConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                                          num_attention_heads=2, max_position_embeddings=12, eos_token_id=2)
-    return perturbed(transformers.CLIPTextModel(config), seed)
+    return perturb(transformers.CLIPTextModel(config), seed)
 
 
 def llava_reference(seed: int = 6, bias: bool = False):
@@ -307,7 +217,7 @@ def llava_reference(seed: int = 6, bias: bool = False):
     text = transformers.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
                                     num_attention_heads=2, num_key_value_heads=1, attention_bias=bias, mlp_bias=bias)
     config = transformers.LlavaConfig(vision_config=vision, text_config=text, image_token_index=39, pad_token_id=38)
-    return perturbed(transformers.LlavaForConditionalGeneration(config), seed)
+    return perturb(transformers.LlavaForConditionalGeneration(config), seed)
 
 
 @register_spec_fixture("encoders/clip_text")

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .hunyuan_video_spec_fixtures import perturbed, save_official_dit, save_official_vae, vae_reference
+from tests.oracle import perturb
+
+from .hunyuan_video_spec_fixtures import save_official_dit, save_official_vae, vae_reference
 
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -117,8 +119,8 @@ def towers(root: Path):
     vocab_2 = clip_tokenizer_files(root / "clip_tokenizer")
     tokenizer_2 = transformers.CLIPTokenizer.from_pretrained(root / "clip_tokenizer")
     torch.manual_seed(0)
-    llama = perturbed(transformers.LlamaModel(transformers.LlamaConfig(vocab_size=len(tokenizer), **LLAMA)), 11)
-    clip = perturbed(transformers.CLIPTextModel(transformers.CLIPTextConfig(
+    llama = perturb(transformers.LlamaModel(transformers.LlamaConfig(vocab_size=len(tokenizer), **LLAMA)), 11)
+    clip = perturb(transformers.CLIPTextModel(transformers.CLIPTextConfig(
         vocab_size=vocab_2, bos_token_id=vocab_2 - 2, pad_token_id=vocab_2 - 1, **CLIP)), 12)
     vision = transformers.CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                                            num_attention_heads=2, image_size=336, patch_size=14)
@@ -126,7 +128,7 @@ def towers(root: Path):
                                       text_config=transformers.LlamaConfig(vocab_size=len(tokenizer), **LLAMA),
                                       image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
                                       pad_token_id=tokenizer.pad_token_id)
-    llava = perturbed(transformers.LlavaForConditionalGeneration(config), 13)
+    llava = perturb(transformers.LlavaForConditionalGeneration(config), 13)
     return tokenizer, tokenizer_2, llama, clip, llava
 
 
@@ -135,7 +137,7 @@ def dit(seed: int = 0, **overrides):
     from diffusers import HunyuanVideoTransformer3DModel
 
     torch.manual_seed(seed)
-    return perturbed(HunyuanVideoTransformer3DModel(**{**DIT, **overrides}), seed + 20)
+    return perturb(HunyuanVideoTransformer3DModel(**{**DIT, **overrides}), seed + 20)
 
 
 def slow_clip_tokenizer(saved: Path, source: Path) -> None:

@@ -15,6 +15,8 @@ import torch
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
 from vidax.zoo.registry import make_pipeline
 
+from tests.oracle import hub_cached
+
 from . import pipelines as tiny
 
 # fp32 on both sides at highest matmul precision; what remains is summation order (XLA vs torch kernels,
@@ -126,15 +128,8 @@ def test_prompt_2_is_clips_prompt(saved, tmp_path):
 def test_generate_straight_from_the_hub(saved, tmp_path, monkeypatch):
     """No --weights: the diffusers mirror hunyuanvideo-community/HunyuanVideo from the Hugging Face cache
     (offline), converted on the fly; through `vidax.zoo.pipeline.generate`, which writes the output."""
-    import huggingface_hub.constants
-
-    from vidax.translator.testing import make_hub_cache
-
     root, _, noise, expected = saved
-    model = root / "model"
-    files = {str(p.relative_to(model)): p for p in sorted(model.rglob("*")) if p.is_file()}
-    make_hub_cache(tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo", files)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub_cached(monkeypatch, tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo", root / "model")
     opts = options(None, noise, tmp_path, tp=1)
     result = generate(opts)
     assert result.settings["weights_source"] == f"hunyuanvideo-community/HunyuanVideo@{'0' * 40}"

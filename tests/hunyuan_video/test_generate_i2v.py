@@ -18,8 +18,10 @@ from PIL import Image
 from vidax.zoo.pipeline import GenerateOptions, PipelineError
 from vidax.zoo.registry import make_pipeline
 
+from tests.oracle import hub_cached
+
 from . import pipelines as tiny
-from .test_generate import FRAME_ATOL
+from .test_generate import FRAME_ATOL, run
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +56,6 @@ def options(weights, root, tmp_path, **extra) -> GenerateOptions:
     return GenerateOptions(**{**base, **extra}, extra=family)
 
 
-def run(opts: GenerateOptions):
-    return make_pipeline(opts.model, opts).generate(opts)
-
-
 def test_i2v_matches_reference(saved, tmp_path):
     root, _, _, expected = saved
     result = run(options(root / "model", root, tmp_path))
@@ -69,16 +67,9 @@ def test_i2v_matches_reference(saved, tmp_path):
 def test_i2v_true_cfg_from_the_hub(saved, tmp_path, monkeypatch):
     """No --weights: hunyuanvideo-community/HunyuanVideo-I2V from the Hugging Face cache; `--true-cfg 3` with
     the branches on the data axis (the negative one reads a black image)."""
-    import huggingface_hub.constants
-
-    from vidax.translator.testing import make_hub_cache
-
     root, _, _, expected = saved
     assert np.abs(expected["true_cfg"] - expected["embedded"]).max() > 1e-2
-    model = root / "model"
-    files = {str(p.relative_to(model)): p for p in sorted(model.rglob("*")) if p.is_file()}
-    make_hub_cache(tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo-I2V", files)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub_cached(monkeypatch, tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo-I2V", root / "model")
     opts = options(None, root, tmp_path, negative_prompt=tiny.NEGATIVE, true_cfg=3.0, dp=2)
     result = run(opts)
     assert result.settings["weights_source"].startswith("hunyuanvideo-community/HunyuanVideo-I2V@")

@@ -24,8 +24,7 @@ from vidax.zoo.encoders.llava import LlavaConfig, LlavaTextEncoder
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.hunyuan_video import text as hv_text
 
-from .helpers import to_np, unflatten
-from .hunyuan_video_spec_fixtures import perturbed
+from tests.oracle import perturb, to_np, unflatten
 
 PROMPTS = ["a red kite over a grey sea at dusk", "waves"]
 LLAMA_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
@@ -80,8 +79,8 @@ def towers(tmp_path_factory):
     tokenizer = llama_tokenizer(root / "tokenizer")
     tokenizer_2, clip_vocab = clip_tokenizer(root / "tokenizer_2")
     torch.manual_seed(0)
-    llama = perturbed(transformers.LlamaModel(transformers.LlamaConfig(vocab_size=len(tokenizer), **LLAMA)), 1)
-    clip = perturbed(transformers.CLIPTextModel(transformers.CLIPTextConfig(
+    llama = perturb(transformers.LlamaModel(transformers.LlamaConfig(vocab_size=len(tokenizer), **LLAMA)), 1)
+    clip = perturb(transformers.CLIPTextModel(transformers.CLIPTextConfig(
         vocab_size=clip_vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
         max_position_embeddings=77, eos_token_id=2, bos_token_id=0, pad_token_id=clip_vocab - 1)), 2)
     llama.save_pretrained(root / "text_encoder")
@@ -124,7 +123,7 @@ def test_clip_pooling_by_eos_id(towers):
     """A config whose eos_token_id is not the legacy 2 pools at the first end token, as transformers does."""
     root, _, tokenizer_2, _, clip = towers
     end = tokenizer_2.convert_tokens_to_ids("<|endoftext|>")
-    ref = perturbed(transformers.CLIPTextModel(transformers.CLIPTextConfig(**{**clip.config.to_dict(), "eos_token_id": end})), 3)
+    ref = perturb(transformers.CLIPTextModel(transformers.CLIPTextConfig(**{**clip.config.to_dict(), "eos_token_id": end})), 3)
     ids = torch.tensor([[0, 5, 9, end, end, end], [0, 7, end, 4, end, end]])
     with torch.no_grad():
         expected = ref(ids).pooler_output
@@ -145,7 +144,7 @@ def test_i2v_llava_prompt_features_match_reference(towers):
     config = transformers.LlavaConfig(vision_config=vision, text_config=transformers.LlamaConfig(vocab_size=len(tokenizer), **LLAMA),
                                       image_token_index=image_id, pad_token_id=pad_id)
     torch.manual_seed(0)
-    llava = perturbed(transformers.LlavaForConditionalGeneration(config), 4)
+    llava = perturb(transformers.LlavaForConditionalGeneration(config), 4)
     llava.save_pretrained(root / "llava")
     processor = transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
 

@@ -19,8 +19,9 @@ from vidax.translator.testing import mismatches
 from vidax.zoo.hunyuan_video.config import TransformerConfig
 from vidax.zoo.hunyuan_video.transformer import Context, DualStream, HunyuanVideoTransformer
 
-from .helpers import to_np, unflatten
-from .hunyuan_video_spec_fixtures import dit_reference, save, save_official_dit
+from tests.oracle import recorded, save_state, spec_without_rule, to_np, unflatten
+
+from .hunyuan_video_spec_fixtures import dit_reference, save_official_dit
 
 ATOL = 2e-5  # fp32 through ~14 matmul layers and three softmaxes; observed max error ~5e-6 on outputs ~1.6
 KINDS = {"t2v": {}, "i2v": {"image_condition_type": "token_replace"}}
@@ -32,7 +33,7 @@ def setup(request, tmp_path_factory):
     ref = dit_reference(**KINDS[request.param])
     state = ref.state_dict()
     root = tmp_path_factory.mktemp(f"hv_{request.param}")
-    save(state, root / "diffusers" / "transformer", dict(ref.config))
+    save_state(state, root / "diffusers" / "transformer", dict(ref.config))
     save_official_dit(state, root / "official")
     model = HunyuanVideoTransformer(TransformerConfig.from_hf_config(dict(ref.config)))
     spec = load_spec("hunyuan_video/transformer")
@@ -62,18 +63,11 @@ def our_inputs(inputs: dict):
 
 def run_reference(reference, inputs: dict):
     """Output, and what dual block 0 and single block 0 received and returned (captured by hooks)."""
-    seen = {}
-    hooks = []
-    for name, block in (("dual", reference.transformer_blocks[0]), ("single", reference.single_transformer_blocks[0])):
-        hooks.append(block.register_forward_pre_hook(lambda m, a, n=name: seen.__setitem__(n + "_in", a)))
-        hooks.append(block.register_forward_hook(lambda m, a, o, n=name: seen.__setitem__(n + "_out", o)))
-    try:
+    with recorded(reference.transformer_blocks[0]) as dual, recorded(reference.single_transformer_blocks[0]) as single:
         with torch.no_grad():
             out = reference(**inputs).sample
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return to_np(out), seen
+    return to_np(out), {"dual_in": dual["args"], "dual_out": dual["out"],
+                        "single_in": single["args"], "single_out": single["out"]}
 
 
 def block_context(args, grid) -> Context:
@@ -148,13 +142,10 @@ def test_from_param_shapes_reads_the_sizes(setup):
 
 def test_broken_spec_fails_loudly(tmp_path):
     """Dropping the single blocks' q/k-norm rule leaves keys unclaimed and leaves unproduced: one clear error."""
-    text = load_spec("hunyuan_video/transformer").path.read_text()
-    start = text.index("[[layouts.diffusers.rules]]\nmatch = 'single_transformer_blocks\\.(?P<i>\\d+)\\.attn\\.(?P<norm>")
-    end = text.index("[[layouts.diffusers.rules]]", start + 10)
-    broken = tmp_path / "broken.toml"
-    broken.write_text(text[:start] + text[end:])
+    broken = spec_without_rule("hunyuan_video/transformer",
+                               "[[layouts.diffusers.rules]]\nmatch = 'single_transformer_blocks\\.(?P<i>\\d+)\\.attn\\.(?P<norm>", tmp_path)
     ref = dit_reference()
-    save(ref.state_dict(), tmp_path / "ckpt" / "transformer")
+    save_state(ref.state_dict(), tmp_path / "ckpt" / "transformer")
     model = HunyuanVideoTransformer(TransformerConfig.from_hf_config(dict(ref.config)))
     with pytest.raises(AccountingError, match="norm_q"):
         convert(load_spec(broken), tmp_path / "ckpt", model.param_shapes())

@@ -17,8 +17,9 @@ from vidax.translator.testing import mismatches
 from vidax.zoo.hunyuan_video.config import VAEConfig
 from vidax.zoo.hunyuan_video.vae import HunyuanVideoVAE
 
-from .helpers import to_np, unflatten
-from .hunyuan_video_spec_fixtures import save, save_official_vae, vae_reference
+from tests.oracle import save_state, to_np, unflatten
+
+from .hunyuan_video_spec_fixtures import save_official_vae, vae_reference
 
 ATOL = 2e-5  # fp32 through ~20 convolutions; observed max error ~1e-5 on outputs of order 1
 SMALL_TILES = dict(tile_sample_min_size=64, tile_sample_stride=48)  # 8-latent tiles every 6
@@ -28,7 +29,7 @@ SMALL_TILES = dict(tile_sample_min_size=64, tile_sample_stride=48)  # 8-latent t
 def setup(tmp_path_factory):
     ref = vae_reference()
     root = tmp_path_factory.mktemp("hv_vae")
-    save(ref.state_dict(), root / "diffusers" / "vae", dict(ref.config))
+    save_state(ref.state_dict(), root / "diffusers" / "vae", dict(ref.config))
     save_official_vae(ref.state_dict(), root / "official")
     vae = HunyuanVideoVAE(VAEConfig.from_hf_config(dict(ref.config)))
     tree = convert("hunyuan_video/vae", root / "diffusers", vae.param_shapes(), dtype="float32")

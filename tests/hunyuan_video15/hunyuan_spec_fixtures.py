@@ -11,12 +11,12 @@ Imported by file path (no package): absolute imports only.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 
+from tests.oracle import build_perturbed, rename, save_state, split_leaves, stack_layers, to_np, torch_leaf, tree_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 TINY_DIT = dict(
@@ -79,13 +79,6 @@ VAE_TO_OFFICIAL = [
 ]
 
 
-def rename(key: str, table) -> str:
-    hits = [re.sub(pattern, repl, key) for pattern, repl in table if re.fullmatch(pattern, key)]
-    if len(hits) != 1:
-        raise KeyError(f"{key}: {len(hits)} official names")
-    return hits[0]
-
-
 def official_dit_state(state: dict) -> dict:
     """diffusers state dict -> official names: the refiner's q/k/v fused, the final AdaLN's halves swapped."""
     import torch
@@ -109,77 +102,30 @@ def official_vae_state(state: dict) -> dict:
     return {rename(k, VAE_TO_OFFICIAL): v for k, v in state.items()}
 
 
-def perturbed(module, seed: int):
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.02)  # zero-initialised biases/tables must differ
-    return module.eval()
-
-
-def save(state: dict, folder: Path, config: dict | None = None) -> Path:
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous() for k, v in state.items()}, folder / "diffusion_pytorch_model.safetensors")
-    if config is not None:
-        (folder / "config.json").write_text(json.dumps(config, default=list))
-    return folder
-
-
-def _tree_path(module: str) -> str:
-    return re.sub(r"\.(\d+)", r"_\1", module).replace(".", "/")
-
-
 def expected_tree(state: dict) -> dict[str, np.ndarray]:
     """The converted tree from the diffusers state dict alone (both specs): renames, transposes, stacks."""
-    flat, layers = {}, {}
+    leaves = []
     for key, tensor in state.items():
-        value = tensor.detach().numpy()
-        module, _, param = key.rpartition(".")
-        if key == "cond_type_embed.weight":
-            leaf = "cond_type_embed/embedding"
-        elif module == "norm_out.linear":  # (scale, shift) halves as two leaves
-            halves = np.split(value.T if value.ndim == 2 else value, 2, axis=-1)
-            name = "kernel" if value.ndim == 2 else "bias"
-            flat.update({f"norm_out/linear_{h}/{name}": np.ascontiguousarray(v) for h, v in zip(("scale", "shift"), halves)})
-            continue
-        elif param == "gamma":  # VAE RMS norm, (C, 1, 1, 1)
-            leaf, value = _tree_path(key), value.reshape(-1)
-        elif param == "bias":
-            leaf = f"{_tree_path(module)}/bias"
-        elif value.ndim == 1:
-            leaf = f"{_tree_path(module)}/scale"
-        elif value.ndim == 2:
-            leaf, value = f"{_tree_path(module)}/kernel", value.T
-        else:  # Conv3d (O, I, t, h, w) -> (t, h, w, I, O)
-            leaf, value = f"{_tree_path(module)}/kernel", value.transpose(2, 3, 4, 1, 0)
-        block = re.fullmatch(r"transformer_blocks_(\d+)/(.*)", leaf)
-        if block:
-            layers.setdefault(f"blocks/{block.group(2)}", {})[int(block.group(1))] = value
+        value = to_np(tensor)
+        if key.startswith("norm_out.linear."):  # (scale, shift) halves as two leaves
+            leaves += split_leaves("norm_out.linear", value, ("scale", "shift"))
+        elif key.endswith(".gamma"):  # VAE RMS norm, (C, 1, 1, 1)
+            leaves.append((tree_path(key), value.reshape(-1)))
         else:
-            flat[leaf] = np.ascontiguousarray(value)
-    for leaf, by_layer in layers.items():
-        flat[leaf] = np.stack([by_layer[i] for i in range(len(by_layer))])
-    return flat
+            leaves.append(torch_leaf(key, value, tables=("cond_type_embed",)))
+    return stack_layers(leaves, {"transformer_blocks": "blocks"})
 
 
 def dit_reference(seed: int = 0, **overrides):
-    import torch
     from diffusers import HunyuanVideo15Transformer3DModel
 
-    torch.manual_seed(seed)
-    return perturbed(HunyuanVideo15Transformer3DModel(**{**TINY_DIT, **overrides}), seed)
+    return build_perturbed(HunyuanVideo15Transformer3DModel, {**TINY_DIT, **overrides}, seed)
 
 
 def vae_reference(seed: int = 3):
-    import torch
     from diffusers import AutoencoderKLHunyuanVideo15
 
-    torch.manual_seed(0)
-    return perturbed(AutoencoderKLHunyuanVideo15(**TINY_VAE), seed)
+    return build_perturbed(AutoencoderKLHunyuanVideo15, TINY_VAE, seed, init_seed=0)
 
 
 @register_spec_fixture("hunyuan_video15/transformer")
@@ -187,8 +133,8 @@ def transformer_cases(tmp_path: Path) -> list[SpecCase]:
     state = dit_reference().state_dict()
     expected = expected_tree(state)
     return [
-        SpecCase("diffusers", save(state, tmp_path / "diffusers" / "transformer").parent, expected),
-        SpecCase("official", save(official_dit_state(state), tmp_path / "official"), expected),
+        SpecCase("diffusers", save_state(state, tmp_path / "diffusers" / "transformer").parent, expected),
+        SpecCase("official", save_state(official_dit_state(state), tmp_path / "official"), expected),
     ]
 
 
@@ -197,6 +143,6 @@ def vae_cases(tmp_path: Path) -> list[SpecCase]:
     state = vae_reference().state_dict()
     expected = expected_tree(state)
     return [
-        SpecCase("diffusers", save(state, tmp_path / "diffusers" / "vae").parent, expected),
-        SpecCase("official", save(official_vae_state(state), tmp_path / "official" / "vae").parent, expected),
+        SpecCase("diffusers", save_state(state, tmp_path / "diffusers" / "vae").parent, expected),
+        SpecCase("official", save_state(official_vae_state(state), tmp_path / "official" / "vae").parent, expected),
     ]

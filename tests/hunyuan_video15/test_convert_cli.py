@@ -15,6 +15,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from vidax.translator.models import MODEL_FILE, ConvertOptions, convert_model as run
 from vidax.translator import SourceError, load
@@ -25,9 +26,10 @@ from vidax.zoo.hunyuan_video15.family import glyph_tokens
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.pipeline import GenerateOptions
 
-from .helpers import torch
-from .hunyuan_spec_fixtures import (dit_reference, expected_tree, official_dit_state, official_vae_state, perturbed, save,
-                                    transformer_cases, vae_cases, vae_reference)
+from tests.oracle import perturb, repo_files, save_state
+
+from .hunyuan_spec_fixtures import (dit_reference, expected_tree, official_dit_state, official_vae_state, transformer_cases,
+                                    vae_cases, vae_reference)
 from .test_generate import saved  # noqa: F401  (module fixture: a tiny diffusers pipeline folder)
 from .test_text_encode import towers  # noqa: F401  (module fixture: tiny Qwen2.5-VL tower and tokenizers)
 
@@ -49,12 +51,12 @@ def ckpts(towers, tmp_path_factory):  # noqa: F811
                         target_size=32, use_meanflow=False)
     config = {k: v for k, v in dict(dit.config).items() if not k.startswith("_")}
     for variant in ("480p_t2v", "480p_i2v"):
-        save(official_dit_state(dit.state_dict()), root / "transformer" / variant, config)
+        save_state(official_dit_state(dit.state_dict()), root / "transformer" / variant, config)
     vae = vae_reference()
     vae_json = {"in_channels": 3, "out_channels": 3, "latent_channels": 4, "block_out_channels": [8, 16, 16, 16, 16],
                 "layers_per_block": 1, "ffactor_spatial": 16, "ffactor_temporal": 4, "sample_size": 256,
                 "sample_tsize": 64, "scaling_factor": 1.03682}  # hyvideo's own VAE config names
-    save(official_vae_state(vae.state_dict()), root / "vae", vae_json)
+    save_state(official_vae_state(vae.state_dict()), root / "vae", vae_json)
     # Qwen2.5-VL-7B-Instruct: weights, config and tokenizer files in one folder
     shutil.copytree(text_root / "text_encoder", root / "text_encoder" / "llm")
     for path in (text_root / "tokenizer").iterdir():
@@ -66,14 +68,14 @@ def ckpts(towers, tmp_path_factory):  # noqa: F811
                  relative_attention_num_buckets=8, relative_attention_max_distance=16)
     (small / "config.json").write_text(json.dumps(transformers.T5Config(vocab_size=384, **sizes).to_dict()))
     added = glyph_tokens(COLORS, FONTS)
-    byt5 = perturbed(transformers.T5EncoderModel(transformers.T5Config(vocab_size=384 + len(added), **sizes)), 5)
+    byt5 = perturb(transformers.T5EncoderModel(transformers.T5Config(vocab_size=384 + len(added), **sizes)), 5)
     glyph = root / "text_encoder" / "Glyph-SDXL-v2"
     glyph_checkpoint(byt5, glyph / "checkpoints" / "byt5_model.pt", wrapped=True)
     (glyph / "assets").mkdir()
     (glyph / "assets" / "color_idx.json").write_text(json.dumps(COLORS))
     (glyph / "assets" / "multilingual_10-lang_idx.json").write_text(json.dumps(FONTS))
     # FLUX.1-Redux-dev's SigLIP: image_encoder/ and feature_extractor/
-    siglip = perturbed(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(
+    siglip = perturb(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(
         hidden_size=12, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)), 4)
     siglip.save_pretrained(root / "vision_encoder" / "siglip" / "image_encoder")
     transformers.SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(
@@ -169,10 +171,6 @@ def test_convert_then_generate_t2v(ckpts, towers, tmp_path):  # noqa: F811
     np.testing.assert_allclose(converted.frames, expected, atol=1e-5, rtol=0)
 
 
-def _repo_files(folder, prefix=""):
-    return {f"{prefix}{p.relative_to(folder)}": p for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_hub_convert_then_generate(ckpts, tmp_path, monkeypatch):
     """`vidax-convert hunyuanvideo-1.5 --out DIR`, nothing else, through an offline huggingface_hub cache holding
     what the Hub holds: DiT and VAE from tencent/HunyuanVideo-1.5, Qwen2.5-VL from its repo, and ByT5 with the
@@ -184,15 +182,15 @@ def test_hub_convert_then_generate(ckpts, tmp_path, monkeypatch):
 
     root, states, (_, _, byt5) = ckpts
     cache = tmp_path / "hub"
-    official = {**_repo_files(root / "transformer", "transformer/"), **_repo_files(root / "vae", "vae/")}
+    official = {**repo_files(root / "transformer", "transformer/"), **repo_files(root / "vae", "vae/")}
     make_hub_cache(cache, "tencent/HunyuanVideo-1.5", official)
-    make_hub_cache(cache, "Qwen/Qwen2.5-VL-7B-Instruct", _repo_files(root / "text_encoder" / "llm"))
+    make_hub_cache(cache, "Qwen/Qwen2.5-VL-7B-Instruct", repo_files(root / "text_encoder" / "llm"))
     mirror = tmp_path / "mirror"  # what diffusers' converter writes: Glyph weights, tokenizer with the tokens
     byt5.save_pretrained(mirror / "text_encoder_2")
     tokenizer_2 = transformers.AutoTokenizer.from_pretrained(root / "text_encoder" / "byt5-small")
     tokenizer_2.add_tokens(glyph_tokens(COLORS, FONTS), special_tokens=True)
     tokenizer_2.save_pretrained(mirror / "tokenizer_2")
-    make_hub_cache(cache, "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", _repo_files(mirror))
+    make_hub_cache(cache, "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", repo_files(mirror))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
 
     out = tmp_path / "ckpt"

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from vidax.zoo.pipeline import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 
-from .helpers import torch
+from tests.oracle import hub_cached
+
 from .hunyuan_spec_fixtures import dit_reference, vae_reference
 from .test_text_encode import towers  # noqa: F401  (module fixture: tiny text towers and tokenizers)
 
@@ -129,15 +131,9 @@ def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
 def test_generate_straight_from_the_hub(saved, reference_run, tmp_path, monkeypatch):
     """No --weights: the variant's diffusers mirror, read from the Hugging Face cache (offline), converted on
     the fly; the frames are diffusers'."""
-    import huggingface_hub.constants
-
-    from vidax.translator.testing import make_hub_cache
-
     _, root = saved
     noise, expected = reference_run
-    files = {str(p.relative_to(root)): p for p in sorted(root.rglob("*")) if p.is_file()}
-    make_hub_cache(tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", files)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub_cached(monkeypatch, tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", root)
     options = _options(None, noise, tmp_path)
     generator = make_pipeline(options.model, options)
     assert generator.source.kind == "repo"
@@ -149,11 +145,11 @@ def saved_i2v(towers, tmp_path_factory):  # noqa: F811
     from diffusers import ClassifierFreeGuidance, FlowMatchEulerDiscreteScheduler
     from diffusers import HunyuanVideo15ImageToVideoPipeline as Reference
 
-    from .hunyuan_spec_fixtures import perturbed
+    from tests.oracle import perturb
 
     import transformers
     text_ref, _ = towers
-    siglip = perturbed(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(
+    siglip = perturb(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(
         hidden_size=12, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)), 4)
     dit = dit_reference(in_channels=9, out_channels=4, text_embed_dim=32, target_size=32, task_type="i2v")
     ref = Reference(text_encoder=text_ref.text_encoder, tokenizer=text_ref.tokenizer, transformer=dit, vae=vae_reference(),

@@ -9,14 +9,16 @@ layout is proved by this round trip to the diffusers keys, exact to the bit.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from vidax.translator import AccountingError, convert, load_spec
 from vidax.translator.testing import mismatches
 from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig, VAEConfig
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
 
-from .hunyuan_spec_fixtures import TINY_DIT, TINY_VAE, save, transformer_cases, vae_cases
-from .helpers import torch
+from tests.oracle import save_state
+
+from .hunyuan_spec_fixtures import TINY_DIT, TINY_VAE, transformer_cases, vae_cases
 
 
 def model_shapes(spec_name: str) -> dict:
@@ -49,7 +51,7 @@ def test_official_dit_with_an_unmodelled_module_is_refused(tmp_path):
     case = next(c for c in transformer_cases(tmp_path / "built") if c.name == "official")
     state = load_file(case.source / "diffusion_pytorch_model.safetensors")
     state["guidance_in.mlp.0.weight"] = torch.zeros(4, 4)
-    save(state, tmp_path / "extra")
+    save_state(state, tmp_path / "extra")
     with pytest.raises(AccountingError, match="guidance_in"):
         convert(load_spec("hunyuan_video15/transformer"), tmp_path / "extra", model_shapes("transformer"))
 

@@ -3,17 +3,14 @@ devices give the one-device result, for the DiT converted from a tiny diffusers 
 
 from __future__ import annotations
 
-import jax
-import numpy as np
 import pytest
 from vidax.translator import convert, load_spec
 from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
 from vidax.zoo.hunyuan_video15.sharding import DIT_RULES
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.runtime import use_mesh
-from vidax.zoo.sharding import place_model
 
-from .helpers import save_diffusers, unflatten
+from tests.oracle import save_diffusers
+from tests.parallel_checks import assert_mesh_equals_one_device, one_device
+
 from .hunyuan_spec_fixtures import dit_reference
 from .test_transformer import make_inputs, our_inputs
 
@@ -25,17 +22,10 @@ def setup(tmp_path_factory):
     model = HunyuanVideo15Transformer(TransformerConfig.from_hf_config(dict(ref.config)))
     tree = convert(load_spec("hunyuan_video15/transformer"), root, model.param_shapes())
     inputs = our_inputs(make_inputs(image=True))
-    single = np.asarray(jax.jit(model.__call__)(unflatten(tree), *inputs))
-    return model, tree, inputs, single
+    return model, tree, inputs, one_device(model, tree, inputs)
 
 
 @pytest.mark.parametrize("dp,tp,sp", [(1, 1, 4), (1, 4, 1), (2, 2, 2)], ids=["sp4", "tp4", "dp2_tp2_sp2"])
 def test_mesh_equals_one_device(setup, dp, tp, sp):
-    model, tree, inputs, single = setup
-    mesh = make_mesh(dp=dp, tp=tp, sp=sp)
-    params = place_model(model, tree, DIT_RULES, mesh)
-    kernel = params["blocks"]["attn"]["to_q"]["kernel"]
-    assert kernel.sharding.spec[2] == "tensor"  # column-parallel q projection (a no-op axis at tp=1)
-    with use_mesh(mesh, DIT_RULES):
-        out = np.asarray(jax.jit(model.__call__)(params, *inputs))
-    np.testing.assert_allclose(out, single, atol=2e-5, rtol=1e-5)  # reduction order differs across shards
+    assert_mesh_equals_one_device(*setup, DIT_RULES, (dp, tp, sp),
+                                  {"blocks/attn/to_q/kernel": 2})  # column-parallel q projection (a no-op axis at tp=1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
 from vidax.translator import convert, load_spec
 from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
@@ -19,7 +20,8 @@ from vidax.zoo.hunyuan_video15.text import TextFeatures
 from vidax.zoo.pipeline import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 
-from .helpers import to_np, torch, unflatten
+from tests.oracle import to_np, unflatten
+
 from .hunyuan_spec_fixtures import dit_reference, vae_reference
 
 SIZE = dict(height=32, width=48, frames=5, steps=3, guidance=6.0, shift=5.0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
 from vidax.translator import convert, load_spec
 from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
@@ -14,8 +15,9 @@ from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.hunyuan_video15.text import PromptEncoder
 
-from .helpers import to_np, torch, unflatten
-from .hunyuan_spec_fixtures import perturbed, vae_reference
+from tests.oracle import perturb, to_np, unflatten
+
+from .hunyuan_spec_fixtures import vae_reference
 
 import transformers
 
@@ -47,10 +49,10 @@ def towers(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("hv15_text")
     torch.manual_seed(0)
-    qwen = perturbed(transformers.Qwen2_5_VLTextModel(transformers.Qwen2_5_VLTextConfig(
+    qwen = perturb(transformers.Qwen2_5_VLTextModel(transformers.Qwen2_5_VLTextConfig(
         vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
         num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})), 1)
-    byt5 = perturbed(transformers.T5EncoderModel(transformers.T5Config(
+    byt5 = perturb(transformers.T5EncoderModel(transformers.T5Config(
         vocab_size=384, d_model=20, d_kv=8, d_ff=32, num_layers=2, num_heads=2, feed_forward_proj="gated-gelu",
         relative_attention_num_buckets=8, relative_attention_max_distance=16)), 2)
     qwen.save_pretrained(root / "text_encoder")

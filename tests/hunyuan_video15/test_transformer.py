@@ -11,12 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
 from vidax.translator import AccountingError, convert, load_spec
 from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
 from vidax.zoo.hunyuan_video15.transformer import Context, DualStream
 
-from .helpers import save_diffusers, to_np, torch, unflatten
+from tests.oracle import recorded, save_diffusers, spec_without_rule, to_np, unflatten
+
 from .hunyuan_spec_fixtures import dit_reference
 ATOL = 2e-5  # fp32 through ~10 matmul layers and two softmaxes; observed max error ~5e-7
 
@@ -28,9 +30,7 @@ def reference():
 
 @pytest.fixture(scope="module")
 def checkpoint(reference, tmp_path_factory):
-    root = tmp_path_factory.mktemp("hv15_diffusers")
-    save_diffusers(reference, root / "transformer")
-    return root
+    return save_diffusers(reference, tmp_path_factory.mktemp("hv15_diffusers") / "transformer").parent
 
 
 @pytest.fixture(scope="module")
@@ -71,15 +71,8 @@ def our_inputs(inputs: dict, timestep_r=None):
 
 def run_reference(reference, inputs: dict, timestep_r=None):
     """Output, and what block 0 received and returned (captured by hooks)."""
-    seen = {}
-    block = reference.transformer_blocks[0]
-    pre = block.register_forward_pre_hook(lambda m, args: seen.__setitem__("args", args))
-    post = block.register_forward_hook(lambda m, args, out: seen.__setitem__("out", out))
-    try:
-        with torch.no_grad():
-            out = reference(**inputs, timestep_r=timestep_r).sample
-    finally:
-        pre.remove(), post.remove()
+    with recorded(reference.transformer_blocks[0]) as seen, torch.no_grad():
+        out = reference(**inputs, timestep_r=timestep_r).sample
     return to_np(out), seen
 
 
@@ -125,10 +118,6 @@ def test_block_zero(reference, model, params):
 
 def test_broken_spec_fails_loudly(checkpoint, model, tmp_path):
     """Dropping the q/k-norm rule leaves keys unclaimed and leaves unproduced: one clear error."""
-    text = load_spec("hunyuan_video15/transformer").path.read_text()
-    start = text.index("[[layouts.diffusers.rules]]\n# Per-head RMS norms")
-    end = text.index("[[layouts.diffusers.rules]]", start + 10)
-    broken = tmp_path / "broken.toml"
-    broken.write_text(text[:start] + text[end:])
+    broken = spec_without_rule("hunyuan_video15/transformer", "[[layouts.diffusers.rules]]\n# Per-head RMS norms", tmp_path)
     with pytest.raises(AccountingError, match="norm_added_q"):
         convert(load_spec(broken), checkpoint, model.param_shapes())

@@ -9,12 +9,14 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
 from vidax.translator import convert, load_spec
 from vidax.zoo.hunyuan_video15 import VAEConfig
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
 
-from .helpers import save_diffusers, to_np, torch, unflatten
+from tests.oracle import save_diffusers, to_np, unflatten
+
 from .hunyuan_spec_fixtures import vae_reference
 
 TILE = 32  # pixels: latent tiles of 2 with stride 1, so a 3x4 latent decodes as 12 blended tiles

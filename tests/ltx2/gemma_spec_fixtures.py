@@ -10,13 +10,12 @@ Imported by file path (no package): absolute imports only.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from vidax.translator.spec import module_path
+from tests.oracle import expected_tree, perturb
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 TINY_TEXT = dict(vocab_size=96, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1,
@@ -32,9 +31,8 @@ GEMMA4_TEXT = dict(TINY_TEXT, num_hidden_layers=4, global_head_dim=16, attention
 
 def _perturbed(module, seed: int):
     gen = torch.Generator().manual_seed(seed)
+    perturb(module, gen)
     with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
         for name, b in module.named_buffers():
             if name.endswith("layer_scalar"):  # a trained buffer in the checkpoint: make it matter
                 b.add_(torch.randn(b.shape, generator=gen) * 0.1)
@@ -70,22 +68,10 @@ def save_transformers(model, folder: Path) -> Path:
 
 
 def gemma_expected(model) -> dict:
+    """The text model's tree, its layers unstacked (`layers_N`)."""
     prefix = "model.language_model."
-    out = {}
-    for key, value in model.state_dict().items():
-        if not key.startswith(prefix):
-            continue
-        key, array = key[len(prefix):], value.detach().float().numpy()
-        key = re.sub(r"^layers\.(\d+)\.", r"layers_\1.", key)
-        if key == "embed_tokens.weight":
-            out["embed_tokens/embedding"] = array
-        elif key.endswith(".weight") and array.ndim == 2:
-            out[module_path(key[:-7]) + "/kernel"] = array.T
-        elif key.endswith(".weight"):
-            out[module_path(key[:-7]) + "/scale"] = array
-        else:
-            out[module_path(key)] = array
-    return out
+    state = {k[len(prefix):]: v for k, v in model.state_dict().items() if k.startswith(prefix)}
+    return expected_tree(state, tables=("embed_tokens",))
 
 
 @register_spec_fixture("encoders/gemma")

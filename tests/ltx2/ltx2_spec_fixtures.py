@@ -12,15 +12,14 @@ Imported by file path (no package): absolute imports only.
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from vidax.translator.spec import module_path
+from tests.oracle import build_perturbed, expected_tree, save_diffusers, state_of, tree_path
+from tests.oracle import perturb as perturbed  # noqa: F401  (tests/ltx2 modules import it under this name)
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 # Three transformer variants: LTX-2.0 (split RoPE, caption projection in the DiT, FFN biases),
@@ -65,72 +64,29 @@ def rename(key: str, table) -> str:
     raise KeyError(key)
 
 
-def perturbed(module, seed: int):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            if p.is_floating_point():
-                p.add_(torch.randn(p.shape, generator=gen) * 0.02)  # zero-initialised biases/tables must differ
-    return module.eval()
-
-
 def dit_reference(variant: str = "2.0", seed: int = 0, **overrides):
     from diffusers import LTX2VideoTransformer3DModel
 
-    torch.manual_seed(seed)
-    return perturbed(LTX2VideoTransformer3DModel(**{**TINY_DIT[variant], **overrides}), seed + 1)
-
-
-def state_of(module) -> dict:
-    return {k: v.detach().contiguous() for k, v in module.state_dict().items()}
-
-
-def save_diffusers(module, folder: Path, state: dict | None = None) -> Path:
-    """`save_pretrained`-style folder: config.json and diffusion_pytorch_model.safetensors."""
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(state if state is not None else state_of(module), folder / "diffusion_pytorch_model.safetensors")
-    (folder / "config.json").write_text(json.dumps(dict(module.config), default=list))
-    return folder
+    return build_perturbed(LTX2VideoTransformer3DModel, {**TINY_DIT[variant], **overrides}, seed + 1, init_seed=seed)
 
 
 def official_dit_state(state: dict, prefix: str = "model.diffusion_model.") -> dict:
     return {prefix + rename(k, DIT_TO_OFFICIAL): v for k, v in state.items()}
 
 
-def expected_tree(state: dict, stacks: dict[str, str] | None = None, prefix: str = "") -> dict:
-    """The host tree a diffusers state dict must convert to, from CONTRIBUTING.md's naming rules alone:
-    2-D `weight` -> transposed `kernel`, conv `weight` -> `(*k, I, O)` `kernel`, 1-D `weight` ->
-    `scale`, `bias` kept, bare parameters kept; `stacks` (diffusers ModuleList prefix -> tree name)
-    stacked on a leading layer axis."""
-    stacks = stacks or {}
-    flat, stacked = {}, {}
-    for key, value in state.items():
-        array = value.float().numpy()
-        stem, _, leaf = key.rpartition(".")
-        if leaf == "weight" and array.ndim == 2:
-            stem, array = stem + ".kernel", array.T
-        elif leaf == "weight" and array.ndim > 2:
-            stem, array = stem + ".kernel", np.moveaxis(array, (0, 1), (-1, -2))
-        elif leaf == "weight":
-            stem = stem + ".scale"
-        elif leaf == "bias":
-            stem = stem + ".bias"
-        else:
-            stem = key
-        for source, target in stacks.items():
-            m = re.fullmatch(rf"{re.escape(source)}\.(\d+)\.(.+)", stem)
-            if m:
-                stacked.setdefault(f"{target}/{module_path(m.group(2))}", {})[int(m.group(1))] = array
-                break
-        else:
-            flat[prefix + module_path(stem)] = array
-    for path, layers in stacked.items():
-        flat[prefix + path] = np.stack([layers[i] for i in range(len(layers))])
-    return flat
-
-
 def dit_expected(state: dict) -> dict:
     return expected_tree(state, {"transformer_blocks": "blocks"})
+
+
+def both_layouts(tmp_path, tag: str, ref, component: str, expected: dict, official: dict,
+                 filename: str = "ltx-2.safetensors", state: dict | None = None) -> list[SpecCase]:
+    """`ref` saved as the diffusers folder's `component/` (with `state` if given) and as the official single
+    file holding `official`, both to convert to `expected`."""
+    root, single = tmp_path / f"diffusers_{tag}", tmp_path / f"official_{tag}"
+    save_diffusers(ref, root / component, state)
+    single.mkdir()
+    save_file(official, single / filename)
+    return [SpecCase(f"diffusers-{tag}", root, expected), SpecCase(f"official-{tag}", single, expected)]
 
 
 @register_spec_fixture("ltx2/transformer")
@@ -139,13 +95,8 @@ def ltx2_transformer_cases(tmp_path):
     for variant in TINY_DIT:
         ref = dit_reference(variant)
         state = state_of(ref)
-        root = tmp_path / f"diffusers_{variant}"
-        save_diffusers(ref, root / "transformer", state)
-        cases.append(SpecCase("diffusers", root, dit_expected(state)))
-        official = tmp_path / f"official_{variant}"
-        official.mkdir()
-        save_file(official_dit_state(state), official / f"ltx-{variant}.safetensors")
-        cases.append(SpecCase("official", official, dit_expected(state)))
+        cases += both_layouts(tmp_path, variant, ref, "transformer", dit_expected(state), official_dit_state(state),
+                              f"ltx-{variant}.safetensors", state)
     return cases
 
 
@@ -179,8 +130,7 @@ CONNECTORS_TO_OFFICIAL = [
 def connectors_reference(variant: str = "2.0", seed: int = 0):
     from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
 
-    torch.manual_seed(seed)
-    return perturbed(LTX2TextConnectors(**TINY_CONNECTORS[variant]), seed + 1)
+    return build_perturbed(LTX2TextConnectors, TINY_CONNECTORS[variant], seed + 1, init_seed=seed)
 
 
 @register_spec_fixture("ltx2/connectors")
@@ -189,13 +139,8 @@ def ltx2_connectors_cases(tmp_path):
     for variant in TINY_CONNECTORS:
         ref = connectors_reference(variant)
         state = state_of(ref)
-        root = tmp_path / f"diffusers_{variant}"
-        save_diffusers(ref, root / "connectors", state)
-        cases.append(SpecCase("diffusers", root, expected_tree(state)))
-        official = tmp_path / f"official_{variant}"
-        official.mkdir()
-        save_file({rename(k, CONNECTORS_TO_OFFICIAL): v for k, v in state.items()}, official / "ltx-2.safetensors")
-        cases.append(SpecCase("official", official, expected_tree(state)))
+        official = {rename(k, CONNECTORS_TO_OFFICIAL): v for k, v in state.items()}
+        cases += both_layouts(tmp_path, variant, ref, "connectors", expected_tree(state), official, state=state)
     return cases
 
 
@@ -222,8 +167,7 @@ VAE_TO_OFFICIAL_BLOCKS = {
 def vae_reference(seed: int = 0, **overrides):
     from diffusers import AutoencoderKLLTX2Video
 
-    torch.manual_seed(seed)
-    return perturbed(AutoencoderKLLTX2Video(**{**TINY_VAE, **overrides}), seed + 1)
+    return build_perturbed(AutoencoderKLLTX2Video, {**TINY_VAE, **overrides}, seed + 1, init_seed=seed)
 
 
 def official_vae_state(state: dict) -> dict:
@@ -252,13 +196,7 @@ def ltx2_vae_cases(tmp_path):
     for name, overrides in (("plain", {}), ("timestep", dict(timestep_conditioning=True))):
         ref = vae_reference(**overrides)
         state = state_of(ref)
-        root = tmp_path / f"diffusers_{name}"
-        save_diffusers(ref, root / "vae", state)
-        cases.append(SpecCase(f"diffusers-{name}", root, expected_tree(state)))
-        official = tmp_path / f"official_{name}"
-        official.mkdir()
-        save_file(official_vae_state(state), official / "ltx-2.safetensors")
-        cases.append(SpecCase(f"official-{name}", official, expected_tree(state)))
+        cases += both_layouts(tmp_path, name, ref, "vae", expected_tree(state), official_vae_state(state), state=state)
     return cases
 
 
@@ -283,8 +221,7 @@ TINY_VOCODER = {
 def audio_vae_reference(variant: str = "release", seed: int = 0):
     from diffusers import AutoencoderKLLTX2Audio
 
-    torch.manual_seed(seed)
-    ref = perturbed(AutoencoderKLLTX2Audio(**TINY_AUDIO_VAE[variant]), seed + 1)
+    ref = build_perturbed(AutoencoderKLLTX2Audio, TINY_AUDIO_VAE[variant], seed + 1, init_seed=seed)
     with torch.no_grad():  # the statistics are buffers: give them values that matter
         ref.latents_mean.copy_(torch.randn(ref.latents_mean.shape, generator=torch.Generator().manual_seed(seed)))
         ref.latents_std.copy_(1 + torch.rand(ref.latents_std.shape, generator=torch.Generator().manual_seed(seed)))
@@ -294,9 +231,8 @@ def audio_vae_reference(variant: str = "release", seed: int = 0):
 def vocoder_reference(variant: str = "plain", seed: int = 0):
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
 
-    torch.manual_seed(seed)
     cls = LTX2VocoderWithBWE if variant == "bwe" else LTX2Vocoder
-    ref = perturbed(cls(**TINY_VOCODER[variant]), seed + 1)
+    ref = build_perturbed(cls, TINY_VOCODER[variant], seed + 1, init_seed=seed)
     if variant == "bwe":  # real analysis bases (the buffers start at zero): a DFT with a Hann window
         stft = ref.mel_stft.stft_fn
         n, length = stft.forward_basis.shape[0] // 2, stft.forward_basis.shape[-1]
@@ -327,17 +263,17 @@ def vocoder_expected(state: dict) -> dict:
         if key.endswith("inverse_basis"):
             continue
         if key.endswith(".filter"):
-            tree[module_path(key)] = array.reshape(-1)
+            tree[tree_path(key)] = array.reshape(-1)
         elif key.endswith("forward_basis"):
-            tree[module_path(key)] = array.transpose(2, 1, 0)
+            tree[tree_path(key)] = array.transpose(2, 1, 0)
         elif re.search(r"upsamplers\.\d+\.weight$", key):
-            tree[module_path(key[:-7]) + "/kernel"] = array.transpose(2, 0, 1)
+            tree[tree_path(key[:-7]) + "/kernel"] = array.transpose(2, 0, 1)
         elif key.endswith(".weight"):
-            tree[module_path(key[:-7]) + "/kernel"] = np.moveaxis(array, (0, 1), (-1, -2))
+            tree[tree_path(key[:-7]) + "/kernel"] = np.moveaxis(array, (0, 1), (-1, -2))
         elif key.endswith(".bias"):
-            tree[module_path(key[:-5]) + "/bias"] = array
+            tree[tree_path(key[:-5]) + "/bias"] = array
         else:
-            tree[module_path(key)] = array
+            tree[tree_path(key)] = array
     return tree
 
 
@@ -346,15 +282,11 @@ def ltx2_audio_vae_cases(tmp_path):
     cases = []
     for variant in TINY_AUDIO_VAE:
         ref = audio_vae_reference(variant)
-        state = {k: v for k, v in state_of(ref).items() if not k.startswith("encoder.")}
         full = state_of(ref)
-        save_diffusers(ref, tmp_path / f"diffusers_{variant}" / "audio_vae", full)
-        cases.append(SpecCase(f"diffusers-{variant}", tmp_path / f"diffusers_{variant}", expected_tree(state)))
+        decoder = {k: v for k, v in full.items() if not k.startswith("encoder.")}  # the spec converts the decoder
         official = {("audio_vae.per_channel_statistics." + {"latents_mean": "mean-of-means", "latents_std": "std-of-means"}[k]
                      if k.startswith("latents_") else "audio_vae." + k): v for k, v in full.items()}
-        (tmp_path / f"official_{variant}").mkdir()
-        save_file(official, tmp_path / f"official_{variant}" / "ltx-2.safetensors")
-        cases.append(SpecCase(f"official-{variant}", tmp_path / f"official_{variant}", expected_tree(state)))
+        cases += both_layouts(tmp_path, variant, ref, "audio_vae", expected_tree(decoder), official, state=full)
     return cases
 
 
@@ -387,8 +319,7 @@ TINY_DIFFUSION_DECODER = dict(
 def diffusion_decoder_reference(seed: int = 0, **overrides):
     from diffusers import LTX2VideoDiffusionDecoderModel
 
-    torch.manual_seed(seed)
-    ref = perturbed(LTX2VideoDiffusionDecoderModel(**{**TINY_DIFFUSION_DECODER, **overrides}), seed + 1)
+    ref = build_perturbed(LTX2VideoDiffusionDecoderModel, {**TINY_DIFFUSION_DECODER, **overrides}, seed + 1, init_seed=seed)
     with torch.no_grad():
         ref.latents_mean.copy_(torch.randn(ref.latents_mean.shape, generator=torch.Generator().manual_seed(seed)))
     return ref

@@ -67,7 +67,8 @@ def wan_folder(tmp_path_factory):
     import torch
     import transformers
 
-    from tests.wan.test_pipeline import _perturb, _scheduler, _text_encoder, _vae
+    from tests.oracle import perturb
+    from tests.wan.test_pipeline import _scheduler, _text_encoder, _vae
     from vidax.zoo.wan.tiny import build_tokenizer
 
     root = tmp_path_factory.mktemp("multihost_wan")
@@ -79,7 +80,7 @@ def wan_folder(tmp_path_factory):
                                           num_layers=2, rope_max_seq_len=64).eval()
     parts = dict(text_encoder=_text_encoder(len(tokenizer)), transformer=dit, vae=_vae())
     for seed, module in enumerate(parts.values()):
-        _perturb(module, 40 + seed)
+        perturb(module, 40 + seed)
     diffusers.WanPipeline(tokenizer=tokenizer, scheduler=_scheduler(), **parts).save_pretrained(root / "model")
     convert_model(ConvertOptions("wan2.1-t2v-1.3b", source=str(root / "model"), out=root / "converted", dtype="float32"))
     np.save(root / "latents.npy", np.random.default_rng(0).standard_normal((1, 16, 2, 4, 6)).astype(np.float32))

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests import oracle
+from tests.oracle import build_perturbed, state_of
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 BASE = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, out_channels=3, text_dim=24,
@@ -56,45 +58,14 @@ def official_key(key: str) -> str:
 
 def reference_state_dict(variant: str, seed: int = 0) -> dict:
     """A perturbed tiny WanTransformer3DModel's state dict (torch tensors, fp32)."""
-    import torch
     from diffusers import WanTransformer3DModel
 
-    torch.manual_seed(seed)
-    model = WanTransformer3DModel(**CONFIGS[variant])
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.02)  # zero-initialised biases/tables must differ too
-    return {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-
-
-def _tree_path(module: str) -> str:
-    return re.sub(r"\.(\d+)", r"_\1", module).replace(".", "/")
+    return state_of(build_perturbed(WanTransformer3DModel, CONFIGS[variant], None, init_seed=seed))
 
 
 def expected_tree(state: dict) -> dict[str, np.ndarray]:
     """The converted tree computed from the diffusers state dict alone: renames, transposes, stacks."""
-    flat, layers = {}, {}
-    for key, tensor in state.items():
-        value = tensor.numpy()
-        module, _, param = key.rpartition(".")
-        if param == "bias":
-            leaf = f"{_tree_path(module)}/bias"
-        elif param == "weight" and value.ndim == 1:
-            leaf = f"{_tree_path(module)}/scale"
-        elif param == "weight" and value.ndim == 2:
-            leaf, value = f"{_tree_path(module)}/kernel", value.T
-        elif param == "weight" and value.ndim == 5:  # Conv3d (O, I, t, h, w) -> (t, h, w, I, O)
-            leaf, value = f"{_tree_path(module)}/kernel", value.transpose(2, 3, 4, 1, 0)
-        else:  # bare parameters keep their name
-            leaf = _tree_path(key)
-        block = re.fullmatch(r"blocks_(\d+)/(.*)", leaf)
-        if block:
-            layers.setdefault(f"blocks/{block.group(2)}", {})[int(block.group(1))] = value
-        else:
-            flat[leaf] = np.ascontiguousarray(value)
-    for leaf, by_layer in layers.items():
-        flat[leaf] = np.stack([by_layer[i] for i in range(len(by_layer))])
-    return flat
+    return oracle.expected_tree(state, {"blocks": "blocks"})
 
 
 def save_diffusers(state: dict, root: Path, shards: int = 1) -> Path:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.oracle import build_perturbed, save_state, state_of
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "translator"))
 import wan_transformer_spec_fixtures as spec_fixtures  # noqa: E402
 
@@ -41,19 +43,9 @@ def tiny_config(variant: str = "t2v", **overrides) -> dict:
 
 def build_reference(config: dict, seed: int = 0):
     """A WanTransformer3DModel with every float parameter perturbed by N(0, 0.02), in eval mode."""
-    import torch
     from diffusers import WanTransformer3DModel
 
-    torch.manual_seed(seed)
-    model = WanTransformer3DModel(**config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.02)  # zero-initialised biases and tables must matter
-    return model
-
-
-def state_dict(model) -> dict:
-    return {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    return build_perturbed(WanTransformer3DModel, config, None, init_seed=seed)
 
 
 def diffusers_config(model) -> dict:
@@ -80,14 +72,9 @@ def save_reference(model, root: Path, layout: str = "diffusers", subfolder: str 
       subfolder: diffusers component folder (`transformer_2` for the A14B low-noise expert) or
         official expert folder (`high_noise_model`); default the usual place.
     """
-    state = state_dict(model)
+    state = state_of(model)
     if layout == "diffusers":
-        folder = root / (subfolder or "transformer")
-        folder.mkdir(parents=True)
-        from safetensors.torch import save_file
-
-        save_file(state, folder / "diffusion_pytorch_model.safetensors")
-        (folder / "config.json").write_text(json.dumps(diffusers_config(model)))
+        save_state(state, root / (subfolder or "transformer"), diffusers_config(model))
         return root
     folder = root / subfolder if subfolder else root
     spec_fixtures.save_official(state, folder)

@@ -22,6 +22,8 @@ from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate  # noqa:
 from vidax.zoo.video_io import read_video  # noqa: E402
 from vidax.zoo.wan.tiny import build_tokenizer  # noqa: E402
 
+from tests.oracle import hub_cached, perturb
+
 PROMPT = "a red kite over a grey sea"
 NEGATIVE = "blurry, low quality"
 HEIGHT, WIDTH, FRAMES, STEPS, GUIDANCE = 32, 48, 5, 3, 4.0
@@ -32,13 +34,6 @@ HEIGHT, WIDTH, FRAMES, STEPS, GUIDANCE = 32, 48, 5, 3, 4.0
 # multistep solver; measured max |diff| is ~1e-6. 1e-4 is far below any real error (a wrong
 # timestep, mask, norm or guidance changes frames by > 1e-2) yet leaves room for that rounding.
 FRAME_ATOL = 1e-4
-
-
-def _perturb(module, seed: int) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in module.parameters():
-            param.add_(0.02 * torch.randn(param.shape, generator=gen))
 
 
 def _text_encoder(vocab: int):
@@ -70,7 +65,7 @@ def _reference_t2v(folder: Path):
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder.parent / "tokenizer_source")
     parts = dict(text_encoder=_text_encoder(len(tokenizer)), transformer=_transformer(), vae=_vae())
     for seed, module in enumerate(parts.values()):
-        _perturb(module, seed)
+        perturb(module, seed)
     pipe = diffusers.WanPipeline(tokenizer=tokenizer, scheduler=_scheduler(), **parts)
     pipe.save_pretrained(folder)
     return pipe
@@ -87,7 +82,7 @@ def _reference_i2v(folder: Path, **transformer):
                  transformer=_transformer(in_channels=36, image_dim=32, added_kv_proj_dim=32, **transformer),
                  image_encoder=transformers.CLIPVisionModelWithProjection(clip).eval())
     for seed, module in enumerate(parts.values()):
-        _perturb(module, 10 + seed)
+        perturb(module, 10 + seed)
     processor = transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     pipe = diffusers.WanImageToVideoPipeline(tokenizer=tokenizer, scheduler=_scheduler(), image_processor=processor,
                                              **parts)
@@ -109,7 +104,7 @@ def _reference_ti2v(folder: Path):
     parts = dict(text_encoder=_text_encoder(len(tokenizer)), vae=diffusers.AutoencoderKLWan(**TINY_VAE22).eval(),
                  transformer=_transformer(in_channels=8, out_channels=8))
     for seed, module in enumerate(parts.values()):
-        _perturb(module, 20 + seed)
+        perturb(module, 20 + seed)
     pipe = diffusers.WanImageToVideoPipeline(tokenizer=tokenizer, scheduler=_scheduler(), expand_timesteps=True, **parts)
     pipe.save_pretrained(folder)
     return pipe
@@ -123,7 +118,7 @@ def _reference_a14b(folder: Path):
     parts = dict(text_encoder=_text_encoder(len(tokenizer)), vae=_vae(), transformer=_transformer(),
                  transformer_2=_transformer())
     for seed, module in enumerate(parts.values()):
-        _perturb(module, 30 + seed)
+        perturb(module, 30 + seed)
     pipe = diffusers.WanPipeline(tokenizer=tokenizer, scheduler=_scheduler(), boundary_ratio=0.875, **parts)
     pipe.save_pretrained(folder)
     return pipe
@@ -137,7 +132,7 @@ def _reference_i2v_a14b(folder: Path):
     parts = dict(text_encoder=_text_encoder(len(tokenizer)), vae=_vae(), transformer=_transformer(in_channels=36),
                  transformer_2=_transformer(in_channels=36))
     for seed, module in enumerate(parts.values()):
-        _perturb(module, 40 + seed)
+        perturb(module, 40 + seed)
     pipe = diffusers.WanImageToVideoPipeline(tokenizer=tokenizer, scheduler=_scheduler(), boundary_ratio=0.9, **parts)
     pipe.save_pretrained(folder)
     return pipe
@@ -401,15 +396,8 @@ def test_runs_from_a_converted_folder(t2v, tmp_path):
 
 def test_runs_straight_from_the_hub(t2v, tmp_path, monkeypatch):
     """No --weights: the registry's repo, read from the Hugging Face cache (offline) and converted on the fly."""
-    import huggingface_hub.constants
-
-    from vidax.translator.testing import make_hub_cache
-
     folder, latents, expected = t2v
-    model = folder / "model"
-    files = {str(p.relative_to(model)): p for p in sorted(model.rglob("*")) if p.is_file()}
-    make_hub_cache(tmp_path / "hub", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", files)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub_cached(monkeypatch, tmp_path / "hub", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", folder / "model")
     result = generate(_options(folder, latents, tmp_path / "v.npy", weights=None))
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
     assert result.settings["weights_source"] == "Wan-AI/Wan2.1-T2V-1.3B-Diffusers@" + "0" * 40  # repo@commit

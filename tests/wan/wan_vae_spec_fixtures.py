@@ -10,12 +10,12 @@ module names of the official `wan/modules/vae2_2.py` (`WanVAE_`), which has no p
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 
+from tests.oracle import build_perturbed, save_diffusers, state_of, tree_path
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
 # Two temporal and three spatial down levels as in the released models, at tiny widths. The
@@ -87,23 +87,16 @@ def official_key(spec: str, key: str) -> str:
 
 def reference(spec: str, seed: int = 0):
     """A perturbed tiny diffusers AutoencoderKLWan."""
-    import torch
     from diffusers import AutoencoderKLWan
 
-    torch.manual_seed(seed)
-    model = AutoencoderKLWan(**CONFIGS[spec])
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.02)  # zero-initialised biases must differ too
-    return model.eval()
+    return build_perturbed(AutoencoderKLWan, CONFIGS[spec], None, init_seed=seed)
 
 
 def tree_leaf(key: str) -> tuple[str, str]:
     """diffusers key -> (tree path, kind): module path `a.b.0` -> `a/b_0`; weight -> kernel."""
     module, _, param = key.rpartition(".")
-    path = re.sub(r"\.(\d+)", r"_\1", module).replace(".", "/")
     leaf = {"gamma": "gamma", "weight": "kernel", "bias": "bias"}[param]
-    return f"{path}/{leaf}", leaf
+    return f"{tree_path(module)}/{leaf}", leaf
 
 
 def expected_tree(state: dict) -> dict[str, np.ndarray]:
@@ -123,13 +116,10 @@ def expected_tree(state: dict) -> dict[str, np.ndarray]:
 def save_checkpoints(spec: str, model, root: Path) -> tuple[Path, Path]:
     """The diffusers repo folder (`vae/` with config.json) and the official single file, from one model."""
     import torch
-    from safetensors.torch import save_file
 
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    state = state_of(model)
     diffusers_root, official_root = root / "diffusers", root / "official"
-    (diffusers_root / "vae").mkdir(parents=True)
-    save_file(state, diffusers_root / "vae" / "diffusion_pytorch_model.safetensors")
-    (diffusers_root / "vae" / "config.json").write_text(json.dumps(dict(model.config), default=list))
+    save_diffusers(model, diffusers_root / "vae", state)
     official_root.mkdir(parents=True)
     torch.save({official_key(spec, k): v for k, v in state.items()}, official_root / OFFICIAL_FILE[spec])
     return diffusers_root, official_root
