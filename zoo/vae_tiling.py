@@ -348,3 +348,32 @@ def tiles_for(setting: bool | None, whole_bytes: int, sizes: TileSizes = TileSiz
         _, limit = device_memory_bytes()
         setting = whole_bytes > 0.9 * limit
     return sizes if setting else None
+
+
+def decode_working_set(frames: int, height: int, width: int, *, spatial_ratio: int, temporal_ratio: int, patch: int,
+                       channels: int, out_channels: int, live_maps: float, tiling: TileSizes | None = None) -> int:
+    """A decode's device working set beyond its weights (fp32 bytes): `live_maps` maps of the first
+    decoder block's `channels` at the patched output size of one compiled decode (the whole video, or
+    the padded tile every tile runs as), plus its output (tiles: two, the next tile runs while the host
+    stitches the last). Frames, height and width are the output's; each VAE fits its `live_maps` to
+    XLA's `memory_analysis()` in its tests."""
+    f, h, w, outputs = frames, height, width, 1
+    if tiling is not None:
+        latent = ((frames - 1) // temporal_ratio + 1, height // spatial_ratio, width // spatial_ratio)
+        plan = TilePlan(latent, tiling, spatial_ratio, temporal_ratio)
+        if not plan.single:
+            (f, h, w), outputs = plan.out_counts(plan.body), 2
+    maps = live_maps * f * (h // patch) * (w // patch) * channels * 4
+    return int(maps + outputs * f * h * w * out_channels * 4)
+
+
+def encode_working_set(frames: int, height: int, width: int, *, spatial_ratio: int, temporal_ratio: int, patch: int,
+                       channels: int, live_maps: float, tiling: TileSizes | None = None) -> int:
+    """An encode's device working set beyond its weights (fp32 bytes), as `decode_working_set`: the
+    maps at the patched input size of one compiled encode, plus its RGB input."""
+    f, h, w = frames, height, width
+    if tiling is not None:
+        plan = TilePlan((frames, height, width), tiling, spatial_ratio, temporal_ratio, decode=False)
+        if not plan.single:
+            f, h, w = plan.body
+    return int(live_maps * f * (h // patch) * (w // patch) * channels * 4 + f * h * w * 3 * 4)

@@ -35,7 +35,16 @@ import numpy as np
 
 from vidax.zoo.layers import LayerNorm, MLPEmbedder, RMSNorm, logical_param, timestep_sinusoid
 from vidax.zoo.ltx_video.config import VAEConfig
-from vidax.zoo.vae_tiling import Extent, TilePlan, TileSizes, fix_edges, pad_to, window
+from vidax.zoo.vae_tiling import (
+    Extent,
+    TilePlan,
+    TileSizes,
+    decode_working_set,
+    encode_working_set,
+    fix_edges,
+    pad_to,
+    window,
+)
 
 Params = dict[str, Any]
 NORM_EPS = 1e-8  # every RMS norm of the LTX VAE
@@ -573,26 +582,14 @@ ENCODE_LIVE_MAPS = 4.2
 
 
 def decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: TileSizes | None = None) -> int:
-    """The decode's device working set beyond its weights (fp32): the widest maps of one compiled decode
-    (the whole video, or the padded tile every tile runs as) and its output (tiles: two, the next tile
-    runs while the host stitches the last). Frames, height and width are the output's."""
-    f, h, w, outputs = frames, height, width, 1
-    if tiling is not None:
-        latent = ((frames - 1) // cfg.temporal_ratio + 1, height // cfg.spatial_ratio, width // cfg.spatial_ratio)
-        plan = TilePlan(latent, tiling, cfg.spatial_ratio, cfg.temporal_ratio)
-        if not plan.single:
-            (f, h, w), outputs = plan.out_counts(plan.body), 2
-    p = cfg.patch_size
-    maps = DECODE_LIVE_MAPS * f * (h // p) * (w // p) * cfg.decoder_block_out_channels[0] * 4
-    return int(maps + outputs * f * h * w * cfg.out_channels * 4)
+    """The decode's device working set beyond its weights (`vae_tiling.decode_working_set`)."""
+    return decode_working_set(frames, height, width, spatial_ratio=cfg.spatial_ratio, temporal_ratio=cfg.temporal_ratio,
+                              patch=cfg.patch_size, channels=cfg.decoder_block_out_channels[0],
+                              out_channels=cfg.out_channels, live_maps=DECODE_LIVE_MAPS, tiling=tiling)
 
 
 def encode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: TileSizes | None = None) -> int:
-    """The encode's device working set beyond its weights (fp32), as `decode_peak_bytes`."""
-    f, h, w = frames, height, width
-    if tiling is not None:
-        plan = TilePlan((frames, height, width), tiling, cfg.spatial_ratio, cfg.temporal_ratio, decode=False)
-        if not plan.single:
-            f, h, w = plan.body
-    p = cfg.patch_size
-    return int(ENCODE_LIVE_MAPS * f * (h // p) * (w // p) * cfg.block_out_channels[0] * 4 + f * h * w * 3 * 4)
+    """The encode's device working set beyond its weights (`vae_tiling.encode_working_set`)."""
+    return encode_working_set(frames, height, width, spatial_ratio=cfg.spatial_ratio, temporal_ratio=cfg.temporal_ratio,
+                              patch=cfg.patch_size, channels=cfg.block_out_channels[0], live_maps=ENCODE_LIVE_MAPS,
+                              tiling=tiling)
