@@ -13,7 +13,6 @@ from flax import traverse_util
 
 from vidax.translator.api import convert
 
-from tests.oracle import perturb  # noqa: F401  (tests/ltx_video imports it from here)
 
 
 # the translator's torch-zip (.pth) reader lands separately; the official-layout round trips run once it exists

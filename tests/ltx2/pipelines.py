@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import torch
 
 from .gemma_spec_fixtures import gemma3_reference
@@ -87,7 +86,3 @@ def initial_noise(pipe, seed: int, height: int, width: int, frames: int, fps: fl
     length = round(frames / fps * pipe.audio_sampling_rate / pipe.audio_hop_length / 4)
     audio = torch.randn(1, pipe.audio_vae.config.latent_channels, length, pipe.audio_vae.config.mel_bins // 4, generator=g)
     return video.numpy(), audio.numpy()
-
-
-def to_np(t) -> np.ndarray:
-    return t.detach().float().numpy()

@@ -13,15 +13,11 @@ from vidax.translator import convert, load_spec
 from vidax.zoo.ltx2.audio import LTX2AudioVAE, LTX2Vocoder
 from vidax.zoo.ltx2.config import AudioVAEConfig, VocoderConfig
 
+from tests.oracle import unflatten
+
 from .ltx2_spec_fixtures import TINY_AUDIO_VAE, TINY_VOCODER, audio_vae_reference, save_diffusers, vocoder_reference
 
 ATOL = 2e-5  # fp32; observed ~1e-6
-
-
-def unflatten(tree):
-    from flax.traverse_util import unflatten_dict
-
-    return unflatten_dict(dict(tree), sep="/")
 
 
 @pytest.mark.parametrize("variant", sorted(TINY_AUDIO_VAE))

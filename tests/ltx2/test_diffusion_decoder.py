@@ -14,15 +14,11 @@ from vidax.zoo.attention import neighborhood_attention
 from vidax.zoo.ltx2.config import DiffusionDecoderConfig
 from vidax.zoo.ltx2.diffusion_decoder import LTX2DiffusionDecoder
 
+from tests.oracle import unflatten
+
 from .ltx2_spec_fixtures import diffusion_decoder_reference, save_diffusers
 
 ATOL = 5e-5  # fp32 through 11 attention/SwiGLU blocks of values ~1-10; observed ~3e-6
-
-
-def unflatten(tree):
-    from flax.traverse_util import unflatten_dict
-
-    return unflatten_dict(dict(tree), sep="/")
 
 
 @pytest.fixture(scope="module")

@@ -12,15 +12,11 @@ import torch
 from vidax.translator import convert, load_spec
 from vidax.zoo.encoders.gemma import GemmaConfig, GemmaTextModel
 
+from tests.oracle import unflatten
+
 from .gemma_spec_fixtures import gemma3_reference, gemma4_reference, save_transformers
 
 ATOL = 2e-5  # fp32 through a few layers; observed ~1e-6
-
-
-def unflatten(tree):
-    from flax.traverse_util import unflatten_dict
-
-    return unflatten_dict(dict(tree), sep="/")
 
 
 @pytest.mark.parametrize("build", [gemma3_reference, gemma4_reference], ids=["gemma3", "gemma4"])

@@ -16,7 +16,9 @@ import torch
 from vidax.zoo.pipeline import GenerateOptions, PipelineError
 from vidax.zoo.registry import make_pipeline
 
-from .pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, SIZE, components, initial_noise, to_np
+from tests.oracle import to_np
+
+from .pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, SIZE, components, initial_noise
 
 ATOL = 2e-5  # fp32 end to end (Gemma, connectors, 2 steps x 3 DiT calls, VAE, audio VAE, vocoder)
 STEPS = 2

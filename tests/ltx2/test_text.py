@@ -20,17 +20,13 @@ from vidax.zoo.ltx2.config import ConnectorsConfig
 from vidax.zoo.ltx2.connectors import TextConnectors
 from vidax.zoo.ltx2.text import prompt_tokens, stack_hidden_states
 
+from tests.oracle import unflatten
+
 from .gemma_spec_fixtures import gemma3_reference, save_transformers
 from .ltx2_spec_fixtures import TINY_CONNECTORS, connectors_reference, save_diffusers
 
 ATOL = 2e-5  # fp32; observed ~1e-6
 WORDS = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"w{i}" for i in range(60)]
-
-
-def unflatten(tree):
-    from flax.traverse_util import unflatten_dict
-
-    return unflatten_dict(dict(tree), sep="/")
 
 
 def make_tokenizer(folder, with_bos: bool):

@@ -19,16 +19,12 @@ from vidax.zoo.ltx2.config import TransformerConfig
 from vidax.zoo.ltx2.rope import audio_coords, dit_rope_tables, video_coords
 from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer, Streams
 
+from tests.oracle import unflatten
+
 from .ltx2_spec_fixtures import TINY_DIT, dit_reference, save_diffusers
 
 ATOL = 2e-5  # fp32 through ~20 matmuls and 12 softmaxes; observed max error ~2e-6
 GRID, AUDIO_LEN, TEXT_LEN, FPS = (3, 2, 4), 7, 5, 24.0
-
-
-def unflatten(tree):
-    from flax.traverse_util import unflatten_dict
-
-    return unflatten_dict(dict(tree), sep="/")
 
 
 @pytest.fixture(scope="module")

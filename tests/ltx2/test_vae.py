@@ -16,15 +16,11 @@ from vidax.zoo.ltx2.config import VideoVAEConfig
 from vidax.zoo.ltx2.vae import LTX2VideoVAE
 from vidax.zoo.vae_tiling import TilePlan, TileSizes
 
+from tests.oracle import unflatten
+
 from .ltx2_spec_fixtures import official_vae_state, save_diffusers, state_of, vae_reference
 
 ATOL = 5e-5  # fp32 through ~30 convolutions of values ~1-10; observed ~5e-6
-
-
-def unflatten(tree):
-    from flax.traverse_util import unflatten_dict
-
-    return unflatten_dict(dict(tree), sep="/")
 
 
 @pytest.fixture(scope="module", params=["plain", "timestep"])

@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import jax
-import numpy as np
-from flax import traverse_util
 
 from vidax.translator import convert
 
-
-def to_np(t) -> np.ndarray:
-    return t.detach().float().numpy()
-
-
-def unflatten(tree: dict) -> dict:
-    return traverse_util.unflatten_dict(dict(tree), sep="/")
+from tests.oracle import to_np, unflatten  # noqa: F401  (the LTX-Video tests import them from here)
 
 
 def load_params(spec: str, source, shapes: dict, **kwargs) -> dict:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import transformers
 
-from tests.encoders.oracle import perturb
+from tests.oracle import perturb
 from tests.encoders.test_tokenizer import t5_like_folder
 
 from .ltx_spec_fixtures import dit_reference, perturbed, upsampler_reference, vae_reference

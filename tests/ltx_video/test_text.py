@@ -14,7 +14,8 @@ import transformers
 from diffusers.pipelines.ltx.pipeline_ltx import LTXPipeline
 from diffusers.pipelines.ltx.pipeline_ltx_condition import LTXConditionPipeline
 
-from tests.encoders.oracle import converted_params, perturb
+from tests.encoders.oracle import converted_params
+from tests.oracle import perturb
 from tests.encoders.test_tokenizer import t5_like_folder
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
