@@ -2,8 +2,12 @@
 
 Contenders run interleaved (A, B, A, B, ...) after one warm-up call each, so that a change in the
 machine's load hits both alike; each call's wall and CPU seconds are recorded; the table reports
-best and median of both, the ratio to the reference contender, and the load average before and
-after. A figure is only quotable when both load averages are under 1.5 (a quiet machine).
+best and median of both, the ratio to the reference contender, the load average before and after,
+and the CPU that other processes used while the contenders were timed (from /proc/stat, this
+process's own CPU taken out: the load average counts the benchmark's own threads, so on a 2-core
+machine a bench that uses both cores shows a load near 2 however quiet the rest is). A figure is
+only quotable when the other processes used under 0.25 of a core on average (a quiet machine);
+where /proc/stat is missing, when both load averages are under 1.5.
 
     timings = interleaved({"vidax": run_ours, "diffusers": run_ref}, repeats=3)
     print_table("Wan DiT, 4 blocks", timings, reference="diffusers")
@@ -13,12 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import statistics
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 QUIET_LOAD = 1.5
+QUIET_OTHERS = 0.25  # cores other processes may use, on average, during a quotable run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +55,12 @@ class Timings:
     load_before: float
     load_after: float
     outputs: dict[str, Any]  # each contender's last return value (for a max |diff| beside the times)
+    others: float | None = None  # cores other processes used on average while timing (None: unknown)
 
     @property
     def quiet(self) -> bool:
+        if self.others is not None:
+            return self.others < QUIET_OTHERS
         return max(self.load_before, self.load_after) < QUIET_LOAD
 
 
@@ -61,6 +70,24 @@ def load_average() -> float:
         return os.getloadavg()[0]
     except OSError:
         return 0.0
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process (all threads) and of its children that have ended."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def busy_cpu_seconds() -> float | None:
+    """CPU seconds every process on the machine has spent busy since boot (/proc/stat), or None."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()[1:]
+        ticks = [int(v) for v in fields]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+        return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _block(value: Any) -> Any:
@@ -86,6 +113,7 @@ def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, w
         for _ in range(warmup):
             outputs[name] = _block(fn())
     load_before = load_average()
+    busy_start, own_start, clock_start = busy_cpu_seconds(), own_cpu_seconds(), time.perf_counter()
     wall: dict[str, list[float]] = {name: [] for name in contenders}
     cpu: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
@@ -95,7 +123,11 @@ def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, w
             wall[name].append(time.perf_counter() - start)
             cpu[name].append(time.process_time() - start_cpu)
     results = {name: Timing(tuple(wall[name]), tuple(cpu[name])) for name in contenders}
-    return Timings(results, load_before, load_average(), outputs)
+    busy_end, others = busy_cpu_seconds(), None
+    if busy_start is not None and busy_end is not None:
+        own = own_cpu_seconds() - own_start
+        others = max(busy_end - busy_start - own, 0.0) / (time.perf_counter() - clock_start)
+    return Timings(results, load_before, load_average(), outputs, others)
 
 
 def print_table(title: str, timings: Timings, reference: str | None = None, note: str = "") -> None:
@@ -108,6 +140,10 @@ def print_table(title: str, timings: Timings, reference: str | None = None, note
     for name, t in timings.results.items():
         ratio = f"{t.best / ref.best:.2f}x" if ref is not None else ""
         print(f"{name:28}{t.best:>10.3f}{t.median:>10.3f}{t.cpu_best:>12.2f}{t.cpu_median:>14.2f}{ratio:>18}")
-    quiet = "quiet" if timings.quiet else f"NOT quiet (> {QUIET_LOAD}): figures not quotable"
+    if timings.others is not None:
+        limit = f"other processes used {timings.others:.2f} cores"
+        quiet = f"quiet: {limit}" if timings.quiet else f"NOT quiet: {limit} (> {QUIET_OTHERS}), figures not quotable"
+    else:
+        quiet = "quiet" if timings.quiet else f"NOT quiet (> {QUIET_LOAD}): figures not quotable"
     print(f"{repeats} interleaved calls each; load average {timings.load_before:.2f} before, "
           f"{timings.load_after:.2f} after ({quiet}){'; ' + note if note else ''}")
