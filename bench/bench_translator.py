@@ -142,17 +142,30 @@ tree = convert('wan/transformer', sys.argv[1])
 """
 
 
+# A child's ru_maxrss starts at its parent's high-water mark (Linux records the old address space's at
+# exec), so after a bench that grew this process every child would report this process's peak. The
+# contender runs as the grandchild of a small launcher, whose own peak is small.
+_LAUNCH = """
+import json, os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=sys.stderr)
+_, status, usage = os.wait4(proc.pid, 0)
+print(json.dumps([status, usage.ru_utime + usage.ru_stime, usage.ru_maxrss]))
+"""
+
+
 def measure(argv: list[str]) -> tuple[float, float, float]:
-    """(wall seconds, CPU seconds user+system, peak RSS bytes) of one child process."""
-    with tempfile.TemporaryFile() as log:  # a file, not a pipe: a chatty child cannot block on it
+    """(wall seconds, CPU seconds user+system, peak RSS bytes) of one contender process."""
+    with tempfile.TemporaryFile() as log, tempfile.TemporaryFile() as out:  # files, not pipes
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, *argv], stdout=out, stderr=log)
+        proc.wait()
         wall = time.perf_counter() - start
-        if status != 0:
+        out.seek(0)
+        status, cpu, maxrss = json.loads(out.read().decode() or "[1, 0, 0]")
+        if proc.returncode != 0 or status != 0:
             log.seek(0)
             raise RuntimeError(f"{argv[:3]} failed: {log.read().decode()[-2000:]}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+    return wall, cpu, maxrss * 1024
 
 
 def main() -> None:
