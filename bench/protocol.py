@@ -4,10 +4,11 @@ Contenders run interleaved (A, B, A, B, ...) after one warm-up call each, so tha
 machine's load hits both alike; each call's wall and CPU seconds are recorded; the table reports
 best and median of both, the ratio to the reference contender, the load average before and after,
 and the CPU that other processes used while the contenders were timed (from /proc/stat, this
-process's own CPU taken out: the load average counts the benchmark's own threads, so on a 2-core
-machine a bench that uses both cores shows a load near 2 however quiet the rest is). A figure is
-only quotable when the other processes used under 0.25 of a core on average (a quiet machine);
-where /proc/stat is missing, when both load averages are under 1.5.
+process's own CPU taken out). Timing starts once the 1-minute load, raised by the warm-up and the
+previous comparison, is back under 1.0 (at most two minutes' wait). A figure is only quotable when
+the load was under 1.5 as timing started and other processes used under 0.25 of a core meanwhile
+(a quiet machine); the load after is printed but counts the bench's own threads (near 2 on a
+2-core machine whatever else runs).
 
     timings = interleaved({"vidax": run_ours, "diffusers": run_ref}, repeats=3)
     print_table("Wan DiT, 4 blocks", timings, reference="diffusers")
@@ -59,9 +60,10 @@ class Timings:
 
     @property
     def quiet(self) -> bool:
-        if self.others is not None:
-            return self.others < QUIET_OTHERS
-        return max(self.load_before, self.load_after) < QUIET_LOAD
+        """Load under 1.5 when timing starts, and (where known) other processes under 0.25 of a core
+        meanwhile; the load after counts the contenders' own threads, so it is printed, not judged."""
+        others_quiet = self.others is None or self.others < QUIET_OTHERS
+        return self.load_before < QUIET_LOAD and others_quiet
 
 
 def load_average() -> float:
@@ -76,6 +78,15 @@ def own_cpu_seconds() -> float:
     """CPU seconds of this process (all threads) and of its children that have ended."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def settle(target: float = 1.0, limit_s: float = 120.0) -> float:
+    """Wait (at most `limit_s`) until the 1-minute load average, raised by the warm-up and the
+    previous comparison's own threads, falls under `target`; returns it."""
+    deadline = time.monotonic() + limit_s
+    while (load := load_average()) >= target and time.monotonic() < deadline:
+        time.sleep(2.0)
+    return load
 
 
 def busy_cpu_seconds() -> float | None:
@@ -112,7 +123,7 @@ def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, w
     for name, fn in contenders.items():
         for _ in range(warmup):
             outputs[name] = _block(fn())
-    load_before = load_average()
+    load_before = settle()
     busy_start, own_start, clock_start = busy_cpu_seconds(), own_cpu_seconds(), time.perf_counter()
     wall: dict[str, list[float]] = {name: [] for name in contenders}
     cpu: dict[str, list[float]] = {name: [] for name in contenders}
@@ -140,10 +151,9 @@ def print_table(title: str, timings: Timings, reference: str | None = None, note
     for name, t in timings.results.items():
         ratio = f"{t.best / ref.best:.2f}x" if ref is not None else ""
         print(f"{name:28}{t.best:>10.3f}{t.median:>10.3f}{t.cpu_best:>12.2f}{t.cpu_median:>14.2f}{ratio:>18}")
-    if timings.others is not None:
-        limit = f"other processes used {timings.others:.2f} cores"
-        quiet = f"quiet: {limit}" if timings.quiet else f"NOT quiet: {limit} (> {QUIET_OTHERS}), figures not quotable"
-    else:
-        quiet = "quiet" if timings.quiet else f"NOT quiet (> {QUIET_LOAD}): figures not quotable"
+    others = "" if timings.others is None else f", other processes used {timings.others:.2f} cores"
+    quiet = "quiet" if timings.quiet else (f"NOT quiet (load before >= {QUIET_LOAD} or other processes >= "
+                                           f"{QUIET_OTHERS} cores): figures not quotable")
+    quiet += others
     print(f"{repeats} interleaved calls each; load average {timings.load_before:.2f} before, "
           f"{timings.load_after:.2f} after ({quiet}){'; ' + note if note else ''}")
