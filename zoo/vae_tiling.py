@@ -303,21 +303,27 @@ def _one_ahead(body: Callable[[Tile], Any], tiles: Sequence[Tile]):
         yield pending
 
 
-def blend(previous: np.ndarray, tile: np.ndarray, extent: int, axis: int) -> np.ndarray:
+def blend(previous, tile, extent: int, axis: int):
     """diffusers `blend_v` / `blend_h` / `blend_t`: the first `extent` positions of `tile` fade in from
-    the last `extent` of `previous` (weights `y / extent`), in fp32."""
+    the last `extent` of `previous`, weights `y / extent` taken in float64 and rounded to the tile's
+    dtype (torch multiplies by Python floats). Host NumPy arrays or device jax arrays alike."""
     extent = min(previous.shape[axis], tile.shape[axis], extent)
     if extent <= 0:
         return tile
-    ramp = np.arange(extent, dtype=np.float64) / extent
+    xp = np if isinstance(tile, np.ndarray) else jnp
     shape = [1] * tile.ndim
     shape[axis] = extent
-    fade_in = ramp.astype(np.float32).reshape(shape)
-    fade_out = (1 - ramp).astype(np.float32).reshape(shape)
-    head = np.take(previous, np.arange(previous.shape[axis] - extent, previous.shape[axis]), axis=axis)
-    first = np.take(tile, np.arange(extent), axis=axis)
-    rest = np.take(tile, np.arange(extent, tile.shape[axis]), axis=axis)
-    return np.concatenate([head * fade_out + first * fade_in, rest], axis=axis)
+    ramp = np.arange(extent) / extent
+    fade_in, fade_out = (w.astype(tile.dtype).reshape(shape) for w in (ramp, 1 - ramp))
+
+    def part(x, start, stop):
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(start, stop)
+        return x[tuple(index)]
+
+    n = previous.shape[axis]
+    mixed = part(previous, n - extent, n) * fade_out + part(tile, 0, extent) * fade_in
+    return xp.concatenate([mixed, part(tile, extent, tile.shape[axis])], axis=axis)
 
 
 def pad_to(x: jax.Array, shape: Sequence[int], axes: Sequence[int]) -> jax.Array:

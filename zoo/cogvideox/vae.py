@@ -35,6 +35,7 @@ from vidax.zoo.layers import logical_param
 from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR
 from vidax.zoo.runtime import compile_step
 from vidax.zoo.sharding import constrain
+from vidax.zoo.vae_tiling import blend as cross_fade
 from vidax.zoo.wan.vae import (
     time_taps_conv,  # the same valid-in-time, same-in-space 3D conv
 )
@@ -417,9 +418,9 @@ class CogVideoXVAE:
             for j in range(len(row)):
                 # the reference blends in place: the tiles above and to the left are already blended
                 if i > 0:
-                    row[j] = _blend(rows[i - 1][j], row[j], blend[0], axis=2)
+                    row[j] = cross_fade(rows[i - 1][j], row[j], blend[0], axis=2)
                 if j > 0:
-                    row[j] = _blend(row[j - 1], row[j], blend[1], axis=3)
+                    row[j] = cross_fade(row[j - 1], row[j], blend[1], axis=3)
                 pieces.append(row[j][:, :, :keep[0], :keep[1]])
             out_rows.append(jnp.concatenate(pieces, axis=3))
         return jnp.concatenate(out_rows, axis=2)
@@ -505,20 +506,3 @@ def _tiling(cfg: CogVideoXVAEConfig, tiled: bool | Tiling) -> Tiling | None:
     if isinstance(tiled, Tiling):
         return tiled
     return Tiling.default(cfg) if tiled else None
-
-
-def _blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
-    """diffusers `blend_v` (axis 2 = height) / `blend_h` (axis 3 = width), channels-last: the first
-    `extent` rows of `b` fade in from the last rows of `a`."""
-    extent = min(a.shape[axis], b.shape[axis], extent)
-    if extent <= 0:
-        return b
-    y = np.arange(extent)
-    w_b = (y / extent).astype(np.float32)  # torch multiplies by python floats rounded to fp32
-    w_a = (1 - y / extent).astype(np.float32)
-    shape = [1] * b.ndim
-    shape[axis] = extent
-    tail = jax.lax.slice_in_dim(a, a.shape[axis] - extent, a.shape[axis], axis=axis)
-    head = jax.lax.slice_in_dim(b, 0, extent, axis=axis)
-    mixed = tail * w_a.reshape(shape) + head * w_b.reshape(shape)
-    return jnp.concatenate([mixed, jax.lax.slice_in_dim(b, extent, b.shape[axis], axis=axis)], axis=axis)

@@ -22,6 +22,7 @@ from vidax.zoo.dit import param_shapes
 from vidax.zoo.hunyuan_video15.config import VAEConfig
 from vidax.zoo.layers import logical_param
 from vidax.zoo.vae_layers import CausalConv3d, Conv3d
+from vidax.zoo.vae_tiling import blend as cross_fade
 
 Params = dict[str, Any]
 
@@ -289,19 +290,6 @@ def init_stages(stages: Stages, rng: jax.Array, x: jax.Array) -> tuple[Params, j
 # Tiling with the reference's linear cross-fade
 
 
-def _blend(prev: jax.Array, tile: jax.Array, extent: int, axis: int) -> jax.Array:
-    """Cross-fade the first `extent` rows of `tile` from the last `extent` of `prev` (diffusers `blend_v/h`)."""
-    extent = min(prev.shape[axis], tile.shape[axis], extent)
-    if extent <= 0:
-        return tile
-    ramp = jnp.arange(extent, dtype=jnp.float32) / extent
-    shape = [1] * tile.ndim
-    shape[axis] = extent
-    ramp = ramp.reshape(shape).astype(tile.dtype)
-    head = jax.lax.slice_in_dim(prev, prev.shape[axis] - extent, prev.shape[axis], axis=axis)
-    mixed = head * (1 - ramp) + jax.lax.slice_in_dim(tile, 0, extent, axis=axis) * ramp
-    return jnp.concatenate([mixed, jax.lax.slice_in_dim(tile, extent, tile.shape[axis], axis=axis)], axis=axis)
-
 
 def tiled(fn: Callable[[jax.Array], jax.Array], x: jax.Array, tile: int, stride: int, blend: int, keep: int):
     """Run `fn` on overlapping `tile`-sized spatial tiles of channels-last `x`, cross-fade, stitch.
@@ -316,9 +304,9 @@ def tiled(fn: Callable[[jax.Array], jax.Array], x: jax.Array, tile: int, stride:
         out_row = []
         for j, t in enumerate(row):
             if i > 0:
-                t = _blend(rows[i - 1][j], t, blend, axis=2)
+                t = cross_fade(rows[i - 1][j], t, blend, axis=2)
             if j > 0:
-                t = _blend(row[j - 1], t, blend, axis=3)
+                t = cross_fade(row[j - 1], t, blend, axis=3)
             row[j] = t  # the reference blends in place: later neighbours fade from the blended tile
             out_row.append(t[:, :, :keep, :keep])
         stitched.append(jnp.concatenate(out_row, axis=3))
