@@ -73,7 +73,7 @@ def time_against_sdpa(seq: int) -> None:
     import numpy as np
     import torch
 
-    from bench.protocol import interleaved, print_table
+    from bench.protocol import interleaved, print_table, reference_flops
     from vidax.zoo.kernels.blockwise import blockwise_attention
 
     jax.config.update("jax_default_matmul_precision", "highest")
@@ -88,7 +88,8 @@ def time_against_sdpa(seq: int) -> None:
         with torch.inference_mode():
             return torch.nn.functional.scaled_dot_product_attention(*torch_in)
 
-    timings = interleaved({"vidax blockwise": lambda: kernel(*ours_in), "torch SDPA": sdpa}, repeats=REPEATS)
+    timings = interleaved({"vidax blockwise": lambda: kernel(*ours_in), "torch SDPA": sdpa}, repeats=REPEATS,
+                            flops=reference_flops(sdpa))
     ours = np.asarray(timings.outputs["vidax blockwise"])
     err = float(np.abs(ours - timings.outputs["torch SDPA"].transpose(1, 2).numpy()).max())
     cpu_ratio = timings.results["vidax blockwise"].cpu_best / timings.results["torch SDPA"].cpu_best

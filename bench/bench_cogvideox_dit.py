@@ -18,7 +18,7 @@ import tempfile
 import types
 from pathlib import Path
 
-from bench.protocol import interleaved, print_table
+from bench.protocol import interleaved, print_table, reference_flops
 
 FRAMES = int(os.environ.get("VIDAX_BENCH_COGVIDEOX_FRAMES", "5"))
 HEIGHT, WIDTH, TEXT_LEN = 480, 720, 226
@@ -69,7 +69,7 @@ def main() -> None:
                        return_dict=False)[0]
 
     timings = interleaved({"diffusers (eager)": run_reference, "vidax (jit)": lambda: forward(params, *ours_in)},
-                          repeats=REPEATS)
+                          repeats=REPEATS, flops=reference_flops(run_reference))
     ours = np.asarray(timings.outputs["vidax (jit)"]).transpose(0, 2, 1, 3, 4)
     err = float(np.abs(ours - timings.outputs["diffusers (eager)"].numpy()).max())
     tokens = latent_frames * (h // 2) * (w // 2)

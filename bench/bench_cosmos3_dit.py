@@ -79,7 +79,7 @@ def main() -> None:
     from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
     from vidax.zoo.cosmos3 import rope as cosmos3_rope
 
-    from bench.protocol import interleaved, print_table
+    from bench.protocol import interleaved, print_table, reference_flops
 
     variant = os.environ.get("VIDAX_BENCH_COSMOS3", "nano")
     jax.config.update("jax_default_matmul_precision", "highest")
@@ -124,7 +124,7 @@ def main() -> None:
             return ref(**inputs)[0][0]
 
     timings = interleaved({"diffusers (eager)": run_reference, "vidax (jit, warm)": lambda: compiled(params, *ours_in)},
-                          repeats=REPEATS)
+                          repeats=REPEATS, flops=reference_flops(run_reference))
     ours, theirs = np.asarray(timings.outputs["vidax (jit, warm)"]), timings.outputs["diffusers (eager)"].numpy()
     print_table(f"Cosmos3-{variant.capitalize()} DiT shapes, {COMMON['num_hidden_layers']} layers, {FRAMES}f "
                 f"{HEIGHT}x{WIDTH} ({tokens} video + {TEXT_LEN} text tokens), fp32, {torch.get_num_threads()} torch "

@@ -90,7 +90,7 @@ def main() -> None:
     from vidax.translator import convert, load_spec
     from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
 
-    from bench.protocol import interleaved, print_table
+    from bench.protocol import interleaved, print_table, reference_flops
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
     torch.set_num_threads(os.cpu_count() or 1)
@@ -116,7 +116,7 @@ def main() -> None:
             return ref(**inputs, return_dict=False)[0]
 
     timings = interleaved({"diffusers (eager)": run_reference, "vidax (jit, warm)": lambda: compiled(params, *ours_in)},
-                          repeats=REPEATS)
+                          repeats=REPEATS, flops=reference_flops(run_reference))
     ours, theirs = np.asarray(timings.outputs["vidax (jit, warm)"]), timings.outputs["diffusers (eager)"].numpy()
     tokens = ((FRAMES - 1) // 4 + 1) * (HEIGHT // 16) * (WIDTH // 16)
     print_table(f"Cosmos-Predict2.5-2B DiT shapes, {CONFIG['num_layers']} blocks, {FRAMES}f {HEIGHT}x{WIDTH} ({tokens} "

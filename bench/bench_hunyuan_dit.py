@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.protocol import interleaved, print_table
+from bench.protocol import interleaved, print_table, reference_flops
 
 FRAMES, HEIGHT, WIDTH = 33, 240, 416
 TEXT_LEN, TEXT_VALID, BYT5_LEN, BYT5_VALID, IMAGE_TOKENS = 1000, 60, 256, 12, 729
@@ -77,7 +77,8 @@ def main() -> None:
             return ref(**inputs).sample
 
     timings = interleaved({"vidax": lambda: compiled(params, *ours_in),
-                           "diffusers": run_reference}, repeats=REPEATS)
+                           "diffusers": run_reference}, repeats=REPEATS,
+                          flops=reference_flops(run_reference))
     ours, theirs = np.asarray(timings.outputs["vidax"]), timings.outputs["diffusers"].numpy()
     err, scale = float(np.abs(ours - theirs).max()), float(np.abs(theirs).max())
 

@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from bench.protocol import interleaved, print_table
+from bench.protocol import interleaved, print_table, reference_flops
 
 SMOKE = os.environ.get("VIDAX_BENCH_SMOKE") == "1"
 FRAMES, HEIGHT, WIDTH = (5, 64, 64) if SMOKE else (33, 240, 416)
@@ -72,7 +72,8 @@ def main() -> None:
         with torch.no_grad():
             return ref(**inputs).sample
 
-    timings = interleaved({"vidax (jit)": lambda: forward(params, *ours_in), "diffusers eager": run_ref}, repeats=REPEATS)
+    timings = interleaved({"vidax (jit)": lambda: forward(params, *ours_in), "diffusers eager": run_ref}, repeats=REPEATS,
+                          flops=reference_flops(run_ref))
     diff = float(np.abs(np.asarray(timings.outputs["vidax (jit)"]) - timings.outputs["diffusers eager"].numpy()).max())
     tokens = int(np.prod(inputs["hidden_states"].shape[2:])) // 4
     title = (f"HunyuanVideo DiT, 1 dual + 1 single block, {FRAMES} frames {HEIGHT}x{WIDTH} ({tokens} video + "

@@ -31,7 +31,7 @@ def main() -> None:
     from flax.traverse_util import unflatten_dict
     from safetensors.torch import save_file
 
-    from bench.protocol import interleaved, print_table
+    from bench.protocol import interleaved, print_table, reference_flops
     from vidax.translator import convert, load_spec
     from vidax.zoo.ltx2.config import TransformerConfig
     from vidax.zoo.ltx2.rope import audio_coords, dit_rope_tables, video_coords
@@ -77,7 +77,7 @@ def main() -> None:
             return ref(**inputs, return_dict=False)
 
     timings = interleaved({"diffusers (eager)": run_reference, "vidax (jit, warm)": lambda: compiled(params, ours_in, rope)},
-                          repeats=REPEATS)
+                          repeats=REPEATS, flops=reference_flops(run_reference))
     theirs, ours = timings.outputs["diffusers (eager)"], timings.outputs["vidax (jit, warm)"]
     err = max(float(np.abs(np.asarray(o) - t.numpy()).max()) for o, t in zip(ours, theirs))
     scale = max(float(np.abs(t.numpy()).max()) for t in theirs)

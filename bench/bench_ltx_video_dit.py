@@ -31,7 +31,7 @@ def main() -> None:
     from flax.traverse_util import unflatten_dict
     from safetensors.torch import save_file
 
-    from bench.protocol import interleaved, print_table
+    from bench.protocol import interleaved, print_table, reference_flops
     from vidax.translator import convert
     from vidax.zoo.ltx_video import rope
     from vidax.zoo.ltx_video.config import TransformerConfig
@@ -74,7 +74,7 @@ def main() -> None:
                        rope_interpolation_scale=(8 / FPS, 32, 32), return_dict=False)[0]
 
     timings = interleaved({"vidax (jit, warm)": lambda: compiled(params, *ours_in), "diffusers (eager)": run_reference},
-                          repeats=REPEATS)
+                          repeats=REPEATS, flops=reference_flops(run_reference))
     ours, theirs = np.asarray(timings.outputs["vidax (jit, warm)"]), timings.outputs["diffusers (eager)"].numpy()
     err, scale = float(np.abs(ours - theirs).max()), float(np.abs(theirs).max())
     print_table(f"LTX-Video 13B DiT shapes, {CONFIG['num_layers']} blocks, {FRAMES}f {HEIGHT}x{WIDTH} ({tokens} video + "

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.protocol import interleaved, print_table
+from bench.protocol import interleaved, print_table, reference_flops
 
 FRAMES, HEIGHT, WIDTH, TEXT_LEN = 33, 240, 416, 512
 CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
@@ -75,7 +75,8 @@ def main() -> None:
             return ref(**inputs, return_dict=False)[0]
 
     timings = interleaved({"vidax": lambda: compiled(params, *ours_in),
-                           "diffusers": run_reference}, repeats=REPEATS)
+                           "diffusers": run_reference}, repeats=REPEATS,
+                          flops=reference_flops(run_reference))
     ours, theirs = np.asarray(timings.outputs["vidax"]), timings.outputs["diffusers"].numpy()
     err, scale = float(np.abs(ours - theirs).max()), float(np.abs(theirs).max())
 

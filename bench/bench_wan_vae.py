@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.protocol import interleaved, print_table
+from bench.protocol import interleaved, print_table, reference_flops
 
 FRAMES, HEIGHT, WIDTH = 9, 240, 416
 REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "3"))
@@ -63,7 +63,7 @@ def main() -> None:
         start = time.perf_counter()
         jax.block_until_ready(fn())
         first[name] = time.perf_counter() - start
-    timings = interleaved(contenders, repeats=REPEATS, warmup=0)
+    timings = interleaved(contenders, repeats=REPEATS, warmup=0, flops=reference_flops(run_reference))
     ours, theirs = np.asarray(timings.outputs["vidax"]), timings.outputs["diffusers"].numpy()
     err = float(np.abs(ours - theirs).max())
 

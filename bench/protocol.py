@@ -10,6 +10,12 @@ the load was under 1.5 as timing started and other processes used under 0.25 of 
 (a quiet machine); the load after is printed but counts the bench's own threads (near 2 on a
 2-core machine whatever else runs).
 
+Given the work a call does (`flops`, counted on the reference with `reference_flops`), the table
+also prints each contender's FLOP/s beside this machine's fp32 GEMM peak, measured just before the
+timed calls with every library at hand (XLA and torch on a 3072^3 matmul), and the floor: the time
+that work takes at that peak, as a ratio to the reference. No implementation doing the reference's
+fp32 arithmetic goes under the floor, so it says how far a speed target can be met on the machine.
+
     timings = interleaved({"vidax": run_ours, "diffusers": run_ref}, repeats=3)
     print_table("Wan DiT, 4 blocks", timings, reference="diffusers")
 """
@@ -57,6 +63,8 @@ class Timings:
     load_after: float
     outputs: dict[str, Any]  # each contender's last return value (for a max |diff| beside the times)
     others: float | None = None  # cores other processes used on average while timing (None: unknown)
+    flops: float | None = None  # the work one call does (the reference's count), if given
+    gemm_peak: dict[str, float] | None = None  # library -> fp32 GEMM FLOP/s, measured before timing
 
     @property
     def quiet(self) -> bool:
@@ -111,19 +119,78 @@ def _block(value: Any) -> Any:
         return value
 
 
-def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, warmup: int = 1) -> Timings:
+GEMM_SIZE = 3072  # large enough for every library's best blocking, 58 GFLOP: a third of a second here
+
+
+def gemm_peak(size: int = GEMM_SIZE, repeats: int = 3) -> dict[str, float]:
+    """fp32 FLOP/s of a `size`^3 matmul, best of `repeats`, with each library importable here
+    (XLA at highest precision, torch on its intra-op pool): the machine's practical fp32 peak."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
+    calls: dict[str, Callable[[], Any]] = {}
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        xa, xb = jnp.asarray(a), jnp.asarray(b)
+        xla_dot = jax.jit(lambda x, y: jnp.dot(x, y, precision=jax.lax.Precision.HIGHEST))
+        calls["XLA"] = lambda: xla_dot(xa, xb)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        calls["torch"] = lambda: ta @ tb
+    except ImportError:
+        pass
+    peak = {}
+    for name, fn in calls.items():
+        _block(fn())
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            _block(fn())
+            best = min(best, time.perf_counter() - start)
+        peak[name] = 2.0 * size**3 / best
+    return peak
+
+
+def reference_flops(fn: Callable[[], Any]) -> float:
+    """FLOPs one call of a torch callable does, by torch's own counter (matmuls, convolutions and
+    attention; elementwise work is not counted, so the floor it gives is a lower bound). CPU
+    attention, which torch's table lacks, counts as the same two matmuls as on GPU."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+    def cpu_attention(query, key, value, *args, out_val=None, **kwargs):
+        return sdpa_flop_count(query, key, value)
+
+    mapping = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: cpu_attention}
+    with torch.inference_mode(), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+        fn()
+    return float(counter.get_total_flops())
+
+
+def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, warmup: int = 1,
+                flops: float | None = None) -> Timings:
     """Time each contender `repeats` times, interleaved, after `warmup` untimed calls each.
 
     Args:
       contenders: name -> zero-argument callable (compile outside it: only steady calls are timed).
       repeats: timed calls per contender.
       warmup: untimed calls per contender first (allocators, lazy init, jit).
+      flops: the work one call does (`reference_flops`); given, the machine's GEMM peak is measured
+        once the load settles, and the table prints FLOP/s and the floor.
     """
     outputs = {}
     for name, fn in contenders.items():
         for _ in range(warmup):
             outputs[name] = _block(fn())
     load_before = settle()
+    peak = gemm_peak() if flops else None
     busy_start, own_start, clock_start = busy_cpu_seconds(), own_cpu_seconds(), time.perf_counter()
     wall: dict[str, list[float]] = {name: [] for name in contenders}
     cpu: dict[str, list[float]] = {name: [] for name in contenders}
@@ -138,19 +205,28 @@ def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, w
     if busy_start is not None and busy_end is not None:
         own = own_cpu_seconds() - own_start
         others = max(busy_end - busy_start - own, 0.0) / (time.perf_counter() - clock_start)
-    return Timings(results, load_before, load_average(), outputs, others)
+    return Timings(results, load_before, load_average(), outputs, others, flops, peak)
 
 
 def print_table(title: str, timings: Timings, reference: str | None = None, note: str = "") -> None:
-    """One row per contender: best and median wall seconds, CPU seconds, ratio to `reference`."""
+    """One row per contender: best and median wall seconds, CPU seconds, ratio to `reference`; with
+    the work counted, each one's GFLOP/s and share of the GEMM peak, and the floor below the rows."""
     repeats = len(next(iter(timings.results.values())).wall)
+    peak = max(timings.gemm_peak.values()) if timings.flops and timings.gemm_peak else None
     print(title)
     print(f"{'':28}{'best s':>10}{'median s':>10}{'cpu best s':>12}{'cpu median s':>14}"
-          f"{'best / ' + reference if reference else '':>18}")
+          f"{'best / ' + reference if reference else '':>18}" + (f"{'GFLOP/s':>9}{'of peak':>9}" if peak else ""))
     ref = timings.results.get(reference) if reference else None
     for name, t in timings.results.items():
         ratio = f"{t.best / ref.best:.2f}x" if ref is not None else ""
-        print(f"{name:28}{t.best:>10.3f}{t.median:>10.3f}{t.cpu_best:>12.2f}{t.cpu_median:>14.2f}{ratio:>18}")
+        rate = f"{timings.flops / t.best / 1e9:>9.0f}{timings.flops / t.best / peak:>9.0%}" if peak else ""
+        print(f"{name:28}{t.best:>10.3f}{t.median:>10.3f}{t.cpu_best:>12.2f}{t.cpu_median:>14.2f}{ratio:>18}{rate}")
+    if peak:
+        libraries = ", ".join(f"{lib} {rate / 1e9:.0f}" for lib, rate in timings.gemm_peak.items())
+        floor = timings.flops / peak
+        versus = f" = {floor / ref.best:.2f}x {reference}'s best" if ref is not None else ""
+        print(f"floor: {timings.flops / 1e12:.3f} TFLOP per call (the reference's count) at this machine's fp32 "
+              f"GEMM peak {peak / 1e9:.0f} GFLOP/s ({GEMM_SIZE}^3: {libraries}) take {floor:.3f} s{versus}")
     others = "" if timings.others is None else f", other processes used {timings.others:.2f} cores"
     quiet = "quiet" if timings.quiet else (f"NOT quiet (load before >= {QUIET_LOAD} or other processes >= "
                                            f"{QUIET_OTHERS} cores): figures not quotable")
