@@ -214,13 +214,14 @@ def print_table(title: str, timings: Timings, reference: str | None = None, note
     repeats = len(next(iter(timings.results.values())).wall)
     peak = max(timings.gemm_peak.values()) if timings.flops and timings.gemm_peak else None
     print(title)
+    ratio_width = max(18, len(reference or "") + 10)
     print(f"{'':28}{'best s':>10}{'median s':>10}{'cpu best s':>12}{'cpu median s':>14}"
-          f"{'best / ' + reference if reference else '':>18}" + (f"{'GFLOP/s':>9}{'of peak':>9}" if peak else ""))
+          f"{'best / ' + reference if reference else '':>{ratio_width}}" + (f"{'GFLOP/s':>9}{'of peak':>9}" if peak else ""))
     ref = timings.results.get(reference) if reference else None
     for name, t in timings.results.items():
         ratio = f"{t.best / ref.best:.2f}x" if ref is not None else ""
         rate = f"{timings.flops / t.best / 1e9:>9.0f}{timings.flops / t.best / peak:>9.0%}" if peak else ""
-        print(f"{name:28}{t.best:>10.3f}{t.median:>10.3f}{t.cpu_best:>12.2f}{t.cpu_median:>14.2f}{ratio:>18}{rate}")
+        print(f"{name:28}{t.best:>10.3f}{t.median:>10.3f}{t.cpu_best:>12.2f}{t.cpu_median:>14.2f}{ratio:>{ratio_width}}{rate}")
     if peak:
         libraries = ", ".join(f"{lib} {rate / 1e9:.0f}" for lib, rate in timings.gemm_peak.items())
         floor = timings.flops / peak
