@@ -39,6 +39,8 @@ def main() -> None:
     from safetensors.torch import save_file
 
     from vidax.translator import convert, load_spec
+
+    from vidax.zoo.dit import place_resident
     from vidax.zoo.cogvideox.config import CogVideoXTransformerConfig
     from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
 
@@ -49,7 +51,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, Path(tmp) / "diffusion_pytorch_model.safetensors")
         tree = convert(load_spec("cogvideox/transformer"), tmp, model.param_shapes(), dtype="float32")
-        params = jax.device_put(unflatten_dict(dict(tree), sep="/"))
+        params = place_resident(model, unflatten_dict(dict(tree), sep="/"))  # as the pipeline places it
     del tree
 
     latent_frames, h, w = (FRAMES - 1) // 4 + 1, HEIGHT // 8, WIDTH // 8

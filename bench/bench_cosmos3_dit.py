@@ -7,7 +7,9 @@ The vocabulary is cut to 4096 rows (a lookup: its size costs memory, not time; N
 would add 2.5 GB per side). `VIDAX_BENCH_COSMOS3=edge` takes Cosmos3-Edge's shapes instead (hidden
 2048, 16 heads, relu2 9216, k_norm_und_for_gen). Random weights go through the real spec from a
 saved diffusers checkpoint; both sides run on the same threads, timed interleaved (`bench/protocol.py`).
-The reference runs one prompt per call, as its pipeline does.
+The reference runs one prompt per call, as its pipeline does. vidax runs as the pipeline places it
+(`zoo.dit.place_resident`: on CPU each layer's weights in their own buffers), beside the same model
+with the layers stacked and scanned, whose dots read each layer's weights through a copy on CPU.
 
     .venv/bin/python -m bench cosmos3_dit          # VIDAX_BENCH_PLAN_ONLY=1: the planner figures alone
 
@@ -76,6 +78,7 @@ def main() -> None:
     from flax.traverse_util import unflatten_dict
     from safetensors.torch import save_file
     from vidax.translator import convert, load_spec
+    from vidax.zoo.dit import place_resident
     from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
     from vidax.zoo.cosmos3 import rope as cosmos3_rope
 
@@ -92,8 +95,10 @@ def main() -> None:
         folder.mkdir()
         save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, folder / "diffusion_pytorch_model.safetensors")
         tree = convert(load_spec("cosmos3/transformer"), tmp, model.param_shapes(), dtype="float32")
-        params = jax.device_put(unflatten_dict(dict(tree), sep="/"))
-        del tree
+        host = unflatten_dict(dict(tree), sep="/")
+        params = place_resident(model, host)  # as the pipeline places it
+        stacked = jax.device_put(host)  # the alternative: one scanned stack (what accelerators run)
+        del tree, host
 
     g = torch.Generator().manual_seed(0)
     t, h, w = (FRAMES - 1) // 4 + 1, HEIGHT // 32, WIDTH // 32
@@ -118,12 +123,14 @@ def main() -> None:
     start = time.perf_counter()
     compiled = jax.jit(model.__call__).lower(params, *ours_in).compile()
     compile_s = time.perf_counter() - start
+    scanned = jax.jit(model.__call__).lower(stacked, *ours_in).compile()
 
     def run_reference():
         with torch.inference_mode():
             return ref(**inputs)[0][0]
 
-    timings = interleaved({"diffusers (eager)": run_reference, "vidax (jit, warm)": lambda: compiled(params, *ours_in)},
+    timings = interleaved({"diffusers (eager)": run_reference, "vidax (jit, warm)": lambda: compiled(params, *ours_in),
+                           "vidax, stacked layers scanned": lambda: scanned(stacked, *ours_in)},
                           repeats=REPEATS, flops=reference_flops(run_reference))
     ours, theirs = np.asarray(timings.outputs["vidax (jit, warm)"]), timings.outputs["diffusers (eager)"].numpy()
     print_table(f"Cosmos3-{variant.capitalize()} DiT shapes, {COMMON['num_hidden_layers']} layers, {FRAMES}f "

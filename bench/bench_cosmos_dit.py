@@ -88,6 +88,7 @@ def main() -> None:
     from flax.traverse_util import unflatten_dict
     from safetensors.torch import save_file
     from vidax.translator import convert, load_spec
+    from vidax.zoo.dit import place_resident
     from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
 
     from bench.protocol import interleaved, print_table, reference_flops
@@ -101,7 +102,7 @@ def main() -> None:
         folder.mkdir()
         save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, folder / "diffusion_pytorch_model.safetensors")
         tree = convert(load_spec("cosmos/transformer"), tmp, model.param_shapes(), dtype="float32")
-        params = jax.device_put(unflatten_dict(dict(tree), sep="/"))
+        params = place_resident(model, unflatten_dict(dict(tree), sep="/"))  # as the pipeline places it
         del tree
 
     j = lambda t: jax.numpy.asarray(t.numpy())

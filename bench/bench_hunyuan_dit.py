@@ -52,6 +52,8 @@ def main() -> None:
     from safetensors.torch import save_file
 
     from vidax.translator import convert, load_spec
+
+    from vidax.zoo.dit import place_resident
     from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
@@ -63,7 +65,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, Path(tmp) / "diffusion_pytorch_model.safetensors")
         tree = convert(load_spec("hunyuan_video15/transformer"), tmp, model.param_shapes())
-        params = jax.device_put(unflatten_dict(dict(tree), sep="/"))
+        params = place_resident(model, unflatten_dict(dict(tree), sep="/"))  # as the pipeline places it
     del tree
 
     ours_in = [jax.numpy.asarray(v.numpy()) for v in inputs.values()]

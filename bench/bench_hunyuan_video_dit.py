@@ -49,6 +49,8 @@ def main() -> None:
     from safetensors.torch import save_file
 
     from vidax.translator import convert
+
+    from vidax.zoo.dit import place_resident
     from vidax.zoo.hunyuan_video.config import TransformerConfig
     from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
 
@@ -61,7 +63,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, Path(tmp) / "diffusion_pytorch_model.safetensors")
         tree = convert("hunyuan_video/transformer", tmp, model.param_shapes())
-        params = jax.device_put(unflatten_dict(dict(tree), sep="/"))
+        params = place_resident(model, unflatten_dict(dict(tree), sep="/"))  # as the pipeline places it
     del tree
 
     ours_in = [jax.numpy.asarray(v.numpy()) for v in inputs.values()]

@@ -33,6 +33,7 @@ def main() -> None:
 
     from bench.protocol import interleaved, print_table, reference_flops
     from vidax.translator import convert, load_spec
+    from vidax.zoo.dit import place_resident
     from vidax.zoo.ltx2.config import TransformerConfig
     from vidax.zoo.ltx2.rope import audio_coords, dit_rope_tables, video_coords
     from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer
@@ -48,7 +49,7 @@ def main() -> None:
         folder.mkdir()
         save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, folder / "diffusion_pytorch_model.safetensors")
         tree = convert(load_spec("ltx2/transformer"), tmp, model.param_shapes(), dtype="float32")
-        params = jax.device_put(unflatten_dict(dict(tree), sep="/"))
+        params = place_resident(model, unflatten_dict(dict(tree), sep="/"))  # as the pipeline places it
         del tree
 
     g = torch.Generator().manual_seed(0)

@@ -33,6 +33,7 @@ def main() -> None:
 
     from bench.protocol import interleaved, print_table, reference_flops
     from vidax.translator import convert
+    from vidax.zoo.dit import place_resident
     from vidax.zoo.ltx_video import rope
     from vidax.zoo.ltx_video.config import TransformerConfig
     from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
@@ -48,8 +49,8 @@ def main() -> None:
         folder.mkdir()
         save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, folder / "diffusion_pytorch_model.safetensors")
         tree = convert("ltx_video/transformer", tmp, model.param_shapes(), dtype="float32", lazy=True)
-        # one leaf at a time (the 2-block 13B slice is 2.8 GB in fp32 on each side)
-        params = unflatten_dict({path: jax.device_put(tree[path]) for path in tree}, sep="/")
+        # one leaf at a time (the 2-block 13B slice is 2.8 GB in fp32 on each side), then as the pipeline places it
+        params = place_resident(model, unflatten_dict({path: jax.device_put(tree[path]) for path in tree}, sep="/"))
         del tree
 
     grid = ((FRAMES - 1) // 8 + 1, HEIGHT // 32, WIDTH // 32)

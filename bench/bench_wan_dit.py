@@ -49,6 +49,8 @@ def main() -> None:
     from safetensors.torch import save_file
 
     from vidax.translator import convert, load_spec
+
+    from vidax.zoo.dit import place_resident
     from vidax.zoo.wan.config import WanTransformerConfig
     from vidax.zoo.wan.transformer import WanTransformer
 
@@ -62,7 +64,7 @@ def main() -> None:
         state = {k: v.contiguous() for k, v in ref.state_dict().items()}
         save_file(state, folder / "diffusion_pytorch_model.safetensors")
         tree = convert(load_spec("wan/transformer"), tmp, model.param_shapes(), dtype="float32")
-        params = jax.device_put(unflatten_dict(dict(tree), sep="/"))
+        params = place_resident(model, unflatten_dict(dict(tree), sep="/"))  # as the pipeline places it
         del tree
 
     ours_in = [jax.numpy.asarray(v.numpy()) for v in inputs.values()]

@@ -12,7 +12,7 @@ the load was under 1.5 as timing started and other processes used under 0.25 of 
 
 Given the work a call does (`flops`, counted on the reference with `reference_flops`), the table
 also prints each contender's FLOP/s beside this machine's fp32 GEMM peak, measured just before the
-timed calls with every library at hand (XLA and torch on a 3072^3 matmul), and the floor: the time
+timed calls with every library at hand (XLA and torch, the best of two matmul shapes), and the floor: the time
 that work takes at that peak, as a ratio to the reference. No implementation doing the reference's
 fp32 arithmetic goes under the floor, so it says how far a speed target can be met on the machine.
 
@@ -119,16 +119,34 @@ def _block(value: Any) -> Any:
         return value
 
 
-GEMM_SIZE = 3072  # large enough for every library's best blocking, 58 GFLOP: a third of a second here
+# A square GEMM and a DiT-like one (K=4096 into a 12288-wide MLP), each ~0.3 s here: the CPU
+# libraries' best blocking differs by shape (XLA reaches ~199 GFLOP/s on the second, ~175 on the first).
+GEMM_SHAPES = ((3072, 3072, 3072), (1024, 4096, 12288))
 
 
-def gemm_peak(size: int = GEMM_SIZE, repeats: int = 3) -> dict[str, float]:
-    """fp32 FLOP/s of a `size`^3 matmul, best of `repeats`, with each library importable here
-    (XLA at highest precision, torch on its intra-op pool): the machine's practical fp32 peak."""
+def gemm_peak(shapes: tuple[tuple[int, int, int], ...] = GEMM_SHAPES, repeats: int = 3) -> dict[str, float]:
+    """fp32 FLOP/s of the best `[M, K] @ [K, N]` matmul over `shapes`, best of `repeats` each, with
+    each library importable here (XLA at highest precision, torch on its intra-op pool): the
+    machine's practical fp32 peak."""
     import numpy as np
 
     rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
+    peak: dict[str, float] = {}
+    for m, k, n in shapes:
+        a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+        for name, fn in _matmuls(a, b).items():
+            _block(fn())
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                _block(fn())
+                best = min(best, time.perf_counter() - start)
+            peak[name] = max(peak.get(name, 0.0), 2.0 * m * k * n / best)
+    return peak
+
+
+def _matmuls(a, b) -> dict[str, Callable[[], Any]]:
+    """`a @ b` with each library importable here."""
     calls: dict[str, Callable[[], Any]] = {}
     try:
         import jax
@@ -146,16 +164,7 @@ def gemm_peak(size: int = GEMM_SIZE, repeats: int = 3) -> dict[str, float]:
         calls["torch"] = lambda: ta @ tb
     except ImportError:
         pass
-    peak = {}
-    for name, fn in calls.items():
-        _block(fn())
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            _block(fn())
-            best = min(best, time.perf_counter() - start)
-        peak[name] = 2.0 * size**3 / best
-    return peak
+    return calls
 
 
 def reference_flops(fn: Callable[[], Any]) -> float:
@@ -227,7 +236,7 @@ def print_table(title: str, timings: Timings, reference: str | None = None, note
         floor = timings.flops / peak
         versus = f" = {floor / ref.best:.2f}x {reference}'s best" if ref is not None else ""
         print(f"floor: {timings.flops / 1e12:.3f} TFLOP per call (the reference's count) at this machine's fp32 "
-              f"GEMM peak {peak / 1e9:.0f} GFLOP/s ({GEMM_SIZE}^3: {libraries}) take {floor:.3f} s{versus}")
+              f"GEMM peak {peak / 1e9:.0f} GFLOP/s (best matmul: {libraries}) take {floor:.3f} s{versus}")
     others = "" if timings.others is None else f", other processes used {timings.others:.2f} cores"
     quiet = "quiet" if timings.quiet else (f"NOT quiet (load before >= {QUIET_LOAD} or other processes >= "
                                            f"{QUIET_OTHERS} cores): figures not quotable")

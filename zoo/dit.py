@@ -12,7 +12,9 @@ parallel):
 
 `params[group]` holds every block of a group stacked on a leading layer axis (the spec's `stack`
 op writes them that way); `group.block` is a single-block linen module whose params are one slice
-of that stack. `ctx` is any pytree the blocks need besides the hidden state (timestep modulation,
+of that stack. `place_resident` may hand the blocks over as a tuple of per-layer trees instead (one
+device on CPU, where a scanned block reads its weights through a per-layer copy); `scan_blocks`
+then loops. `ctx` is any pytree the blocks need besides the hidden state (timestep modulation,
 text tokens, RoPE tables, masks); it is broadcast to every block. Families with two block kinds
 (HunyuanVideo 1.0: dual-stream then single-stream) declare two groups.
 
@@ -49,19 +51,46 @@ class StackedDiT(Protocol):
     def head(self, params: Params, hidden: Any, ctx: Any) -> jax.Array: ...
 
 
-def scan_blocks(block: nn.Module, stacked: Params, hidden: jax.Array, ctx: Any) -> jax.Array:
-    """Run `block` once per slice of `stacked` (leading axis = layer) with `lax.scan`.
+def scan_blocks(block: nn.Module, stacked: Params | tuple[Params, ...], hidden: jax.Array, ctx: Any) -> jax.Array:
+    """Run `block` once per slice of `stacked` (leading axis = layer) with `lax.scan`, or once per
+    tree of a tuple of per-layer trees (`place_resident` on CPU) with an unrolled loop.
 
-    Compiles one block body whatever the depth (bench/bench_compile.py: 40 layers compile as
-    fast as 2; an unrolled loop takes ~20x longer). Under a mesh (`runtime.use_mesh`) the hidden
-    state `[B, S, D]` is kept split as ("batch", "seq", "act_embed") between blocks.
+    The scan compiles one block body whatever the depth (bench/bench_compile.py: 40 layers compile
+    as fast as 2; the loop takes ~5x longer: 30 Wan layers 0.9 s vs 5.1 s). Under a mesh
+    (`runtime.use_mesh`) the hidden state `[B, S, D]` is kept split as ("batch", "seq", "act_embed")
+    between blocks.
     """
+    if isinstance(stacked, tuple):
+        for layer_params in stacked:
+            hidden = _constrain_hidden(block.apply({"params": layer_params}, hidden, ctx))
+        return hidden
 
     def body(h, layer_params):
         return _constrain_hidden(block.apply({"params": layer_params}, h, ctx)), None
 
     hidden, _ = jax.lax.scan(body, _constrain_hidden(hidden), stacked)
     return hidden
+
+
+def per_layer(model: StackedDiT, params: Params) -> Params:
+    """`params` with each block group's stack split into a tuple of per-layer trees (views of a host
+    tree's arrays: no copy until they are placed)."""
+    split = dict(params)
+    for group in block_groups(model):
+        stack = params[group.name]
+        depth = len(jax.tree.leaves(stack)[0])
+        split[group.name] = tuple(jax.tree.map(lambda leaf, i=i: leaf[i], stack) for i in range(depth))
+    return split
+
+
+def place_resident(model: StackedDiT, params: Params) -> Params:
+    """A whole DiT on the default device with one `device_put`. On CPU each block's weights get their
+    own buffers: XLA's CPU dots cannot read a slice of the layer stack in place, so a scan copies
+    every layer's weights on every call (Cosmos3-Nano, 2 layers at 244 tokens: 1.87 s scanned, 1.01 s
+    per layer; `python -m bench cosmos3_dit`). Accelerators keep the stack (one compiled block body)."""
+    if jax.default_backend() == "cpu":
+        params = per_layer(model, params)
+    return jax.device_put(params)
 
 
 def _constrain_hidden(hidden: Any) -> Any:

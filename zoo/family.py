@@ -44,7 +44,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from vidax.translator import ModelEntry, load_registry
 from vidax.translator import MODEL_FILE
-from vidax.zoo.dit import forward
+from vidax.zoo.dit import forward, place_resident
 from vidax.zoo.pipeline import (
     GenerateOptions,
     GenerateResult,
@@ -504,7 +504,7 @@ class Family:
             return LoadedDiT(dit, params, streamed, host)
         if self.mesh is not None:
             return LoadedDiT(dit, place_model(dit, tree, rules, self.mesh))
-        return LoadedDiT(dit, jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/")))
+        return LoadedDiT(dit, place_resident(dit, traverse_util.unflatten_dict(dict(tree), sep="/")))
 
     def heads(self) -> int:
         """Attention heads of the DiT (tp and sp must divide them)."""

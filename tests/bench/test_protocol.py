@@ -21,7 +21,7 @@ def test_reference_flops_counts_matmuls_and_cpu_attention():
 
 
 def test_gemm_peak_measures_each_library():
-    peak = gemm_peak(size=256, repeats=1)
+    peak = gemm_peak(shapes=((64, 128, 256), (32, 16, 8)), repeats=1)
     assert set(peak) == {"XLA", "torch"}
     assert all(rate > 1e8 for rate in peak.values())
 
@@ -44,8 +44,8 @@ def test_table_without_work_has_no_floor(capsys):
 
 
 def test_peak_is_flops_over_best_time(monkeypatch):
-    size = 64
     ticks = iter(range(1000))
     monkeypatch.setattr("bench.protocol.time.perf_counter", lambda: float(next(ticks)))
-    # every timed call spans one fake second
-    assert all(rate == pytest.approx(2 * size**3) for rate in gemm_peak(size=size, repeats=2).values())
+    # every timed call spans one fake second: the larger of the two shapes' work sets the peak
+    peak = gemm_peak(shapes=((64, 32, 16), (8, 8, 8)), repeats=2)
+    assert all(rate == pytest.approx(2 * 64 * 32 * 16) for rate in peak.values())
