@@ -17,6 +17,7 @@ import torch
 from vidax.translator import AccountingError, convert, load_spec
 from vidax.translator.testing import mismatches
 from vidax.zoo.hunyuan_video.config import TransformerConfig
+from vidax.zoo.hunyuan_video.family import trim_text_padding
 from vidax.zoo.hunyuan_video.transformer import Context, DualStream, HunyuanVideoTransformer
 
 from tests.oracle import recorded, save_state, spec_without_rule, to_np, unflatten
@@ -107,6 +108,25 @@ def test_embed_and_end_to_end(setup):
     out = np.asarray(jax.jit(model.__call__)(params, *ours_in))
     assert out.shape == expected.shape == (2, 4, 3, 4, 6)
     np.testing.assert_allclose(out, expected, atol=ATOL, rtol=1e-5)
+
+
+def test_trailing_text_padding_is_dropped_exactly(setup):
+    """The pipeline drops the text tokens after the last one any row attends to (`trim_text_padding`):
+    our DiT on the trimmed text equals diffusers on all of it; cutting one attended token does not."""
+    _, ref, model, params, _ = setup
+    inputs = make_inputs()
+    g = torch.Generator().manual_seed(3)
+    inputs["encoder_hidden_states"] = torch.randn(2, 20, 24, generator=g)
+    inputs["encoder_attention_mask"] = (torch.arange(20)[None] < torch.tensor([[5], [9]])).long()
+    expected, _ = run_reference(ref, inputs)
+    video, t, text, mask, pooled, guidance = our_inputs(inputs)
+    trimmed, trimmed_mask = trim_text_padding(text, mask, multiple=4)
+    assert trimmed.shape[1] == trimmed_mask.shape[1] == 12
+    forward = jax.jit(model.__call__)
+    out = np.asarray(forward(params, video, t, trimmed, trimmed_mask, pooled, guidance))
+    np.testing.assert_allclose(out, expected, atol=ATOL, rtol=1e-5)
+    cut = np.asarray(forward(params, video, t, text[:, :8], mask[:, :8], pooled, guidance))
+    assert np.abs(cut[1] - expected[1]).max() > 1e-3  # row 2 attends to token 9
 
 
 @pytest.mark.parametrize("group", ["dual", "single"])

@@ -63,6 +63,7 @@ LLAVA_VISION_PARAMS = 303_507_456 + 20_979_712  # CLIP ViT-L/14-336 + the two-la
 CLIP_TEXT_PARAMS = 123_060_480
 I2V_BUCKET_BASE = 960  # tencent/HunyuanVideo-I2V: `--i2v-resolution 720p` -> buckets of about 960^2 px
 I2V_BUCKET_PATCH = 32
+TEXT_BUCKET = 32  # text kept in multiples of this: few distinct lengths (compiles), at most 31 padded rows
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,6 +124,21 @@ class HunyuanVideoPredict:
         v = cfg_predict(run, branch(slice(0, 1)), branch(slice(1, 2)) if self.guided else None, knobs["scale"])
         # token_replace: the reference steps frames 1: only; frame 0 is replaced at every step and at the end
         return v.at[:, :, :1].set(0.0) if self.token_replace else v
+
+
+def trim_text_padding(text: jax.Array, mask: jax.Array, multiple: int = TEXT_BUCKET) -> tuple[jax.Array, jax.Array]:
+    """`text[:, :n], mask[:, :n]` with `n` the last token any row attends to, rounded up to `multiple`.
+
+    Exact for this DiT: a masked text token is never a key (the joint attention and the token refiner mask
+    it; the refiner's pooled mean skips it), and its own output is dropped with the text stream at the
+    head, so the tokens after the last valid one change nothing but the work. diffusers runs all
+    `max_sequence_length` (256) of them; a short prompt needs 32 or 64. The mask is read on the host (it
+    is concrete after the text encoders), so the DiT compiles once per bucket.
+    """
+    valid = np.asarray(mask).astype(bool)
+    ends = np.where(valid.any(axis=1), valid.shape[1] - np.argmax(valid[:, ::-1], axis=1), 0)
+    keep = min(valid.shape[1], -(-max(int(ends.max()), 1) // multiple) * multiple)
+    return text[:, :keep], mask[:, :keep]
 
 
 def embedded_guidance(scale: float, dtype: str) -> np.float32:
@@ -258,6 +274,7 @@ class HunyuanVideoFamily(HunyuanBase):
             text, mask = self.encode_llava(s, prompts, image)
             image_latents = self.encode_image(s, image)
         pooled = self.encode_clip(clip_prompts)
+        text, mask = trim_text_padding(text, mask)
         cond = Condition(text, mask.astype(bool), pooled, image_latents)
         jax.block_until_ready(cond)
         return cond
