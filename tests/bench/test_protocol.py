@@ -37,6 +37,18 @@ def test_table_prints_rates_and_the_floor(capsys):
     assert rows[4].startswith("floor: 0.300 TFLOP") and rows[4].endswith("take 2.500 s = 0.62x ref's best")
 
 
+def test_a_contender_doing_less_work_is_rated_on_its_own_count(capsys):
+    timings = Timings(results={"trimmed": Timing((1.5,), (3.0,)), "ref": Timing((4.0,), (8.0,))},
+                      load_before=0.5, load_after=1.9, outputs={}, flops=300e9, gemm_peak={"XLA": 120e9},
+                      work={"trimmed": 150e9})
+    print_table("t", timings, reference="ref")
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2].split()[-3:] == ["0.38x", "100", "83%"]  # 150 GFLOP in 1.5 s, not 300
+    assert rows[3].split()[-2:] == ["75", "62%"]
+    assert rows[5] == ("trimmed does 0.150 TFLOP per call (50% of the reference's; its own count, used for its "
+                       "GFLOP/s), so the floor does not bound it")
+
+
 def test_table_without_work_has_no_floor(capsys):
     timings = Timings(results={"a": Timing((1.0,), (1.0,))}, load_before=0.5, load_after=1.0, outputs={})
     print_table("t", timings)
