@@ -9,7 +9,8 @@ guidance, and `neg + S (pos - neg)` is the velocity.
 
 Text (`text.py`): the Llama-3 tower behind the video-description template, cropped after the template,
 `hidden_states[-3]`, `--max-sequence-length` tokens; CLIP-L's pooled output of the raw prompt (`--prompt-2`
-when given). Image-to-video (the released 16-channel "token_replace" model): the Llava tower reads the prompt
+when given). The text after the last token any branch attends to is dropped before sampling
+(`trim_text_padding`, in buckets of 32: the same frames, less work where the prompt is short). Image-to-video (the released 16-channel "token_replace" model): the Llava tower reads the prompt
 with the image (image tokens every `--image-embed-interleave`-th, 4 by default); the first frame's VAE latent
 (posterior mode x scaling factor) is mixed into the initial noise (0.999 noise + 0.001 image on every frame),
 replaces latent frame 0 at every step and at the end; the sampler moves frames 1: only. With true CFG the
