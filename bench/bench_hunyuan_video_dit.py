@@ -13,10 +13,6 @@ trimmed contender's work is counted on diffusers given the trimmed text (the sam
 GFLOP/s use that count; the floor line counts the full reference's work, so it bounds the untrimmed
 contender only. At the native 720p x 129 frames (118,800 video tokens) the trim saves under 0.5% of the work.
 
-vidax runs XLA:CPU with its lone matmuls in Eigen (`vidax.zoo.runtime.configure_cpu_matmuls`, set when
-vidax.zoo is imported); "vidax, XLA's default matmuls" is the trimmed call compiled with jaxlib's default
-(every matmul in YNNPACK), in the same run.
-
     .venv/bin/python -m bench hunyuan_video_dit
     VIDAX_BENCH_SMOKE=1 ...   # tiny widths and frames: checks that the benchmark runs, no figures
 """
@@ -90,23 +86,12 @@ def main() -> None:
         text, mask = run_trimmed_text()
         return forward(params, video, t, text, mask, pooled, guidance)
 
-    # The same trimmed call compiled with jaxlib's own XLA:CPU default (every matmul in YNNPACK), beside
-    # vidax's runtime setting (lone matmuls in Eigen: vidax.zoo.runtime.configure_cpu_matmuls).
-    video, t, _, _, pooled, guidance = ours_in
-    text, mask = run_trimmed_text()
-    xla_default = forward.lower(params, video, t, text, mask, pooled, guidance).compile(
-        compiler_options={"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"})
-
-    def run_trimmed_xla_default():
-        text, mask = run_trimmed_text()
-        return xla_default(params, video, t, text, mask, pooled, guidance)
-
     def run_ref():
         with torch.no_grad():
             return ref(**inputs).sample
 
     contenders = {"vidax (jit)": run_trimmed, f"vidax, all {TEXT_LEN} text tokens": lambda: forward(params, *ours_in),
-                  "vidax, XLA's default matmuls": run_trimmed_xla_default, "diffusers eager": run_ref}
+                  "diffusers eager": run_ref}
     keep = int(np.asarray(run_trimmed_text()[1]).shape[1])
     trimmed_inputs = dict(inputs, encoder_hidden_states=inputs["encoder_hidden_states"][:, :keep],
                           encoder_attention_mask=inputs["encoder_attention_mask"][:, :keep])
@@ -116,7 +101,7 @@ def main() -> None:
             return ref(**trimmed_inputs).sample
 
     timings = interleaved(contenders, repeats=REPEATS, flops=reference_flops(run_ref),
-                          work=dict.fromkeys(("vidax (jit)", "vidax, XLA's default matmuls"), reference_flops(run_ref_trimmed)))
+                          work={"vidax (jit)": reference_flops(run_ref_trimmed)})
     expected = timings.outputs["diffusers eager"].numpy()
     diff = max(float(np.abs(np.asarray(timings.outputs[name]) - expected).max()) for name in contenders if "vidax" in name)
     tokens = int(np.prod(inputs["hidden_states"].shape[2:])) // 4

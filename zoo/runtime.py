@@ -10,8 +10,6 @@ for `vidax.zoo.sharding.constrain`. Outside `use_mesh` everything runs plainly o
 
 The persistent compilation cache is switched on when this module is imported, unless
 `VIDAX_NO_COMPILE_CACHE=1`; the CLIs call `configure_compile_cache` for `--no-compile-cache`.
-Importing it also picks XLA:CPU's matmul library (`configure_cpu_matmuls`), unless
-`VIDAX_XLA_CPU_DEFAULTS=1`.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import importlib.metadata
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -29,13 +26,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
-
-try:  # private in jax, with no public equivalent; without it, leave XLA_FLAGS alone
-    from jax._src.xla_bridge import backends_are_initialized
-except ImportError:  # pragma: no cover
-
-    def backends_are_initialized() -> bool:
-        return True
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
@@ -121,46 +111,6 @@ def configure_compile_cache(
     return folder
 
 
-CPU_LIBRARY_FUSIONS_FLAG = "--xla_cpu_experimental_ynn_fusion_type"
-CPU_LIBRARY_FUSIONS = "LIBRARY_FUSION_TYPE_REDUCE"
-
-
-def _jaxlib_version() -> tuple[int, ...]:
-    try:
-        release = importlib.metadata.version("jaxlib").split("+")[0].split(".")
-        return tuple(int(part) for part in release[:2])
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        return (0, 0)
-
-
-def configure_cpu_matmuls() -> bool:
-    """Hand XLA:CPU's individual matmuls to its Eigen kernels, keeping YNNPACK for reductions (and
-    the matmuls fused into them); returns whether the setting was made.
-
-    jaxlib 0.10's default sends every matmul to YNNPACK. On the transformer shapes of a video DiT
-    (thousands of tokens x 3072) Eigen's fp32 GEMM is 5-15% faster on the same cores (3510 x 3072 x
-    3072: 211 against 186-195 GFLOP/s on 2 Zen 4 cores), while attention's row max and sum stay
-    fastest in YNNPACK; only skinny matmuls (a few hundred rows) are a few percent slower.
-    `bench/bench_hunyuan_video_dit.py` times the DiT both ways in one run.
-
-    The choice travels in `XLA_FLAGS`, which XLA reads once, when jax starts its backends: this
-    runs when `vidax.zoo.runtime` is imported and does nothing once a backend is up, when
-    `XLA_FLAGS` already names the setting (the user's choice wins), or under
-    `VIDAX_XLA_CPU_DEFAULTS=1`. The flag is XLA:CPU's own; GPU and TPU programs ignore it. It is
-    only set for the jaxlib versions it was measured on (0.10 and later): XLA aborts on a flag it
-    does not know.
-    """
-    flags = os.environ.get("XLA_FLAGS", "")
-    if os.environ.get("VIDAX_XLA_CPU_DEFAULTS", "").lower() in ("1", "true", "yes"):
-        return False
-    if _jaxlib_version() < (0, 10):
-        return False
-    if CPU_LIBRARY_FUSIONS_FLAG in flags or backends_are_initialized():
-        return False
-    os.environ["XLA_FLAGS"] = f"{flags} {CPU_LIBRARY_FUSIONS_FLAG}={CPU_LIBRARY_FUSIONS}".strip()
-    return True
-
-
 # --- donation --------------------------------------------------------------------------------
 
 
@@ -215,4 +165,3 @@ FP32 = Precision(weights=jnp.float32, activations=jnp.float32, matmul="highest")
 
 
 configure_compile_cache()
-configure_cpu_matmuls()
