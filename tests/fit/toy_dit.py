@@ -23,8 +23,8 @@ class ToyBlock(nn.Module):
         h = LayerNorm(use_scale=False, use_bias=False)(x) * (1 + scale) + shift
         q, k, v = (Dense(d, ("embed", "heads"), name=n)(h).reshape(b, s, self.heads, -1) for n in ("to_q", "to_k", "to_v"))
         x = x + Dense(d, ("heads", "embed"), name="to_out_0")(attention(q, k, v).reshape(b, s, d))
-        h = jax.nn.gelu(Dense(2 * d, ("embed", "mlp"), name="fc1")(LayerNorm(name="norm2")(x)))
-        return x + Dense(d, ("mlp", "embed"), name="fc2")(h)
+        h = Dense(2 * d, ("embed", "mlp"), name="fc1")(LayerNorm(name="norm2")(x))
+        return x + Dense(d, ("mlp", "embed"), input_activation=jax.nn.gelu, name="fc2")(h)
 
 
 class ToyEmbed(nn.Module):

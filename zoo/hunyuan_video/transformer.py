@@ -184,14 +184,15 @@ class _SingleAttention(nn.Module):
 
 
 class _ChunkedMLP(nn.Module):
-    """`proj_mlp` as `chunks` column blocks `chunk_c` [D, D] (diffusers' `proj_mlp` [D, 4D] cut by columns)."""
+    """`proj_mlp` as `chunks` column blocks `chunk_c` [D, D] (diffusers' `proj_mlp` [D, 4D] cut by columns),
+    before its activation (`_SingleProjOut` applies it with its product)."""
 
     features: int
     chunks: int
 
     @nn.compact
     def __call__(self, x):
-        return [gelu_tanh(Dense(self.features, axes=("embed", "mlp"), name=f"chunk_{c}")(x)) for c in range(self.chunks)]
+        return [Dense(self.features, axes=("embed", "mlp"), name=f"chunk_{c}")(x) for c in range(self.chunks)]
 
 
 class _SingleProjOut(nn.Module):
@@ -204,7 +205,8 @@ class _SingleProjOut(nn.Module):
     def __call__(self, attn, mlp):
         y = Dense(self.features, axes=("heads", "embed"), use_bias=False, name="attn")(attn)
         for c, h in enumerate(mlp):
-            y = y + Dense(self.features, axes=("mlp", "embed"), use_bias=False, name=f"chunk_{c}")(h)
+            y = y + Dense(self.features, axes=("mlp", "embed"), use_bias=False, input_activation=gelu_tanh,
+                          name=f"chunk_{c}")(h)
         bias = logical_param(self, "bias", (self.features,), ("embed",), nn.initializers.zeros)
         return y + bias.astype(y.dtype)
 

@@ -1,0 +1,56 @@
+"""The shared dense projection: row blocks on one CPU device, one call elsewhere, same numbers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vidax.zoo import layers
+from vidax.zoo.mesh import make_mesh
+from vidax.zoo.runtime import use_mesh
+
+
+def _loops(fn, *args) -> int:
+    """Loops in a fresh trace of `fn` (jax caches traces per function, not per setting)."""
+    return str(jax.make_jaxpr(lambda *a: fn(*a))(*args)).count("scan[")
+
+
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_row_blocks_equal_the_one_call_product_bit_for_bit(monkeypatch, use_bias):
+    """37 rows (with a batch axis) in blocks of at most 8: 5 blocks of 8, the last one starting at row 29."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((1, 37, 48), np.float32))
+    kernel = jnp.asarray(rng.standard_normal((48, 40), np.float32))
+    bias = jnp.asarray(rng.standard_normal((40,), np.float32)) if use_bias else None
+    one_call = jnp.dot(x, kernel) + (0 if bias is None else bias)
+
+    monkeypatch.setattr(layers, "CPU_ROW_BLOCK", 8)
+    blocked = jax.jit(lambda x, k: layers.project(x, k, bias))
+    assert _loops(lambda x, k: layers.project(x, k, bias), x, kernel) == 1  # the row-block path ran
+    out = blocked(x, kernel)
+    assert out.shape == (1, 37, 40)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(one_call))
+
+
+def test_small_and_sharded_products_take_one_call(monkeypatch):
+    x, kernel = jnp.ones((2, 16, 8)), jnp.ones((8, 4))
+    assert _loops(layers.project, x, kernel) == 0  # 32 rows <= CPU_ROW_BLOCK
+    monkeypatch.setattr(layers, "CPU_ROW_BLOCK", 8)
+    assert _loops(layers.project, x, kernel) == 1
+    with use_mesh(make_mesh(dp=2, sp=2)):
+        assert _loops(layers.project, x, kernel) == 0  # each device's share is already smaller
+    with use_mesh(make_mesh(dp=1)):
+        assert _loops(layers.project, x, kernel) == 1  # a one-device mesh is not split
+
+
+def test_the_input_activation_is_applied_to_every_row_block(monkeypatch):
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((2, 13, 16), np.float32))
+    kernel = jnp.asarray(rng.standard_normal((16, 8), np.float32))
+    expected = np.asarray(jnp.dot(layers.gelu_tanh(x), kernel))
+    monkeypatch.setattr(layers, "CPU_ROW_BLOCK", 8)  # 26 rows: 4 blocks of 8, the last from row 18
+    out = jax.jit(lambda x, k: layers.project(x, k, input_activation=layers.gelu_tanh))(x, kernel)
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6, atol=1e-6)  # the activation may fuse differently
+    dense = layers.Dense(8, input_activation=layers.gelu_tanh)
+    params = {"params": {"kernel": kernel, "bias": jnp.zeros(8)}}
+    np.testing.assert_allclose(np.asarray(dense.apply(params, x)), expected, rtol=1e-6, atol=1e-6)
