@@ -34,6 +34,7 @@ def main() -> None:
     import numpy as np
 
     from vidax.zoo import layers
+    from vidax.zoo.kernels.blockwise import balanced_blocks
 
     jax.config.update("jax_default_matmul_precision", "highest")
     if SMOKE:
@@ -50,7 +51,7 @@ def main() -> None:
         timings = interleaved({"one call": lambda: one_call(x, w), "row blocks": lambda: blocked(x, w)}, REPEATS)
         whole, split = (timings.results[name].best for name in ("one call", "row blocks"))
         same = np.array_equal(np.asarray(timings.outputs["one call"]), np.asarray(timings.outputs["row blocks"]))
-        count, size = layers.balanced_blocks(rows, layers.CPU_ROW_BLOCK)
+        count, size = balanced_blocks(rows, layers.CPU_ROW_BLOCK)
         rate = f"{2 * rows * k * n / whole / 1e9:.0f} -> {2 * rows * k * n / split / 1e9:.0f}"
         print(f"{f'{rows} x {k} x {n}':>22}{whole:>10.3f}s{split:>11.3f}s{rate:>16}{f'{count} x {size}':>10}  {same}"
               f"   (load {timings.load_before:.2f} -> {timings.load_after:.2f}"

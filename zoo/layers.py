@@ -59,7 +59,7 @@ def project(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *,
 
     On a CPU run that is not split over a mesh, a product of more than `CPU_ROW_BLOCK` rows runs as
     balanced row blocks one after another (3510 tokens: 5 x 702): XLA's CPU matmul (YNNPACK) runs
-    such a block up to 16% faster than the whole product (`python -m bench matmul`), and each output
+    such a block 5-16% faster than the whole product (`python -m bench matmul`), and each output
     row is the same sum in the same order either way, so the product is bit for bit the one call's.
     Accelerators, and sharded products (each device's share is already smaller), take the one call.
     """
