@@ -1,36 +1,35 @@
-"""The family contract: what a model family supplies, and the generation steps every family shares.
+"""The family contract: what a model family supplies, as typed pieces that take values and return values.
 
 A family (`zoo/<family>/family.py`, exporting `FAMILY`) subclasses `Family` and supplies only what
-is its own:
+is its own. Each piece takes what it needs as arguments and returns what it makes; the runtime of
+one generation (stage weights, host noise, mesh, progress) is the `Run` it is handed:
 
-    read configs      `__init__` / cached properties over `self.read_config(...)` (checkpoint first,
-                      the registry's `config` tables when there is no checkpoint yet: `--plan`)
-    resolve settings  `settings_class` (a `Settings` subclass), `folder_settings`, `check_settings`,
-                      `latent_shape`, `size_for_image`
-    encode            `encode(s, inputs) -> cond` (any pytree: text features, image condition, ...)
-    one velocity      `dit_parts`, `build_dit`, `predictor(s, expert)` -> a frozen, hashable callable
-                      `predict(run, latents, timestep, cond, knobs)` that runs the DiT through `run`
-                      (CFG with `cfg_predict`), and `step_knobs(s, i, t, expert)` (per-step scalars)
-    decode            `decode(s, latents) -> frames [F, H, W, 3]` in [0, 1]
-    memory job        `memory_job(s, options) -> planner.Job`
+    configs    cached properties over `self.read_config(...)` (checkpoint first, the registry's
+               `config` tables when there is no checkpoint yet: `--plan`)
+    settings   `settings_class`, `flags`, `folder_settings()`, `check_settings(s)`, `latent_shape(s)`,
+               `size_for_image(image, s)`, `image_roles()`
+    encode     `encode(run, s, inputs) -> cond` (any pytree: text features, image condition, ...)
+    schedule   `stepper(s, shape)`, `experts(s, timesteps)`, `step_knobs(s, stepper, i, expert)`;
+               `schedule(s, shape)` bundles them as a `Schedule` value
+    velocity   `dit_parts(s)`, `build_dit(part, tree, s)`, `predictor(s, expert, dit, step)` -> a
+               frozen, hashable `predict(run_dit, latents, timestep, cond, knobs)` (CFG with
+               `cfg_predict`)
+    sample     `sample(run, s, latents, cond) -> latents`: one `denoise` pass by default; a family
+               whose story differs (LTX-Video's two passes, LTX-2's I2V frame, Wan TI2V's first frame)
+               composes `Denoisers`, `schedule` and `denoise` in its own short `sample`
+    decode     `decode(run, s, latents) -> Decoded` (frames `[F, H, W, 3]` in [0, 1], audio if any)
+    memory     `memory_job(options) -> planner.Job`
 
-and the base class does the rest the same way for every family: settings from registry defaults,
-the folder and the user's flags (validated, family flags included); image checks; host-seeded
-noise (`--latents` too) and host-seeded per-step noise for stochastic samplers; the sampler choice
-(`--sampler`, the folder's scheduler by default); placement of each stage's weights (one
-`device_put`, or the mesh's shardings for the DiT) and their release (`--keep-stages` keeps them);
-the denoising loop with expert switching, offload (`--offload-chunk`) and the mesh; progress and
-stage times. A family overrides `sample` when one pass of the loop is not its whole story (LTX's
-two passes).
+`vidax.zoo.generation.generate_video` runs them top to bottom. What every family does the same way
+lives in shared modules: settings resolution and checks here, stage weights and host noise in
+`vidax.zoo.stages`, the sampling loop with experts, offload and the mesh in `vidax.zoo.denoise`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property, partial
 from pathlib import Path
@@ -39,25 +38,12 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import traverse_util
-from jax.sharding import NamedSharding, PartitionSpec
 
 from vidax.translator import ModelEntry, load_registry
 from vidax.translator import MODEL_FILE
-from vidax.zoo.dit import forward, place_resident
-from vidax.zoo.pipeline import (
-    GenerateOptions,
-    GenerateResult,
-    PipelineError,
-    Progress,
-    StageTimer,
-    WeightsSource,
-    load_latents,
-    release,
-    seeded_noise,
-)
-
-Params = dict[str, Any]
+from vidax.zoo.denoise import Denoisers, Schedule, denoise
+from vidax.zoo.pipeline import GenerateOptions, PipelineError, Progress, WeightsSource, load_latents, seeded_noise
+from vidax.zoo.stages import Params, Run
 
 # --sampler names -> the diffusers scheduler class each stands for (flow matching)
 FLOW_SAMPLERS = {"euler": "FlowMatchEulerDiscreteScheduler", "unipc": "UniPCMultistepScheduler",
@@ -149,29 +135,17 @@ def cfg_predict(run: Callable, cond: tuple, uncond: tuple | None, scale, *, resc
     return guide(positive, negative, scale, rescale=rescale)
 
 
-@partial(jax.jit, static_argnums=(0, 1))
-def _resident_prediction(predict, dit, params, latents, timestep, cond, knobs):
-    """One compiled unit per step: the family's prediction with the whole DiT resident."""
-    return predict(partial(forward, dit, params), latents, timestep, cond, knobs)
+@dataclasses.dataclass(frozen=True)
+class Decoded:
+    """What `decode` makes: float32 frames `[F, H, W, 3]` in [0, 1]; for models that make sound, the
+    waveform `[channels, samples]` and its rate; `latents` when the final latents to save are not the
+    sampler's (LTX-2: the video part of the joint tokens); `settings` the model adds to the sidecar."""
 
-
-@dataclasses.dataclass
-class LoadedDiT:
-    """A denoiser on the devices: all weights resident, or embed/head resident and blocks streamed."""
-
-    dit: Any
-    params: Params
-    streamed: Any = None
-    host_blocks: Any = None
-
-    def predict(self, predict, latents, timestep, cond, knobs):
-        if self.streamed is None:
-            return _resident_prediction(predict, self.dit, self.params, latents, timestep, cond, knobs)
-        run = partial(self.streamed, self.params, self.host_blocks)  # host loop over compiled chunks
-        return predict(run, latents, timestep, cond, knobs)
-
-    def release(self) -> None:
-        release((self.params, self.host_blocks))
+    frames: np.ndarray
+    audio: np.ndarray | None = None
+    sample_rate: int | None = None
+    latents: np.ndarray | None = None
+    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class ConfigNotFound(PipelineError):
@@ -201,12 +175,6 @@ class Family:
         self.name = entry.name
         self.options = options
         self._given_source = source
-        self.mesh = None
-        self.progress: Progress = Progress()
-        self.timer = StageTimer()
-        self._resident: dict = {}
-        self._kept_dits: dict[int, LoadedDiT] = {}
-        self.step = 0  # the sampling step the loop is at
         self._select_recorded_variant()
 
     # --- sources and configs ---------------------------------------------------------------
@@ -277,6 +245,9 @@ class Family:
     def check_settings(self, s: Settings) -> None:
         """Family checks beyond the common ones (raise PipelineError)."""
 
+    def check_images(self, s: Settings, images: Mapping[str, np.ndarray]) -> None:
+        """Family checks of the conditioning inputs against the settings (raise PipelineError)."""
+
     def size_for_image(self, image: np.ndarray, s: Settings) -> tuple[int, int] | None:
         """(height, width) for an image-to-video request that gave no size (None: the native size)."""
         return None
@@ -308,6 +279,7 @@ class Family:
         s = dataclasses.replace(s, **given)
         self._check_common(s)
         self.check_settings(s)
+        self.check_images(s, images or {})
         return s
 
     def _family_options(self, options: GenerateOptions) -> dict:
@@ -370,12 +342,6 @@ class Family:
             return load_latents(options.latents, shape)
         return seeded_noise(options.seed, shape)
 
-    def host_noise(self, stream: int, index: int, shape: tuple[int, ...]) -> np.ndarray:
-        """Noise the reference draws inside sampling or decoding, from the run's seed on the host:
-        stream 1 = sampler steps, 2 = decode, 3+ = family use; `index` the step or chunk."""
-        rng = np.random.default_rng([self.options.seed, stream, index])
-        return rng.standard_normal(shape, dtype=np.float32)
-
     # --- weights ----------------------------------------------------------------------------
 
     def folders(self, name: str) -> tuple[str | None, ...]:
@@ -400,38 +366,13 @@ class Family:
             raise PipelineError(f"{self.name}: the registry has no convertible component {name!r}")
         return DiTPart(name, comp.spec, self.folders(name), comp.dtype, comp.files(None))
 
-    def load(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
-             dtype: str | None = None) -> Params:
-        """A stage's weights on the default device (one `device_put`); kept for later stages when
-        `--keep-stages`, else the caller `done()`s them when its stage ends."""
-        key = (component, spec, dtype)
-        if key in self._resident:
-            return self._resident[key]
-        return self.place(self.load_tree(component, spec, subfolders, dtype), key)
-
-    def load_part(self, part: DiTPart, dtype: str | None = None) -> Params:
-        """`load` of a registry component (its own dtype and files unless `--dtype` says otherwise)."""
-        return self.load(part.component, part.spec, part.subfolders, dtype or self.options.dtype or part.dtype)
-
-    def place(self, tree: Mapping[str, np.ndarray], key: Any = None) -> Params:
-        """A host tree on the default device in one transfer; kept under `key` with `--keep-stages`."""
-        params = jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/"))
-        if key is not None and not self.options.release_stages:
-            self._resident[key] = params
-        return params
-
     def load_tree(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
-                  dtype: str | None = None):
-        """A component's host tree (mmapped where possible), not placed."""
+                  dtype: str | None = None, *, progress: Progress | None = None):
+        """A component's host tree (mmapped where possible), not placed (`Run.load` places it)."""
         part = self.entry.components.get(component)
         dtype = dtype or (part.dtype if part is not None else None)
         files = part.files(None) if part is not None else None
-        return self.source.load(component, spec, subfolders, dtype=dtype, progress=self.progress, files=files)
-
-    def done(self, params: Any) -> None:
-        """A stage is over: free its weights unless they are kept (`--keep-stages`)."""
-        if self.options.release_stages:
-            release(params)
+        return self.source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files)
 
     # --- the denoiser (override the hooks) --------------------------------------------------
 
@@ -447,18 +388,31 @@ class Family:
         """Which denoiser runs at each step (one DiT: always 0)."""
         return [0] * len(timesteps)
 
-    def predictor(self, s: Settings, expert: int, dit: Any):
+    def predictor(self, s: Settings, expert: int, dit: Any, step: int):
         """A frozen (hashable) callable `predict(run, latents, timestep, cond, knobs) -> model output`
-        for the loaded denoiser `dit` (at step `self.step`: a per-step branch set is a new configuration)."""
+        for the loaded denoiser `dit` at `step` (a per-step branch set is a new configuration)."""
         raise NotImplementedError
 
     def needs_negative(self, s: Settings) -> bool:
         """Whether any step runs the negative prompt's branch (its text is encoded only then)."""
         return s.guided
 
-    def step_knobs(self, s: Settings, index: int, timestep: float, expert: int) -> Any:
+    def step_knobs(self, s: Settings, stepper: Any, index: int, expert: int) -> Any:
         """Per-step values the predictor reads as data (default: the guidance scale)."""
         return {"scale": jnp.float32(s.guidance)}
+
+    def schedule(self, s: Settings, latents_shape: tuple[int, ...]) -> Schedule:
+        """One pass's schedule: `stepper`, the expert of each step, and `step_knobs` per step."""
+        stepper = self.stepper(s, latents_shape)
+        experts = tuple(self.experts(s, np.asarray(stepper.timesteps)))
+        return Schedule(stepper, experts, partial(self.step_knobs, s, stepper))
+
+    @property
+    def transformer_rules(self):
+        """The DiT's sharding rules (the shared `TRANSFORMER_RULES` unless the family has its own)."""
+        from vidax.zoo.sharding import TRANSFORMER_RULES
+
+        return self.dit_rules or TRANSFORMER_RULES
 
     def scheduler_config(self) -> dict:
         """The folder's scheduler config (else the registry's `config.scheduler`)."""
@@ -490,109 +444,30 @@ class Family:
         """Video tokens per sample (for dynamically shifted schedules)."""
         return None
 
-    def place_dit(self, part: DiTPart, s: Settings, dtype: str | None) -> LoadedDiT:
-        """One denoiser's weights on the devices: resident (on the mesh under its rules) or, with
-        `--offload-chunk`, embed/head resident and the blocks streamed from host memory."""
-        from vidax.zoo.offload import stream_blocks
-        from vidax.zoo.sharding import TRANSFORMER_RULES, place_model
-
-        tree = self.load_tree(part.component, part.spec, part.subfolders, dtype)
-        dit = self.build_dit(part, tree, s)
-        rules = self.dit_rules or TRANSFORMER_RULES
-        if self.options.offload_chunk is not None:
-            params, streamed, host = stream_blocks(dit, tree, self.options.offload_chunk, rules, self.mesh)
-            return LoadedDiT(dit, params, streamed, host)
-        if self.mesh is not None:
-            return LoadedDiT(dit, place_model(dit, tree, rules, self.mesh))
-        return LoadedDiT(dit, place_resident(dit, traverse_util.unflatten_dict(dict(tree), sep="/")))
-
     def heads(self) -> int:
         """Attention heads of the DiT (tp and sp must divide them)."""
         raise NotImplementedError
 
     # --- the shared steps -------------------------------------------------------------------
 
-    def denoise(self, s: Settings, latents: np.ndarray, cond: Any, *, dtype: str | None = None,
-                stage: str = "denoise", noise_stream: int = 1, keep: bool = False) -> jax.Array:
-        """One pass of the sampling loop from `latents`; returns the final latents on one device.
-
-        Args:
-          noise_stream: the `host_noise` stream of a stochastic sampler's per-step noise (a second pass
-            takes its own, so that the two are not the same draws).
-          keep: leave the denoisers placed for a later pass (released when `generate` ends).
-        """
-        from vidax.zoo.runtime import use_mesh
-        from vidax.zoo.samplers import sample
-        from vidax.zoo.sharding import TRANSFORMER_RULES
-
-        stepper = self.stepper(s, latents.shape)
-        timesteps = np.asarray(stepper.timesteps)
-        experts = self.experts(s, timesteps)
-        parts = self.dit_parts(s)
-        loaded: dict[int, LoadedDiT] = self._kept_dits
-        if self.mesh is not None:  # small inputs whole on every device; the DiT's constraints split them
-            host = jax.tree.map(np.asarray, (latents, cond))  # each process holds the same values
-            latents, cond = jax.device_put(host, NamedSharding(self.mesh, PartitionSpec()))
-        last = [time.perf_counter()]
-
-        def model_fn(x, i, t):
-            self.step = i  # the step index, for step_knobs and predictor
-            expert = experts[i]
-            if expert not in loaded:
-                for old in list(loaded):  # one denoiser's weights at a time
-                    loaded.pop(old).release()
-                loaded[expert] = self.place_dit(parts[expert], s, dtype)
-            knobs = self.step_knobs(s, i, float(t), expert)
-            denoiser = loaded[expert]
-            return denoiser.predict(self.predictor(s, expert, denoiser.dit), x, jnp.float32(t), cond, knobs)
-
-        def on_step(i, x):
-            x.block_until_ready()
-            now = time.perf_counter()
-            self.progress.advance(stage, 1, f"{now - last[0]:.3g} s/step")
-            last[0] = now
-
-        noise = None
-        if getattr(stepper, "stochastic", False):
-            noise = lambda i, shape: self.host_noise(noise_stream, i, shape)  # noqa: E731
-        on_mesh = use_mesh(self.mesh, self.dit_rules or TRANSFORMER_RULES) if self.mesh else contextlib.nullcontext()
-        with self.timer.stage(stage, total=stepper.num_steps), on_mesh:
-            out = sample(model_fn, stepper, jnp.asarray(latents) if self.mesh is None else latents, callback=on_step,
-                         step_noise=noise)
-            out = self.gather(out)
-        if not keep:
-            self.release_dits()
-        return out
-
-    def release_dits(self) -> None:
-        """Free every placed denoiser (kept by `denoise(keep=True)`)."""
-        for denoiser in self._kept_dits.values():
-            denoiser.release()
-        self._kept_dits.clear()
-
-    def gather(self, x: jax.Array) -> jax.Array:
-        """A mesh output back on one device of this process (for the VAE and the output files)."""
-        from vidax.zoo.distributed import to_host
-
-        return jnp.asarray(to_host(x))
-
-    def encode(self, s: Settings, inputs: Inputs) -> Any:
+    def encode(self, run: Run, s: Settings, inputs: Inputs) -> Any:
         """Text (and image) conditioning, as the predictor takes it."""
         raise NotImplementedError
 
-    def sample(self, s: Settings, latents: np.ndarray, cond: Any, inputs: Inputs) -> jax.Array:
+    def sample(self, run: Run, s: Settings, latents: np.ndarray, cond: Any) -> jax.Array:
         """The denoising story from the initial latents to the final ones (default: one pass)."""
-        return self.denoise(s, latents, cond, dtype=self.options.dtype)
+        with Denoisers(run, self, s) as denoisers:
+            return denoise(run, denoisers, self.schedule(s, latents.shape), latents, cond, partial(self.predictor, s))
 
-    def decode(self, s: Settings, latents: jax.Array) -> np.ndarray:
-        """Final latents -> float32 frames `[F, H, W, 3]` in [0, 1]."""
+    def decode(self, run: Run, s: Settings, latents: jax.Array) -> Decoded:
+        """Final latents -> float32 frames `[F, H, W, 3]` in [0, 1] (and whatever else the model makes)."""
         raise NotImplementedError
 
     def memory_job(self, options: GenerateOptions):
         """What the memory planner needs at the requested size (configs only, nothing loaded)."""
         raise NotImplementedError
 
-    def _check_multiprocess_source(self) -> None:
+    def check_multiprocess_source(self) -> None:
         """Across processes the weights come from a converted folder: each process then maps only the
         slices its own devices hold (a checkpoint converted on the fly would pass whole tensors
         through every host)."""
@@ -617,40 +492,8 @@ class Family:
         mesh = make_mesh(dp, tp, sp)  # a clear error when the devices do not suffice
         return mesh if mesh.size > 1 else None
 
-    def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
-        """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
-        from vidax.zoo.distributed import agree
+    def generate(self, options: GenerateOptions, progress: Progress | None = None):
+        """`vidax.zoo.generation.generate_video` of this model (frames and latents; no files written)."""
+        from vidax.zoo.generation import generate_video
 
-        self.options = options
-        self.progress = progress or Progress()
-        self.timer = StageTimer(self.progress)
-        try:  # everything before the first step that involves other processes
-            if options.offload_chunk is not None and options.offload_chunk < 1:
-                raise PipelineError(f"--offload-chunk must be at least 1 block, got {options.offload_chunk}")
-            self._check_multiprocess_source()
-            inputs = self.read_inputs(options)
-            s = self.resolve_settings(options, inputs.images)
-            inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if self.needs_negative(s) else None)
-            self.mesh = self.make_mesh(options)
-            latents = self.initial_latents(s, options)
-            with self.timer.stage("encode"):
-                cond = self.encode(s, inputs)
-                jax.block_until_ready(cond)
-        except BaseException as err:
-            agree(err, "preparation")
-            raise
-        agree(None, "preparation")
-        try:
-            latents = self.sample(s, latents, cond, inputs)
-        finally:
-            self.release_dits()
-        with self.timer.stage("decode"):
-            frames = self.decode(s, latents)
-        for params in self._resident.values():
-            release(params)
-        self._resident.clear()
-        settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": self.name,
-                    "variant": self.entry.variant, "weights_source": self.source.label,
-                    "latent_shape": list(self.latent_shape(s))}
-        return GenerateResult(frames=np.asarray(frames, np.float32), latents=np.asarray(latents), fps=s.fps,
-                              settings=settings, times=self.timer.times)
+        return generate_video(self, options, progress)

@@ -446,6 +446,7 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
       The result, with `settings["outputs"]` naming the files written.
     """
     from vidax.zoo.distributed import agree, is_writer
+    from vidax.zoo.generation import generate_video
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.runtime import configure_compile_cache
     from vidax.zoo.video_io import audio_path, check_output_path, write_frames, write_sidecar
@@ -461,7 +462,7 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
     except BaseException as err:  # every process learns of it (multi-process runs), then it is raised
         agree(err, "preparation")
         raise
-    result = pipeline.generate(options, progress)  # agrees once its own preparation is over
+    result = generate_video(pipeline, options, progress)  # agrees once its own preparation is over
     result.times = {**timer.times, **result.times}
     if not is_writer():  # one process writes the outputs
         return result

@@ -7,7 +7,7 @@ The reference draws from its torch generator, in this order: (I2V) the image pos
 (initial latents, when not given), then at each `CogVideoXDPMScheduler` step one normal draw, and a
 second one on the second-order steps (every step but the first and the last; the second replaces the
 first). `reference_draws` replays that sequence; the tests give vidax the same values through
-`--latents` and by patching `Family.host_noise` (vidax's own runs draw them from the seed on the host).
+`--latents` and by patching `Run.host_noise` (vidax's own runs draw them from the seed on the host).
 """
 
 from __future__ import annotations
@@ -108,11 +108,12 @@ def reference_draws(seed: int, steps: int, shape: tuple[int, ...], image_shape: 
 def patch_host_noise(monkeypatch, image: np.ndarray | None, steps: list[np.ndarray]) -> None:
     """vidax's host noise replaced by the reference's draws (tests only): stream 1 = the sampler's steps,
     stream 3 = the I2V posterior sample."""
-    from vidax.zoo.cogvideox.family import IMAGE_NOISE_STREAM, CogVideoXFamily
+    from vidax.zoo.cogvideox.family import IMAGE_NOISE_STREAM
+    from vidax.zoo.stages import Run
 
     def host_noise(self, stream, index, shape):
         value = steps[index] if stream == 1 else image if stream == IMAGE_NOISE_STREAM else None
         assert value is not None and value.shape == tuple(shape), (stream, index, shape)
         return np.asarray(value, np.float32)
 
-    monkeypatch.setattr(CogVideoXFamily, "host_noise", host_noise)
+    monkeypatch.setattr(Run, "host_noise", host_noise)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 
 import numpy as np
 import pytest
@@ -162,8 +163,9 @@ def test_sampler_and_dynamic_cfg_flags(reference, tmp_path):
     assert type(family.stepper(ddim, family.latent_shape(ddim))).__name__ == "DDIM"
     forced = family.resolve_settings(options(reference, tmp_path, sampler="ddim", extra={"dynamic_cfg": True}))
     assert forced.dynamic_cfg is True
-    assert float(family.step_knobs(s, 1, 666.0, 0)["scale"]) == pytest.approx(dynamic_guidance(GUIDANCE, 666.0, STEPS))
-    assert float(family.step_knobs(ddim, 1, 666.0, 0)["scale"]) == GUIDANCE
+    at_666 = types.SimpleNamespace(timesteps=[999.0, 666.0])  # step 1 of a schedule at timestep 666
+    assert float(family.step_knobs(s, at_666, 1, 0)["scale"]) == pytest.approx(dynamic_guidance(GUIDANCE, 666.0, STEPS))
+    assert float(family.step_knobs(ddim, at_666, 1, 0)["scale"]) == GUIDANCE
 
 
 def test_cli_flags_and_plan(reference, tmp_path, monkeypatch):

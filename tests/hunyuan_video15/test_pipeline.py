@@ -19,6 +19,7 @@ from vidax.zoo.hunyuan_video15.family import Condition, HunyuanPredict, default_
 from vidax.zoo.hunyuan_video15.text import TextFeatures
 from vidax.zoo.pipeline import GenerateOptions
 from vidax.zoo.registry import make_pipeline
+from vidax.zoo.stages import Run
 
 from tests.oracle import to_np, unflatten
 
@@ -73,8 +74,9 @@ def test_frames_match_reference(saved, tmp_path):
     family = make_pipeline(options.model, options)
     s = family.resolve_settings(options)
     cond = Condition(TextFeatures.concat(ours(prompt), ours(negative)), None)
-    final = family.denoise(s, to_np(latents), cond, dtype="float32")
-    frames = family.decode(s, final)
+    run = Run(family, options)
+    final = family.sample(run, s, to_np(latents), cond)
+    frames = family.decode(run, s, final).frames
     assert frames.shape == expected.shape[1:] == (5, 32, 48, 3)
     np.testing.assert_allclose(frames, expected[0], atol=1e-5, rtol=0)
 
@@ -102,7 +104,7 @@ def test_bf16_weights_run_close_to_fp32(saved):
     """Weights converted as shipped (bf16) run the DiT in bf16; the velocity stays near the fp32 one."""
     import jax
 
-    from vidax.zoo.family import _resident_prediction
+    from vidax.zoo.denoise import _resident_prediction
 
     ref, root = saved
     dit = HunyuanVideo15Transformer(TransformerConfig.from_hf_config(dict(ref.transformer.config)))

@@ -54,7 +54,7 @@ def upsampler(seed: int = 9):
 
 
 class Replay:
-    """`host_noise` replaying a reference's torch draws: `record(stream, index, shape)` in the reference's
+    """`Run.host_noise` replaying a reference's torch draws: `record(stream, index, shape)` in the reference's
     order against a generator seeded like the reference's; lookups check the shape."""
 
     def __init__(self, seed: int):
@@ -69,7 +69,7 @@ class Replay:
         self.draws[stream, index] = self.draw(shape)
         return self.draws[stream, index]
 
-    def __call__(self, family, stream: int, index: int, shape) -> np.ndarray:
+    def __call__(self, run, stream: int, index: int, shape) -> np.ndarray:
         key = (stream, index)
         if key not in self.draws:
             raise AssertionError(f"vidax drew noise {key} {tuple(shape)} the reference never drew")
@@ -80,12 +80,12 @@ class Replay:
         return want
 
     def install(self, monkeypatch) -> "Replay":
-        """Patched over the base `Family.host_noise` (the family itself routes the second pass's
-        per-step draws to their stream)."""
-        from vidax.zoo.family import Family
+        """Patched over `Run.host_noise` (the family itself routes the second pass's per-step draws to
+        their stream)."""
+        from vidax.zoo.stages import Run
 
         replay = self
-        monkeypatch.setattr(Family, "host_noise", lambda family, stream, index, shape: replay(family, stream, index, shape))
+        monkeypatch.setattr(Run, "host_noise", lambda run, stream, index, shape: replay(run, stream, index, shape))
         return self
 
 

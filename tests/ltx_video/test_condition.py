@@ -240,7 +240,7 @@ def test_decode_noise_order(reference, tmp_path, monkeypatch, layout):
     root = reference[0]
     g = torch.Generator().manual_seed(9)
     z, eps = torch.randn(LATENT, generator=g), torch.randn(LATENT, generator=g)
-    monkeypatch.setattr("vidax.zoo.family.Family.host_noise", lambda self, stream, index, shape: eps.numpy())
+    monkeypatch.setattr("vidax.zoo.stages.Run.host_noise", lambda self, stream, index, shape: eps.numpy())
     weights = root / ("model" if layout == "diffusers" else "official")
     opts = options(root, weights=str(weights), decode_noise_scale=0.3, decode_timestep=0.2)
     family = make_pipeline(MODEL, opts)

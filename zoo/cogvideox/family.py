@@ -54,7 +54,8 @@ from vidax.zoo.cogvideox.transformer import CogVideoXTransformer, position_mode
 from vidax.zoo.cogvideox.vae import DECODE_BATCH_FRAMES, CogVideoXVAE, Tiling
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.stages import Run
+from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 from vidax.zoo.video_io import vae_image
@@ -266,45 +267,46 @@ class CogVideoXFamily(Family):
         except ValueError as err:
             raise self._error(err) from None
 
-    def step_knobs(self, s: CogVideoXSettings, index: int, timestep: float, expert: int) -> dict:
+    def step_knobs(self, s: CogVideoXSettings, stepper, index: int, expert: int) -> dict:
+        timestep = float(stepper.timesteps[index])
         scale = dynamic_guidance(s.guidance, timestep, s.steps) if s.dynamic_cfg else s.guidance
         return {"scale": jnp.float32(scale)}
 
     # --- encode -----------------------------------------------------------------------------
 
-    def encode(self, s: CogVideoXSettings, inputs: Inputs) -> CogVideoXCondition:
-        text = self.encode_text(s, inputs.prompt, inputs.negative_prompt)
+    def encode(self, run: Run, s: CogVideoXSettings, inputs: Inputs) -> CogVideoXCondition:
+        text = self.encode_text(run, s, inputs.prompt, inputs.negative_prompt)
         image = inputs.images.get("image")
-        return CogVideoXCondition(text, None if image is None else self.encode_image(s, image))
+        return CogVideoXCondition(text, None if image is None else self.encode_image(run, s, image))
 
-    def encode_text(self, s: CogVideoXSettings, prompt: str, negative: str | None) -> jax.Array:
+    def encode_text(self, run: Run, s: CogVideoXSettings, prompt: str, negative: str | None) -> jax.Array:
         """`[1 or 2, T, 4096]` fp32 T5 features: the prompt, then the negative prompt when guided."""
         tokenizer = self.source.find("tokenizer", *(f for f in self.folders("tokenizer") if f), component="tokenizer")
         if tokenizer is None or self.t5_config is None:
             raise PipelineError(f"{self.source.label}: needs tokenizer/ and text_encoder/config.json (T5) as the "
                                 "diffusers repos and vidax-convert folders hold them (SAT: t5-v1_1-xxl/)")
         part = self.component("text_encoder")
-        params = self.load_part(part)  # the registry keeps T5 in fp32 (residuals near 1e5 over the padding)
+        params = run.load_part(part)  # the registry keeps T5 in fp32 (residuals near 1e5 over the padding)
         model = T5EncoderModel(self.t5_config, dtype=jnp.float32)
         cond, uncond = encode_prompt(model, params, load_tokenizer(tokenizer), prompt, negative,
                                      guidance=negative is not None, max_length=s.max_sequence_length)
         text = cond if uncond is None else jnp.concatenate([cond, uncond], axis=0)
         text.block_until_ready()
-        self.done(params)
+        run.done(params)
         return text
 
-    def encode_image(self, s: CogVideoXSettings, image: np.ndarray) -> jax.Array:
+    def encode_image(self, run: Run, s: CogVideoXSettings, image: np.ndarray) -> jax.Array:
         """The I2V image latents `[1, C, F', H', W']` (diffusers I2V `prepare_latents`)."""
         vae_cfg, dit_cfg = self.vae_config, self.dit_config
         pixels = jnp.asarray(vae_image(image, s.height, s.width))
         part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
+        params = run.load(part.component, part.spec, part.subfolders)
         moments = CogVideoXVAE(vae_cfg).encode_moments(params, pixels, tiled=s.vae_tiling)
         shape = (moments.shape[0], moments.shape[1] // 2, *moments.shape[2:])
-        noise = jnp.asarray(self.host_noise(IMAGE_NOISE_STREAM, 0, shape))
+        noise = jnp.asarray(run.host_noise(IMAGE_NOISE_STREAM, 0, shape))
         latents = image_latents(moments, noise, self.frame_plan(s).latent_frames, vae_cfg, dit_cfg)
         latents.block_until_ready()
-        self.done(params)
+        run.done(params)
         return latents
 
     # --- denoise ----------------------------------------------------------------------------
@@ -318,20 +320,20 @@ class CogVideoXFamily(Family):
         dtype = jnp.dtype(tree["proj_out/kernel"].dtype)
         return CogVideoXTransformer(self.dit_config, dtype=dtype, residual_dtype=jnp.float32)
 
-    def predictor(self, s: Settings, expert: int, dit: CogVideoXTransformer) -> CogVideoXPredict:
+    def predictor(self, s: Settings, expert: int, dit: CogVideoXTransformer, step: int) -> CogVideoXPredict:
         return CogVideoXPredict(s.guided, jnp.dtype(dit.dtype).name, OFS if dit.cfg.ofs_embed_dim else None)
 
     # --- decode -----------------------------------------------------------------------------
 
-    def decode(self, s: CogVideoXSettings, latents: jax.Array) -> np.ndarray:
+    def decode(self, run: Run, s: CogVideoXSettings, latents: jax.Array) -> Decoded:
         """Frames `[F, H, W, 3]` float32 in [0, 1] (diffusers `decode_latents` + `postprocess_video`)."""
         part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
+        params = run.load(part.component, part.spec, part.subfolders)
         z = to_vae_latents(latents.astype(jnp.float32), self.frame_plan(s), self.vae_config)
         video = CogVideoXVAE(self.vae_config).decode(params, z, tiled=s.vae_tiling)
         frames = np.asarray(jnp.clip(video[0].astype(jnp.float32) / 2 + 0.5, 0.0, 1.0)).transpose(1, 2, 3, 0)
-        self.done(params)
-        return frames.astype(np.float32)
+        run.done(params)
+        return Decoded(frames.astype(np.float32))
 
     # --- memory -----------------------------------------------------------------------------
 

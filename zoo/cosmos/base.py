@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from vidax.zoo.cosmos.conditioning import denormalize, normalize
 from vidax.zoo.cosmos.media import read_clip
-from vidax.zoo.family import DiTPart, Family, Inputs, Settings
+from vidax.zoo.stages import Run
+from vidax.zoo.family import Decoded, DiTPart, Family, Inputs, Settings
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
 
@@ -66,30 +67,30 @@ class CosmosBase(Family):
 
     # --- the VAE ----------------------------------------------------------------------------
 
-    def encode_video(self, video: np.ndarray) -> jax.Array:
+    def encode_video(self, run: Run, video: np.ndarray) -> jax.Array:
         """Normalised latents of the conditioning video `[1, 3, F, H, W]` in [-1, 1]."""
         part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
+        params = run.load(part.component, part.spec, part.subfolders)
         v = self.vae_config
         latents = normalize(WanVAE(v).encode(params, jnp.asarray(video)), v.latents_mean, v.latents_std)
         latents.block_until_ready()
-        self.done(params)
+        run.done(params)
         return latents
 
-    def decode_video(self, s: Settings, latents: jax.Array) -> np.ndarray:
+    def decode_video(self, run: Run, s: Settings, latents: jax.Array) -> np.ndarray:
         """Video `[1, 3, F, H, W]` in [-1, 1] from the DiT's (normalised) latents."""
         v = self.vae_config
         part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
+        params = run.load(part.component, part.spec, part.subfolders)
         video = WanVAE(v).decode(params, denormalize(latents.astype(jnp.float32), v.latents_mean, v.latents_std))
         video = np.asarray(video)
-        self.done(params)
+        run.done(params)
         return video
 
-    def decode(self, s: Settings, latents: jax.Array) -> np.ndarray:
+    def decode(self, run: Run, s: Settings, latents: jax.Array) -> Decoded:
         """Frames `[F, H, W, 3]` float32 in [0, 1] (diffusers' `postprocess_video(output_type="np")`)."""
-        video = self.decode_video(s, latents)
-        return np.clip(video[0] / 2 + 0.5, 0.0, 1.0).transpose(1, 2, 3, 0).astype(np.float32)
+        video = self.decode_video(run, s, latents)
+        return Decoded(np.clip(video[0] / 2 + 0.5, 0.0, 1.0).transpose(1, 2, 3, 0).astype(np.float32))
 
     # --- denoise ----------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from vidax.zoo.cosmos.text import (
 )
 from vidax.zoo.cosmos.transformer import CosmosTransformer
 from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
+from vidax.zoo.stages import Run
 from vidax.zoo.family import Flag, Inputs, Settings
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
@@ -161,10 +162,6 @@ class CosmosFamily(CosmosBase):
         shift = self.scheduler_shift()
         return {} if shift is None else {"shift": shift}
 
-    def resolve_settings(self, options, images=None) -> CosmosSettings:
-        self._clip_frames = None if not images or images.get("video") is None else len(images["video"])
-        return super().resolve_settings(options, images)
-
     def check_settings(self, s: CosmosSettings) -> None:
         from vidax.zoo.family import FLOW_SAMPLERS
 
@@ -183,12 +180,13 @@ class CosmosFamily(CosmosBase):
             limit = [m * p for m, p in zip(self.dit_config.max_size, self.dit_config.patch_size)]
             raise PipelineError(f"{self.name}: {s.frames} frames at {s.height}x{s.width} exceed the DiT's position "
                                 f"tables ({limit[0]} latent frames, {limit[1] * 8}x{limit[2] * 8} pixels)")
-        clip = getattr(self, "_clip_frames", None)
-        if clip is not None:
-            keep = 4 * (s.num_latent_conditional_frames - 1) + 1
-            if clip < keep:
-                raise PipelineError(f"the conditioning video has {clip} frames; video-to-world with "
-                                    f"--num-latent-conditional-frames {s.num_latent_conditional_frames} needs {keep}")
+
+    def check_images(self, s: CosmosSettings, images) -> None:
+        clip = images.get("video")
+        keep = 4 * (s.num_latent_conditional_frames - 1) + 1
+        if clip is not None and len(clip) < keep:
+            raise PipelineError(f"the conditioning video has {len(clip)} frames; video-to-world with "
+                                f"--num-latent-conditional-frames {s.num_latent_conditional_frames} needs {keep}")
 
     def tokens(self, s: Settings) -> int:
         _, _, f, h, w = self.latent_shape(s)
@@ -196,8 +194,8 @@ class CosmosFamily(CosmosBase):
 
     # --- encode -----------------------------------------------------------------------------
 
-    def encode(self, s: CosmosSettings, inputs: Inputs) -> CosmosCondition:
-        text = self.encode_prompts(s, inputs.prompt, inputs.negative_prompt)
+    def encode(self, run: Run, s: CosmosSettings, inputs: Inputs) -> CosmosCondition:
+        text = self.encode_prompts(run, s, inputs.prompt, inputs.negative_prompt)
         shape = self.latent_shape(s)
         image, clip = inputs.images.get("image"), inputs.images.get("video")
         if image is None and clip is None:
@@ -209,11 +207,11 @@ class CosmosFamily(CosmosBase):
             keep = 4 * (s.num_latent_conditional_frames - 1) + 1
             video, frames_in = cc.video_conditioning_video(pil_frames(clip[-keep:], s.height, s.width), s.frames,
                                                            s.num_latent_conditional_frames)
-        latents = self.encode_video(video)
+        latents = self.encode_video(run, video)
         indicator, _ = cc.condition_mask(shape, cc.conditional_latent_frames(frames_in))
         return CosmosCondition(text, latents, jnp.asarray(indicator))
 
-    def encode_prompts(self, s: CosmosSettings, prompt: str, negative: str | None) -> jax.Array:
+    def encode_prompts(self, run: Run, s: CosmosSettings, prompt: str, negative: str | None) -> jax.Array:
         """`[1 or 2, max_sequence_length, L * D]` Reason1 features (prompt, then the negative prompt)."""
         folder = self.source.find(*self._folders("tokenizer"), component="tokenizer")
         if folder is None:
@@ -221,38 +219,33 @@ class CosmosFamily(CosmosBase):
             raise PipelineError(f"{self.source.label}: no Reason1 tokenizer folder ({where})")
         tokenizer = PromptTokenizer(folder)
         part = self.component("text_encoder")
-        params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)
+        params = run.load(part.component, part.spec, part.subfolders, run.dtype)
         model = DecoderTextModel(self.text_config)
         prompts = [prompt] + ([negative] if negative is not None else [])
         features = [_reason1(model, {"params": params}, tokenizer([p], s.max_sequence_length)) for p in prompts]
         text = jnp.concatenate(features, axis=0)
         text.block_until_ready()
-        self.done(params)
+        run.done(params)
         return text
 
     # --- denoise ----------------------------------------------------------------------------
 
-    def predictor(self, s: CosmosSettings, expert: int, dit: CosmosTransformer) -> CosmosPredict:
+    def predictor(self, s: CosmosSettings, expert: int, dit: CosmosTransformer, step: int) -> CosmosPredict:
         return CosmosPredict(s.guided, jnp.dtype(dit.dtype).name, float(s.conditional_frame_timestep))
 
-    def stepper(self, s: Settings, latents_shape: tuple[int, ...]):
-        stepper = super().stepper(s, latents_shape)
-        self._sigmas = np.asarray(stepper.sigmas, np.float32)
-        return stepper
-
-    def step_knobs(self, s: Settings, index: int, timestep: float, expert: int) -> dict:
+    def step_knobs(self, s: Settings, stepper, index: int, expert: int) -> dict:
         # the DiT takes the step's sigma (scheduler.sigmas[i], in [0, 1]), not timesteps[i] / 1000
-        return {"scale": jnp.float32(s.guidance), "sigma": jnp.float32(self._sigmas[index])}
+        return {"scale": jnp.float32(s.guidance), "sigma": jnp.float32(np.asarray(stepper.sigmas)[index])}
 
-    def sample(self, s: Settings, latents: np.ndarray, cond: CosmosCondition, inputs: Inputs) -> jax.Array:
+    def sample(self, run: Run, s: Settings, latents: np.ndarray, cond: CosmosCondition) -> jax.Array:
         # the ground-truth velocity of conditioning frames starts from the initial noise, fixed for the loop
         cond = dataclasses.replace(cond, initial=jnp.asarray(latents, jnp.float32))
-        return self.denoise(s, latents, cond, dtype=self.options.dtype)
+        return super().sample(run, s, latents, cond)
 
     # --- decode -----------------------------------------------------------------------------
 
-    def decode_video(self, s: Settings, latents: jax.Array) -> np.ndarray:
-        return cc.match_num_frames(super().decode_video(s, latents), s.frames)
+    def decode_video(self, run: Run, s: Settings, latents: jax.Array) -> np.ndarray:
+        return cc.match_num_frames(super().decode_video(run, s, latents), s.frames)
 
     # --- memory -----------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from vidax.zoo.cosmos3 import rope
 from vidax.zoo.cosmos3.config import Cosmos3TransformerConfig
 from vidax.zoo.cosmos3.text import PromptTokenizer, pad_prompts
 from vidax.zoo.cosmos3.transformer import Cosmos3Transformer
+from vidax.zoo.stages import Run
 from vidax.zoo.family import Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, dit_sizes
@@ -132,21 +133,20 @@ class Cosmos3Family(CosmosBase):
         shift = self.scheduler_shift()
         return out if shift is None else {**out, "shift": shift}
 
-    def resolve_settings(self, options, images=None) -> Cosmos3Settings:
-        self._conditioned = sorted(k for k in (images or {}) if k in ("image", "video"))
-        return super().resolve_settings(options, images)
-
     def check_settings(self, s: Cosmos3Settings) -> None:
-        latent_frames = self.latent_shape(s)[2]
-        given = getattr(self, "_conditioned", [])
-        if given and s.frames == 1:
-            raise PipelineError(f"--{given[0]} conditions a video: with --frames 1 (text-to-image) it would be ignored")
         if s.condition_video_keep not in KEEP:
             raise PipelineError(f"--condition-video-keep must be first or last, got {s.condition_video_keep!r}")
         indexes = tuple(s.condition_frame_indexes_vision)
         if not indexes or any(i < 0 for i in indexes):
             raise PipelineError(f"--condition-frame-indexes-vision takes non-negative latent frame indexes, "
                                 f"got {indexes}")
+
+    def check_images(self, s: Cosmos3Settings, images) -> None:
+        given = sorted(k for k in images if k in ("image", "video"))
+        if given and s.frames == 1:
+            raise PipelineError(f"--{given[0]} conditions a video: with --frames 1 (text-to-image) it would be ignored")
+        latent_frames = self.latent_shape(s)[2]
+        indexes = tuple(s.condition_frame_indexes_vision)
         if "video" in given and max(indexes) >= latent_frames:
             raise PipelineError(f"--condition-frame-indexes-vision {indexes} reaches past the {latent_frames} latent "
                                 f"frames of {s.frames} frames")
@@ -158,7 +158,7 @@ class Cosmos3Family(CosmosBase):
 
     # --- encode -----------------------------------------------------------------------------
 
-    def encode(self, s: Cosmos3Settings, inputs: Inputs) -> Cosmos3Condition:
+    def encode(self, run: Run, s: Cosmos3Settings, inputs: Inputs) -> Cosmos3Condition:
         folder = self.source.find("text_tokenizer", component="text_tokenizer")
         if folder is None:
             raise PipelineError(f"{self.source.label}: no text_tokenizer/ folder (Cosmos3 reads the prompt's ids)")
@@ -172,12 +172,12 @@ class Cosmos3Family(CosmosBase):
         grid = self.grid(s)
         cos, sin = rope.rope_tables(cfg, rope.batch_positions(cfg, lengths, grid, s.fps,
                                                               self.vae_config.scale_factor_temporal))
-        mask, clean = self.encode_condition(s, inputs)
+        mask, clean = self.encode_condition(run, s, inputs)
         noisy = np.broadcast_to(1.0 - mask, (len(rows), grid[0])).astype(np.float32)
         return Cosmos3Condition(jnp.asarray(ids), jnp.asarray(text_mask), jnp.asarray(cos), jnp.asarray(sin),
                                 jnp.asarray(noisy), clean)
 
-    def encode_condition(self, s: Cosmos3Settings, inputs: Inputs) -> tuple[np.ndarray, jax.Array | None]:
+    def encode_condition(self, run: Run, s: Cosmos3Settings, inputs: Inputs) -> tuple[np.ndarray, jax.Array | None]:
         """`(per-latent-frame mask [T], clean latents or None)` of the image or clip (`prepare_latents`)."""
         latent_frames = self.latent_shape(s)[2]
         image, clip = inputs.images.get("image"), inputs.images.get("video")
@@ -190,12 +190,12 @@ class Cosmos3Family(CosmosBase):
             kept = clip[:count] if s.condition_video_keep == "first" else clip[-count:]
             frames = pil_frames(kept, s.height, s.width)
             mode, video = "v2v", cc.video_video(frames, s.frames, s.condition_frame_indexes_vision, keep="first")
-        clean = self.encode_video(video)
+        clean = self.encode_video(run, video)
         return cc.condition_frames(latent_frames, mode, s.condition_frame_indexes_vision), clean
 
     # --- denoise ----------------------------------------------------------------------------
 
-    def predictor(self, s: Cosmos3Settings, expert: int, dit: Cosmos3Transformer) -> Cosmos3Predict:
+    def predictor(self, s: Cosmos3Settings, expert: int, dit: Cosmos3Transformer, step: int) -> Cosmos3Predict:
         return Cosmos3Predict(s.guided, jnp.dtype(dit.dtype).name)
 
     def base_sigmas(self, s: Cosmos3Settings) -> np.ndarray | None:
@@ -204,11 +204,11 @@ class Cosmos3Family(CosmosBase):
             return None
         return cc.native_flow_sigmas(s.steps, self.scheduler_config().get("num_train_timesteps", 1000))
 
-    def sample(self, s: Settings, latents: np.ndarray, cond: Cosmos3Condition, inputs: Inputs) -> jax.Array:
+    def sample(self, run: Run, s: Settings, latents: np.ndarray, cond: Cosmos3Condition) -> jax.Array:
         if cond.clean is not None:  # the conditioning frames start (and stay) clean
             mask = 1.0 - np.asarray(cond.noisy)[0]
             latents = cc.initial_latents(cond.clean, jnp.asarray(latents), mask)
-        return self.denoise(s, np.asarray(latents), cond, dtype=self.options.dtype)
+        return super().sample(run, s, np.asarray(latents), cond)
 
     # --- memory -----------------------------------------------------------------------------
 

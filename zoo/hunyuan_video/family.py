@@ -47,7 +47,8 @@ from vidax.zoo.encoders.clip_text import CLIPTextConfig, CLIPTextModel
 from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
 from vidax.zoo.encoders.llava import LlavaConfig, LlavaTextEncoder
 from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.family import DiTPart, Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.stages import Run
+from vidax.zoo.family import Decoded, DiTPart, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.hunyuan_video import text as hv_text
 from vidax.zoo.hunyuan_video.config import TransformerConfig, VAEConfig
 from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
@@ -117,7 +118,9 @@ class HunyuanVideoPredict:
             x = jnp.concatenate([cond.image_latents.astype(latents.dtype), latents[:, :, 1:]], axis=2)
         x = x.astype(dtype)
         t = jnp.broadcast_to(timestep, (1,)).astype(jnp.float32)
-        guidance = jnp.broadcast_to(knobs["guidance"], (1,)).astype(jnp.float32) if self.embedded_guidance else None
+        guidance = None
+        if self.embedded_guidance:
+            guidance = jnp.broadcast_to(embedded_guidance(knobs["guidance"], self.dtype), (1,)).astype(jnp.float32)
 
         def branch(row: slice):
             return (x, t, cond.text[row].astype(dtype), cond.text_mask[row], cond.pooled[row].astype(dtype), guidance)
@@ -142,12 +145,12 @@ def trim_text_padding(text: jax.Array, mask: jax.Array, multiple: int = TEXT_BUC
     return text[:, :keep], mask[:, :keep]
 
 
-def embedded_guidance(scale: float, dtype: str) -> np.float32:
+def embedded_guidance(scale, dtype: str) -> jax.Array:
     """The guidance embedder's input as the references build it: `tensor([scale], dtype) * 1000` in the
     DiT's dtype (bf16: 6.0 -> 6016.0), then read in fp32 by the sinusoidal projection."""
     dt = jnp.dtype(dtype)
-    value = np.asarray(np.asarray(scale, dt).astype(np.float32) * np.float32(1000.0), np.float32).astype(dt)
-    return np.float32(value)
+    return (jnp.asarray(scale, jnp.float32).astype(dt).astype(jnp.float32) * jnp.float32(1000.0)).astype(dt).astype(
+        jnp.float32)
 
 
 def vae_decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: bool = True) -> int:
@@ -262,19 +265,19 @@ class HunyuanVideoFamily(HunyuanBase):
 
     # --- encode -----------------------------------------------------------------------------
 
-    def encode(self, s: HunyuanVideoSettings, inputs: Inputs) -> Condition:
+    def encode(self, run: Run, s: HunyuanVideoSettings, inputs: Inputs) -> Condition:
         prompts = [inputs.prompt] + ([inputs.negative_prompt] if inputs.negative_prompt is not None else [])
         clip_prompts = [s.prompt_2 if s.prompt_2 is not None else inputs.prompt]
         if inputs.negative_prompt is not None:
             clip_prompts.append(s.negative_prompt_2 if s.negative_prompt_2 is not None else inputs.negative_prompt)
         image = inputs.images.get("image")
         if image is None:
-            text, mask = self.encode_llama(s, prompts)
+            text, mask = self.encode_llama(run, s, prompts)
             image_latents = None
         else:
-            text, mask = self.encode_llava(s, prompts, image)
-            image_latents = self.encode_image(s, image)
-        pooled = self.encode_clip(clip_prompts)
+            text, mask = self.encode_llava(run, s, prompts, image)
+            image_latents = self.encode_image(run, s, image)
+        pooled = self.encode_clip(run, clip_prompts)
         text, mask = trim_text_padding(text, mask)
         cond = Condition(text, mask.astype(bool), pooled, image_latents)
         jax.block_until_ready(cond)
@@ -292,19 +295,19 @@ class HunyuanVideoFamily(HunyuanBase):
             raise PipelineError(f"{self.source.label}: no {name} config ({', '.join(self._configs(name))})")
         return found
 
-    def encode_llama(self, s: HunyuanVideoSettings, prompts: list[str]) -> tuple[jax.Array, jax.Array]:
+    def encode_llama(self, run: Run, s: HunyuanVideoSettings, prompts: list[str]) -> tuple[jax.Array, jax.Array]:
         """T2V: Llama `hidden_states[-3]` behind the template, cropped (`text.llama_text_features`)."""
         config = self._text_config("text_encoder")
         model = DecoderTextModel(DecoderConfig.from_hf_config(config.get("text_config", config)))
         part = self.component("text_encoder")
-        params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)
+        params = run.load(part.component, part.spec, part.subfolders, run.dtype)
         out = hv_text.llama_text_features(model, params, self._tokenizer("tokenizer"), prompts,
                                           max_length=s.max_sequence_length)
         jax.block_until_ready(out)
-        self.done(params)
+        run.done(params)
         return out
 
-    def encode_llava(self, s: HunyuanVideoSettings, prompts: list[str], image: np.ndarray):
+    def encode_llava(self, run: Run, s: HunyuanVideoSettings, prompts: list[str], image: np.ndarray):
         """I2V: Llava tokens of the prompt with the image (the negative prompt with a black image)."""
         config = LlavaConfig.from_hf_config(self._text_config("text_encoder"))
         processor = self.read_config("image_processor", *[f"{f}/preprocessor_config.json"
@@ -319,34 +322,34 @@ class HunyuanVideoFamily(HunyuanBase):
         tokenizer = self._tokenizer("tokenizer")
         end_header = tokenizer([hv_text.END_HEADER], max_length=None, padding="longest", add_special_tokens=False)
         part = self.component("text_encoder")
-        params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)
+        params = run.load(part.component, part.spec, part.subfolders, run.dtype)
         interleave = s.image_embed_interleave or hv_text.IMAGE_EMBED_INTERLEAVE["token_replace"]
         out = hv_text.llava_text_features(LlavaTextEncoder(config), params, tokenizer, prompts, pixels,
                                           end_header_id=int(end_header.input_ids[0, 0]), template=template,
                                           max_length=s.max_sequence_length, interleave=interleave)
         jax.block_until_ready(out)
-        self.done(params)
+        run.done(params)
         return out
 
-    def encode_clip(self, prompts: list[str]) -> jax.Array:
+    def encode_clip(self, run: Run, prompts: list[str]) -> jax.Array:
         config = CLIPTextConfig.from_hf_config(self._text_config("text_encoder_2"))
         part = self.component("text_encoder_2")
-        params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)
+        params = run.load(part.component, part.spec, part.subfolders, run.dtype)
         pooled = hv_text.clip_pooled(CLIPTextModel(config), params, self._tokenizer("tokenizer_2"), prompts)
         pooled.block_until_ready()
-        self.done(params)
+        run.done(params)
         return pooled
 
-    def encode_image(self, s: HunyuanVideoSettings, image: np.ndarray) -> jax.Array:
+    def encode_image(self, run: Run, s: HunyuanVideoSettings, image: np.ndarray) -> jax.Array:
         """The first frame's latent `[1, C, 1, H', W']`: posterior mode of the resized image x scaling factor."""
         part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)
+        params = run.load(part.component, part.spec, part.subfolders, run.dtype)
         vae = HunyuanVideoVAE(self.vae_config)
         pixels = jnp.asarray(vae_image(image, s.height, s.width))
         latents = vae.latent_mode(params, pixels, tiling=s.vae_tiling) * np.float32(self.vae_config.scaling_factor)
         latents = latents.astype(jnp.float32)
         latents.block_until_ready()
-        self.done(params)
+        run.done(params)
         return latents
 
     # --- denoise ----------------------------------------------------------------------------
@@ -355,35 +358,36 @@ class HunyuanVideoFamily(HunyuanBase):
         cfg = self.dit_config
         fixed = dict(rope_axes_dim=cfg.rope_axes_dim, rope_theta=cfg.rope_theta,
                      image_condition_type=cfg.image_condition_type)
-        return HunyuanVideoTransformer(TransformerConfig.from_param_shapes(self.tree_shapes(tree), **fixed))
+        return HunyuanVideoTransformer(TransformerConfig.from_param_shapes(self.tree_shapes(tree), **fixed),
+                                       self.weights_dtype(tree))
 
-    def predictor(self, s: HunyuanVideoSettings, expert: int, dit: HunyuanVideoTransformer) -> HunyuanVideoPredict:
-        return HunyuanVideoPredict(s.guided, self._weights_dtype, dit.cfg.guidance_embeds, dit.cfg.token_replace)
+    def predictor(self, s: HunyuanVideoSettings, expert: int, dit: HunyuanVideoTransformer, step: int) -> HunyuanVideoPredict:
+        return HunyuanVideoPredict(s.guided, dit.dtype, dit.cfg.guidance_embeds, dit.cfg.token_replace)
 
-    def step_knobs(self, s: HunyuanVideoSettings, index: int, timestep: float, expert: int) -> dict:
-        return {"scale": jnp.float32(s.true_cfg), "guidance": embedded_guidance(s.guidance, self._weights_dtype)}
+    def step_knobs(self, s: HunyuanVideoSettings, stepper, index: int, expert: int) -> dict:
+        return {"scale": jnp.float32(s.true_cfg), "guidance": jnp.float32(s.guidance)}
 
-    def sample(self, s: HunyuanVideoSettings, latents: np.ndarray, cond: Condition, inputs: Inputs) -> jax.Array:
+    def sample(self, run: Run, s: HunyuanVideoSettings, latents: np.ndarray, cond: Condition) -> jax.Array:
         if cond.image_latents is None:
-            return self.denoise(s, latents, cond, dtype=self.options.dtype)
+            return super().sample(run, s, latents, cond)
         # token_replace (diffusers prepare_latents with i2v_stability): 0.999 noise + 0.001 image on every frame
         image = np.asarray(cond.image_latents, np.float32)
         t = np.float32(0.999)
         mixed = (latents * t + image * (np.float32(1.0) - t)).astype(np.float32)
-        out = self.denoise(s, mixed, cond, dtype=self.options.dtype)
+        out = super().sample(run, s, mixed, cond)
         return jnp.concatenate([jnp.asarray(image), out[:, :, 1:]], axis=2)
 
     # --- decode -----------------------------------------------------------------------------
 
-    def decode(self, s: HunyuanVideoSettings, latents: jax.Array) -> np.ndarray:
+    def decode(self, run: Run, s: HunyuanVideoSettings, latents: jax.Array) -> Decoded:
         """Frames `[F, H, W, 3]` float32 in [0, 1] (diffusers' `postprocess_video(output_type="np")`)."""
         part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)
+        params = run.load(part.component, part.spec, part.subfolders, run.dtype)
         vae = HunyuanVideoVAE(self.vae_config)
         out = video_frames(vae.decode(params, latents.astype(jnp.float32) / np.float32(self.vae_config.scaling_factor),
                                       tiling=s.vae_tiling))
-        self.done(params)
-        return out
+        run.done(params)
+        return Decoded(out)
 
     # --- memory -----------------------------------------------------------------------------
 

@@ -256,12 +256,14 @@ class HunyuanVideoTransformer(DualStreamTransformer):
 
     Args:
         cfg: the transformer config (`TransformerConfig.from_hf_config(config_json)`).
+        dtype: the weights' dtype, which the DiT computes in (bf16 as shipped; fp32 for parity).
     """
 
     embed_modules = ("time_text_embed", "x_embedder", "context_embedder")
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, dtype: str = "float32"):
         self.cfg = cfg
+        self.dtype = dtype
         self.embedder = Embedder(cfg)
         self.dual_block = TokenReplaceDualStreamBlock(cfg) if cfg.token_replace else DualStreamBlock(cfg)
         self.single_block = SingleStreamBlock(cfg)

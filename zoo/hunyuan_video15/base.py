@@ -37,11 +37,15 @@ class HunyuanBase(Family):
     def dit_parts(self, s: Settings) -> list[DiTPart]:
         return [self.component("transformer")]
 
-    def tree_shapes(self, tree: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
-        """The converted DiT tree's shapes; notes the DiT's compute dtype, its weights' (bf16 as shipped;
-        `--dtype float32` for parity)."""
-        self._weights_dtype = jnp.dtype(tree["x_embedder/proj/kernel"].dtype).name
+    @staticmethod
+    def tree_shapes(tree: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+        """The converted DiT tree's shapes."""
         return {p: tuple(a.shape) for p, a in tree.items()}
+
+    @staticmethod
+    def weights_dtype(tree: Mapping[str, np.ndarray]) -> str:
+        """The DiT's compute dtype: its weights' (bf16 as shipped; `--dtype float32` for parity)."""
+        return jnp.dtype(tree["x_embedder/proj/kernel"].dtype).name
 
     def planned_settings(self, options) -> Settings:
         """The settings `--plan` sizes for (I2V: the image's aspect bucket decides the size)."""

@@ -29,7 +29,8 @@ from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
 from vidax.zoo.encoders.siglip import SIGLIP_MEAN, SIGLIP_STD, SiglipVisionModel, siglip_preprocess, siglip_vision_config
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.family import DiTPart, Inputs, Settings, cfg_predict
+from vidax.zoo.stages import Run
+from vidax.zoo.family import Decoded, DiTPart, Inputs, Settings, cfg_predict
 from vidax.zoo.hunyuan_video15.base import HunyuanBase, joint_job, size_bucket, video_frames
 from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
 from vidax.zoo.hunyuan_video15.text import BYT5_MAX_LENGTH, MLLM_MAX_LENGTH, PromptEncoder, TextFeatures
@@ -213,14 +214,14 @@ class HunyuanVideo15Family(HunyuanBase):
 
     # --- encode -----------------------------------------------------------------------------
 
-    def encode(self, s: Settings, inputs: Inputs) -> Condition:
+    def encode(self, run: Run, s: Settings, inputs: Inputs) -> Condition:
         prompts = [inputs.prompt] + ([inputs.negative_prompt] if inputs.negative_prompt is not None else [])
-        features = self.encode_text(prompts)
+        features = self.encode_text(run, prompts)
         text = features[0] if len(features) == 1 else TextFeatures.concat(*features)
         image = inputs.images.get("image")
-        return Condition(text, None if image is None else self.encode_image(image, s))
+        return Condition(text, None if image is None else self.encode_image(run, image, s))
 
-    def encode_text(self, prompts: list[str]) -> list[TextFeatures]:
+    def encode_text(self, run: Run, prompts: list[str]) -> list[TextFeatures]:
         """Text features of each prompt (the prompt, then the negative one when guided)."""
         tok = self.source.find("tokenizer", "text_encoder/llm", component="text_encoder")
         tok_2 = self.source.find("tokenizer_2", "text_encoder/byt5-small", component="text_encoder_2")
@@ -231,19 +232,19 @@ class HunyuanVideo15Family(HunyuanBase):
             raise PipelineError(f"{self.source.label}: needs text_encoder/, tokenizer/, text_encoder_2/ and "
                                 "tokenizer_2/ (Qwen2.5-VL and ByT5) as the diffusers-layout repos and vidax-convert "
                                 "folders hold them, or the official ckpts/ text_encoder/llm, byt5-small and Glyph-SDXL-v2")
-        dtype = self.options.dtype
+        dtype = run.dtype
         qwen_part, byt5_part = self.component("text_encoder"), self.component("text_encoder_2")
-        qwen = self.load(qwen_part.component, qwen_part.spec, qwen_part.subfolders, dtype)
-        byt5_tree = self.load_tree(byt5_part.component, byt5_part.spec, byt5_part.subfolders, dtype)
+        qwen = run.load(qwen_part.component, qwen_part.spec, qwen_part.subfolders, dtype)
+        byt5_tree = run.load_tree(byt5_part.component, byt5_part.spec, byt5_part.subfolders, dtype)
         # the official ByT5 is byt5-small with added colour/font tokens: the vocabulary is the weights'
         byt5_cfg = dataclasses.replace(T5Config.from_hf_config(byt5_json),
                                        vocab_size=int(byt5_tree["shared/embedding"].shape[0]))
-        byt5 = self.place(byt5_tree, (byt5_part.component, byt5_part.spec, dtype))
+        byt5 = run.place(byt5_tree, (byt5_part.component, byt5_part.spec, dtype))
         encoder = PromptEncoder(load_tokenizer(tok), DecoderTextModel(DecoderConfig.from_hf_config(qwen_json)), qwen,
                                 self._glyph_tokenizer(tok_2), T5EncoderModel(byt5_cfg), byt5)
         features = [encoder([p]) for p in prompts]
         jax.block_until_ready(features)
-        self.done((qwen, byt5))
+        run.done((qwen, byt5))
         return features
 
     def _glyph_tokenizer(self, folder):
@@ -256,7 +257,7 @@ class HunyuanVideo15Family(HunyuanBase):
             return tokenizer
         return tokenizer.with_added_tokens(glyph_tokens(color, font))
 
-    def encode_image(self, image: np.ndarray, s: Settings) -> ImageCondition:
+    def encode_image(self, run: Run, image: np.ndarray, s: Settings) -> ImageCondition:
         """The frame resized and cropped to the video size, its SigLIP tokens and VAE latents
         (diffusers `prepare_cond_latents_and_mask`)."""
         siglip_json = self.read_config("image_encoder", "image_encoder/config.json",
@@ -271,12 +272,12 @@ class HunyuanVideo15Family(HunyuanBase):
         pixels = siglip_preprocess(frame, size=proc.get("size", {}).get("height", config.image_size),
                                    mean=proc.get("image_mean", SIGLIP_MEAN), std=proc.get("image_std", SIGLIP_STD))
         part = self.component("image_encoder")
-        params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)
+        params = run.load(part.component, part.spec, part.subfolders, run.dtype)
         tokens = SiglipVisionModel(config).apply({"params": params}, jnp.asarray(pixels)).last_hidden_state
-        self.done(params)
+        run.done(params)
         vae = HunyuanVideo15VAE(self.vae_config)
         part = self.component("vae")
-        vae_params = self.load(part.component, part.spec, part.subfolders)
+        vae_params = run.load(part.component, part.spec, part.subfolders)
         pixels = (jnp.asarray(frame, jnp.float32) / 255.0 * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]  # [1, 3, 1, H, W]
         first = vae.latent_mean(vae_params, pixels) * vae.cfg.scaling_factor  # [1, C, 1, H', W']
         b, c, f = self.latent_shape(s)[:3]
@@ -285,40 +286,36 @@ class HunyuanVideo15Family(HunyuanBase):
         mask = jnp.zeros((b, 1, f, *rest), jnp.float32).at[:, :, 0].set(1.0)
         condition = ImageCondition(jnp.concatenate([cond, mask], axis=1), tokens)
         jax.block_until_ready(condition)
-        self.done(vae_params)
+        run.done(vae_params)
         return condition
 
     # --- denoise ----------------------------------------------------------------------------
 
     def build_dit(self, part: DiTPart, tree: Mapping[str, np.ndarray], s: Settings) -> HunyuanVideo15Transformer:
-        return HunyuanVideo15Transformer(TransformerConfig.from_param_shapes(self.tree_shapes(tree), **self._rope()))
+        return HunyuanVideo15Transformer(TransformerConfig.from_param_shapes(self.tree_shapes(tree), **self._rope()),
+                                         self.weights_dtype(tree))
 
-    def predictor(self, s: Settings, expert: int, dit: HunyuanVideo15Transformer) -> HunyuanPredict:
+    def predictor(self, s: Settings, expert: int, dit: HunyuanVideo15Transformer, step: int) -> HunyuanPredict:
         cfg = dit.cfg
-        return HunyuanPredict(s.guided, self._weights_dtype, self.i2v and cfg.use_meanflow,
+        return HunyuanPredict(s.guided, dit.dtype, self.i2v and cfg.use_meanflow,
                               cfg.in_channels - self.vae_config.latent_channels, cfg.image_embed_dim)
 
-    def step_knobs(self, s: Settings, index: int, timestep: float, expert: int) -> dict:
-        timesteps = self._timesteps
+    def step_knobs(self, s: Settings, stepper, index: int, expert: int) -> dict:
+        timesteps = np.asarray(stepper.timesteps)
         # the reference's I2V pipeline feeds meanflow models the next step's timestep (0 after the last)
         next_t = float(timesteps[index + 1]) if index + 1 < len(timesteps) else 0.0
         return {"scale": jnp.float32(s.guidance), "timestep_r": jnp.float32(next_t)}
 
-    def stepper(self, s: Settings, latents_shape: tuple[int, ...]):
-        stepper = super().stepper(s, latents_shape)
-        self._timesteps = np.asarray(stepper.timesteps)
-        return stepper
-
     # --- decode -----------------------------------------------------------------------------
 
-    def decode(self, s: Settings, latents: jax.Array) -> np.ndarray:
+    def decode(self, run: Run, s: Settings, latents: jax.Array) -> Decoded:
         """Frames `[F, H, W, 3]` float32 in [0, 1] (diffusers' `postprocess_video(output_type="np")`)."""
         vae = HunyuanVideo15VAE(self.vae_config)
         part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
+        params = run.load(part.component, part.spec, part.subfolders)
         out = video_frames(vae.decode(params, latents.astype(jnp.float32) / vae.cfg.scaling_factor, tiling=True))
-        self.done(params)
-        return out
+        run.done(params)
+        return Decoded(out)
 
     # --- memory -----------------------------------------------------------------------------
 

@@ -389,10 +389,12 @@ class HunyuanVideo15Transformer(DualStreamTransformer):
 
     Args:
         cfg: the transformer config (`TransformerConfig.from_hf_config(config_json)`).
+        dtype: the weights' dtype, which the DiT computes in (bf16 as shipped; fp32 for parity).
     """
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, dtype: str = "float32"):
         self.cfg = cfg
+        self.dtype = dtype
         self.embedder = Embedder(cfg)
         self.block = DualStreamBlock(cfg)
         self.head_module = Head(cfg)

@@ -37,7 +37,8 @@ import numpy as np
 
 from vidax.zoo.encoders.gemma import GemmaConfig, GemmaTextModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer, special_tokens
-from vidax.zoo.family import FLOW_SAMPLERS, DiTPart, Family, Flag, Inputs, Settings
+from vidax.zoo.stages import Run
+from vidax.zoo.family import Decoded, FLOW_SAMPLERS, DiTPart, Family, Flag, Inputs, Settings
 from vidax.zoo.ltx2 import guidance as guide
 from vidax.zoo.ltx2 import latents as lat
 from vidax.zoo.ltx2.audio import LTX2AudioVAE, LTX2Vocoder
@@ -56,7 +57,7 @@ from vidax.zoo.ltx2.text import BOS_MODES, prompt_tokens, stack_hidden_states
 from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer
 from vidax.zoo.ltx2.vae import LTX2VideoVAE, decode_peak_bytes, encode_peak_bytes
 from vidax.zoo.vae_tiling import TileSizes, tiles_for
-from vidax.zoo.pipeline import GenerateOptions, GenerateResult, PipelineError, load_latents, seeded_noise
+from vidax.zoo.pipeline import GenerateOptions, PipelineError, load_latents, seeded_noise
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 
 ANCESTRAL = "euler-ancestral"  # LTXEulerAncestralRFScheduler on the same (shifted) sigma grid
@@ -184,14 +185,14 @@ class LTX2Predict:
     audio_shape: tuple[int, int]  # (L, C * M)
     rescaled: tuple[bool, bool]  # video, audio guidance rescale on
     dtype: str
-    i2v: bool
 
     def __call__(self, run, latents, timestep, cond: Condition, knobs):
         from vidax.zoo.sharding import cfg_batch
 
         dtype = jnp.dtype(self.dtype)
+        i2v = cond.image is not None  # the condition's structure: static, one compiled unit each
         video, audio = lat.split_tokens(latents.astype(jnp.float32), self.video_shape, self.audio_shape)
-        if self.i2v:  # the first latent frame is the image, always clean
+        if i2v:  # the first latent frame is the image, always clean
             keep = cond.image_mask[..., None]
             video = keep * cond.image + (1 - keep) * video
         stg_keep, cross_keep = guide.pass_rows(self.passes, self.stg_blocks, self.num_layers)
@@ -199,7 +200,7 @@ class LTX2Predict:
         p = len(self.passes)
         t = jnp.full((p,), timestep, jnp.float32)
         video_t = lat.i2v_video_timestep(t, jnp.broadcast_to(cond.image_mask, (p, self.video_shape[0]))) \
-            if self.i2v else t
+            if i2v else t
         inputs = DiTInputs.make(
             jnp.broadcast_to(video, (p, *self.video_shape)).astype(dtype),
             jnp.broadcast_to(audio, (p, *self.audio_shape)).astype(dtype),
@@ -218,7 +219,7 @@ class LTX2Predict:
         a = guide.combine(audio, sigma, outs[1], scale=knobs["audio_guidance"], stg_scale=knobs["audio_stg_scale"],
                           modality_scale=knobs["audio_modality_scale"],
                           rescale_factor=knobs["audio_guidance_rescale"], rescaled=self.rescaled[1])
-        if self.i2v:  # diffusers steps frames 1: only
+        if i2v:  # diffusers steps frames 1: only
             v = v * (1 - cond.image_mask[..., None])
         return lat.join_tokens(v, a)
 
@@ -417,20 +418,20 @@ class LTX2Family(Family):
 
     # --- encode -----------------------------------------------------------------------------
 
-    def encode(self, s: LTX2Settings, inputs: Inputs) -> Condition:
+    def encode(self, run: Run, s: LTX2Settings, inputs: Inputs) -> Condition:
         prompts = [inputs.prompt] + ([inputs.negative_prompt or ""] if s.guided else [])
-        text, audio_text, mask = self.encode_text(s, prompts)
+        text, audio_text, mask = self.encode_text(run, s, prompts)
         m = self.model
         _, _, f, h, w = self.latent_shape(s)
         rope = default_dit_rope_tables(m.transformer, f, h, w, self.audio_shape(s)[2], fps=s.conditioning_fps)
         image = inputs.images.get("image")
         if image is None:
             return Condition(text, audio_text, mask, rope)
-        latents = self.encode_image(s, image)
+        latents = self.encode_image(run, s, image)
         tokens = lat.pack_video(jnp.repeat(latents, f, axis=2))
         return Condition(text, audio_text, mask, rope, tokens, jnp.asarray(lat.first_frame_mask((f, h, w))))
 
-    def encode_text(self, s: LTX2Settings, prompts: list[str]):
+    def encode_text(self, run: Run, s: LTX2Settings, prompts: list[str]):
         """Connector outputs for `prompts` (video, audio, mask), each `[len(prompts), T, ...]`."""
         m = self.model
         folder = self.source.find("tokenizer", component="tokenizer")
@@ -441,26 +442,26 @@ class LTX2Family(Family):
         bos = special_tokens(folder).get("bos_token", "<bos>")
         bos_id = tokenizer.backend.token_to_id(bos) if hasattr(tokenizer, "backend") else None
         batch = prompt_tokens(tokenizer, prompts, bos_id=bos_id, bos=s.prompt_bos, max_length=s.max_sequence_length)
-        params = self.load_part(self.component("text_encoder"))
+        params = run.load_part(self.component("text_encoder"))
         gemma = GemmaTextModel(m.text_encoder, dtype=_leaf_dtype(params, "embed_tokens", "embedding"))
         ids, mask = jnp.asarray(batch.input_ids), jnp.asarray(batch.attention_mask)
         features = _text_features(gemma, params, ids, mask)
         features.block_until_ready()
-        self.done(params)
-        params = self.load_part(self.component("connectors"))
+        run.done(params)
+        params = run.load_part(self.component("connectors"))
         connectors = TextConnectors(m.connectors, dtype=_weights_dtype(params))
         out = _connect(connectors, params, features, mask)
         jax.block_until_ready(out)
-        self.done(params)
+        run.done(params)
         return out
 
-    def encode_image(self, s: LTX2Settings, image: np.ndarray) -> jax.Array:
+    def encode_image(self, run: Run, s: LTX2Settings, image: np.ndarray) -> jax.Array:
         """Normalised image latents `[1, C, 1, H', W']` (diffusers I2V `prepare_latents` with the CRF pass)."""
         from vidax.zoo.video_io import vae_image
 
         crf = s.image_crf if s.image_crf is not None else default_crf(self.model.text_model_type)
         pixels = vae_image(recompress_image(image, crf), s.height, s.width)  # [1, 3, 1, H, W] in [-1, 1]
-        params = self.load_part(self.component("vae"), "float32")
+        params = run.load_part(self.component("vae"), "float32")
         weights = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
         tiles = tiles_for(s.vae_tiling, weights + encode_peak_bytes(self.model.vae, 1, s.height, s.width))
         if tiles is None:
@@ -469,7 +470,7 @@ class LTX2Family(Family):
             z = jnp.asarray(LTX2VideoVAE(self.model.vae).encode(params, jnp.asarray(pixels), tiling=tiles))
         out = lat.normalize_video(z, params["latents_mean"], params["latents_std"])  # diffusers: scaling 1
         out.block_until_ready()
-        self.done(params)
+        run.done(params)
         return out
 
     # --- denoise ----------------------------------------------------------------------------
@@ -482,19 +483,19 @@ class LTX2Family(Family):
         cfg = dataclasses.replace(self.model.transformer, perturbed_attn=True)
         return LTX2Transformer(cfg, use_cross_timestep=s.use_cross_timestep, dtype=jnp.dtype(tree["proj_in/kernel"].dtype))
 
-    def predictor(self, s: LTX2Settings, expert: int, dit: LTX2Transformer) -> LTX2Predict:
+    def predictor(self, s: LTX2Settings, expert: int, dit: LTX2Transformer, step: int) -> LTX2Predict:
         scales = s.scales
         video = self.latent_shape(s)
         audio = self.audio_shape(s)
         return LTX2Predict(scales.passes, tuple(s.stg_blocks), dit.cfg.num_layers,
                            (math.prod(video[2:]), video[1]), (audio[2], audio[1] * audio[3]),
                            (scales.guidance_rescale > 0, scales.audio_guidance_rescale > 0),
-                           jnp.dtype(dit.dtype).name, self._i2v)
+                           jnp.dtype(dit.dtype).name)
 
-    def step_knobs(self, s: LTX2Settings, index: int, timestep: float, expert: int) -> dict:
+    def step_knobs(self, s: LTX2Settings, stepper, index: int, expert: int) -> dict:
         scales = s.scales
         f32 = jnp.float32
-        return {"sigma": f32(self._sigmas[index]), "guidance": f32(scales.guidance),
+        return {"sigma": f32(np.asarray(stepper.sigmas, np.float32)[index]), "guidance": f32(scales.guidance),
                 "stg_scale": f32(scales.stg_scale), "modality_scale": f32(scales.modality_scale),
                 "guidance_rescale": f32(scales.guidance_rescale), "audio_guidance": f32(scales.audio_guidance),
                 "audio_stg_scale": f32(scales.audio_stg_scale), "audio_modality_scale": f32(scales.audio_modality_scale),
@@ -533,18 +534,17 @@ class LTX2Family(Family):
                                          s_noise=config.get("s_noise", 1.0))
         else:
             stepper = stepper_from_config(config, s.steps, mu=mu, sigmas=inputs["sigmas"])
-        self._sigmas = np.asarray(stepper.sigmas, np.float32)
         return stepper
 
-    def sample(self, s: LTX2Settings, latents: np.ndarray, cond: Condition, inputs: Inputs) -> jax.Array:
-        self._i2v = cond.image is not None
+    def sample(self, run: Run, s: LTX2Settings, latents: np.ndarray, cond: Condition) -> jax.Array:
+        i2v = cond.image is not None
         video_shape, audio_shape = self._token_shapes(s)
-        if self._i2v:  # noise on frames 1:, the image on frame 0 (I2V `prepare_latents`)
+        if i2v:  # noise on frames 1:, the image on frame 0 (I2V `prepare_latents`)
             video, audio = lat.split_tokens(jnp.asarray(latents), video_shape, audio_shape)
             keep = cond.image_mask[..., None]
             latents = np.asarray(lat.join_tokens(keep * cond.image + (1 - keep) * video, audio))
-        out = self.denoise(s, latents, cond, dtype=self.options.dtype)
-        if self._i2v:
+        out = super().sample(run, s, latents, cond)
+        if i2v:
             video, audio = lat.split_tokens(out, video_shape, audio_shape)
             keep = cond.image_mask[..., None]
             out = lat.join_tokens(keep * cond.image + (1 - keep) * video, audio)
@@ -554,38 +554,41 @@ class LTX2Family(Family):
         video, audio = self.latent_shape(s), self.audio_shape(s)
         return (math.prod(video[2:]), video[1]), (audio[2], audio[1] * audio[3])
 
-    _i2v = False
-
     # --- decode -----------------------------------------------------------------------------
 
-    def decode(self, s: LTX2Settings, latents: jax.Array) -> np.ndarray:
-        """Frames `[F, H, W, 3]` in [0, 1]; the waveform (unless `--no-audio`) is kept for `generate`."""
+    def decode(self, run: Run, s: LTX2Settings, latents: jax.Array) -> Decoded:
+        """Frames `[F, H, W, 3]` in [0, 1], the waveform `[channels, samples]` at the vocoder's rate (None with
+        `--no-audio`), and the final video latents `[1, C, F', H', W']` (the `--latents` layout)."""
         m = self.model
         shape = self.latent_shape(s)
         video_tokens, audio_tokens = lat.split_tokens(latents.astype(jnp.float32), *self._token_shapes(s))
         video = lat.unpack_video(video_tokens, shape[2:])
-        self._final_video, self._audio_latent_shape = np.asarray(video), self.audio_shape(s)
-        self._audio = None
+        audio = None
         if s.audio:
             vae_part, voc_part = self.component("audio_vae"), self.component("vocoder")
-            vae_params = self.load_part(vae_part, "float32")
-            voc_params = self.load_part(voc_part, "float32")
+            vae_params = run.load_part(vae_part, "float32")
+            voc_params = run.load_part(voc_part, "float32")
             wave = _audio_decode(m.audio_vae, m.vocoder, m.audio_mel_bins, vae_params, voc_params, audio_tokens)
-            self._audio = np.asarray(wave[0], np.float32)
-            self.done((vae_params, voc_params))
+            audio = np.asarray(wave[0], np.float32)
+            run.done((vae_params, voc_params))
         if s.diffusion_decoder:
-            pixels = self._diffusion_decode(s, video)
+            pixels = self._diffusion_decode(run, s, video)
         else:
-            pixels = self._vae_decode(s, video)
-        return np.moveaxis(np.clip(np.asarray(pixels[0], np.float32) / 2 + 0.5, 0.0, 1.0), 0, -1)
+            pixels = self._vae_decode(run, s, video)
+        frames = np.moveaxis(np.clip(np.asarray(pixels[0], np.float32) / 2 + 0.5, 0.0, 1.0), 0, -1)
+        rate = (m.vocoder.bwe or m.vocoder).output_sampling_rate
+        settings = {"audio_latent_shape": list(self.audio_shape(s))}
+        if audio is not None:
+            settings.update(sample_rate=rate, audio_seconds=audio.shape[-1] / rate)
+        return Decoded(frames, audio, rate if audio is not None else None, np.asarray(video), settings)
 
-    def _vae_decode(self, s: LTX2Settings, video: jax.Array) -> jax.Array:
+    def _vae_decode(self, run: Run, s: LTX2Settings, video: jax.Array) -> jax.Array:
         cfg = self.model.vae
-        params = self.load_part(self.component("vae"), "float32")
+        params = run.load_part(self.component("vae"), "float32")
         timestep = None
         if cfg.timestep_conditioning:  # diffusers: noise from the generator, mixed in before denormalising
             scale = s.decode_timestep if s.decode_noise_scale is None else s.decode_noise_scale
-            video = (1 - scale) * video + scale * jnp.asarray(self.host_noise(2, 0, tuple(video.shape)))
+            video = (1 - scale) * video + scale * jnp.asarray(run.host_noise(2, 0, tuple(video.shape)))
             timestep = jnp.full((video.shape[0],), s.decode_timestep, jnp.float32)
         z = lat.denormalize_video(video, params["latents_mean"], params["latents_std"], cfg.scaling_factor)
         if _decode_tiles(s) is None:
@@ -593,40 +596,24 @@ class LTX2Family(Family):
             out.block_until_ready()
         else:  # a host loop over one compiled tile; the video stitched on the host
             out = LTX2VideoVAE(cfg).decode(params, z, timestep, tiling=_decode_tiles(s))
-        self.done(params)
+        run.done(params)
         return out
 
-    def _diffusion_decode(self, s: LTX2Settings, video: jax.Array) -> jax.Array:
+    def _diffusion_decode(self, run: Run, s: LTX2Settings, video: jax.Array) -> jax.Array:
         """LTX-2.5's diffusion decoder on the denormalised latents (the video VAE's statistics), its x_t
         noise from the run's seed (host stream 2)."""
         cfg = self.model.diffusion_decoder
         part = self.component("diffusion_decoder")
-        params = self.load_part(part)
+        params = run.load_part(part)
         decoder = _diffusion_decoder(cfg, _weights_dtype(params))
-        stats = self.load_part(self.component("vae"), "float32")
+        stats = run.load_part(self.component("vae"), "float32")
         z = lat.denormalize_video(video, stats["latents_mean"], stats["latents_std"], self.model.vae.scaling_factor)
-        self.done(stats)
-        noise = self.host_noise(2, 0, decoder.noise_shape(tuple(z.shape)))
+        run.done(stats)
+        noise = run.host_noise(2, 0, decoder.noise_shape(tuple(z.shape)))
         out = decoder.decode(params, z, jnp.asarray(noise)).astype(jnp.float32)
         out.block_until_ready()
-        self.done(params)
+        run.done(params)
         return out
-
-    # --- the result -------------------------------------------------------------------------
-
-    def generate(self, options: GenerateOptions, progress=None) -> GenerateResult:
-        """The contract's generation, plus the soundtrack: `result.audio` `[channels, samples]` at
-        `result.sample_rate` (None with `--no-audio`); `result.latents` are the final video latents
-        `[1, C, F', H', W']` (the `--latents` layout)."""
-        result = super().generate(options, progress)
-        rate = (self.model.vocoder.bwe or self.model.vocoder).output_sampling_rate
-        result.audio = self._audio
-        result.sample_rate = rate if self._audio is not None else None
-        result.latents = self._final_video
-        result.settings = {**result.settings, "audio_latent_shape": list(self._audio_latent_shape)}
-        if self._audio is not None:
-            result.settings.update(sample_rate=rate, audio_seconds=self._audio.shape[-1] / rate)
-        return result
 
     # --- memory -----------------------------------------------------------------------------
 

@@ -52,7 +52,9 @@ import numpy as np
 from vidax.translator import MANIFEST, MODEL_FILE, read_manifest, read_metadata
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings
+from vidax.zoo.denoise import Denoisers, Schedule, denoise
+from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings
+from vidax.zoo.stages import Run
 from vidax.zoo.ltx_video import latents as L
 from vidax.zoo.ltx_video import passes, rope
 from vidax.zoo.ltx_video.config import (
@@ -71,7 +73,7 @@ from vidax.zoo.ltx_video.upsampler import LTXLatentUpsampler
 from vidax.zoo.ltx_video.vae import LTXVideoVAE, decode_peak_bytes, encode_peak_bytes
 from vidax.zoo.vae_tiling import TileSizes, tiles_for
 from vidax.zoo.video_io import vae_image
-from vidax.zoo.pipeline import PipelineError, WeightsSource
+from vidax.zoo.pipeline import PipelineError, Progress, WeightsSource
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 
 CONDITION_PIPELINES = ("LTXConditionPipeline",)
@@ -139,6 +141,31 @@ class ConditionItem:
 
 
 # --- the family --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LTXPrompt:
+    """What `encode` hands to `sample`: the encoded prompts, and the conditioning images (each pass encodes
+    them at its own size)."""
+
+    text: LTXText
+    images: Mapping[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class PassPlan:
+    """One denoising pass, as its steps read it: the reference it follows, its schedule (conditioned
+    references), condition, per-step guides, and the image-condition noise it draws."""
+
+    reference: str
+    schedule: Any
+    cond: LTXCondition
+    guides: tuple[StepGuide, ...]
+    noisy: bool  # image-condition noise at every step
+    shape: tuple[int, ...]  # the tokens' (the per-step noise's shape)
+    height: int
+    width: int
+    noise_stream: int
 
 
 class LTXVideoFamily(Family):
@@ -236,7 +263,7 @@ class LTXVideoFamily(Family):
             raise
 
     def load_tree(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
-                  dtype: str | None = None):
+                  dtype: str | None = None, *, progress: Progress | None = None):
         """A component's host tree, from its own source and file (this layout's; see the report: the
         shared `load_tree` applies one layout's `file` to every layout)."""
         comp = self.entry.components.get(component)
@@ -247,7 +274,7 @@ class LTXVideoFamily(Family):
         files = self._files(component) if source is self.source else None
         if source is not self.source and comp is not None:
             subfolders = (comp.folder(self.layout, False),)
-        return source.load(component, spec, subfolders, dtype=dtype, progress=self.progress, files=files)
+        return source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files)
 
     def _find(self, component: str, *relative: str) -> Path | None:
         source = self._component_source(component)
@@ -455,7 +482,7 @@ class LTXVideoFamily(Family):
 
     # --- encode --------------------------------------------------------------------------------
 
-    def encode(self, s: LTXSettings, inputs: Inputs) -> LTXText:
+    def encode(self, run: Run, s: LTXSettings, inputs: Inputs) -> LTXPrompt:
         """T5 features of the prompt and (when any step guides) the negative prompt."""
         ref = self.reference(s)
         max_length, mask_encoder, strip = TEXT[ref]
@@ -465,17 +492,16 @@ class LTXVideoFamily(Family):
         if folder is None:
             raise PipelineError(f"{self.source.label}: no T5 tokenizer folder (tokenizer/)")
         part = self.component("text_encoder")
-        tree = self.load_tree(part.component, part.spec, part.subfolders, self.options.dtype)
+        tree = run.load_tree(part.component, part.spec, part.subfolders, run.dtype)
         t5_json = self._t5_json()
         config = T5Config.from_hf_config(t5_json) if t5_json else T5Config.from_shapes({p: a.shape for p, a in tree.items()})
-        params = self.place(tree, (part.component, part.spec, self.options.dtype))
+        params = run.place(tree, (part.component, part.spec, run.dtype))
         model = T5EncoderModel(config, dtype=jnp.float32)
         text, mask = encode_prompts(model, {"params": params}, load_tokenizer(folder), prompts, max_length=max_length,
                                     mask_encoder=mask_encoder, strip=strip)
         text.block_until_ready()
-        self.done(params)
-        self._images = dict(inputs.images)
-        return LTXText(text, jnp.asarray(mask))
+        run.done(params)
+        return LTXPrompt(LTXText(text, jnp.asarray(mask)), dict(inputs.images))
 
     def _t5_json(self) -> dict | None:
         found = self._find("text_encoder", "text_encoder/config.json")
@@ -517,36 +543,35 @@ class LTXVideoFamily(Family):
 
     # --- sampling ------------------------------------------------------------------------------
 
-    def stepper(self, s: LTXSettings, latents_shape: tuple[int, ...]):
-        run = self._run
-        if run["reference"] in ("condition", "official"):
-            schedule = run["schedule"]
-            cond: LTXCondition = run["cond"]
+    def _stepper(self, s: LTXSettings, plan: PassPlan, latents_shape: tuple[int, ...]):
+        """The pass's stepper: per-token Euler on the pass's schedule (conditioned references), else the
+        folder's scheduler at the pass's size (I2V: the first frame kept)."""
+        if plan.reference in ("condition", "official"):
+            cond = plan.cond
             noise_scale = float(s.image_cond_noise_scale) if cond.token_mask is not None else 0.0
-            return PerTokenEuler(sigmas=np.asarray(schedule.sigmas, np.float32),
-                                 timesteps=np.asarray(schedule.timesteps, np.float32),
+            return PerTokenEuler(sigmas=np.asarray(plan.schedule.sigmas, np.float32),
+                                 timesteps=np.asarray(plan.schedule.timesteps, np.float32),
                                  mask=None if cond.token_mask is None else np.asarray(cond.token_mask),
                                  init_tokens=None if cond.init_tokens is None else np.asarray(cond.init_tokens),
                                  noise_scale=noise_scale)
-        inner = super().stepper(dataclasses.replace(s, height=run["height"], width=run["width"]), latents_shape)
-        if run["reference"] == "i2v":
-            return KeepFirstFrame(inner=inner, keep=np.asarray(run["cond"].token_mask)[..., None])
+        inner = self.stepper(dataclasses.replace(s, height=plan.height, width=plan.width), latents_shape)
+        if plan.reference == "i2v":
+            return KeepFirstFrame(inner=inner, keep=np.asarray(plan.cond.token_mask)[..., None])
         return inner
 
-    def step_knobs(self, s: LTXSettings, index: int, timestep: float, expert: int) -> dict:
-        run = self._run
-        guide = run["guides"][index]
+    def _knobs(self, run: Run, s: LTXSettings, plan: PassPlan, index: int, expert: int) -> dict:
+        guide = plan.guides[index]
         knobs = {"scale": jnp.float32(guide.guidance), "stg": jnp.float32(guide.stg),
                  "rescale": jnp.float32(guide.rescale)}
-        if run["noisy"]:
-            knobs["noise"] = jnp.asarray(self.host_noise(run["noise_stream"], index, run["shape"]))
+        if plan.noisy:
+            knobs["noise"] = jnp.asarray(run.host_noise(plan.noise_stream, index, plan.shape))
             knobs["noise_scale"] = jnp.float32(s.image_cond_noise_scale)
         return knobs
 
-    def predictor(self, s: LTXSettings, expert: int, dit: LTXVideoTransformer) -> LTXPredict:
-        run = self._run
-        guide = run["guides"][self.step]  # this step's branch set (a new configuration when it changes)
-        ref = run["reference"]
+    @staticmethod
+    def _predictor(plan: PassPlan, expert: int, dit: LTXVideoTransformer, step: int) -> LTXPredict:
+        guide = plan.guides[step]  # this step's branch set (a new configuration when it changes)
+        ref = plan.reference
         cfg = guide.guidance > 1.0
         stg = guide.stg > 0.0
         stg_row = stg and bool(guide.skip)
@@ -555,7 +580,7 @@ class LTXVideoFamily(Family):
         else:
             rescale = cfg and guide.rescale > 0.0
         return LTXPredict(ref, cfg, stg, stg_row, cfg and guide.cfg_star, rescale, guide.skip if stg_row else (),
-                          dit.cfg.num_layers, jnp.dtype(dit.dtype).name, run["noisy"])
+                          dit.cfg.num_layers, jnp.dtype(dit.dtype).name, plan.noisy)
 
     def dit_parts(self, s: LTXSettings) -> list[DiTPart]:
         return [self.component("transformer")]
@@ -564,19 +589,18 @@ class LTXVideoFamily(Family):
         # activations in the weights' dtype (bf16 as shipped; --dtype float32 for parity); residuals fp32
         return LTXVideoTransformer(self.dit_config, dtype=jnp.dtype(tree["blocks/attn1/to_q/kernel"].dtype))
 
-    def sample(self, s: LTXSettings, noise: np.ndarray, cond: LTXText, inputs: Inputs) -> jax.Array:
-        passes = self._passes(s)
-        self._keep_dit = len(passes) > 1  # placed once for both passes (the base releases it at the end)
-        latents = self._pass(s, passes[0], noise, None, cond)
-        if len(passes) == 1:
-            self._tone = passes[0].tone_map
-            return latents
-        up = self._upsample(s, latents)
-        second = self.host_noise(4, 0, tuple(up.shape))
-        self._tone = passes[1].tone_map
-        return self._pass(s, passes[1], second, np.asarray(up), cond)
+    def sample(self, run: Run, s: LTXSettings, noise: np.ndarray, cond: LTXPrompt) -> jax.Array:
+        """One pass, or two around the latent upsampler (multi-scale); the DiT is placed once for both."""
+        first, *second = self._passes(s)
+        with Denoisers(run, self, s) as denoisers:
+            latents = self._pass(run, denoisers, s, first, noise, None, cond)
+            if not second:
+                return latents
+            up = self._upsample(run, s, latents)
+            return self._pass(run, denoisers, s, second[0], run.host_noise(4, 0, tuple(up.shape)), np.asarray(up), cond)
 
-    def _pass(self, s: LTXSettings, p: Pass, noise: np.ndarray, init: np.ndarray | None, text: LTXText) -> jax.Array:
+    def _pass(self, run: Run, denoisers: Denoisers, s: LTXSettings, p: Pass, noise: np.ndarray,
+              init: np.ndarray | None, prompt: LTXPrompt) -> jax.Array:
         """One denoising pass at `p`'s size from `noise` (and, second pass, the upsampled latents `init`)."""
         ref = self.reference(s)
         cfg = self.dit_config
@@ -590,13 +614,13 @@ class LTXVideoFamily(Family):
             coords = rope.grid_coords(1, f, h, w, cfg, frame_rate=s.fps, vae_temporal=self.vae_config.temporal_ratio,
                                       vae_spatial=self.vae_config.spatial_ratio)
             if ref == "i2v":
-                image = self._encode_items(s, p, [ConditionItem("--image", 0)])[0]
+                image = self._encode_items(run, s, p, [ConditionItem("--image", 0)], prompt.images)[0]
                 tokens, token_mask = L.image_to_video_latents(image.latents, noise)
         else:
             schedule = self._schedule(s, p, ref)
-            items = ([ConditionItem("--image", 0)] if "image" in self._images else []) + \
+            items = ([ConditionItem("--image", 0)] if "image" in prompt.images else []) + \
                 [ConditionItem.parse(c, s.frames) for c in s.condition_frame]
-            conditions = self._encode_items(s, p, items)
+            conditions = self._encode_items(run, s, p, items, prompt.images)
             sigma = float(schedule.sigmas[0]) if init is not None else None
             causal = ref != "official" or self.dit_config.causal_temporal_positioning is not False
             prepared = L.prepare_conditioned(noise, conditions, latents=init, sigma=sigma, causal_fix=causal)
@@ -604,33 +628,33 @@ class LTXVideoFamily(Family):
             init_tokens = tokens.copy() if conditions else None
             coords = rope.video_coords(prepared.pixel_ids[:1], cfg, frame_rate=s.fps)
         cos, sin = rope.rope_tables(coords[:1], cfg)
-        state = LTXCondition(text.text, text.mask, cos, sin, None if token_mask is None else np.asarray(token_mask, np.float32),
+        state = LTXCondition(prompt.text.text, prompt.text.mask, cos, sin, None if token_mask is None else np.asarray(token_mask, np.float32),
                              init_tokens)
-        guides = self._guides(s, p, None if schedule is None else np.asarray(schedule.timesteps))
+        # the scheduler's grid has s.steps entries (ltx, i2v): the guidance list must too
+        timesteps = np.zeros(s.steps) if schedule is None else np.asarray(schedule.timesteps)
         noisy = ref in ("condition", "official") and init_tokens is not None and s.image_cond_noise_scale > 0
-        self._run = {"reference": ref, "schedule": schedule, "cond": state, "guides": guides, "noisy": noisy,
-                     "shape": tuple(tokens.shape), "second": p.second, "height": p.height, "width": p.width,
-                     "noise_stream": 5 if p.second else 1}
-        if ref in ("ltx", "i2v"):  # the scheduler's grid has s.steps entries: the guidance list must too
-            self._run["guides"] = self._guides(s, p, np.zeros(s.steps))
-        out = self.denoise(s_pass, np.asarray(tokens, np.float32), state, dtype=self.options.dtype,
-                           stage="denoise" if not p.second else "refine", noise_stream=self._run["noise_stream"],
-                           keep=self._keep_dit)
+        plan = PassPlan(ref, schedule, state, tuple(self._guides(s, p, timesteps)), noisy, tuple(tokens.shape),
+                        p.height, p.width, 5 if p.second else 1)
+        stepper = self._stepper(s_pass, plan, tuple(tokens.shape))
+        steps = Schedule(stepper, (0,) * stepper.num_steps, partial(self._knobs, run, s_pass, plan))
+        out = denoise(run, denoisers, steps, np.asarray(tokens, np.float32), state, partial(self._predictor, plan),
+                      stage="refine" if p.second else "denoise", noise_stream=plan.noise_stream)
         out = out[:, num_extra:]
         return L.unpack(out, f, h, w, cfg.patch_size, cfg.patch_size_t)
 
-    def _encode_items(self, s: LTXSettings, p: Pass, items: list[ConditionItem]) -> list[L.Condition]:
+    def _encode_items(self, run: Run, s: LTXSettings, p: Pass, items: list[ConditionItem],
+                      images: Mapping[str, np.ndarray]) -> list[L.Condition]:
         """Each item's normalised latents at the pass's size (a posterior draw each, then its blend noise)."""
         if not items:
             return []
         from vidax.zoo.video_io import read_video
 
-        vae, params = self._vae()
+        vae, params = self._vae(run)
         offset = SECOND_PASS_CONDITION_NOISE if p.second else 0
         out = []
         for k, item in enumerate(items):
             if item.path == "--image":
-                frames = [self._images["image"]]
+                frames = [images["image"]]
             elif Path(item.path).suffix.lower() in (".mp4", ".mov", ".mkv", ".webm", ".avi"):
                 frames = list(read_video(item.path))
                 frames = frames[:L.trim_conditioning_frames(item.frame_index, len(frames), s.frames)]
@@ -643,53 +667,53 @@ class LTXVideoFamily(Family):
             pixels = np.concatenate([vae_image(np.asarray(frame, np.uint8), p.height, p.width) for frame in frames], axis=2)
             tiles = self._tiles(s, encode_peak_bytes(self.vae_config, pixels.shape[2], p.height, p.width), params)
             moments = vae.encode(params, jnp.asarray(pixels), tiling=tiles)
-            eps = self.host_noise(3, offset + 2 * k, (1, moments.shape[1] // 2, *moments.shape[2:]))
+            eps = run.host_noise(3, offset + 2 * k, (1, moments.shape[1] // 2, *moments.shape[2:]))
             z = L.sample_posterior(np.asarray(moments), eps)
             z = L.normalize(z, np.asarray(params["latents_mean"]), np.asarray(params["latents_std"]))
             blend = None
             if item.frame_index > 0:
                 n = z.shape[2]
                 shape = (1, z.shape[1], n if n <= 2 else 2, *z.shape[3:])
-                blend = self.host_noise(3, offset + 2 * k + 1, shape)
+                blend = run.host_noise(3, offset + 2 * k + 1, shape)
             out.append(L.Condition(np.asarray(z, np.float32), item.frame_index, item.strength, blend))
-        self.done(params)
+        run.done(params)
         return out
 
-    def _vae(self) -> tuple[LTXVideoVAE, Any]:
+    def _vae(self, run: Run) -> tuple[LTXVideoVAE, Any]:
         part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
+        params = run.load(part.component, part.spec, part.subfolders)
         return LTXVideoVAE(self.vae_config), params
 
-    def _upsample(self, s: LTXSettings, latents: jax.Array) -> jax.Array:
+    def _upsample(self, run: Run, s: LTXSettings, latents: jax.Array) -> jax.Array:
         """The official `_upsample_latents` + `adain_filter_latent`: de-normalise, x2, normalise, AdaIN."""
         part = self.component("latent_upsampler")
-        params = self.load(part.component, part.spec, part.subfolders)
-        _, vae_params = self._vae()
+        params = run.load(part.component, part.spec, part.subfolders)
+        _, vae_params = self._vae(run)
         mean, std = vae_params["latents_mean"], vae_params["latents_std"]
         scaling = self.vae_config.scaling_factor
-        with self.timer.stage("upsample"):
+        with run.timer.stage("upsample"):
             raw = L.denormalize(latents, mean, std, scaling)
             up = LTXLatentUpsampler(self.upsampler_config)(params, raw)
             up = L.normalize(up, mean, std, scaling)
             if s.adain_factor:
                 up = L.adain(up, latents, s.adain_factor)
             up.block_until_ready()
-        self.done((params, vae_params))
+        run.done((params, vae_params))
         return up
 
     # --- decode --------------------------------------------------------------------------------
 
-    def decode(self, s: LTXSettings, latents: jax.Array) -> np.ndarray:
+    def decode(self, run: Run, s: LTXSettings, latents: jax.Array) -> Decoded:
         """Final latents -> float32 frames `[F, H, W, 3]` in [0, 1] (resized to the requested size after a
         multi-scale run, as `LTXMultiScalePipeline`)."""
-        vae, params = self._vae()
+        vae, params = self._vae(run)
         cfg = self.vae_config
         z = jnp.asarray(latents, jnp.float32)
         mean, std = params["latents_mean"], params["latents_std"]
         timestep = None
-        tone = getattr(self, "_tone", 0.0) or 0.0
+        tone = self._passes(s)[-1].tone_map or 0.0  # the last pass's
         scale = s.decode_noise_scale if s.decode_noise_scale is not None else s.decode_timestep
-        eps = jnp.asarray(self.host_noise(2, 0, tuple(z.shape))) if cfg.timestep_conditioning else None
+        eps = jnp.asarray(run.host_noise(2, 0, tuple(z.shape))) if cfg.timestep_conditioning else None
         if self.layout == "official":  # noise and tone map on the normalised latents (official vae_decode order)
             if eps is not None:
                 z = L.decode_input(z, eps, scale)
@@ -707,14 +731,14 @@ class LTXVideoFamily(Family):
         frames, height, width = (z.shape[2] - 1) * cfg.temporal_ratio + 1, *(n * cfg.spatial_ratio for n in z.shape[3:])
         tiles = self._tiles(s, decode_peak_bytes(cfg, frames, height, width), params)
         def maps(k, shape):  # the 0.9.1 decoder's noise maps, in the reference's draw order
-            return self.host_noise(2, 1 + k, shape)
+            return run.host_noise(2, 1 + k, shape)
 
         video = np.asarray(vae.decode(params, z, timestep, maps, tiling=tiles), np.float32)
-        self.done(params)
+        run.done(params)
         frames = np.clip(video[0] / 2 + 0.5, 0.0, 1.0).transpose(1, 2, 3, 0)  # [F, H, W, 3]
         if frames.shape[1:3] != (s.height, s.width):  # frame by frame: one compiled resize, the video on the host
             frames = np.stack([np.asarray(_resize(jnp.asarray(f), (s.height, s.width))) for f in frames])
-        return np.asarray(frames, np.float32)
+        return Decoded(np.asarray(frames, np.float32))
 
     def _tiles(self, s: LTXSettings, working: int, params: Any) -> TileSizes | None:
         """The VAE's tiles: --vae-tiling / --no-vae-tiling, else tiles only when the whole video's call (its

@@ -33,7 +33,8 @@ from vidax.zoo.encoders.clip import CLIP_MEAN, CLIP_STD, WAN_CLIP_VISION, CLIPVi
 from vidax.zoo.encoders.clip import clip_preprocess, clip_vision_config
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.family import DiTPart, Family, Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.stages import Run
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.video_io import vae_image
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
@@ -239,36 +240,36 @@ class WanFamily(Family):
 
     # --- encode -----------------------------------------------------------------------------
 
-    def encode(self, s: WanSettings, inputs: Inputs) -> WanCondition:
-        text = self.encode_prompts(inputs.prompt, inputs.negative_prompt)
+    def encode(self, run: Run, s: WanSettings, inputs: Inputs) -> WanCondition:
+        text = self.encode_prompts(run, inputs.prompt, inputs.negative_prompt)
         image = inputs.images.get("image")
         if image is None:
             return WanCondition(text, None, None, None)
-        return self.encode_images(s, image, inputs.images.get("last_image"), text)
+        return self.encode_images(run, s, image, inputs.images.get("last_image"), text)
 
-    def encode_prompts(self, prompt: str, negative: str | None) -> jax.Array:
+    def encode_prompts(self, run: Run, prompt: str, negative: str | None) -> jax.Array:
         """`[1 or 2, 512, text_dim]` fp32 UMT5 embeddings (prompt, then negative when guided); zero past each prompt."""
         folder = self.source.find("tokenizer", "google/umt5-xxl", component="text_encoder")
         if folder is None:
             raise PipelineError(f"{self.source.label}: no tokenizer folder found")
         part = self.component("text_encoder")
-        tree = self.load_tree(part.component, part.spec, part.subfolders, self.options.dtype)
+        tree = run.load_tree(part.component, part.spec, part.subfolders, run.dtype)
         config = self.model.text_encoder or T5Config.from_shapes({p: a.shape for p, a in tree.items()})
-        params = self.place(tree, (part.component, part.spec, self.options.dtype))
+        params = run.place(tree, (part.component, part.spec, run.dtype))
         model = T5EncoderModel(config, dtype=jnp.float32)  # fp32 encode, cast after (see DESIGN)
         prompts = [prompt] + ([negative] if negative is not None else [])
         embeds = wan_text_features(model, {"params": params}, load_tokenizer(folder), prompts)
         embeds.block_until_ready()
-        self.done(params)
+        run.done(params)
         return embeds
 
-    def encode_images(self, s: WanSettings, image: np.ndarray, last: np.ndarray | None, text) -> WanCondition:
+    def encode_images(self, run: Run, s: WanSettings, image: np.ndarray, last: np.ndarray | None, text) -> WanCondition:
         """CLIP tokens (Wan2.1 I2V / FLF2V) and the latent condition the DiT is fed with."""
         m = self.model
         embeds = None
         if m.image_encoder is not None:
             part = self.component("image_encoder")
-            params = self.load(part.component, part.spec, part.subfolders, self.options.dtype)
+            params = run.load(part.component, part.spec, part.subfolders, run.dtype)
             clip = CLIPVisionModelWithProjection(m.image_encoder, dtype=jnp.float32,
                                                  with_projection="visual_projection" in params)
             proc = m.image_processor
@@ -278,7 +279,7 @@ class WanFamily(Family):
                                      std=proc.get("image_std", CLIP_STD))
             embeds = _encode_image(clip, params, jnp.asarray(pixels))
             embeds.block_until_ready()
-            self.done(params)
+            run.done(params)
         first = vae_image(image, s.height, s.width)  # [1, 3, 1, H, W] in [-1, 1]
         if m.expand_timesteps:
             video = first
@@ -287,9 +288,9 @@ class WanFamily(Family):
             gap = s.frames - 1 - len(tail)
             video = np.concatenate([first, np.zeros((1, 3, gap, s.height, s.width), np.float32), *tail], axis=2)
         part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
+        params = run.load(part.component, part.spec, part.subfolders)
         encoded = normalize_latents(m.vae, WanVAE(m.vae).encode(params, jnp.asarray(video)))
-        self.done(params)
+        run.done(params)
         if m.expand_timesteps:  # the encoded frame (broadcast over frames) replaces latent frame 0
             mask = np.ones((1, 1, *self.latent_shape(s)[2:]), np.float32)
             mask[:, :, 0] = 0.0
@@ -319,31 +320,32 @@ class WanFamily(Family):
     def _two_experts(s: WanSettings) -> TwoExperts:
         return TwoExperts(boundary_ratio=s.boundary_ratio, guidance_scale=s.guidance, guidance_scale_2=s.guidance_2)
 
-    def predictor(self, s: WanSettings, expert: int, dit: WanTransformer) -> WanPredict:
+    def predictor(self, s: WanSettings, expert: int, dit: WanTransformer, step: int) -> WanPredict:
         _, ph, pw = self.model.transformer.patch_size
         return WanPredict(s.guided, jnp.dtype(dit.dtype).name, (ph, pw))
 
-    def step_knobs(self, s: WanSettings, index: int, timestep: float, expert: int) -> dict:
+    def step_knobs(self, s: WanSettings, stepper, index: int, expert: int) -> dict:
         # as diffusers: the first expert's scale decides whether to guide; guidance_2 then applies as is
+        timestep = float(stepper.timesteps[index])
         scale = self._two_experts(s).scale(timestep) if self.model.two_experts else s.guidance
         return {"scale": jnp.float32(scale)}
 
-    def sample(self, s: WanSettings, latents: np.ndarray, cond: WanCondition, inputs: Inputs) -> jax.Array:
-        out = self.denoise(s, latents, cond, dtype=self.options.dtype)
+    def sample(self, run: Run, s: WanSettings, latents: np.ndarray, cond: WanCondition) -> jax.Array:
+        out = super().sample(run, s, latents, cond)
         if cond.first_frame is not None and cond.latents is not None:  # TI2V: the image frame, exactly
             out = (1 - cond.first_frame) * cond.latents + cond.first_frame * out
         return out
 
     # --- decode -----------------------------------------------------------------------------
 
-    def decode(self, s: WanSettings, latents: jax.Array) -> np.ndarray:
+    def decode(self, run: Run, s: WanSettings, latents: jax.Array) -> Decoded:
         """Latents -> float32 frames `[F, H, W, 3]` in [0, 1] (diffusers `output_type="np"`)."""
         part = self.component("vae")
-        params = self.load(part.component, part.spec, part.subfolders)
+        params = run.load(part.component, part.spec, part.subfolders)
         video = WanVAE(self.model.vae).decode(params, denormalize_latents(self.model.vae, latents.astype(jnp.float32)))
         frames = np.asarray(jnp.clip(video[0] / 2 + 0.5, 0.0, 1.0)).transpose(1, 2, 3, 0)
-        self.done(params)
-        return frames.astype(np.float32)
+        run.done(params)
+        return Decoded(frames.astype(np.float32))
 
     # --- memory -----------------------------------------------------------------------------
 

@@ -1,0 +1,166 @@
+"""The sampling loop every family shares: denoisers on the devices, a schedule, one pass from noise.
+
+    schedule = family.schedule(s, latents.shape)            # stepper, expert per step, knobs per step
+    with Denoisers(run, family, s) as denoisers:             # placed on first use, one expert at a time
+        latents = denoise(run, denoisers, schedule, latents, cond, family.predictor_for(s))
+
+A family whose story is one pass calls nothing itself (`Family.sample` does the above); one with two
+passes or a substitution around the loop (LTX-Video, LTX-2 I2V, Wan TI2V) composes these in its own
+`sample`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import traverse_util
+from jax.sharding import NamedSharding, PartitionSpec
+
+from vidax.zoo.dit import forward, place_resident
+from vidax.zoo.pipeline import release
+from vidax.zoo.stages import Params, Run
+
+# predictor(expert, dit, step) -> a frozen, hashable callable predict(run, latents, timestep, cond, knobs)
+PredictorFor = Callable[[int, Any, int], Callable]
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """One pass's steps: the stepper, the denoiser (expert) of each step, and each step's knobs.
+
+    Args:
+      stepper: a configured stepper (`vidax.zoo.samplers`).
+      experts: the denoiser index of every step (one DiT: all 0).
+      knobs: `knobs(step, expert)` -> the per-step values the predictor reads as data (guidance
+        scales, the next sigma, ...).
+    """
+
+    stepper: Any
+    experts: tuple[int, ...]
+    knobs: Callable[[int, int], Any]
+
+    @property
+    def timesteps(self) -> np.ndarray:
+        return np.asarray(self.stepper.timesteps)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _resident_prediction(predict, dit, params, latents, timestep, cond, knobs):
+    """One compiled unit per step: the family's prediction with the whole DiT resident."""
+    return predict(partial(forward, dit, params), latents, timestep, cond, knobs)
+
+
+@dataclasses.dataclass
+class LoadedDiT:
+    """A denoiser on the devices: all weights resident, or embed/head resident and blocks streamed."""
+
+    dit: Any
+    params: Params
+    streamed: Any = None
+    host_blocks: Any = None
+
+    def predict(self, predict, latents, timestep, cond, knobs):
+        if self.streamed is None:
+            return _resident_prediction(predict, self.dit, self.params, latents, timestep, cond, knobs)
+        run = partial(self.streamed, self.params, self.host_blocks)  # host loop over compiled chunks
+        return predict(run, latents, timestep, cond, knobs)
+
+    def release(self) -> None:
+        release((self.params, self.host_blocks))
+
+
+def place_dit(run: Run, family: Any, part: Any, s: Any, dtype: str | None) -> LoadedDiT:
+    """One denoiser's weights on the devices: resident (on the mesh under its rules) or, with
+    `--offload-chunk`, embed/head resident and the blocks streamed from host memory."""
+    from vidax.zoo.offload import stream_blocks
+    from vidax.zoo.sharding import place_model
+
+    tree = run.load_tree(part.component, part.spec, part.subfolders, dtype)
+    dit = family.build_dit(part, tree, s)
+    rules = family.transformer_rules
+    if run.options.offload_chunk is not None:
+        params, streamed, host = stream_blocks(dit, tree, run.options.offload_chunk, rules, run.mesh)
+        return LoadedDiT(dit, params, streamed, host)
+    if run.mesh is not None:
+        return LoadedDiT(dit, place_model(dit, tree, rules, run.mesh))
+    return LoadedDiT(dit, place_resident(dit, traverse_util.unflatten_dict(dict(tree), sep="/")))
+
+
+class Denoisers:
+    """A model's denoisers (`family.dit_parts(s)`), placed when a step first needs one and one at a
+    time (switching experts frees the other); a context manager that releases them at its end.
+    Passes that share a denoiser share one `Denoisers`."""
+
+    def __init__(self, run: Run, family: Any, s: Any, parts: Sequence[Any] | None = None, dtype: str | None = None):
+        self.run, self.family, self.settings = run, family, s
+        self.parts = list(family.dit_parts(s) if parts is None else parts)
+        self.dtype = run.dtype if dtype is None else dtype
+        self.placed: dict[int, LoadedDiT] = {}
+
+    def get(self, expert: int) -> LoadedDiT:
+        if expert not in self.placed:
+            self.release()  # one denoiser's weights at a time
+            self.placed[expert] = place_dit(self.run, self.family, self.parts[expert], self.settings, self.dtype)
+        return self.placed[expert]
+
+    def release(self) -> None:
+        for denoiser in self.placed.values():
+            denoiser.release()
+        self.placed.clear()
+
+    def __enter__(self) -> "Denoisers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, cond: Any,
+            predictor: PredictorFor, *, stage: str = "denoise", noise_stream: int = 1) -> jax.Array:
+    """One pass of the sampling loop from `latents`; returns the final latents on one device.
+
+    Args:
+      predictor: `predictor(expert, dit, step)` -> the frozen prediction of that step (a new value
+        when a step's configuration changes: one compiled unit each).
+      noise_stream: the `host_noise` stream of a stochastic sampler's per-step noise (a second pass
+        takes its own, so that the two are not the same draws).
+    """
+    from vidax.zoo.runtime import use_mesh
+    from vidax.zoo.samplers import sample
+
+    stepper = schedule.stepper
+    if run.mesh is not None:  # small inputs whole on every device; the DiT's constraints split them
+        host = jax.tree.map(np.asarray, (latents, cond))  # each process holds the same values
+        latents, cond = jax.device_put(host, NamedSharding(run.mesh, PartitionSpec()))
+    else:
+        latents = jnp.asarray(latents)
+    last = [time.perf_counter()]
+
+    def model_fn(x, i, t):
+        expert = schedule.experts[i]
+        denoiser = denoisers.get(expert)
+        predict = predictor(expert, denoiser.dit, i)
+        return denoiser.predict(predict, x, jnp.float32(t), cond, schedule.knobs(i, expert))
+
+    def on_step(i, x):
+        x.block_until_ready()
+        now = time.perf_counter()
+        run.progress.advance(stage, 1, f"{now - last[0]:.3g} s/step")
+        last[0] = now
+
+    noise = None
+    if getattr(stepper, "stochastic", False):
+        noise = lambda i, shape: run.host_noise(noise_stream, i, shape)  # noqa: E731
+    rules = denoisers.family.transformer_rules
+    on_mesh = use_mesh(run.mesh, rules) if run.mesh is not None else contextlib.nullcontext()
+    with run.timer.stage(stage, total=stepper.num_steps), on_mesh:
+        out = sample(model_fn, stepper, latents, callback=on_step, step_noise=noise)
+        return run.gather(out)

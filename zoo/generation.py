@@ -1,0 +1,66 @@
+"""One generation, top to bottom: settings → mesh → noise → encode → sample → decode.
+
+Every value is made by one piece and passed to the next as an argument; the family's pieces are
+documented in `vidax.zoo.family`. `vidax.zoo.pipeline.generate` (the library call behind `vidax-gen`)
+builds the family, chooses the layout, calls `generate_video` and writes the outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from vidax.zoo.family import Decoded, Family, Inputs, Settings
+from vidax.zoo.pipeline import GenerateOptions, GenerateResult, PipelineError, Progress, StageTimer
+from vidax.zoo.stages import Run
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """A request read and checked against the model: its settings, inputs and initial latents."""
+
+    settings: Settings
+    inputs: Inputs
+    latents: np.ndarray  # [1, C, F', H', W'] float32 (--latents, else seeded noise)
+
+
+def prepare(family: Family, options: GenerateOptions) -> Request:
+    """Validate a request before any work: every one-line error a user can cause is raised here."""
+    if options.offload_chunk is not None and options.offload_chunk < 1:
+        raise PipelineError(f"--offload-chunk must be at least 1 block, got {options.offload_chunk}")
+    family.check_multiprocess_source()
+    inputs = family.read_inputs(options)
+    s = family.resolve_settings(options, inputs.images)
+    inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if family.needs_negative(s) else None)
+    return Request(s, inputs, family.initial_latents(s, options))
+
+
+def generate_video(family: Family, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
+    """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
+    from vidax.zoo.distributed import agree
+
+    timer = StageTimer(progress)
+    try:  # everything before the first step that involves other processes
+        request = prepare(family, options)
+        s = request.settings
+        run = Run(family, options, family.make_mesh(options), timer.progress, timer)
+        with timer.stage("encode"):
+            cond = jax.block_until_ready(family.encode(run, s, request.inputs))
+    except BaseException as err:
+        agree(err, "preparation")
+        raise
+    agree(None, "preparation")
+    try:
+        latents = family.sample(run, s, request.latents, cond)
+        with timer.stage("decode"):
+            decoded: Decoded = family.decode(run, s, latents)
+    finally:
+        run.close()
+    final = np.asarray(latents) if decoded.latents is None else decoded.latents
+    settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": family.name,
+                "variant": family.entry.variant, "weights_source": family.source.label,
+                "latent_shape": list(family.latent_shape(s)), **decoded.settings}
+    return GenerateResult(frames=np.asarray(decoded.frames, np.float32), latents=final, fps=s.fps,
+                          settings=settings, times=timer.times, audio=decoded.audio, sample_rate=decoded.sample_rate)
