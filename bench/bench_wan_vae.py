@@ -32,7 +32,7 @@ def main() -> None:
     from safetensors.torch import save_file
 
     from vidax.translator import convert, load_spec
-    from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
+    from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
     torch.set_num_threads(len(os.sched_getaffinity(0)))

@@ -43,7 +43,7 @@ from vidax.translator import ModelEntry, load_registry
 from vidax.translator import MODEL_FILE
 from vidax.zoo.denoise import Denoisers, Schedule, denoise
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, Progress, WeightsSource, load_latents, seeded_noise
-from vidax.zoo.stages import Params, Run
+from vidax.zoo.stages import Run
 
 # --sampler names -> the diffusers scheduler class each stands for (flow matching)
 FLOW_SAMPLERS = {"euler": "FlowMatchEulerDiscreteScheduler", "unipc": "UniPCMultistepScheduler",

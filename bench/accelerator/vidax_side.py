@@ -319,7 +319,7 @@ def vae(case: cases.VaeCase, repeats: int, deadline: float) -> dict:
     """Decode `case.latent_frames` latent frames (fp32 weights as shipped); the first call compiles."""
     latents = jax.random.normal(jax.random.key(7), case.latent_shape, jnp.float32)
     if case.family == "wan":
-        from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
+        from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
 
         model = WanVAE(WanVAEConfig.from_hf_config(case.config))
         params = random_tree({p: (s, jnp.float32) for p, s in model.param_shapes().items()})

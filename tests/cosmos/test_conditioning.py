@@ -1,6 +1,6 @@
 """Cosmos-Predict2.5's pipeline pieces against `Cosmos2_5_PredictBasePipeline` itself.
 
-`prepare_latents` (Wan2.1 VAE encode of the conditioning video through `vidax.zoo.wan.vae`, latent
+`prepare_latents` (Wan2.1 VAE encode of the conditioning video through `vidax.zoo.wan_vae`, latent
 normalisation, condition masks) for text-, image- and video-to-world; and a whole denoising loop
 (output_type="latent", guidance 7, per-frame sigmas, ground-truth velocity on conditioning frames)
 composed of our pieces, our DiT and the shared UniPC stepper built from the shipped scheduler
@@ -24,9 +24,10 @@ from diffusers.pipelines.cosmos.pipeline_cosmos2_5_predict import (
 from PIL import Image
 from vidax.translator import convert, load_spec
 from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
+from vidax.zoo import cosmos_base
 from vidax.zoo.cosmos import conditioning as cond
 from vidax.zoo.samplers import stepper_from_config
-from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
+from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
 
 from tests.oracle import perturb, save_diffusers, to_np, unflatten
 
@@ -90,7 +91,7 @@ def _our_condition(setup, mode: str, num_latent: int = 2):
     else:
         video, frames_in = cond.video_conditioning_video(_video(), FRAMES, num_latent)
     cfg = vae.config
-    latents = cond.normalize(vae.encode(vae_params, jnp.asarray(video)), cfg.latents_mean, cfg.latents_std)
+    latents = cosmos_base.normalize(vae.encode(vae_params, jnp.asarray(video)), cfg.latents_mean, cfg.latents_std)
     indicator, mask = cond.condition_mask(shape, cond.conditional_latent_frames(frames_in))
     return np.asarray(latents), indicator, mask
 
@@ -126,7 +127,7 @@ def test_latent_denormalisation_before_decode(setup):
     pipe = setup[0]
     z = randn(1, 16, 2, 2, 2, seed=6)
     expected = z / pipe.latents_std + pipe.latents_mean  # the pipeline's decode path (latents_std = 1 / std)
-    ours = cond.denormalize(jnp.asarray(z.numpy()), pipe.vae.config.latents_mean, pipe.vae.config.latents_std)
+    ours = cosmos_base.denormalize(jnp.asarray(z.numpy()), pipe.vae.config.latents_mean, pipe.vae.config.latents_std)
     np.testing.assert_allclose(np.asarray(ours), expected.numpy(), rtol=1e-6, atol=1e-6)
 
 

@@ -179,7 +179,7 @@ def test_bad_requests_fail_before_any_work(saved, runs, tmp_path, change, messag
 def test_conditioning_image_preprocessing(size):
     """The cover-resize (antialiased bilinear), centre crop and 8-bit rounding of `_preprocess_conditioning_image`;
     float32 filter sums may round a pixel the other way at .5, one 8-bit level (2/255 in [-1, 1])."""
-    from vidax.zoo.cosmos.media import cosmos3_image
+    from vidax.zoo.conditioning_media import cosmos3_image
 
     pixels = np.random.default_rng(sum(size)).integers(0, 256, (*size, 3), dtype=np.uint8)
     expected = _preprocess_conditioning_image(Image.fromarray(pixels), HEIGHT, WIDTH)[0].numpy()

@@ -22,7 +22,7 @@ from vidax.translator import TranslatorError, convert, load_spec
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.runtime import use_mesh
 from vidax.zoo.sharding import place
-from vidax.zoo.wan.vae import (
+from vidax.zoo.wan_vae import (
     WAN21_VAE, WAN22_VAE, WAN_VAE_RULES, MidBlock, Resample, ResidualBlock, ResidualDownBlock, UpBlock, WanVAE,
     WanVAEConfig, WanVAEError, _run_chunk, denormalize_latents, normalize_latents,
 )

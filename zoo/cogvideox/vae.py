@@ -36,9 +36,7 @@ from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR
 from vidax.zoo.runtime import compile_step
 from vidax.zoo.sharding import constrain
 from vidax.zoo.vae_tiling import blend as cross_fade
-from vidax.zoo.wan.vae import (
-    time_taps_conv,  # the same valid-in-time, same-in-space 3D conv
-)
+from vidax.zoo.vae_layers import time_taps_conv  # the Wan VAE's valid-in-time, same-in-space 3D conv
 
 Params = dict[str, Any]
 

@@ -82,21 +82,6 @@ def guide(cond: jax.Array, uncond: jax.Array, scale: float) -> jax.Array:
     return cond + scale * (cond - uncond)
 
 
-def normalize(latents: jax.Array, mean, std) -> jax.Array:
-    """VAE latents -> the DiT's: `(z - mean) * (1 / std)`, as `prepare_latents` (Cosmos3: `_encode_video`)
-    writes it."""
-    shape = (1, -1) + (1,) * (latents.ndim - 2)
-    inv_std = 1.0 / jnp.asarray(std, jnp.float32).reshape(shape)
-    return (latents - jnp.asarray(mean, jnp.float32).reshape(shape)) * inv_std
-
-
-def denormalize(latents: jax.Array, mean, std) -> jax.Array:
-    """The DiT's latents -> VAE latents before decode: `z / (1 / std) + mean`, as the pipeline writes it."""
-    shape = (1, -1) + (1,) * (latents.ndim - 2)
-    inv_std = 1.0 / jnp.asarray(std, jnp.float32).reshape(shape)
-    return latents / inv_std + jnp.asarray(mean, jnp.float32).reshape(shape)
-
-
 def image_conditioning_video(image: np.ndarray, num_frames: int) -> np.ndarray:
     """Image-to-video's VAE input `[1, 3, num_frames, H, W]` in [-1, 1]: the image, then black frames
     (the pipeline pads with zeros in [0, 1], i.e. -1 after normalisation).

@@ -11,7 +11,7 @@ Text-, image- and video-to-world with one DiT:
   clean latents, their velocity is `(x_0 - c)` with x_0 the initial noise);
 - sampling: the folder's scheduler (UniPC, Karras sigmas over sigma 0.01-200, flow mode), the DiT fed the
   step's sigma in [0, 1] per latent frame, guidance `cond + g (cond - uncond)`;
-- decode: the Wan2.1 VAE (from `vidax.zoo.wan.vae`), frames in [0, 1].
+- decode: the Wan2.1 VAE (from `vidax.zoo.wan_vae`), frames in [0, 1].
 
 Sizes come from the checkpoint's configs (diffusers `*/config.json`), the converted or official DiT tree's
 shapes (the official `.pt` ships no config), else the registry's `config` tables (`--plan` offline).
@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from vidax.zoo.cosmos import conditioning as cc
-from vidax.zoo.cosmos.base import CosmosBase
-from vidax.zoo.wan.vae import planner_entries
+from vidax.zoo.cosmos_base import CosmosBase
+from vidax.zoo.wan_vae import planner_entries
 from vidax.zoo.cosmos.config import CosmosTransformerConfig
-from vidax.zoo.cosmos.media import pil_frames, predict25_image
+from vidax.zoo.conditioning_media import pil_frames, predict25_image
 from vidax.zoo.cosmos.text import (
     DEFAULT_NEGATIVE_PROMPT,
     PromptTokenizer,

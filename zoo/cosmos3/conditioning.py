@@ -22,12 +22,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from vidax.zoo.cosmos import conditioning as predict25
+from vidax.zoo.cosmos_base import denormalize, normalize  # noqa: F401 (Cosmos3 normalises as Predict2.5)
 
 TEMPORAL, SPATIAL = 4, 16  # Wan2.2 VAE compression
 
-# The latents' normalisation is Predict2.5's (`_encode_video`, and its inverse before decode).
-normalize, denormalize = predict25.normalize, predict25.denormalize
+# The latents' normalisation is Predict2.5's (`_encode_video`, and its inverse before decode): `normalize`,
+# `denormalize` from the shared Cosmos base.
 
 
 def latent_shape(frames: int, height: int, width: int, channels: int = 48, patch: int = 2) -> tuple[int, ...]:

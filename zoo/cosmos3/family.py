@@ -16,7 +16,7 @@ mixture-of-transformers DiT that reads the prompt's token ids itself:
 - sampling: the folder's scheduler (UniPC flow, shift 10), `use_native_flow_schedule` checkpoints (Edge)
   with explicit sigmas `linspace(1 - 1/1000, 0)`; the DiT takes the scheduler's integer timestep (scaled
   by 0.001 inside); guidance `uncond + g (cond - uncond)`;
-- decode: the Wan2.2 VAE (from `vidax.zoo.wan.vae`).
+- decode: the Wan2.2 VAE (from `vidax.zoo.wan_vae`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from vidax.zoo.cosmos.base import CosmosBase
-from vidax.zoo.wan.vae import planner_entries
-from vidax.zoo.cosmos.media import cosmos3_image, pil_frames
+from vidax.zoo.cosmos_base import CosmosBase
+from vidax.zoo.wan_vae import planner_entries
+from vidax.zoo.conditioning_media import cosmos3_image, pil_frames
 from vidax.zoo.cosmos3 import conditioning as cc
 from vidax.zoo.cosmos3 import rope
 from vidax.zoo.cosmos3.config import Cosmos3TransformerConfig
@@ -40,7 +40,7 @@ from vidax.zoo.stages import Run
 from vidax.zoo.family import Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, dit_sizes
-from vidax.zoo.wan.vae import WanVAEConfig
+from vidax.zoo.wan_vae import WanVAEConfig
 
 PLANNED_PROMPT_TOKENS = 256  # the joint sequence's text part for --plan (system prompt, prompt, sentences)
 KEEP = ("first", "last")

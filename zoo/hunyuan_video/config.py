@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from vidax.zoo.configs import HeadsConfig, pick_fields
-from vidax.zoo.hunyuan_video15.config import check_attention, shared_sizes
+from vidax.zoo.dual_stream import check_attention, shared_sizes
 
 IMAGE_CONDITION_TYPES = (None, "latent_concat", "token_replace")
 

@@ -53,7 +53,7 @@ from vidax.zoo.hunyuan_video import text as hv_text
 from vidax.zoo.hunyuan_video.config import TransformerConfig, VAEConfig
 from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
 from vidax.zoo.hunyuan_video.vae import HunyuanVideoVAE
-from vidax.zoo.hunyuan_video15.base import HunyuanBase, joint_job, size_bucket, video_frames
+from vidax.zoo.hunyuan_base import HunyuanBase, joint_job, size_bucket, video_frames
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count
 from vidax.zoo.video_io import vae_image

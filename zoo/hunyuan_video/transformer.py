@@ -29,7 +29,7 @@ from flax import struct
 from vidax.zoo.attention import joint_attention
 from vidax.zoo.dit import BlockGroup, Params
 from vidax.zoo.hunyuan_video.config import TransformerConfig
-from vidax.zoo.hunyuan_video15.transformer import (
+from vidax.zoo.dual_stream import (
     TEXT_AXES,
     VIDEO_AXES,
     DualStream,

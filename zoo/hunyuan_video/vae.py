@@ -24,10 +24,9 @@ import jax.numpy as jnp
 
 from vidax.zoo.hunyuan_video.config import VAEConfig
 from vidax.zoo.dit import param_shapes
-from vidax.zoo.hunyuan_video15.vae import frame_causal_attention, init_stages, run_stages, tiled
-from vidax.zoo.vae_tiling import blend
+from vidax.zoo.vae_tiling import blend, tiled
 from vidax.zoo.layers import Dense, logical_param
-from vidax.zoo.vae_layers import CausalConv3d
+from vidax.zoo.vae_layers import CausalConv3d, frame_causal_attention, init_stages, run_stages
 
 Params = dict[str, Any]
 

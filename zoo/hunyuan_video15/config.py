@@ -7,34 +7,7 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from vidax.zoo.configs import HeadsConfig, pick_fields
-
-
-def check_attention(cfg: Any, where: str) -> None:
-    """What both HunyuanVideo DiTs require of their attention: RMS q/k norms and RoPE axes that fill a head."""
-    if cfg.qk_norm != "rms_norm":
-        raise ValueError(f"{where}: qk_norm {cfg.qk_norm!r} is not supported (only 'rms_norm')")
-    if sum(cfg.rope_axes_dim) != cfg.attention_head_dim:
-        raise ValueError(f"{where}: rope_axes_dim {cfg.rope_axes_dim} must sum to attention_head_dim "
-                         f"{cfg.attention_head_dim}")
-
-
-def shared_sizes(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
-    """The sizes both HunyuanVideo DiTs show alike in a converted tree: the patch embedding, heads, the
-    dual-stream blocks, the token refiner, the text width and the output channels."""
-    pt, p, _, in_channels, inner = shapes["x_embedder/proj/kernel"]
-    head_dim = shapes["blocks/attn/norm_q/scale"][-1]
-    refiners = {k.split("/")[2] for k in shapes if k.startswith("context_embedder/token_refiner/refiner_blocks_")}
-    return dict(
-        in_channels=in_channels,
-        out_channels=shapes["proj_out/kernel"][1] // (pt * p * p),
-        num_attention_heads=inner // head_dim,
-        attention_head_dim=head_dim,
-        num_layers=shapes["blocks/attn/norm_q/scale"][0],
-        num_refiner_layers=len(refiners),
-        patch_size=p,
-        patch_size_t=pt,
-        text_embed_dim=shapes["context_embedder/proj_in/kernel"][0],
-    )
+from vidax.zoo.dual_stream import check_attention, shared_sizes
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -31,7 +31,7 @@ from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.stages import Run
 from vidax.zoo.family import Decoded, DiTPart, Inputs, Settings, cfg_predict
-from vidax.zoo.hunyuan_video15.base import HunyuanBase, joint_job, size_bucket, video_frames
+from vidax.zoo.hunyuan_base import HunyuanBase, joint_job, size_bucket, video_frames
 from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
 from vidax.zoo.hunyuan_video15.text import BYT5_MAX_LENGTH, MLLM_MAX_LENGTH, PromptEncoder, TextFeatures
 from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer

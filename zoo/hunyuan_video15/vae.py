@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vidax.zoo.attention import attention
 from vidax.zoo.dit import param_shapes
 from vidax.zoo.hunyuan_video15.config import VAEConfig
 from vidax.zoo.layers import logical_param
-from vidax.zoo.vae_layers import CausalConv3d, Conv3d
-from vidax.zoo.vae_tiling import blend as cross_fade
+from vidax.zoo.vae_layers import CausalConv3d, Conv3d, Stages, frame_causal_attention, init_stages, run_stages
+from vidax.zoo.vae_tiling import tiled
 
 Params = dict[str, Any]
 
@@ -55,21 +54,6 @@ class ResnetBlock(nn.Module):
         if x.shape[-1] != self.features:
             x = Conv3d(self.features, kernel=1, name="conv_shortcut")(x)
         return h + x
-
-
-def frame_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-    """One-head attention over `[B, F, H, W, C]` q/k/v in which each frame's tokens see their own and
-    earlier frames' (diffusers `prepare_causal_attention_mask`), one query frame at a time."""
-    b, f, h, w, c = q.shape
-    k, v = k.reshape(b, f * h * w, 1, c), v.reshape(b, f * h * w, 1, c)
-    keys_frame = jnp.arange(f * h * w) // (h * w)
-
-    def one_frame(args):  # the frame-causal mask as a key mask
-        q_frame, i = args
-        return attention(q_frame, k, v, kv_mask=jnp.broadcast_to(keys_frame <= i, (b, f * h * w)))
-
-    out = jax.lax.map(one_frame, (jnp.moveaxis(q.reshape(b, f, h * w, 1, c), 1, 0), jnp.arange(f)))  # [F, B, HW, 1, C]
-    return jnp.moveaxis(out, 0, 1).reshape(b, f, h, w, c)
 
 
 class AttnBlock(nn.Module):
@@ -204,7 +188,6 @@ class Out(nn.Module):
 # Stage plans, in execution order: (key, module). A str key names the module's own subtree
 # (`down_blocks_0`); a tuple lists the top-level subtrees the module reads (`norm_out`, `conv_out`).
 
-Stages = list[tuple[str | tuple[str, ...], nn.Module]]
 
 
 def encoder_stages(cfg: VAEConfig) -> Stages:
@@ -258,59 +241,8 @@ def decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tili
     return widest_stage_bytes(cfg, frames, min(height, tile), min(width, tile)) + int(stitched)
 
 
-@partial(jax.jit, static_argnums=0)
-def _run_stage(module: nn.Module, params: Params, x: jax.Array) -> jax.Array:
-    return module.apply({"params": params}, x)
-
-
-def run_stages(stages, params: Params, x: jax.Array) -> jax.Array:
-    """Host loop over the stages, each one compiled unit; a stage's input is dropped once used."""
-    for key, module in stages:
-        x = _run_stage(module, _stage_params(params, key), x)
-    return x
-
-
-def _stage_params(params: Params, key: str | tuple[str, ...]) -> Params:
-    return params[key] if isinstance(key, str) else {name: params[name] for name in key}
-
-
-def init_stages(stages: Stages, rng: jax.Array, x: jax.Array) -> tuple[Params, jax.Array, jax.Array]:
-    """Random params of the stages (a tuple key's modules at the top level), their output on `x`, and
-    the rng left after one split per stage."""
-    params: Params = {}
-    for key, module in stages:
-        rng, k = jax.random.split(rng)
-        variables = nn.unbox(module.init(k, x)["params"])
-        params.update({key: variables} if isinstance(key, str) else variables)
-        x = module.apply({"params": variables}, x)
-    return params, x, rng
-
-
 # ---------------------------------------------------------------------------------------------
 # Tiling with the reference's linear cross-fade
-
-
-
-def tiled(fn: Callable[[jax.Array], jax.Array], x: jax.Array, tile: int, stride: int, blend: int, keep: int):
-    """Run `fn` on overlapping `tile`-sized spatial tiles of channels-last `x`, cross-fade, stitch.
-
-    `stride`, `tile` are in input pixels; `blend`, `keep` in output pixels (the reference's
-    `overlap_*`, `tile_*_min_*`, `blend_*`, `row_limit_*`).
-    """
-    h, w = x.shape[2], x.shape[3]
-    rows = [[fn(x[:, :, i : i + tile, j : j + tile]) for j in range(0, w, stride)] for i in range(0, h, stride)]
-    stitched = []
-    for i, row in enumerate(rows):
-        out_row = []
-        for j, t in enumerate(row):
-            if i > 0:
-                t = cross_fade(rows[i - 1][j], t, blend, axis=2)
-            if j > 0:
-                t = cross_fade(row[j - 1], t, blend, axis=3)
-            row[j] = t  # the reference blends in place: later neighbours fade from the blended tile
-            out_row.append(t[:, :, :keep, :keep])
-        stitched.append(jnp.concatenate(out_row, axis=3))
-    return jnp.concatenate(stitched, axis=2)
 
 
 # ---------------------------------------------------------------------------------------------

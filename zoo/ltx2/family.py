@@ -57,7 +57,7 @@ from vidax.zoo.ltx2.text import BOS_MODES, prompt_tokens, stack_hidden_states
 from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer
 from vidax.zoo.ltx2.vae import LTX2VideoVAE, decode_peak_bytes, encode_peak_bytes
 from vidax.zoo.vae_tiling import TileSizes, tiles_for
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, load_latents, seeded_noise
+from vidax.zoo.pipeline import GenerateOptions, PipelineError, load_latents
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
 
 ANCESTRAL = "euler-ancestral"  # LTXEulerAncestralRFScheduler on the same (shifted) sigma grid

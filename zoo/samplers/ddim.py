@@ -8,6 +8,7 @@ computed once on the host in float64 and the jitted step only gathers row `step_
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import jax
@@ -42,12 +43,9 @@ def _predict_x0(coef, sample, model_output, i, prediction_type):
     return (sample - sqrt_beta * model_output) / sqrt_alpha
 
 
-@stepper(data=("coef", "timesteps"))
-class DDIM:
-    """Deterministic DDIM (eta 0) as `x_prev = a·x + b·x0`; follows diffusers `CogVideoXDDIMScheduler`.
-
-    Build with `DDIM.create(alphas_cumprod, timesteps)`.
-    """
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class _AlphaTableStepper:
+    """A stepper whose per-step coefficients come from an ᾱ table over its timesteps (`create`)."""
 
     coef: dict[str, np.ndarray]
     timesteps: np.ndarray
@@ -62,8 +60,8 @@ class DDIM:
         prediction_type: Prediction = "v_prediction",
         final_alpha_cumprod: float = 1.0,
         num_train_timesteps: int = 1000,
-    ) -> "DDIM":
-        """A DDIM stepper over `timesteps` of the ᾱ table.
+    ):
+        """A stepper over `timesteps` of the ᾱ table.
 
         Args:
             alphas_cumprod: the ᾱ table (e.g. `cogvideox_alphas_cumprod()`).
@@ -72,15 +70,32 @@ class DDIM:
             final_alpha_cumprod: ᾱ beyond the first timestep (1.0 for `set_alpha_to_one`).
             num_train_timesteps: size of the training grid.
         """
-        alpha_t, alpha_prev, _ = _alpha_pairs(alphas_cumprod, timesteps, num_train_timesteps, final_alpha_cumprod)
-        a = ((1 - alpha_prev) / (1 - alpha_t)) ** 0.5
+        alpha_t, alpha_prev, prev = _alpha_pairs(alphas_cumprod, timesteps, num_train_timesteps, final_alpha_cumprod)
         coef = _x0_coefficients(alpha_t, prediction_type)
-        coef.update(a=as_f32(a), b=as_f32(alpha_prev**0.5 - alpha_t**0.5 * a))
+        coef.update(cls.coefficients(alpha_t, alpha_prev, prev))
         return cls(coef=coef, timesteps=as_f32(timesteps), prediction_type=prediction_type)
+
+    @staticmethod
+    def coefficients(alpha_t: np.ndarray, alpha_prev: np.ndarray, prev: np.ndarray) -> dict[str, np.ndarray]:
+        """The stepper's own per-step coefficients (float64 in, float32 out)."""
+        raise NotImplementedError
 
     @property
     def num_steps(self) -> int:
         return len(self.timesteps)
+
+
+@stepper(data=("coef", "timesteps"))
+class DDIM(_AlphaTableStepper):
+    """Deterministic DDIM (eta 0) as `x_prev = a·x + b·x0`; follows diffusers `CogVideoXDDIMScheduler`.
+
+    Build with `DDIM.create(alphas_cumprod, timesteps)`.
+    """
+
+    @staticmethod
+    def coefficients(alpha_t: np.ndarray, alpha_prev: np.ndarray, prev: np.ndarray) -> dict[str, np.ndarray]:
+        a = ((1 - alpha_prev) / (1 - alpha_t)) ** 0.5
+        return {"a": as_f32(a), "b": as_f32(alpha_prev**0.5 - alpha_t**0.5 * a)}
 
     def init(self, latents: jax.Array, key: jax.Array | None = None) -> State:
         return {"latents": latents}
@@ -94,49 +109,29 @@ class DDIM:
 
 
 @stepper(data=("coef", "timesteps"))
-class CogVideoXDPM:
+class CogVideoXDPM(_AlphaTableStepper):
     """CogVideoX's stochastic second-order DPM-Solver; follows diffusers `CogVideoXDPMScheduler`.
 
     Step i's noise is `step_noise(key, i, shape)`; the first step and a step onto ᾱ = 1 are first order.
     Build with `CogVideoXDPM.create(alphas_cumprod, timesteps)`.
     """
 
-    coef: dict[str, np.ndarray]
-    timesteps: np.ndarray
-    prediction_type: Prediction = "v_prediction"
-
-    @classmethod
-    def create(
-        cls,
-        alphas_cumprod: np.ndarray,
-        timesteps: np.ndarray,
-        *,
-        prediction_type: Prediction = "v_prediction",
-        final_alpha_cumprod: float = 1.0,
-        num_train_timesteps: int = 1000,
-    ) -> "CogVideoXDPM":
-        """Arguments as `DDIM.create`."""
-        alpha_t, alpha_prev, prev = _alpha_pairs(alphas_cumprod, timesteps, num_train_timesteps, final_alpha_cumprod)
+    @staticmethod
+    def coefficients(alpha_t: np.ndarray, alpha_prev: np.ndarray, prev: np.ndarray) -> dict[str, np.ndarray]:
         alpha_back = np.concatenate([[0.5], alpha_t[:-1]])  # placeholder at step 0, which is first order
         # Zero terminal SNR (ᾱ = 0) and ᾱ_prev = 1 give infinite λ; the coefficients stay finite.
         with np.errstate(divide="ignore", invalid="ignore"):
             lam, lam_next, lam_back = (0.5 * np.log(a / (1 - a)) for a in (alpha_t, alpha_prev, alpha_back))
             h = lam_next - lam
             r = (lam - lam_back) / h
-            coef = _x0_coefficients(alpha_t, prediction_type)
-            coef.update(
+            return dict(
                 mult1=as_f32(((1 - alpha_prev) / (1 - alpha_t)) ** 0.5 * np.exp(-h)),
                 mult2=as_f32(np.expm1(-2 * h) * alpha_prev**0.5),
                 mult3=as_f32(1 + 1 / (2 * r)),
                 mult4=as_f32(1 / (2 * r)),
                 mult_noise=as_f32((1 - alpha_prev) ** 0.5 * (1 - np.exp(-2 * h)) ** 0.5),
-                second_order=(np.arange(len(timesteps)) > 0) & (prev >= 0),
+                second_order=(np.arange(len(prev)) > 0) & (prev >= 0),
             )
-        return cls(coef=coef, timesteps=as_f32(timesteps), prediction_type=prediction_type)
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.timesteps)
 
     stochastic = True  # noise every step (`sample(..., step_noise=...)` or a key)
 

@@ -42,7 +42,7 @@ from vidax.zoo.samplers import TwoExperts
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH, wan_text_features
 from vidax.zoo.wan.transformer import WanTransformer
-from vidax.zoo.wan.vae import (
+from vidax.zoo.wan_vae import (
     WAN21_VAE,
     WAN22_VAE,
     WanVAE,

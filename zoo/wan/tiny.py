@@ -29,7 +29,7 @@ from vidax.zoo.pipeline import WeightsSource
 from vidax.zoo.runtime import default_cache_dir
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.transformer import WanTransformer
-from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
+from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
 
 NAME = "wan-tiny"
 VERSION = 1  # bump when the recipe changes: the cached folder is keyed by it

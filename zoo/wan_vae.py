@@ -1,4 +1,5 @@
-"""Wan2.1 and Wan2.2 VAEs (follow diffusers `AutoencoderKLWan`): causal 3D conv encoder and decoder.
+"""The Wan VAE: Wan2.1 and Wan2.2 (follow diffusers `AutoencoderKLWan`), shipped by Wan, Cosmos-Predict2.5
+and Cosmos3: causal 3D conv encoder and decoder.
 
 Activations run channels-last (`[B, F, H, W, C]`), the layout XLA's convolutions want; the public
 `WanVAE.encode` / `WanVAE.decode` take and return diffusers' `[B, C, F, H, W]`.
@@ -33,6 +34,7 @@ from vidax.zoo.layers import logical_param
 from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR
 from vidax.zoo.runtime import active_mesh, compile_step
 from vidax.zoo.sharding import constrain
+from vidax.zoo.vae_layers import time_taps_conv
 from vidax.translator import VidaxError
 
 Params = dict[str, Any]
@@ -205,25 +207,6 @@ class CausalConv3d(nn.Module):
             x = stream
         w, b = _conv_kernel(self, (kt, kh, kw, x.shape[-1], self.features), self.features)
         return time_taps_conv(x, w.astype(x.dtype), self.stride_t) + b.astype(x.dtype)
-
-
-def time_taps_conv(x: jax.Array, w: jax.Array, stride_t: int) -> jax.Array:
-    """3D conv, valid in time and zero-padded "same" in space, as a sum over the time taps of 2D convs.
-
-    Equal to one `conv_general_dilated` over `[B, T, H, W, C]`; XLA:CPU runs these per-frame 2D
-    convolutions over twice as fast as its 3D convolution (bench/bench_wan_vae.py).
-    """
-    kt, kh, kw = w.shape[:3]
-    b, t, h, wd, c = x.shape
-    t_out = (t - kt) // stride_t + 1
-    out = None
-    for k in range(kt):
-        frames = x[:, k : k + stride_t * (t_out - 1) + 1 : stride_t].reshape(b * t_out, h, wd, c)
-        y = jax.lax.conv_general_dilated(
-            frames, w[k], (1, 1), ((kh // 2, kh // 2), (kw // 2, kw // 2)), dimension_numbers=("NHWC", "HWIO", "NHWC")
-        )
-        out = y if out is None else out + y
-    return out.reshape(b, t_out, h, wd, -1)
 
 
 class Conv2d(nn.Module):

@@ -1,4 +1,4 @@
-"""What Cosmos-Predict2.5 and Cosmos3 do alike on the family contract.
+"""What Cosmos-Predict2.5 and Cosmos3 do alike on the family contract (both families build on it).
 
 Both run one DiT in its weights' dtype over normalised Wan VAE latents (Wan2.1's for Predict2.5,
 Wan2.2's for Cosmos3), take `--image` or a `--video` clip as conditioning, and read their shift from
@@ -14,12 +14,26 @@ from typing import ClassVar, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
-from vidax.zoo.cosmos.conditioning import denormalize, normalize
-from vidax.zoo.cosmos.media import read_clip
+from vidax.zoo.conditioning_media import read_clip
 from vidax.zoo.stages import Run
 from vidax.zoo.family import Decoded, DiTPart, Family, Inputs, Settings
 from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
+from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
+
+
+def normalize(latents: jax.Array, mean, std) -> jax.Array:
+    """VAE latents -> the DiT's: `(z - mean) * (1 / std)`, as `prepare_latents` (Cosmos3: `_encode_video`)
+    writes it."""
+    shape = (1, -1) + (1,) * (latents.ndim - 2)
+    inv_std = 1.0 / jnp.asarray(std, jnp.float32).reshape(shape)
+    return (latents - jnp.asarray(mean, jnp.float32).reshape(shape)) * inv_std
+
+
+def denormalize(latents: jax.Array, mean, std) -> jax.Array:
+    """The DiT's latents -> VAE latents before decode: `z / (1 / std) + mean`, as the pipeline writes it."""
+    shape = (1, -1) + (1,) * (latents.ndim - 2)
+    inv_std = 1.0 / jnp.asarray(std, jnp.float32).reshape(shape)
+    return latents / inv_std + jnp.asarray(mean, jnp.float32).reshape(shape)
 
 
 class CosmosBase(Family):
