@@ -1,5 +1,5 @@
 """The memory planner's figure for CogVideoX1.5-5B at its native 768x1360x81 on 4 x 30.75 GB, beside the
-vidax paper's measurement (SP=4: 31.5 GB per chip, TPU v4-8; MODELS.md).
+vidax paper's measurement (SP=4: 31.5 GB per chip, TPU v4-8; docs/MODELS.md).
 
 The job comes from the registry alone (`vidax-gen cogvideox1.5-5b --plan` with no download: the shipped
 config.json entries), with the native settings (CFG batch 2, 226 text tokens in the joint sequence, T5 in

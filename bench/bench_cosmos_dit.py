@@ -75,7 +75,7 @@ def planner_figures() -> None:
         print(f"{layout.describe():28}{p.weights / 1e9:>12.2f}{p.activations / 1e9:>12.2f}{p.text_encoder / 1e9:>10.2f}"
               f"{p.vae / 1e9:>8.2f}{p.total / 1e9:>8.2f}")
     print("vidax paper: Cosmos-Predict2.5-14B at 93 frames runs with offload on TPU v4 (30.75 GB per chip); "
-          "its per-chip figure is not recorded in MODELS.md\n")
+          "its per-chip figure is not recorded (docs/MODELS.md)\n")
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """The memory planner for LTX-Video 13B at its native 704x1216, 121 frames, on a TPU v4-8 (4 x 30.75 GB), beside
-the vidax paper's measurement (MODELS.md: 15.3 GB per chip at TP=4).
+the vidax paper's measurement (docs/MODELS.md: 15.3 GB per chip at TP=4).
 
 The job is the one `vidax-gen ltx-video-13b --plan` builds offline from the registry's configs (nothing
 loaded), with flash attention (accelerator kernels: no score tiles in HBM), bf16 weights and activations,
@@ -20,7 +20,7 @@ import dataclasses
 import os
 import tempfile
 
-PAPER_GB = 15.3  # MODELS.md, TPU v4-8, TP=4
+PAPER_GB = 15.3  # docs/MODELS.md, TPU v4-8, TP=4
 CHIP_GIB = 30.75
 
 

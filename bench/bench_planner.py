@@ -1,4 +1,4 @@
-"""The memory planner at native resolution, beside the reference measurements in MODELS.md.
+"""The memory planner at native resolution, beside the reference measurements in docs/MODELS.md.
 
 Model sizes come from each family's own param shapes at the published default config (abstract
 shapes only: nothing is allocated). Accelerator runs use flash attention (no score tiles in HBM),

@@ -122,7 +122,7 @@ def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
     assert result.exit_code == 0, result.output
     assert "GiB per device on 4 x 30.8 GiB" in result.output and "choice: dp=" in result.output
 
-    # the shipped sizes at 720p / 121 frames: the reference measured 30.3 GB per chip at TP=4 (MODELS.md)
+    # the shipped sizes at 720p / 121 frames: the reference measured 30.3 GB per chip at TP=4 (docs/MODELS.md)
     settings = Settings(height=720, width=1280, frames=121, guidance=6.0, shift=9.0)
     full = predict(memory_job(TransformerConfig(), VAEConfig(), settings), Layout(tp=4))
     assert abs(full.total - 30.3e9) <= 0.2 * 30.3e9  # bytes; predicted 29.0 GiB = 31.1 GB

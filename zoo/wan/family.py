@@ -256,7 +256,7 @@ class WanFamily(Family):
         tree = run.load_tree(part.component, part.spec, part.subfolders, run.dtype)
         config = self.model.text_encoder or T5Config.from_shapes({p: a.shape for p, a in tree.items()})
         params = run.place(tree, (part.component, part.spec, run.dtype))
-        model = T5EncoderModel(config, dtype=jnp.float32)  # fp32 encode, cast after (see DESIGN)
+        model = T5EncoderModel(config, dtype=jnp.float32)  # fp32 encode, cast after (docs/PRECISION.md)
         prompts = [prompt] + ([negative] if negative is not None else [])
         embeds = wan_text_features(model, {"params": params}, load_tokenizer(folder), prompts)
         embeds.block_until_ready()
