@@ -8,7 +8,7 @@ Timed per `bench/protocol.py` (interleaved after one warm-up call each, best and
 seconds, CPU seconds, load average before and after); compile time on its own; both sides on the
 same cores.
 
-    .venv/bin/python -m bench hunyuan_dit
+    .venv/bin/python -m bench hunyuan_video15_dit
 """
 
 from __future__ import annotations

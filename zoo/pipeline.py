@@ -1,11 +1,15 @@
 """Family-agnostic pipeline pieces: options, progress and stage timing, weights sources, latents I/O.
 
-A family pipeline (`zoo/<family>/pipeline.py`) runs encode → sample → decode with these helpers:
+A family (`zoo/<family>/family.py`, run by `vidax.zoo.generation`) reaches its weights and the stage
+bookkeeping through these, mostly by way of the `Run` it is handed (`vidax.zoo.stages`):
 
     source = WeightsSource.resolve(options.weights, default_repo)   # converted DIR, folder or repo id
     tree = source.load("transformer", "wan/transformer", subfolders, dtype="float32")
     with timer.stage("text encode"): ...
     release(device_tree)                                            # before the next stage needs memory
+
+`generate` is the library call behind `vidax-gen`: it chooses the layout, builds the family, runs
+`vidax.zoo.generation.generate_video` and writes the outputs.
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ conversion_specs/encoders/ and its sharding rules table (`SHARDING_RULES`) in it
 | `clip_text` | `CLIPTextModel` (pooled output; HunyuanVideo 1.0's CLIP-L) | `encoders/clip_text` |
 | `siglip` | `SiglipVisionModel` + `SiglipImageProcessor` | `encoders/siglip_vision` |
 | `tokenizer` | `AutoTokenizer` on a repo folder (tokenizer.json, CLIP vocab.json + merges.txt, ByT5, sentencepiece) | |
-| `prompts` | the Wan and HunyuanVideo-1.5 pipelines' prompt handling | |
+| `gemma` | `Gemma3TextModel`, `Gemma4UnifiedTextModel` (every hidden state; LTX-2.x) | `encoders/gemma` |
+| `vision` | the ViT tower `clip` and `siglip` share | |
+| `common` | embedding tables, activations, short-sequence attention | |
+
+A family's prompt handling (templates, cleaning, cropping) is its own: `zoo/<family>/text.py`.
 """
 
 from vidax.zoo.encoders.clip import CLIPVisionModelWithProjection, clip_preprocess, clip_vision_config

@@ -14,9 +14,9 @@ Parameter paths mirror diffusers' (`encoder/down_blocks_0/resnets_1/conv1/conv/k
 `decoder/up_blocks_2/upsamplers_0/conv/conv/kernel`); the latent statistics `latents_mean` /
 `latents_std` ride in the same tree (the pipeline normalises with them).
 
-What could later be shared with LTX-Video 0.9.x (`zoo/ltx_video`, not on main yet): the causal conv,
-the per-channel RMS norm and the depth-to-space upsampler are the same operations there; LTX-2 adds
-the space-to-depth downsampler, runtime causality and the reflect padding.
+LTX-Video 0.9.x's VAE (`vidax.zoo.ltx_video.vae`) has the same causal conv, per-channel RMS norm and
+depth-to-space upsampler; LTX-2 adds the space-to-depth downsampler, runtime causality and the reflect
+padding.
 """
 
 from __future__ import annotations
