@@ -2,6 +2,8 @@
 
     .venv/bin/python -m bench            # all of them
     .venv/bin/python -m bench translator # only bench/bench_translator.py (names match substrings)
+    .venv/bin/python -m bench wan        # a family's benches: every family name selects its DiT bench
+    .venv/bin/python -m bench --list ltx # the names a run would take, without running them
 
 Each `bench/bench_*.py` defines `main()` that prints its own table (alternatives side by side in the
 same run). Benchmarks are not tests: they print figures and never assert timings.
@@ -18,12 +20,27 @@ import time
 import bench
 
 
+def bench_names() -> list[str]:
+    """Every `bench/bench_*.py` module name, sorted."""
+    return sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_"))
+
+
+def select(names: list[str], patterns: list[str]) -> list[str]:
+    """The names containing any of `patterns` (all of them when none is given)."""
+    return [n for n in names if not patterns or any(p in n for p in patterns)]
+
+
 def main(argv: list[str]) -> int:
-    names = sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_"))
-    wanted = [n for n in names if not argv or any(a in n for a in argv)]
+    listing = "--list" in argv
+    patterns = [a for a in argv if a != "--list"]
+    names = bench_names()
+    wanted = select(names, patterns)
     if not wanted:
-        print(f"no benchmark matches {argv}; have: {', '.join(names)}", file=sys.stderr)
+        print(f"no benchmark matches {patterns}; have: {', '.join(names)}", file=sys.stderr)
         return 2
+    if listing:
+        print("\n".join(wanted))
+        return 0
     print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()}")
     for name in wanted:
         print(f"\n=== {name} ===", flush=True)

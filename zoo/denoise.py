@@ -2,7 +2,7 @@
 
     schedule = family.schedule(s, latents.shape)            # stepper, expert per step, knobs per step
     with Denoisers(run, family, s) as denoisers:             # placed on first use, one expert at a time
-        latents = denoise(run, denoisers, schedule, latents, cond, family.predictor_for(s))
+        latents = denoise(run, denoisers, schedule, latents, cond, partial(family.predictor, s))
 
 A family whose story is one pass calls nothing itself (`Family.sample` does the above); one with two
 passes or a substitution around the loop (LTX-Video, LTX-2 I2V, Wan TI2V) composes these in its own

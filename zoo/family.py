@@ -242,6 +242,10 @@ class Family:
         """Settings the checkpoint folder decides (e.g. its scheduler's shift), over the registry's."""
         return {}
 
+    def derived_settings(self, s: Settings) -> dict:
+        """Defaults that follow from other settings (e.g. a sampler's companion knob), applied before the checks."""
+        return {}
+
     def check_settings(self, s: Settings) -> None:
         """Family checks beyond the common ones (raise PipelineError)."""
 
@@ -277,6 +281,7 @@ class Family:
             if size is not None:
                 given.update(height=size[0], width=size[1])
         s = dataclasses.replace(s, **given)
+        s = dataclasses.replace(s, **self.derived_settings(s))
         self._check_common(s)
         self.check_settings(s)
         self.check_images(s, images or {})

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from bench.accelerator import families
+
 # Dense bf16 peak TFLOP/s by `device_kind` substring (first match wins; vendor datasheets, no sparsity).
 PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
     ("GH200", 989.0),
@@ -101,7 +103,7 @@ class DitCase:
     """One DiT measurement: `run_depth` blocks at real width, scaled to the model's `depth`."""
 
     key: str  # "wan-480p"
-    family: str  # "wan" | "hv15"
+    family: str  # a family folder ("wan", "hunyuan_video15") or a registered model name
     label: str
     config: dict  # diffusers kwargs (num_layers = the real depth)
     frames: int
@@ -109,7 +111,11 @@ class DitCase:
     width: int
     run_depth: int
     batch: int = 2  # the CFG pair, as a guided sampling step runs it
-    text: Any = None  # Wan: text tokens; HunyuanVideo-1.5: HV_TEXT-like dict
+    text: Any = None  # text sizes, as the family's row reads them (Wan: tokens; HunyuanVideo-1.5: HV_TEXT-like)
+
+    @property
+    def row(self) -> families.FamilyRow:
+        return families.row(self.family)
 
     @property
     def depth(self) -> int:
@@ -117,8 +123,8 @@ class DitCase:
 
     @property
     def latent_shape(self) -> tuple[int, int, int, int, int]:
-        """`[B, C, F', H', W']` the DiT takes (Wan VAE 4x8x8; HunyuanVideo-1.5 VAE 4x16x16)."""
-        spatial = 8 if self.family == "wan" else 16
+        """`[B, C, F', H', W']` the DiT takes (4x temporal, the family VAE's spatial factor)."""
+        spatial = self.row.vae_spatial
         f = (self.frames - 1) // 4 + 1
         return (self.batch, self.config["in_channels"], f, self.height // spatial, self.width // spatial)
 
@@ -126,18 +132,18 @@ class DitCase:
     def tokens(self) -> int:
         """Video tokens after patchify."""
         _, _, f, h, w = self.latent_shape
-        if self.family == "wan":
-            pt, ph, pw = self.config["patch_size"]
-            return (f // pt) * (h // ph) * (w // pw)
-        p, pt = self.config.get("patch_size", 1), self.config.get("patch_size_t", 1)
-        return (f // pt) * (h // p) * (w // p)
+        pt, ph, pw = self.row.patch(self.config)
+        return (f // pt) * (h // ph) * (w // pw)
 
     @property
     def text_tokens(self) -> int:
         """Tokens beside the video: Wan's cross-attention context, HunyuanVideo's joint text."""
-        if self.family == "wan":
-            return self.text
-        return self.text["mllm"] + self.text["byt5"] + self.text["image"]
+        return self.row.text_tokens(self)
+
+    @property
+    def attention_tokens(self) -> int:
+        """The self-attention's sequence: the video, and the text where it joins."""
+        return self.tokens + (self.text_tokens if self.row.joint_text else 0)
 
     @property
     def heads(self) -> int:
@@ -162,7 +168,7 @@ class AttentionCase:
 @dataclasses.dataclass(frozen=True)
 class VaeCase:
     key: str
-    family: str  # "wan" | "hv15"
+    family: str  # a family folder or a registered model name
     label: str
     config: dict
     latent_frames: int
@@ -170,10 +176,14 @@ class VaeCase:
     width: int
 
     @property
+    def row(self) -> families.FamilyRow:
+        return families.row(self.family)
+
+    @property
     def latent_shape(self) -> tuple[int, int, int, int, int]:
-        if self.family == "wan":
-            return (1, self.config.get("z_dim", 16), self.latent_frames, self.height // 8, self.width // 8)
-        return (1, self.config.get("latent_channels", 32), self.latent_frames, self.height // 16, self.width // 16)
+        key, default = self.row.vae_channels
+        spatial = self.row.vae_spatial
+        return (1, self.config.get(key, default), self.latent_frames, self.height // spatial, self.width // spatial)
 
     @property
     def frames(self) -> int:
@@ -196,39 +206,38 @@ class Profile:
 
 
 def _dit(key, family, config, frames, height, width, run_depth, text):
-    label = {"wan": "Wan2.1-14B", "hv15": "HunyuanVideo-1.5"}[family]
-    label = label if config in (WAN14B, HV15) else f"toy {family}"
+    label = families.row(family).label if config in (WAN14B, HV15) else f"toy {key.split('-')[0]}"
     return DitCase(key, family, f"{label} {height}x{width} {frames}f", config, frames, height, width, run_depth,
                    text=text)
 
 
 def _vae(key, family, config, latent_frames, height, width):
-    label = {"wan": "Wan2.1 VAE", "hv15": "HunyuanVideo-1.5 VAE (tiling on)"}[family]
-    label = label if config in (WAN_VAE, HV15_VAE) else f"toy {family} VAE"
+    label = families.row(family).vae_label if config in (WAN_VAE, HV15_VAE) else f"toy {key.split('-')[0]} VAE"
     return VaeCase(key, family, f"{label} {height}x{width}", config, latent_frames, height, width)
 
 
 def _attention_of(case: DitCase) -> AttentionCase:
-    """The case's self-attention (HunyuanVideo-1.5: video + joint text, the text's valid prefix)."""
-    if case.family == "wan":
+    """The case's self-attention (a joint text joins it: video + text, the text's valid prefix)."""
+    if not case.row.joint_text:
         return AttentionCase(case.key, f"{case.label} self-attn", case.batch, case.tokens, case.heads, case.head_dim)
-    valid = case.tokens + case.text["mllm_valid"] + case.text["byt5_valid"]
-    return AttentionCase(case.key, f"{case.label} joint attn", case.batch, case.tokens + case.text_tokens,
+    masks = [t.fill for t in case.row.inputs if t.fill.startswith("valid:")]
+    valid = case.tokens + sum(families.valid_length(case, fill) for fill in masks)
+    return AttentionCase(case.key, f"{case.label} joint attn", case.batch, case.attention_tokens,
                          case.heads, case.head_dim, valid)
 
 
 def _real() -> Profile:
     dits = (
         _dit("wan-480p", "wan", WAN14B, 81, 480, 832, 8, WAN_TEXT),  # 21x30x52 = 32760 tokens
-        _dit("hv15-480p", "hv15", HV15, 121, 480, 848, 4, HV_TEXT),  # 31x30x53 = 49290 tokens
+        _dit("hv15-480p", "hunyuan_video15", HV15, 121, 480, 848, 4, HV_TEXT),  # 31x30x53 = 49290 tokens
         # HunyuanVideo-1.5 first: diffusers' [B, 1, S, S] mask needs ~100 GB at 720p, and JAX's pool
         # keeps the largest size it has grown to (the Wan 720p program's) until the process ends
-        _dit("hv15-720p", "hv15", HV15, 121, 720, 1280, 2, HV_TEXT),  # 31x45x80 = 111600 tokens
+        _dit("hv15-720p", "hunyuan_video15", HV15, 121, 720, 1280, 2, HV_TEXT),  # 31x45x80 = 111600 tokens
         _dit("wan-720p", "wan", WAN14B, 81, 720, 1280, 2, WAN_TEXT),  # 21x45x80 = 75600 tokens
     )
     vaes = (
         _vae("wan-vae-480p", "wan", WAN_VAE, 5, 480, 832),
-        _vae("hv15-vae-480p", "hv15", HV15_VAE, 5, 480, 848),
+        _vae("hv15-vae-480p", "hunyuan_video15", HV15_VAE, 5, 480, 848),
     )
     return Profile("real", dits, tuple(_attention_of(d) for d in dits), 40_000, "wan-480p", 8, (1, 4), vaes, 8192)
 
@@ -236,14 +245,14 @@ def _real() -> Profile:
 def _toy() -> Profile:
     dits = (
         _dit("wan-480p", "wan", WAN_TOY, 5, 32, 48, 4, 8),
-        _dit("hv15-480p", "hv15", HV15_TOY, 5, 32, 48, 2, HV_TEXT_TOY),
+        _dit("hv15-480p", "hunyuan_video15", HV15_TOY, 5, 32, 48, 2, HV_TEXT_TOY),
     )  # one resolution each: the 720p cases run the same code
     # attention long enough to leave the plain kernel (Sq*Skv > 2^20) for the backend's long-sequence one
     attention = (AttentionCase("long", "toy self-attn", 1, 1536, 2, 16),
                  AttentionCase("long-masked", "toy joint attn", 1, 1600, 2, 16, valid=1550))
     vaes = (
         _vae("wan-vae-480p", "wan", WAN_VAE_TOY, 2, 32, 48),
-        _vae("hv15-vae-480p", "hv15", HV15_VAE_TOY, 2, 48, 64),
+        _vae("hv15-vae-480p", "hunyuan_video15", HV15_VAE_TOY, 2, 48, 64),
     )
     return Profile("toy", dits, attention, 4096, "wan-480p", 4, (1, 2), vaes, 256, repeats=2,
                    cold_process_compile=False)
@@ -260,59 +269,11 @@ def profile(name: str) -> Profile:
 # FLOPs from shapes
 
 
-def matmul(m: int, n: int, k: int) -> float:
-    return 2.0 * m * n * k
-
-
-def attention_flops(batch: int, heads: int, q_len: int, kv_len: int, head_dim: int) -> float:
-    """QK^T and PV: 4*B*H*Sq*Skv*D."""
-    return 4.0 * batch * heads * q_len * kv_len * head_dim
+matmul = families.matmul
+attention_flops = families.attention_flops
 
 
 def dit_flops(case: DitCase) -> dict[str, float]:
     """`{"block": one block, "outside": embed + head, "step": outside + depth * block}` of a forward."""
-    c, b, s = case.config, case.batch, case.tokens
-    d = c["num_attention_heads"] * c["attention_head_dim"]
-    h, hd = c["num_attention_heads"], c["attention_head_dim"]
-    if case.family == "wan":
-        t, ffn = case.text, c["ffn_dim"]
-        block = (
-            4 * matmul(b * s, d, d)  # self-attn q, k, v, out
-            + attention_flops(b, h, s, s, hd)
-            + 2 * matmul(b * s, d, d) + 2 * matmul(b * t, d, d)  # cross-attn q, out / k, v (text)
-            + attention_flops(b, h, s, t, hd)
-            + 2 * matmul(b * s, ffn, d)  # feed-forward up, down
-        )
-        patch = c["in_channels"] * _prod(c["patch_size"])
-        outside = (matmul(b * s, d, patch) + matmul(b * t, d, c["text_dim"]) + matmul(b * t, d, d)
-                   + matmul(b * s, c["out_channels"] * _prod(c["patch_size"]), d))
-    else:
-        txt = case.text
-        t = txt["mllm"] + txt["byt5"] + txt["image"]
-        kv = s + txt["mllm_valid"] + txt["byt5_valid"]  # keys: the video and the valid text (text-to-video)
-        mlp = int(d * c.get("mlp_ratio", 4.0))
-        block = (
-            4 * matmul(b * (s + t), d, d)  # q, k, v, out of both streams
-            + attention_flops(b, h, s + t, kv, hd)
-            + 2 * matmul(b * (s + t), mlp, d)  # both streams' feed-forward
-            + 2 * matmul(b, 6 * d, d)  # AdaLN modulation of both streams
-        )
-        mllm = txt["mllm"]
-        refiner = c.get("num_refiner_layers", 2) * (
-            4 * matmul(b * mllm, d, d) + attention_flops(b, h, mllm, mllm, hd) + 2 * matmul(b * mllm, mlp, d))
-        outside = (
-            matmul(b * s, d, c["in_channels"]) + matmul(b * mllm, d, c["text_embed_dim"]) + refiner
-            + matmul(b * txt["byt5"], 2048, c["text_embed_2_dim"]) + matmul(b * txt["byt5"], 2048, 2048)
-            + matmul(b * txt["byt5"], d, 2048)
-            + matmul(b * txt["image"], c["image_embed_dim"], c["image_embed_dim"])
-            + matmul(b * txt["image"], d, c["image_embed_dim"])
-            + matmul(b * s, c["out_channels"], d)
-        )
+    block, outside = case.row.flops(case)
     return {"block": block, "outside": outside, "step": outside + case.depth * block}
-
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= int(x)
-    return out

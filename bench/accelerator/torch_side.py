@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any
 
-from bench.accelerator import cases
+from bench.accelerator import cases, families
 from bench.accelerator.timing import time_calls
 
 RESULT_PREFIX = "@@"
@@ -68,7 +68,7 @@ class Side:
         torch = self.torch
         model = self._dit_model(case)
         inputs = self._dit_inputs(case)
-        blocks_attr = "blocks" if case.family == "wan" else "transformer_blocks"
+        blocks_attr = case.row.diffusers_blocks
         blocks = getattr(model, blocks_attr)
         block_bytes = sum(p.numel() * p.element_size() for p in blocks.parameters()) / len(blocks)
 
@@ -84,14 +84,12 @@ class Side:
                 "attention_backend": "diffusers native (torch SDPA)"}
 
     def _dit_model(self, case: cases.DitCase):
+        import diffusers
+
         torch = self.torch
         config = {**case.config, "num_layers": case.run_depth}
-        if case.family == "wan":
-            from diffusers import WanTransformer3DModel as cls
-        else:
-            from diffusers import HunyuanVideo15Transformer3DModel as cls
         with torch.device(self.device):
-            model = cls(**config).eval()
+            model = getattr(diffusers, case.row.diffusers_dit)(**config).eval()
         model.to(torch.bfloat16)
         keep = getattr(model, "_keep_in_fp32_modules", None) or []
         for name, param in model.named_parameters():  # as from_pretrained(torch_dtype=bf16) keeps them
@@ -100,26 +98,22 @@ class Side:
         return model
 
     def _dit_inputs(self, case: cases.DitCase) -> dict:
+        """The row's tensors under their diffusers keywords, filled as the vidax side fills them."""
+        return {tensor.name: self._tensor(case, tensor) for tensor in case.row.inputs}
+
+    def _tensor(self, case: cases.DitCase, tensor: families.Tensor):
         torch = self.torch
-        b = case.batch
-        timestep = torch.full((b,), 700.0, device=self.device)  # Wan keeps its time embedder fp32
-        if case.family == "wan":
-            return dict(hidden_states=self.randn(*case.latent_shape), timestep=timestep,
-                        encoder_hidden_states=self.randn(b, case.text, case.config["text_dim"]))
-        t = case.text
-        mask = torch.zeros(b, t["mllm"], dtype=torch.long, device=self.device)
-        mask[:, : t["mllm_valid"]] = 1
-        mask_2 = torch.zeros(b, t["byt5"], dtype=torch.long, device=self.device)
-        mask_2[:, : t["byt5_valid"]] = 1
-        return dict(
-            hidden_states=self.randn(*case.latent_shape), timestep=timestep.to(torch.bfloat16),  # as its pipeline
-            encoder_hidden_states=self.randn(b, t["mllm"], case.config["text_embed_dim"]),
-            encoder_attention_mask=mask,
-            encoder_hidden_states_2=self.randn(b, t["byt5"], case.config["text_embed_2_dim"]),
-            encoder_attention_mask_2=mask_2,
-            image_embeds=torch.zeros(b, t["image"], case.config["image_embed_dim"], device=self.device,
-                                     dtype=torch.bfloat16),  # text-to-video
-        )
+        shape = tensor.shape(case)
+        dtype = getattr(torch, tensor.torch_dtype or tensor.dtype)
+        if tensor.fill.startswith("valid:"):
+            mask = torch.zeros(*shape, dtype=dtype, device=self.device)
+            mask[:, : families.valid_length(case, tensor.fill)] = 1
+            return mask
+        if tensor.fill == "zeros":
+            return torch.zeros(*shape, device=self.device, dtype=dtype)
+        if tensor.fill == "timestep":
+            return torch.full(shape, 700.0, device=self.device).to(dtype)
+        return self.randn(*shape, dtype=dtype)
 
     # --- attention -------------------------------------------------------------------------------
 
@@ -178,18 +172,17 @@ class Side:
         torch = self.torch
         config = {k: list(v) if isinstance(v, tuple) else v for k, v in case.config.items()}  # diffusers adds lists
         tile = config.pop("tile_sample_min_size", None)
-        if case.family == "wan":
-            from diffusers import AutoencoderKLWan as cls
-        else:
-            from diffusers import AutoencoderKLHunyuanVideo15 as cls
+        import diffusers
+
         with torch.device(self.device):
-            vae = cls(**config).eval()
-        if case.family == "hv15":  # the reference pipeline decodes full resolution with tiling
+            vae = getattr(diffusers, case.row.diffusers_vae)(**config).eval()
+        if case.row.vae_tiling:  # as the reference pipeline decodes full resolution
             if tile is None:
                 vae.enable_tiling()
             else:
                 vae.enable_tiling(tile_sample_min_height=tile, tile_sample_min_width=tile,
-                                  tile_latent_min_height=tile // 16, tile_latent_min_width=tile // 16)
+                                  tile_latent_min_height=tile // case.row.vae_spatial,
+                                  tile_latent_min_width=tile // case.row.vae_spatial)
         latents = self.randn(*case.latent_shape, dtype=torch.float32)
 
         def run():

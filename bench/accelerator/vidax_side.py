@@ -1,7 +1,8 @@
 """The vidax side: the zoo's own DiTs, attention entry point, streamed offload and VAEs under JAX.
 
 Everything runs through the production code path (`zoo.dit.forward` with `scan_blocks`,
-`zoo.attention.attention`, `zoo.offload.StreamedDiT`, `WanVAE.decode`, `HunyuanVideo15VAE.decode`)
+`zoo.attention.attention`, `zoo.offload.StreamedDiT`, the family VAE's `decode`), with the
+classes the case's family row names (`families.py`: nothing here branches on a family), and
 with random weights in the dtypes the conversion specs give real checkpoints (bf16 DiTs with
 their fp32 leaves, fp32 VAEs). Programs are lowered from abstract arguments, so a second process
 that builds the same case lowers the identical program and can hit the persistent cache
@@ -29,7 +30,7 @@ from vidax.zoo.attention import attention, choose_kernel, local_attention
 from vidax.zoo.dit import forward, scan_blocks
 from vidax.zoo.offload import StreamedDiT, chunk_bytes
 
-from bench.accelerator import cases
+from bench.accelerator import cases, families
 from bench.accelerator.timing import time_calls
 
 BF16 = jnp.bfloat16
@@ -85,16 +86,16 @@ def dit_forward(model, with_blocks: bool, params, *inputs):
 
 
 def build_model(case: cases.DitCase):
-    """`(model, spec name)` with `case.run_depth` blocks at the case's real width."""
-    config = {**case.config, "num_layers": case.run_depth}
-    if case.family == "wan":
-        from vidax.zoo.wan.config import WanTransformerConfig
-        from vidax.zoo.wan.transformer import WanTransformer
-
-        return WanTransformer(WanTransformerConfig.from_hf_config(config), dtype=BF16), "wan/transformer"
-    from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
-
-    return HunyuanVideo15Transformer(TransformerConfig.from_hf_config(config)), "hunyuan_video15/transformer"
+    """`(model, spec name)`: the family's DiT with `case.run_depth` blocks at the case's real width,
+    its inputs checked against the DiT's own `dummy_inputs()`."""
+    row = case.row
+    config = families.resolve(row.dit_config).from_hf_config({**case.config, "num_layers": case.run_depth})
+    dtypes = {k: (BF16 if v == "bfloat16" else v) for k, v in row.dit_kwargs.items()}
+    model = families.resolve(row.dit)(config, **dtypes)
+    dummy = model.dummy_inputs()
+    if len(dummy) < len(row.inputs) or any(x is not None for x in dummy[len(row.inputs):]):
+        raise ValueError(f"{row.zoo}: the bench feeds {len(row.inputs)} inputs, its DiT's embed takes {len(dummy)}")
+    return model, row.spec
 
 
 def param_dtypes(model, spec_name: str) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -109,34 +110,32 @@ def param_dtypes(model, spec_name: str) -> dict[str, tuple[tuple[int, ...], Any]
 
 
 def abstract_inputs(case: cases.DitCase) -> tuple:
-    """ShapeDtypeStructs of the forward's inputs, cast as the pipelines cast them (bf16 activations)."""
-    b, c = case.batch, case.config
-    sds = jax.ShapeDtypeStruct
-    latents, timestep = sds(case.latent_shape, BF16), sds((b,), jnp.float32)
-    if case.family == "wan":
-        return latents, timestep, sds((b, case.text, c["text_dim"]), BF16), None
-    t = case.text
-    return (latents, timestep, sds((b, t["mllm"], c["text_embed_dim"]), BF16), sds((b, t["mllm"]), jnp.bool_),
-            sds((b, t["byt5"], c["text_embed_2_dim"]), BF16), sds((b, t["byt5"]), jnp.bool_),
-            sds((b, t["image"], c["image_embed_dim"]), BF16), None)
+    """ShapeDtypeStructs of the forward's inputs in `embed` order, cast as the pipelines cast them
+    (bf16 activations); the DiT's optional trailing inputs (image, meanflow time) are None."""
+    inputs = tuple(jax.ShapeDtypeStruct(t.shape(case), jnp.dtype(t.dtype)) for t in case.row.inputs)
+    return inputs + _unused(case)
 
 
 def concrete_inputs(case: cases.DitCase) -> tuple:
-    """Random inputs (never zeros, except HunyuanVideo's SigLIP tokens: zeros mean text-to-video)."""
+    """Random inputs (never zeros, except where the row fills zeros: HunyuanVideo's SigLIP tokens)."""
     out = []
-    for index, spec in enumerate(abstract_inputs(case)):
-        if spec is None:
-            out.append(None)
-        elif spec.dtype == jnp.bool_:
-            valid = case.text["mllm_valid"] if spec.shape[1] == case.text["mllm"] else case.text["byt5_valid"]
-            out.append(jnp.broadcast_to(jnp.arange(spec.shape[1]) < valid, spec.shape))
-        elif case.family == "hv15" and index == 6:
-            out.append(jnp.zeros(spec.shape, spec.dtype))
-        elif index == 1:
-            out.append(jnp.full(spec.shape, 700.0, spec.dtype))
+    for index, tensor in enumerate(case.row.inputs):
+        shape, dtype = tensor.shape(case), jnp.dtype(tensor.dtype)
+        if tensor.fill.startswith("valid:"):
+            out.append(jnp.broadcast_to(jnp.arange(shape[1]) < families.valid_length(case, tensor.fill), shape))
+        elif tensor.fill == "zeros":
+            out.append(jnp.zeros(shape, dtype))
+        elif tensor.fill == "timestep":
+            out.append(jnp.full(shape, 700.0, dtype))
         else:
-            out.append(jax.random.normal(jax.random.key(100 + index), spec.shape, spec.dtype))
-    return tuple(out)
+            out.append(jax.random.normal(jax.random.key(100 + index), shape, dtype))
+    return tuple(out) + _unused(case)
+
+
+def _unused(case: cases.DitCase) -> tuple:
+    """None for each `embed` input past the row's (the DiT's `dummy_inputs` says how many)."""
+    model, _ = build_model(case)
+    return (None,) * (len(model.dummy_inputs()) - len(case.row.inputs))
 
 
 POOL = 1 << 20  # random values tiled over every weight: varied, never zeros, and fast at 14B scale
@@ -199,9 +198,9 @@ class DitHarness:
     def attention_kernel(self) -> str:
         """The kernel the entry point picks for this case's self-attention (per-device shapes)."""
         case = self.case
-        total = case.tokens + (0 if case.family == "wan" else case.text_tokens)
+        total = case.attention_tokens
         q = jax.ShapeDtypeStruct((case.batch, total, case.heads, case.head_dim), BF16)
-        mask = None if case.family == "wan" else jax.ShapeDtypeStruct((case.batch, total), jnp.bool_)
+        mask = jax.ShapeDtypeStruct((case.batch, total), jnp.bool_) if case.row.joint_text else None
         return choose_kernel(q, q, mask)
 
 
@@ -318,19 +317,10 @@ def _streamed(harness: DitHarness, others, host_blocks, chunk: int, repeats: int
 def vae(case: cases.VaeCase, repeats: int, deadline: float) -> dict:
     """Decode `case.latent_frames` latent frames (fp32 weights as shipped); the first call compiles."""
     latents = jax.random.normal(jax.random.key(7), case.latent_shape, jnp.float32)
-    if case.family == "wan":
-        from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
-
-        model = WanVAE(WanVAEConfig.from_hf_config(case.config))
-        params = random_tree({p: (s, jnp.float32) for p, s in model.param_shapes().items()})
-        run = partial(model.decode, params, latents)
-    else:
-        from vidax.zoo.hunyuan_video15 import VAEConfig
-        from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
-
-        model = HunyuanVideo15VAE(VAEConfig.from_hf_config(case.config))
-        params = random_tree({p: (s, jnp.float32) for p, s in model.param_shapes().items()})
-        run = partial(model.decode, params, latents, tiling=True)
+    row = case.row
+    model = families.resolve(row.vae)(families.resolve(row.vae_config).from_hf_config(case.config))
+    params = random_tree({p: (s, jnp.float32) for p, s in model.param_shapes().items()})
+    run = partial(model.decode, params, latents, **row.decode_kwargs)
     timing = time_calls(run, sync, min(repeats, 2), cap_s=15.0, deadline=deadline)
     return {"decode": timing, "process_peak_bytes": peak_bytes_in_use()}
 

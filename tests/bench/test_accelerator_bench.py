@@ -110,7 +110,7 @@ def test_counted_flops_match_xla_cost_analysis(monkeypatch):
     hv_text = dict(mllm=64, mllm_valid=64, byt5=16, byt5_valid=16, image=8)
     wan = cases.DitCase("wan", "wan", "wan", dict(cases.WAN_TOY, num_attention_heads=4, attention_head_dim=64,
                                                   ffn_dim=1024, text_dim=256, num_layers=1), 9, 256, 256, 1, text=64)
-    hv = cases.DitCase("hv", "hv15", "hv", dict(cases.HV15_TOY, num_attention_heads=4, attention_head_dim=64,
+    hv = cases.DitCase("hv", "hunyuan_video15", "hv", dict(cases.HV15_TOY, num_attention_heads=4, attention_head_dim=64,
                                                 num_layers=1, rope_axes_dim=(16, 24, 24), text_embed_dim=256,
                                                 text_embed_2_dim=64, image_embed_dim=64), 9, 128, 128, 1, text=hv_text)
     for case in (wan, hv):

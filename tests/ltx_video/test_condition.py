@@ -214,8 +214,8 @@ def test_dev_defaults_run_both_passes_with_stg_and_cfg_star(reference, tmp_path,
     save(up.state_dict(), dev / "ltxv-spatial-upscaler-0.9.8.safetensors",
          metadata={"config": json.dumps(official_upsampler_config(up))})
     seen = []
-    monkeypatch.setattr(F.LTXVideoFamily, "predictor",
-                        lambda self, *a, _orig=F.LTXVideoFamily.predictor: seen.append(_orig(self, *a)) or seen[-1])
+    monkeypatch.setattr(F.LTXVideoFamily, "pass_predictor",
+                        staticmethod(lambda *a, _orig=F.LTXVideoFamily.pass_predictor: seen.append(_orig(*a)) or seen[-1]))
     opts = GenerateOptions(model="ltx-video-13b", prompt=PROMPT, weights=str(dev), height=HEIGHT, width=WIDTH,
                            frames=FRAMES, steps=6, image=root / "first.png", out=tmp_path / "v.npy", dtype="float32",
                            compile_cache=False, extra={"stg_skip_blocks": "1"})

@@ -204,16 +204,14 @@ class CogVideoXFamily(Family):
         sampler = {cls: name for name, cls in SAMPLERS.items()}.get(shipped)
         return {"sampler": sampler} if sampler is not None else {}
 
-    def resolve_settings(self, options, images=None) -> CogVideoXSettings:
-        s = super().resolve_settings(options, images)
+    def derived_settings(self, s: CogVideoXSettings) -> dict:
+        # cli_demo pairs dynamic CFG with the DPM scheduler
+        return {"dynamic_cfg": s.sampler == "dpm"} if s.dynamic_cfg is None else {}
+
+    def check_settings(self, s: CogVideoXSettings) -> None:
         if s.sampler is None:
             raise PipelineError(f"{self.name}: the folder names no CogVideoX scheduler and the registry no sampler: "
                                 f"give --sampler ({', '.join(self.samplers)})")
-        if s.dynamic_cfg is None:  # cli_demo pairs dynamic CFG with the DPM scheduler
-            s = dataclasses.replace(s, dynamic_cfg=s.sampler == "dpm")
-        return s
-
-    def check_settings(self, s: CogVideoXSettings) -> None:
         cfg = self.dit_config
         if s.shift is not None:
             raise PipelineError(f"{self.name} takes no --shift (its DDIM/DPM samplers have no flow shift)")

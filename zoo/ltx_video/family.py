@@ -569,7 +569,7 @@ class LTXVideoFamily(Family):
         return knobs
 
     @staticmethod
-    def _predictor(plan: PassPlan, expert: int, dit: LTXVideoTransformer, step: int) -> LTXPredict:
+    def pass_predictor(plan: PassPlan, expert: int, dit: LTXVideoTransformer, step: int) -> LTXPredict:
         guide = plan.guides[step]  # this step's branch set (a new configuration when it changes)
         ref = plan.reference
         cfg = guide.guidance > 1.0
@@ -637,7 +637,7 @@ class LTXVideoFamily(Family):
                         p.height, p.width, 5 if p.second else 1)
         stepper = self._stepper(s_pass, plan, tuple(tokens.shape))
         steps = Schedule(stepper, (0,) * stepper.num_steps, partial(self._knobs, run, s_pass, plan))
-        out = denoise(run, denoisers, steps, np.asarray(tokens, np.float32), state, partial(self._predictor, plan),
+        out = denoise(run, denoisers, steps, np.asarray(tokens, np.float32), state, partial(self.pass_predictor, plan),
                       stage="refine" if p.second else "denoise", noise_stream=plan.noise_stream)
         out = out[:, num_extra:]
         return L.unpack(out, f, h, w, cfg.patch_size, cfg.patch_size_t)
