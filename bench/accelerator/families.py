@@ -140,6 +140,16 @@ def _hv15_flops(case) -> tuple[float, float]:
 
 # --- the table ------------------------------------------------------------------------------
 
+def _features(text: str, width: str) -> Callable[[Any], tuple[int, ...]]:
+    """`[B, case.text[text], config[width]]`: one text encoder's features."""
+    return lambda case: (case.batch, case.text[text], case.config[width])
+
+
+def _mask(text: str) -> Callable[[Any], tuple[int, ...]]:
+    """`[B, case.text[text]]`: that text's valid-token mask."""
+    return lambda case: (case.batch, case.text[text])
+
+
 _LATENTS = Tensor("hidden_states", lambda case: case.latent_shape, "bfloat16")
 
 FAMILIES: dict[str, FamilyRow] = {
@@ -172,15 +182,14 @@ FAMILIES: dict[str, FamilyRow] = {
         text_tokens=lambda case: case.text["mllm"] + case.text["byt5"] + case.text["image"], joint_text=True,
         inputs=(
             _LATENTS,
-            Tensor("timestep", lambda case: (case.batch,), "float32", "timestep", torch_dtype="bfloat16"),  # as its pipeline
-            Tensor("encoder_hidden_states", lambda case: (case.batch, case.text["mllm"], case.config["text_embed_dim"]),
-                   "bfloat16"),
-            Tensor("encoder_attention_mask", lambda case: (case.batch, case.text["mllm"]), "bool", "valid:mllm", "long"),
-            Tensor("encoder_hidden_states_2",
-                   lambda case: (case.batch, case.text["byt5"], case.config["text_embed_2_dim"]), "bfloat16"),
-            Tensor("encoder_attention_mask_2", lambda case: (case.batch, case.text["byt5"]), "bool", "valid:byt5", "long"),
-            Tensor("image_embeds", lambda case: (case.batch, case.text["image"], case.config["image_embed_dim"]),
-                   "bfloat16", "zeros"),  # SigLIP tokens all zeros: text-to-video
+            # the time in bf16 on the diffusers side, as its pipeline feeds it
+            Tensor("timestep", lambda case: (case.batch,), "float32", "timestep", torch_dtype="bfloat16"),
+            Tensor("encoder_hidden_states", _features("mllm", "text_embed_dim"), "bfloat16"),
+            Tensor("encoder_attention_mask", _mask("mllm"), "bool", "valid:mllm", "long"),
+            Tensor("encoder_hidden_states_2", _features("byt5", "text_embed_2_dim"), "bfloat16"),
+            Tensor("encoder_attention_mask_2", _mask("byt5"), "bool", "valid:byt5", "long"),
+            # SigLIP tokens all zeros: text-to-video
+            Tensor("image_embeds", _features("image", "image_embed_dim"), "bfloat16", "zeros"),
         ),
         flops=_hv15_flops,
     ),
