@@ -79,6 +79,16 @@ def test_t2v_matches_ltx_pipeline(t2v, tmp_path, monkeypatch):
     assert replay.used == {(2, 0)}
 
 
+def test_short_dit_runs_under_a_release_with_stg(t2v, tmp_path, monkeypatch):
+    """ltx-video-2b's settings skip block 19 for its official STG; a diffusers folder runs without STG, so its
+    2-block DiT (a fine-tune shorter than the release) runs with those defaults and matches LTXPipeline."""
+    root, replay, expected, _, _ = t2v
+    replay.install(monkeypatch)
+    result = generate(options(root, model="ltx-video-2b", out=tmp_path / "v.npy"))
+    assert result.settings["stg"] == 0.0
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
 def test_i2v_matches_image_to_video_pipeline(t2v, tmp_path, monkeypatch):
     root, _, _, replay, expected = t2v
     replay.install(monkeypatch)
@@ -119,6 +129,7 @@ def test_vae_tiling_matches_the_tiled_reference(t2v, tmp_path, monkeypatch):
     (dict(sampler="ddim"), "unknown sampler 'ddim'"),
     (dict(timesteps="1000,500"), "needs the condition pipeline"),
     (dict(guidance_rescale=1.5), "must be in \\[0, 1\\]"),
+    (dict(model="ltx-video-2b", stg=1.0), "STG skips blocks \\[19\\], the DiT has blocks 0..1"),
 ])
 def test_bad_requests_fail_before_work(t2v, tmp_path, change, message):
     root = t2v[0]
