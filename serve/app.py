@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 
 from vidax.serve import store as jobs
 from vidax.serve.requests import RequestError, family_flags, upload_roles
-from vidax.serve.service import Service
+from vidax.serve.service import Service, public
 from vidax.translator import VidaxError
 
 STATIC = Path(__file__).parent / "static"
@@ -174,9 +174,10 @@ def _install_routes(app: FastAPI, service: Service, max_upload_bytes: int) -> No
         if variant not in ("video", "sidecar"):
             raise ApiError(400, f"variant must be video or sidecar, got {variant!r}")
         if variant == "sidecar":
-            return FileResponse(service.sidecar_path(job_id), media_type="application/json")
-        return FileResponse(service.video_path(job_id), media_type="video/mp4", filename=f"{job_id}.mp4",
-                            content_disposition_type="inline")
+            return public(json.loads(service.sidecar_path(job_id).read_text()))
+        video = service.video_path(job_id)
+        kind = "video/mp4" if video.suffix == ".mp4" else "application/octet-stream"
+        return FileResponse(video, media_type=kind, filename=video.name, content_disposition_type="inline")
 
     @app.delete("/v1/videos/{job_id}", status_code=202)
     async def cancel(job_id: str):
@@ -188,12 +189,18 @@ def _install_routes(app: FastAPI, service: Service, max_upload_bytes: int) -> No
 
 
 async def _event_stream(service: Service, job_id: str, request: Request):
-    """The job's status as Server-Sent Events whenever it changes, until it ends (a comment every 10 s)."""
-    last, quiet = None, 0.0
+    """The job's status as Server-Sent Events whenever it changes (each step of a run), until it ends
+    (a comment every 10 s keeps idle connections open)."""
+    last, quiet, seen = None, 0.0, 0
     while not await request.is_disconnected():
         status = service.status(job_id)
+        steps = service.progress_since(job_id, seen) if status["status"] in ("running", "cancelling") else []
+        seen += len(steps)
+        for progress in steps:  # every state published since the last poll, however fast the steps
+            last = json.dumps({**status, "progress": progress})
+            yield f"event: status\ndata: {last}\n\n"
         text = json.dumps(status)
-        if text != last:
+        if not steps and text != last:
             yield f"event: status\ndata: {text}\n\n"
             last, quiet = text, 0.0
             if status["status"] in jobs.FINISHED:
@@ -306,7 +313,8 @@ REQUEST_SCHEMA = {"requestBody": {"required": True, "content": {
         "prompt": {"type": "string"}, "negative_prompt": {"type": "string"}, "height": {"type": "integer"},
         "width": {"type": "integer"}, "frames": {"type": "integer"}, "steps": {"type": "integer"},
         "guidance": {"type": "number"}, "shift": {"type": "number"}, "sampler": {"type": "string"},
-        "fps": {"type": "number"}, "seed": {"type": "integer"}},
+        "fps": {"type": "number"}, "seed": {"type": "integer"},
+        "format": {"type": "string", "enum": ["mp4", "npy"], "description": "npy: float32 frames [F, H, W, 3]"}},
         "additionalProperties": True, "description": "the model's own fields too (GET /v1/models)"}},
     "multipart/form-data": {"schema": {"type": "object", "properties": {
         "request": {"type": "string", "description": "the JSON request"},

@@ -22,6 +22,7 @@ COMMON_FIELDS: dict[str, tuple[type, ...]] = {
     "steps": (int,), "guidance": (int, float), "shift": (int, float), "sampler": (str,), "fps": (int, float),
     "seed": (int,),
 }
+FORMATS = {"mp4": ".mp4", "npy": ".npy"}  # "format": the MP4 (H.264), or the float32 frames (vidax-gen --out x.npy)
 MAX_PROMPT_CHARS = 4000
 MAX_SEED = 2**63 - 1
 
@@ -81,7 +82,7 @@ def split_request(model: str, fields: Mapping[str, Any]) -> tuple[dict, list[str
     flags = {flag.field: flag for flag in family_flags(model)}
     common, args = {}, []
     for name, value in fields.items():
-        if value is None or name == "model":
+        if value is None or name in ("model", "format"):
             continue
         if name in COMMON_FIELDS:
             common[name] = _checked(name, value, COMMON_FIELDS[name])
@@ -101,6 +102,14 @@ def split_request(model: str, fields: Mapping[str, Any]) -> tuple[dict, list[str
     if not 0 <= common.get("seed", 0) <= MAX_SEED:
         raise RequestError(f"seed must be between 0 and {MAX_SEED}")
     return common, args
+
+
+def output_suffix(fields: Mapping[str, Any]) -> str:
+    """The output file's suffix the request's `format` asks for (default: MP4)."""
+    kind = fields.get("format") or "mp4"
+    if kind not in FORMATS:
+        raise RequestError(f"format must be one of {', '.join(FORMATS)}, got {kind!r}")
+    return FORMATS[kind]
 
 
 def _checked(name: str, value: Any, kinds: tuple[type, ...]) -> Any:
@@ -157,7 +166,7 @@ def command_line(server: ServerOptions, request: Mapping[str, Any], uploads: Map
     flags = {flag.field: flag for flag in family_flags(server.model)}
     words = ["vidax-gen", server.model]
     for name, value in request.items():
-        if value is None or name == "model":
+        if value is None or name in ("model", "format"):
             continue
         if name in flags:
             words += _as_args(flags[name], value)
@@ -165,5 +174,5 @@ def command_line(server: ServerOptions, request: Mapping[str, Any], uploads: Map
             words += [f"--{name.replace('_', '-')}", str(value)]
     for role, filename in uploads.items():
         words += [f"--{role.replace('_', '-')}", filename]
-    words += server.cli_flags() + ["--out", "video.mp4"]
+    words += server.cli_flags() + ["--out", f"video{output_suffix(request)}"]
     return shlex.join(words)

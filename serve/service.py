@@ -19,14 +19,14 @@ import traceback
 from pathlib import Path
 
 from vidax.serve import store as jobs
-from vidax.serve.requests import ServerOptions, build_options, check, command_line
+from vidax.serve.requests import FORMATS, ServerOptions, build_options, check, command_line, output_suffix
 from vidax.translator import VidaxError
 
 log = logging.getLogger("vidax.serve")
 
 # Settings of the sidecar that name server paths: a response names jobs by id only.
-PRIVATE_SETTINGS = ("out", "image", "images", "latents", "outputs", "weights", "weights_source", "save_latents",
-                    "compile_cache")
+KEPT_TRAILS = 64
+PRIVATE_SETTINGS = ("out", "image", "images", "latents", "weights", "weights_source", "save_latents", "compile_cache")
 
 
 class JobCancelled(Exception):
@@ -104,6 +104,7 @@ class Service:
         self.state = "starting"  # -> warming -> ready, or failed (the warm-up's error in self.error)
         self.error: str | None = None
         self.live: dict[str, dict] = {}  # running job -> its latest progress (the database lags by <= 0.5 s)
+        self.trails: dict[str, list[dict]] = {}  # job -> every progress state it published (the events stream)
         self.running: str | None = None
         self.cancel_asked: set[str] = set()  # running jobs to stop at their next step
         self.wake = threading.Event()
@@ -113,6 +114,11 @@ class Service:
     # --- paths ------------------------------------------------------------------------------
 
     def video_path(self, job_id: str) -> Path:
+        """The job's video in `videos/` (`.mp4`, or `.npy` frames when the request asked for them)."""
+        for suffix in FORMATS.values():
+            path = self.videos / f"{job_id}{suffix}"
+            if path.is_file():
+                return path
         return self.videos / f"{job_id}.mp4"
 
     def sidecar_path(self, job_id: str) -> Path:
@@ -122,7 +128,7 @@ class Service:
 
     def submit(self, fields: dict, uploads: dict[str, Path], job_id: str) -> str:
         """Check a request like vidax-gen would and queue it; raises RequestError / VidaxError (400)."""
-        options = build_options(self.server, fields, uploads, self.partial / f"{job_id}.mp4")
+        options = build_options(self.server, fields, uploads, self.partial / f"{job_id}{output_suffix(fields)}")
         settings = check(options)
         request = {k: v for k, v in fields.items() if v is not None and k != "model"}
         request["uploads"] = {role: path.name for role, path in uploads.items()}
@@ -145,6 +151,13 @@ class Service:
 
     def publish(self, job_id: str, state: dict) -> None:
         self.live[job_id] = state
+        self.trails.setdefault(job_id, []).append(state)
+        while len(self.trails) > KEPT_TRAILS:  # the oldest jobs' trails go (dicts keep insertion order)
+            self.trails.pop(next(iter(self.trails)))
+
+    def progress_since(self, job_id: str, index: int) -> list[dict]:
+        """The progress states a job published from `index` on (every step, however fast)."""
+        return list(self.trails.get(job_id, ())[index:])
 
     def status(self, job_id: str) -> dict | None:
         """The job as the API shows it: state, progress, settings (no server paths), timings, error."""
@@ -156,7 +169,7 @@ class Service:
         status = {
             "id": job_id, "status": record["status"], "model": self.server.model,
             "progress": progress or None, "request": request, "uploads": record["request"].get("uploads", {}),
-            "settings": {k: v for k, v in record["settings"].items() if k not in PRIVATE_SETTINGS},
+            "settings": public(record["settings"]),
             "times": record["times"], "error": record["error"], "attempts": record["attempts"],
             "created": record["created"], "started": record["started"], "finished": record["finished"],
             "command": command_line(self.server, request, record["request"].get("uploads", {})),
@@ -212,9 +225,9 @@ class Service:
 
         job_id = job["id"]
         self.running, self.live[job_id] = job_id, {"stage": "starting", "step": 0, "total": None}
-        out = self.partial / f"{job_id}.mp4"
+        request = {k: v for k, v in job["request"].items() if k != "uploads"}
+        out = self.partial / f"{job_id}{output_suffix(request)}"
         try:
-            request = {k: v for k, v in job["request"].items() if k != "uploads"}
             uploads = {role: self.uploads / job_id / name for role, name in job["request"].get("uploads", {}).items()}
             options = build_options(self.server, request, uploads, out)
             result = generate(options, JobProgress(self, job_id))
@@ -241,16 +254,26 @@ class Service:
         """Move a finished job's files into `videos/` (sidecar first, the video last: its presence is the
         job's success) and return its recorded settings, without server paths."""
         sidecar = json.loads(out.with_suffix(".json").read_text())
-        sidecar["outputs"] = {"video": self.video_path(job_id).name, "sidecar": self.sidecar_path(job_id).name}
-        sidecar["video"] = self.video_path(job_id).name
+        video = self.videos / f"{job_id}{out.suffix}"
+        sidecar["outputs"] = {"video": video.name, "sidecar": self.sidecar_path(job_id).name}
+        sidecar["video"] = sidecar["out"] = video.name
         temporary = out.with_suffix(".sidecar")
         temporary.write_text(json.dumps(sidecar, indent=1, default=str) + "\n")
         _fsync(temporary)
         os.replace(temporary, self.sidecar_path(job_id))
         _fsync(out)
-        os.replace(out, self.video_path(job_id))
+        os.replace(out, video)
         _fsync(self.videos)
-        return {k: v for k, v in sidecar.items() if k not in PRIVATE_SETTINGS and k != "stage_seconds"}
+        return {k: v for k, v in public(sidecar).items() if k not in ("stage_seconds", "outputs", "out", "video")}
+
+
+def public(settings: dict) -> dict:
+    """Settings as a response shows them: no path on the server (uploads go by role, weights by name)."""
+    shown = {k: v for k, v in settings.items() if k not in PRIVATE_SETTINGS}
+    source = settings.get("weights_source")
+    if source is not None:
+        shown["weights_source"] = source if not str(source).startswith("/") else Path(source).name
+    return shown
 
 
 def _fsync(path: Path) -> None:
