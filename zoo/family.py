@@ -52,6 +52,7 @@ from vidax.zoo.pipeline import (
     Progress,
     StageTimer,
     WeightsSource,
+    check_output_room,
     load_latents,
     release,
     seeded_noise,
@@ -192,8 +193,8 @@ class Family:
     flags: ClassVar[tuple[Flag, ...]] = ()
     samplers: ClassVar[tuple[str, ...]] = tuple(FLOW_SAMPLERS)
     dit_rules: ClassVar[Any] = None  # None: the shared TRANSFORMER_RULES
-    size_multiple: ClassVar[int] = 16  # height and width are multiples of this (VAE x patch)
-    frame_step: ClassVar[int] = 4  # frames are frame_step * k + 1
+    size_multiple: ClassVar[int] = 16  # height and width are multiples of this (the reference's check_inputs)
+    frame_step: ClassVar[int] = 4  # frames are frame_step * k + 1 (1: any count; see fit_sizes)
     default_negative_prompt: ClassVar[str] = ""
 
     def __init__(self, entry: ModelEntry, options: GenerateOptions, source: WeightsSource | None = None):
@@ -307,7 +308,13 @@ class Family:
                 given.update(height=size[0], width=size[1])
         s = dataclasses.replace(s, **given)
         self._check_common(s)
+        s = self.fit_sizes(s)
         self.check_settings(s)
+        return s
+
+    def fit_sizes(self, s: Settings) -> Settings:
+        """The settings at the size the reference runs a request it accepts (e.g. Wan floors height and width
+        to VAE x patch and frames to 4k+1); PipelineError for one it accepts but cannot run. Default: as asked."""
         return s
 
     def _family_options(self, options: GenerateOptions) -> dict:
@@ -328,12 +335,15 @@ class Family:
         if s.fps <= 0:
             raise PipelineError(f"--fps must be positive, got {s.fps}")
         step = self.size_multiple
+        for what, value in (("height", s.height), ("width", s.width), ("frames", s.frames)):
+            if value < 1:
+                raise PipelineError(f"--{what} must be positive, got {value}")
         for what, value in (("height", s.height), ("width", s.width)):
-            if value < step or value % step:
+            if value % step:
                 nearest = max(step, round(value / step) * step)
                 raise PipelineError(f"--{what} {value} is not a multiple of {step} for this model; nearest valid: {nearest}")
         t = self.frame_step
-        if s.frames < 1 or (s.frames - 1) % t:
+        if (s.frames - 1) % t:
             nearest = max(1, round((s.frames - 1) / t) * t + 1)
             raise PipelineError(f"--frames {s.frames} is not of the form {t}k+1; nearest valid: {nearest}")
 
@@ -619,7 +629,7 @@ class Family:
 
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
-        from vidax.zoo.distributed import agree
+        from vidax.zoo.distributed import agree, run_record
 
         self.options = options
         self.progress = progress or Progress()
@@ -630,6 +640,7 @@ class Family:
             self._check_multiprocess_source()
             inputs = self.read_inputs(options)
             s = self.resolve_settings(options, inputs.images)
+            check_output_room(options, s, self.latent_shape(s))  # before any work: room for the outputs
             inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if self.needs_negative(s) else None)
             self.mesh = self.make_mesh(options)
             latents = self.initial_latents(s, options)
@@ -639,7 +650,7 @@ class Family:
         except BaseException as err:
             agree(err, "preparation")
             raise
-        agree(None, "preparation")
+        agree(None, "preparation", same=run_record(s, options, self.mesh, latents))  # and all resolved alike
         try:
             latents = self.sample(s, latents, cond, inputs)
         finally:
