@@ -52,7 +52,6 @@ from vidax.zoo.pipeline import (
     Progress,
     StageTimer,
     WeightsSource,
-    check_output_room,
     load_latents,
     release,
     seeded_noise,
@@ -629,7 +628,7 @@ class Family:
 
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
-        from vidax.zoo.distributed import agree, run_record
+        from vidax.zoo.distributed import agree
 
         self.options = options
         self.progress = progress or Progress()
@@ -640,7 +639,6 @@ class Family:
             self._check_multiprocess_source()
             inputs = self.read_inputs(options)
             s = self.resolve_settings(options, inputs.images)
-            check_output_room(options, s, self.latent_shape(s))  # before any work: room for the outputs
             inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if self.needs_negative(s) else None)
             self.mesh = self.make_mesh(options)
             latents = self.initial_latents(s, options)
@@ -650,7 +648,7 @@ class Family:
         except BaseException as err:
             agree(err, "preparation")
             raise
-        agree(None, "preparation", same=run_record(s, options, self.mesh, latents))  # and all resolved alike
+        agree(None, "preparation")
         try:
             latents = self.sample(s, latents, cond, inputs)
         finally:
