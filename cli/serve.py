@@ -44,11 +44,11 @@ def serve(server, host: str, port: int, data: Path, token: str | None, max_queue
     if token is None and not is_loopback(host):
         raise ServeError(f"--host {host} is reachable from other machines: give --token (a bearer token every "
                          "request must carry)")
-    configure_compile_cache(server.compile_cache)
+    configure_compile_cache(server.compile_cache, min_compile_secs=0)  # every program: a restart compiles nothing
     service = Service(server, data, max_queue=max_queue, warmup=warmup)
     recovered = {k: v for k, v in service.recovered.items() if v}
     if recovered:
-        console.print(f"recovered jobs from {data}: {recovered}", highlight=False)
+        console.print(f"recovered jobs from {data}: {recovered}", highlight=False, soft_wrap=True)
     console.print(f"vidax-serve {server.model} on http://{host}:{port}/ (API docs /docs); data in {data}",
                   highlight=False, soft_wrap=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
