@@ -64,7 +64,9 @@ SUPPORTED_NAMES = ", ".join(TENSOR_DTYPES)
 
 WRAPPER_KEYS = ("state_dict", "module", "model")
 PICKLE_CAP = 64 << 20  # data.pkl bytes: a state dict of 100k tensors pickles to ~10 MB
+INFLATE_RATIO = 32  # a deflated data.pkl may not inflate more (reading a pickle takes time per byte)
 MAX_NESTING = 200  # containers within containers, in the pickle and in the state dict
+MAX_STACK = 1 << 22  # objects on the unpickler's stack at once (8 bytes each in CPython); torch's use a few
 MAX_DIM = 1 << 62  # a size, stride or offset above this is corrupt (and would overflow numpy)
 _LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # zip local file header, 30 bytes
 _READABLE = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}  # torch writes stored members
@@ -189,25 +191,31 @@ _PLANS = {op.code: _stack_plan(op) for op in pickletools.opcodes}
 def _scan_pickle(data: bytes) -> None:
     """Simulate the unpickler's stack with each object's nesting depth; raise ValueError on what could
     exhaust memory (a memo index past the opcodes read so far: CPython sizes its memo by the largest
-    index) or the C stack (nesting past MAX_NESTING: hashing a deep tuple recurses in C)."""
-    stack: list[int] = []  # nesting depth of each object on the unpickler's stack
-    marks: list[int] = [0]  # stack heights at each MARK (the bottom one: the empty stack), as the unpickler keeps them
-    memo: dict[int, int] = {}
+    index) or the C stack (nesting past MAX_NESTING: hashing a deep tuple recurses in C). Depths fit a
+    byte, so the simulation costs a byte per stack or memo slot."""
+    stack = bytearray()  # nesting depth of each object on the unpickler's stack
+    marks = [0]  # stack heights at each MARK (the bottom one: the empty stack), as the unpickler keeps them
+    memo, unset = bytearray(), 255
+    memo_len = 0  # MEMOIZE's next index: how many slots are set, as CPython counts them
     for count, (op, arg, _) in enumerate(pickletools.genops(data), 1):
         role, taken, made = _PLANS[op.code]
         if role == "put" or role == "get":
-            index = len(memo) if arg is None else arg  # MEMOIZE: the next index
+            index = memo_len if arg is None else arg
             if not 0 <= index <= count:
                 raise ValueError(f"memo index {brief(index)} beyond the {count} opcodes read so far")
             if role == "get":
-                if index not in memo:
+                if index >= len(memo) or memo[index] == unset:
                     raise ValueError(f"memo index {index} read before it is written")
                 stack.append(memo[index])
-            elif len(stack) <= marks[-1]:
+                continue
+            if len(stack) <= marks[-1]:
                 raise ValueError(f"{op.name} with nothing to store")
-            else:
-                memo[index] = stack[-1]
+            memo.extend(b"\xff" * (index + 1 - len(memo)))
+            memo_len += memo[index] == unset
+            memo[index] = stack[-1]
         elif role == "mark":
+            if len(marks) > MAX_NESTING:
+                raise ValueError(f"MARKs nested more than {MAX_NESTING} deep")
             marks.append(len(stack))
         elif role == "pop" and len(stack) == marks[-1] and len(marks) > 1:
             marks.pop()  # POP right after a MARK drops the mark
@@ -215,7 +223,7 @@ def _scan_pickle(data: bytes) -> None:
             _stack_effect(op, role, taken, made, stack, marks)
 
 
-def _stack_effect(op, role: str, taken: int, made: int, stack: list[int], marks: list[int]) -> None:
+def _stack_effect(op, role: str, taken: int, made: int, stack: bytearray, marks: list[int]) -> None:
     """Pop what `op` consumes and push what it makes, one nesting level above its deepest input."""
     if role.endswith("@mark"):
         if len(marks) == 1:
@@ -225,15 +233,18 @@ def _stack_effect(op, role: str, taken: int, made: int, stack: list[int], marks:
         start = len(stack) - taken
     if start < marks[-1]:
         raise ValueError(f"{op.name} on a short stack")
-    popped, stack[start:] = stack[start:], []
+    popped = stack[start:]
+    del stack[start:]
     if role == "dup":
         stack += popped * 2
     elif role.startswith("mutate"):  # the container keeps its place; what it now holds may be deeper
         stack.append(max(popped[0], 1 + max(popped[1:], default=0)))
     elif made:
-        stack += [1 + max(popped, default=-1)] * made
+        stack += bytes([1 + max(popped, default=-1)]) * made
     if stack and stack[-1] > MAX_NESTING:
         raise ValueError(f"objects nested more than {MAX_NESTING} deep")
+    if len(stack) > MAX_STACK:
+        raise ValueError(f"more than {MAX_STACK} objects on the unpickler's stack")
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -378,6 +389,9 @@ class TorchZipFile:
         info = self._member(name)
         if info.file_size > cap:
             raise FormatError(f"{self.path}: {brief(name)} declares {info.file_size} bytes, above the {cap}-byte cap")
+        if info.compress_type != zipfile.ZIP_STORED and info.file_size > max(1 << 20, INFLATE_RATIO * info.compress_size):
+            raise FormatError(f"{self.path}: {brief(name)} inflates {info.compress_size} bytes to {info.file_size}, more "
+                              f"than {INFLATE_RATIO}-fold (a pickle compresses 4-5-fold)")
         with self._archive_errors(f"cannot read {brief(name)}"), self._zip.open(info) as member:
             data = member.read(info.file_size)
         if len(data) != info.file_size:

@@ -302,7 +302,14 @@ def _inflation_bomb(tmp_path):  # 256 MiB of zeros deflated to 250 kB, of which 
     return path
 
 
-WORKER_FAULTS = {"memo index 2^28": _memo_bomb, "state_dict wrapper containing itself": _self_wrapping,
+def _pickle_bomb(tmp_path):  # 8 MB of pickle deflated to 8 kB: scanning it would take seconds per kB of file
+    path = tmp_path / "pickle_bomb.pth"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data.pkl", b"\x80\x02]" + b"Na" * (4 << 20) + b".")
+    return path
+
+
+WORKER_FAULTS = {"deflated pickle inflating 1000-fold": _pickle_bomb, "memo index 2^28": _memo_bomb, "state_dict wrapper containing itself": _self_wrapping,
                  "memo DAG 40 levels deep": _dag, "tuple key nested 10^6 deep": _deep_tuple_key}
 
 
