@@ -85,6 +85,19 @@ def test_a_frame_count_that_decodes_an_even_latent_count_matches_reference(refer
     np.testing.assert_allclose(result.frames, expected, atol=ATOL, rtol=0)
 
 
+def test_a_size_the_reference_fails_on_is_refused(reference, tmp_path):
+    """40x48 passes the pipeline's check (multiples of 8) but not its 1.5 DiT's patchify (latents 5 x 6 in 2x2
+    patches): vidax refuses it first (multiples of 16)."""
+    from diffusers import CogVideoXPipeline
+    from vidax.zoo.pipeline import PipelineError
+
+    pipe = CogVideoXPipeline.from_pretrained(reference[0])
+    with pytest.raises(RuntimeError, match="is invalid for input of size"), torch.no_grad():
+        pipe(prompt=PROMPT, height=40, width=WIDTH, num_frames=FRAMES, num_inference_steps=1, output_type="np")
+    with pytest.raises(PipelineError, match="--height 40 is not a multiple of 16"):
+        generate(options(reference, tmp_path, height=40))
+
+
 @pytest.mark.parametrize("layout", [dict(tp=2, sp=2, dp=2), dict(offload_chunk=1, sp=2)], ids=["tp2_sp2_dp2", "offload_sp2"])
 def test_mesh_and_offload_match_reference(reference, reference_noise, tmp_path, layout):
     """tp and sp compose on one mesh (the heads split over tp x sp, the 226 text tokens replicated, only the

@@ -83,6 +83,18 @@ def test_a_size_the_reference_floors_matches_it(saved, reference_run, tmp_path):
     assert (result.settings["height"], result.settings["width"], result.settings["frames"]) == (32, 48, 8)
 
 
+def test_a_size_the_reference_fails_on_is_refused(saved, tmp_path):
+    """Under 16 pixels the reference's latents are empty and it fails; vidax refuses the request first."""
+    from vidax.zoo.pipeline import PipelineError
+
+    ref, root = saved
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater"), torch.no_grad():
+        ref(prompt=PROMPT, height=8, width=48, num_frames=5, num_inference_steps=1, output_type="np")
+    options = _options(str(root), None, tmp_path, height=8)
+    with pytest.raises(PipelineError, match="--height 8 is below 16"):
+        make_pipeline(options.model, options).resolve_settings(options)
+
+
 @pytest.mark.parametrize("layout", [dict(offload_chunk=1), dict(offload_chunk=2, tp=2), dict(offload_chunk=1, sp=2, dp=2)])
 def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout, monkeypatch):
     """`--offload-chunk N`: the blocks stream from host memory N at a time (also under a mesh); same frames."""

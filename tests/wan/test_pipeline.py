@@ -359,12 +359,21 @@ def test_sizes_the_reference_cannot_run_are_refused(ti2v, flf2v, tmp_path):
     with frames rounded to 1 (a negative gap between the first and last frame)."""
     from vidax.zoo.registry import make_pipeline
 
-    cases = [(ti2v[0], dict(model="wan2.2-ti2v-5b", height=16, width=64), "--height 16 is below 32"),
-             (flf2v[0], dict(model="wan2.1-flf2v-14b-720p", frames=3), "needs --frames 4 or more")]
-    for folder, change, message in cases:
+    from PIL import Image
+
+    cases = [(ti2v[0], dict(model="wan2.2-ti2v-5b", height=16, width=64), "--height 16 is below 32", "must be > 0"),
+             (flf2v[0], dict(model="wan2.1-flf2v-14b-720p", frames=3), "needs --frames 4 or more", "negative dimension")]
+    for folder, change, message, failure in cases:
         options = _options(folder, folder / "latents.npy", tmp_path / "v.npy", **change)
         with pytest.raises(PipelineError, match=message):
             make_pipeline(options.model, options).resolve_settings(options)
+        # and the reference does fail on them
+        pipe = diffusers.WanImageToVideoPipeline.from_pretrained(folder / "model")
+        first = Image.open(folder / "first.png")
+        last = {"last_image": first} if "flf2v" in options.model else {}
+        size = dict(height=options.height, width=options.width, num_frames=options.frames)
+        with pytest.raises((RuntimeError, ValueError), match=failure), torch.no_grad():
+            pipe(first, PROMPT, num_inference_steps=1, output_type="np", **size, **last)
 
 
 def test_a14b_switches_experts_like_diffusers(a14b, tmp_path):
