@@ -24,7 +24,6 @@ COMMON_FIELDS: dict[str, tuple[type, ...]] = {
 }
 FORMATS = {"mp4": ".mp4", "npy": ".npy"}  # "format": the MP4 (H.264), or the float32 frames (vidax-gen --out x.npy)
 MAX_PROMPT_CHARS = 4000
-MAX_SEED = 2**63 - 1
 
 
 class RequestError(VidaxError, ValueError):
@@ -99,8 +98,6 @@ def split_request(model: str, fields: Mapping[str, Any]) -> tuple[dict, list[str
         raise RequestError("give a prompt")
     if len(common["prompt"]) > MAX_PROMPT_CHARS:
         raise RequestError(f"prompt is longer than {MAX_PROMPT_CHARS} characters")
-    if not 0 <= common.get("seed", 0) <= MAX_SEED:
-        raise RequestError(f"seed must be between 0 and {MAX_SEED}")
     return common, args
 
 

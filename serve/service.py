@@ -26,6 +26,7 @@ log = logging.getLogger("vidax.serve")
 
 # Settings of the sidecar that name server paths: a response names jobs by id only.
 KEPT_TRAILS = 64
+LAYOUT_FIELDS = ("tp", "sp", "dp", "offload_chunk")
 PRIVATE_SETTINGS = ("out", "image", "images", "latents", "weights", "weights_source", "save_latents", "compile_cache")
 
 
@@ -104,6 +105,7 @@ class Service:
         self.state = "starting"  # -> warming -> ready, or failed (the warm-up's error in self.error)
         self.error: str | None = None
         self.live: dict[str, dict] = {}  # running job -> its latest progress (the database lags by <= 0.5 s)
+        self.layouts: dict[str, dict] = {}  # resolved settings -> the planner's layout for them, and why
         self.trails: dict[str, list[dict]] = {}  # job -> every progress state it published (the events stream)
         self.running: str | None = None
         self.cancel_asked: set[str] = set()  # running jobs to stop at their next step
@@ -215,14 +217,13 @@ class Service:
 
         out = self.partial / "warmup.mp4"
         start = time.perf_counter()
-        generate(GenerateOptions(**dataclasses.asdict(self.server), prompt="warm-up", out=out))
+        options = GenerateOptions(**dataclasses.asdict(self.server), prompt="warm-up", out=out)
+        self._generate(options, check(options), None)
         log.info("warm-up done in %.1f s", time.perf_counter() - start)
         for path in self.partial.glob("warmup.*"):
             path.unlink()
 
     def _run(self, job: dict) -> None:
-        from vidax.zoo.pipeline import generate
-
         job_id = job["id"]
         self.running, self.live[job_id] = job_id, {"stage": "starting", "step": 0, "total": None}
         request = {k: v for k, v in job["request"].items() if k != "uploads"}
@@ -230,8 +231,8 @@ class Service:
         try:
             uploads = {role: self.uploads / job_id / name for role, name in job["request"].get("uploads", {}).items()}
             options = build_options(self.server, request, uploads, out)
-            result = generate(options, JobProgress(self, job_id))
-            settings = self._publish_outputs(job_id, out)
+            result = self._generate(options, job["settings"], JobProgress(self, job_id))
+            settings = self._publish_outputs(job_id, out, result.settings["layout_choice"])
             self.store.finish(job_id, jobs.SUCCEEDED, settings={**job["settings"], **settings},
                               times={k: round(v, 4) for k, v in result.times.items()})
         except JobCancelled:
@@ -250,13 +251,31 @@ class Service:
             for path in self.partial.glob(f"{job_id}.*"):
                 path.unlink()
 
-    def _publish_outputs(self, job_id: str, out: Path) -> dict:
+    def _generate(self, options, settings: dict, progress):
+        """`generate`, with the layout the memory planner chose for the same settings before given outright:
+        planning builds the model's shapes (seconds on CPU), the same choice each time for one size."""
+        from vidax.zoo.pipeline import generate
+
+        key = json.dumps({k: v for k, v in settings.items() if k not in ("seed", "negative_prompt")}, sort_keys=True)
+        remembered = self.layouts.get(key)
+        if remembered is not None:
+            options = dataclasses.replace(options, **remembered["layout"])
+        result = generate(options, progress)
+        if remembered is not None:
+            result.settings["layout_choice"] = remembered["choice"]
+        elif not any(getattr(self.server, field) is not None for field in LAYOUT_FIELDS):
+            self.layouts[key] = {"layout": {field: result.settings[field] for field in LAYOUT_FIELDS},
+                                 "choice": result.settings["layout_choice"]}
+        return result
+
+    def _publish_outputs(self, job_id: str, out: Path, layout_choice: str) -> dict:
         """Move a finished job's files into `videos/` (sidecar first, the video last: its presence is the
         job's success) and return its recorded settings, without server paths."""
         sidecar = json.loads(out.with_suffix(".json").read_text())
         video = self.videos / f"{job_id}{out.suffix}"
         sidecar["outputs"] = {"video": video.name, "sidecar": self.sidecar_path(job_id).name}
         sidecar["video"] = sidecar["out"] = video.name
+        sidecar["layout_choice"] = layout_choice
         temporary = out.with_suffix(".sidecar")
         temporary.write_text(json.dumps(sidecar, indent=1, default=str) + "\n")
         _fsync(temporary)
