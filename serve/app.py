@@ -3,7 +3,7 @@
 Errors are one envelope, `{"error": {"code", "message"}}`: 400 a request vidax-gen would refuse (its
 message), 401 a missing or wrong token, 404 an unknown job, 409 a job not in a state for that (content
 of an unfinished job, cancelling a finished one), 413 a body or upload over the limit, 429 the queue
-full, 503 the model failed to load or warm up.
+full, 503 the model failed to load or warm up (and 411 a POST whose body size is not given).
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ def create_app(service: Service, *, token: str | None = None, max_upload_bytes: 
 def _install_guards(app: FastAPI, token: str | None, max_upload_bytes: int) -> None:
     @app.middleware("http")
     async def guard(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > max_upload_bytes + JSON_BODY_LIMIT:
+        length = request.headers.get("content-length", "")
+        if request.method == "POST" and not length.isdigit():  # a body of unknown size is not read at all
+            return envelope(411, "give the body's Content-Length")
+        if length.isdigit() and int(length) > max_upload_bytes + JSON_BODY_LIMIT:
             return envelope(413, f"request body over {max_upload_bytes + JSON_BODY_LIMIT} bytes")
         if token is None or request.url.path in OPEN_PATHS:
             return await call_next(request)
@@ -224,7 +226,7 @@ async def _read_request(request: Request, service: Service, folder: Path, max_up
         raise RequestError("send the request as application/json, or multipart/form-data with uploads")
     form = await request.form(max_part_size=JSON_BODY_LIMIT)
     fields, uploads = {}, {}
-    roles = await asyncio.to_thread(upload_roles, service.server.model)
+    roles = await asyncio.to_thread(upload_roles, service.server)
     for name, value in form.multi_items():
         if isinstance(value, UploadFile):
             if name not in roles and name != "image":
@@ -305,7 +307,7 @@ def describe_model(service: Service) -> dict:
     flags = [{"field": flag.field, "flag": flag.name, "kind": flag.kind.__name__, "help": flag.help,
               "multiple": flag.multiple} for flag in family_flags(model) if flag.kind is not Path]
     return {"id": model, "family": entry.family, "description": entry.description, "defaults": defaults,
-            "fields": list(COMMON_FIELDS), "family_fields": flags, "uploads": upload_roles(model)}
+            "fields": list(COMMON_FIELDS), "family_fields": flags, "uploads": upload_roles(service.server)}
 
 
 REQUEST_SCHEMA = {"requestBody": {"required": True, "content": {

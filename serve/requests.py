@@ -9,6 +9,7 @@ a bad request is refused with the line vidax-gen would print, before it is queue
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,20 +58,22 @@ class ServerOptions:
         return flags
 
 
+@functools.cache  # the registry is read once per server: the status of every job names the flags
 def family_flags(model: str):
     from vidax.zoo.registry import family_class, lookup
 
     return family_class(lookup(model).family).flags
 
 
-def upload_roles(model: str) -> dict[str, str]:
+@functools.cache
+def upload_roles(server: ServerOptions) -> dict[str, str]:
     """Request fields that take a file (multipart upload) -> "image" or "video"; never a path in JSON."""
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.pipeline import GenerateOptions
 
-    pipeline = make_pipeline(model, GenerateOptions(model=model, prompt=""))
+    pipeline = make_pipeline(server.model, GenerateOptions(model=server.model, prompt="", weights=server.weights))
     roles = {role: "image" for role in pipeline.image_roles()}
-    for flag in family_flags(model):
+    for flag in family_flags(server.model):
         if flag.kind is Path and not flag.image:
             roles[flag.field] = "video"
     return roles
@@ -138,7 +141,7 @@ def build_options(server: ServerOptions, fields: Mapping[str, Any], uploads: Map
 
     common, args = split_request(server.model, fields)
     extra, images = family_options(server.model, args)
-    roles = upload_roles(server.model)
+    roles = upload_roles(server)
     for role, path in uploads.items():
         if roles.get(role) == "video":
             extra[role] = path

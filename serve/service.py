@@ -144,6 +144,7 @@ class Service:
     def cancel(self, job_id: str) -> str | None:
         """Cancel a job: queued -> cancelled now; running -> stops at its next step. None when it has ended."""
         if self.store.cancel_queued(job_id):
+            shutil.rmtree(self.uploads / job_id, ignore_errors=True)
             return jobs.CANCELLED
         record = self.store.get(job_id)
         if record is not None and record["status"] == jobs.RUNNING:
@@ -239,6 +240,7 @@ class Service:
             self.store.finish(job_id, jobs.CANCELLED, error="cancelled while running")
         except ServerStopping:
             self.store.requeue(job_id)
+            return  # its uploads stay for the next run
         except VidaxError as err:
             self.store.finish(job_id, jobs.FAILED, error=_one_line(err))
         except Exception as err:  # a bug: the job fails with its name, the traceback goes to the log
@@ -250,6 +252,7 @@ class Service:
             self.cancel_asked.discard(job_id)
             for path in self.partial.glob(f"{job_id}.*"):
                 path.unlink()
+        shutil.rmtree(self.uploads / job_id, ignore_errors=True)  # the job has ended: its inputs are not kept
 
     def _generate(self, options, settings: dict, progress):
         """`generate`, with the layout the memory planner chose for the same settings before given outright:

@@ -189,6 +189,9 @@ def test_bad_requests_are_400(server, body, fragment):
 def test_bad_bodies_and_unknown_jobs(server):
     assert "not JSON" in error(httpx.post(server.url + "/v1/videos", content=b"{", headers={"content-type": "application/json"}), 400)
     assert "multipart/form-data" in error(httpx.post(server.url + "/v1/videos", content=b"x"), 400)
+    chunked = httpx.post(server.url + "/v1/videos", content=iter([b'{"prompt": "x"}']),
+                         headers={"content-type": "application/json"})
+    assert "Content-Length" in error(chunked, 411)
     response = httpx.post(server.url + "/v1/videos", data={"request": json.dumps({"prompt": PROMPT})},
                           files={"image": ("x.png", b"not an image", "image/png")})
     assert "cannot read image" in error(response, 400) and str(server.data) not in response.text
