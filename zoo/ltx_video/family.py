@@ -352,6 +352,11 @@ class LTXVideoFamily(Family):
 
     @property
     def frame_step(self) -> int:
+        """diffusers' LTX pipelines take any frame count: the latents hold `(F - 1) // 8 + 1` frames, which
+        decode to `8k + 1` (12 -> 9). The official pipeline pads to `8k + 1` and crops, which vidax does not
+        run: official checkpoints take `8k + 1` frames."""
+        if self.pipeline_class != "official" and self.dit_config.patch_size_t == 1:
+            return 1
         return self.vae_config.temporal_ratio * self.dit_config.patch_size_t
 
     def folder_settings(self) -> dict:
