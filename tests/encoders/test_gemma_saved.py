@@ -34,7 +34,18 @@ def gemma4_multimodal_reference(seed: int = 0):
     return perturb(Gemma4ForConditionalGeneration(cfg), seed + 1)
 
 
-BUILDERS = {"gemma3": gemma3_reference, "gemma4_unified": gemma4_reference, "gemma4": gemma4_multimodal_reference}
+def gemma4_unified_audio_reference(seed: int = 0):
+    """Gemma 4 unified with its audio embedder too (the 12B release takes audio)."""
+    from transformers import Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration
+
+    torch.manual_seed(seed)
+    cfg = Gemma4UnifiedConfig(text_config=GEMMA4_TEXT, audio_config=dict(audio_embed_dim=16),
+                              vision_config=dict(mm_embed_dim=16, output_proj_dims=16, mm_posemb_size=8))
+    return perturb(Gemma4UnifiedForConditionalGeneration(cfg), seed + 1)
+
+
+BUILDERS = {"gemma3": gemma3_reference, "gemma4_unified": gemma4_reference,
+            "gemma4_unified_audio": gemma4_unified_audio_reference, "gemma4": gemma4_multimodal_reference}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDERS))
@@ -65,7 +76,7 @@ def test_save_pretrained_layout(reference, tmp_path):
     with safe_open(tmp_path / "model.safetensors", "np") as fh:
         keys = list(fh.keys())
     assert any(".vision_" in k or k.startswith("vision_tower.") for k in keys)  # the towers really are there
-    if name == "gemma4_unified":
+    if name.startswith("gemma4_unified"):
         assert any(k.startswith("model.vision_embedder.") for k in keys)
     _check(tmp_path, model)
 
