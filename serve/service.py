@@ -24,9 +24,10 @@ from vidax.translator import VidaxError
 
 log = logging.getLogger("vidax.serve")
 
-# Settings of the sidecar that name server paths: a response names jobs by id only.
-KEPT_TRAILS = 64
+KEPT_TRAILS = 64  # jobs whose every progress state is kept for their event streams
+MAX_TRAIL = 10_000  # progress states kept per job
 LAYOUT_FIELDS = ("tp", "sp", "dp", "offload_chunk")
+# Settings of the sidecar that name server paths: a response names jobs by id only.
 PRIVATE_SETTINGS = ("out", "image", "images", "latents", "weights", "weights_source", "save_latents", "compile_cache")
 
 
@@ -154,7 +155,9 @@ class Service:
 
     def publish(self, job_id: str, state: dict) -> None:
         self.live[job_id] = state
-        self.trails.setdefault(job_id, []).append(state)
+        trail = self.trails.setdefault(job_id, [])
+        if len(trail) < MAX_TRAIL:  # beyond it, streams see the latest state only
+            trail.append(state)
         while len(self.trails) > KEPT_TRAILS:  # the oldest jobs' trails go (dicts keep insertion order)
             self.trails.pop(next(iter(self.trails)))
 
