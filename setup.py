@@ -1,8 +1,8 @@
 """Maps the repo's top-level folders onto the `vidax` namespace (pyproject.toml holds the metadata).
 
-`translator/` is `vidax.translator`, `zoo/` is `vidax.zoo`, `cli/` is `vidax.cli` and the TOML specs in
-`conversion_specs/` ship as `vidax.conversion_specs`. Subpackages (one folder per model family) are
-found automatically, so adding a family needs no edit here.
+`translator/` is `vidax.translator`, `zoo/` is `vidax.zoo`, `cli/` is `vidax.cli`, `serve/` is `vidax.serve`
+(its `static/` page ships with it) and the TOML specs in `conversion_specs/` ship as `vidax.conversion_specs`.
+Subpackages (one folder per model family) are found automatically, so adding a family needs no edit here.
 """
 
 from setuptools import find_packages, setup
@@ -11,6 +11,7 @@ FOLDERS = {
     "translator": "vidax.translator",
     "zoo": "vidax.zoo",
     "cli": "vidax.cli",
+    "serve": "vidax.serve",
     "conversion_specs": "vidax.conversion_specs",
 }
 
@@ -26,6 +27,6 @@ for folder, name in FOLDERS.items():
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"vidax.conversion_specs": ["*.toml", "**/*.toml"]},
+    package_data={"vidax.conversion_specs": ["*.toml", "**/*.toml"], "vidax.serve": ["static/*"]},
     include_package_data=True,
 )

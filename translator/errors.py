@@ -40,3 +40,37 @@ class AccountingError(TranslatorError):
 
 class OutputError(TranslatorError):
     """A converted tree cannot be written or read back (disk full, incomplete or corrupt output)."""
+
+
+def clip(text: str, limit: int = 160) -> str:
+    """`text` as one line of at most `limit` characters (for messages quoting untrusted input)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def brief(value: object, limit: int = 80) -> str:
+    """A short one-line repr of an untrusted value: never recursive, huge or failing (a 5,000-digit
+    int, a list nested 100,000 deep and a 100 MB string all come out as a few dozen characters)."""
+    return clip(_short_repr(value, 2), limit)
+
+
+def _short_repr(value: object, depth: int) -> str:
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if value.bit_length() <= 128 else f"<int of {value.bit_length()} bits>"
+    if isinstance(value, (str, bytes)):
+        return repr(value[:200]) + ("..." if len(value) > 200 else "")
+    if isinstance(value, (list, tuple)) and depth > 0:
+        items = [_short_repr(v, depth - 1) for v in value[:8]] + (["..."] if len(value) > 8 else [])
+        return ("[{}]" if isinstance(value, list) else "({})").format(", ".join(items))
+    return f"<{type(value).__name__}>"
+
+
+def describe(err: BaseException) -> str:
+    """`Type: message` of an exception raised while parsing untrusted input, clipped to one line."""
+    try:
+        text = str(err)
+    except Exception:  # an argument whose str() fails (a huge int, a deep structure)
+        text = ""
+    return clip(f"{type(err).__name__}: {text}" if text else type(err).__name__)

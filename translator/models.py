@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from vidax.translator.api import LazyTree, convert
 from vidax.translator.errors import GatedRepoError, SourceError
@@ -61,17 +62,34 @@ def _read_layout(component, layout: str, opts: ConvertOptions) -> str:
     return component.hub(layout) if opts.source is None else layout
 
 
+def _single_file(source: str | None) -> bool:
+    """A local checkpoint file (`ltx-2-19b-dev.safetensors`, `mp_rank_00_model_states.pt`): the file is the
+    model root, its layout is found from its keys, and no component subfolder applies inside it."""
+    return _local(source) and Path(source).expanduser().is_file()
+
+
+def _root_files(spec, component) -> tuple[str, ...]:
+    """The globs that find a checkpoint file lying directly in a folder (`transformers/` holding
+    `mp_rank_00_model_states.pt`): the file names of the component's own globs, else of the spec's."""
+    own = [g for globs in component.file.values() for g in globs]
+    globs = own or [g for layout in spec.layouts.values() for g in layout.files]
+    return tuple(dict.fromkeys(posixpath.basename(g) for g in globs))
+
+
 def _attempts(entry: ModelEntry, component, opts: ConvertOptions, detected: str | None = None
               ) -> list[tuple[str | None, str, str | None]]:
     """(layout, source, subfolder) tries for one component: the registry repo (the component's own,
     else the model's), or the user's source (a local model folder holds each component's repo at
-    its `mount`). `detected`: the registry layout an earlier component of this run was found in."""
+    its `mount`; a single file is found by its keys). `detected`: the registry layout an earlier
+    component of this run was found in."""
     if opts.source is None:
         layout = opts.layout or entry.default_layout
         if layout not in entry.repos:
             raise SourceError(f"model {entry.name} has no {layout!r} repo (has: {', '.join(entry.repos)})")
         layout = _read_layout(component, layout, opts)
         return [(layout, component.repo.get(layout) or entry.repos[layout], component.folder(layout, local=False))]
+    if _single_file(opts.source):  # its keys say which layout; a subfolder would name a path inside the file
+        return [(opts.layout, opts.source, None)]
     named = [l for l, repo in entry.repos.items() if repo == opts.source]  # a registry repo given explicitly
     layouts = [opts.layout] if opts.layout else named or ([detected] if detected else list(entry.repos))
     pinned = bool(opts.layout or named)  # otherwise the layout is detected from the files' keys
@@ -82,18 +100,42 @@ def _attempts(entry: ModelEntry, component, opts: ConvertOptions, detected: str 
     return list(dict.fromkeys(tries))
 
 
-def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | None = None) -> LazyTree:
+class Attempt(NamedTuple):
+    """One place to look for a component. `files`: globs replacing the spec's (None: the component's own
+    for that layout, else the spec's). `single`: a single-file checkpoint (a file, or one lying in the
+    source folder), which holds some of the model's components and none of their configs."""
+
+    layout: str | None
+    source: str
+    subfolder: str | None
+    files: tuple[str, ...] | None = None
+    single: bool = False
+
+
+def _all_attempts(entry: ModelEntry, component, opts: ConvertOptions, detected: str | None) -> list[Attempt]:
+    """`_attempts`, then (a local folder) the folder itself holding a single checkpoint file, found by its keys."""
+    single = _single_file(opts.source)
+    tries = [Attempt(*t, single=single) for t in _attempts(entry, component, opts, detected)]
+    shallow = _root_files(load_spec(component.spec), component) if _local(opts.source) and not single else ()
+    if shallow:
+        tries.append(Attempt(opts.layout, opts.source, None, shallow, single=True))
+    return tries
+
+
+def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | None = None) -> tuple[LazyTree, bool]:
+    """A component's planned tree, and whether it came from a single-file checkpoint."""
     component = entry.components[name]
     spec = load_spec(component.spec)
     first_error = None
-    for layout, source, subfolder in _attempts(entry, component, opts, detected):
+    for layout, source, subfolder, files, single in _all_attempts(entry, component, opts, detected):
         if source.startswith("modelscope:"):
             raise SourceError(_modelscope_hint(entry, component, source))
         try:
-            return convert(spec, source, layout=layout if layout in spec.layouts else None,
-                           dtype=opts.dtype or component.dtype, files=component.files(layout),
+            tree = convert(spec, source, layout=layout if layout in spec.layouts else None,
+                           dtype=opts.dtype or component.dtype, files=component.files(layout) if files is None else files,
                            revision=opts.revision or entry.revision_of(layout), subfolder=subfolder, lazy=True,
                            headers_only=opts.check)  # --check on the Hub: headers, no weights downloaded
+            return tree, single
         except SourceError as err:
             if opts.source is None and isinstance(err, GatedRepoError):  # another layout's repo may carry it
                 others = [f"--layout {l} ({r})" for l, r in entry.repos.items() if l != layout and r != source]
@@ -179,6 +221,7 @@ class ConvertedModel:
     trees: dict = field(default_factory=dict)  # component -> LazyTree
     written: dict = field(default_factory=dict)  # component -> True (written) / False (up to date)
     copied: dict = field(default_factory=dict)  # files-only component -> copied file names
+    skipped: list = field(default_factory=list)  # components a single-file source does not hold
     layout: str | None = None
 
 
@@ -228,39 +271,96 @@ def convert_model(model: str | ConvertOptions, *, hooks: ConversionHooks | None 
     names = sorted(names, key=lambda n: entry.components[n].spec is None)
     detected = opts.layout
     came_in = {}  # component -> the registry layout it was read in
+    single = _single_file(opts.source)  # a single-file checkpoint holds some components and none of their configs
     for name in names:
         component = entry.components[name]
         if component.spec is None:
             layout = detected or entry.default_layout
-            came_in[name] = _read_layout(component, layout, opts)
-            if opts.check:
+            if single and (_single_file(opts.source) or opts.check):  # a file holds no configs or tokenizers
+                result.skipped.append(name)
                 continue
-            result.copied[name] = _copy_files(entry, component, opts, layout, out)
-            hooks.done(name, f"copied {', '.join(result.copied[name]) or 'nothing'} to {out / name}")
+            try:
+                copied = [] if opts.check else _copy_files(entry, component, opts, layout, out)
+            except SourceError:
+                if not single:
+                    raise
+                result.skipped.append(name)  # a folder holding a single file may hold them too, or not
+                continue
+            came_in[name] = _read_layout(component, layout, opts)
+            if not opts.check:
+                result.copied[name] = copied
+                hooks.done(name, f"copied {', '.join(copied) or 'nothing'} to {out / name}")
             continue
-        try:
-            tree = _open(entry, name, opts, detected)
-        except SourceError:
-            if not component.optional:
-                raise
-            hooks.done(name, "not in this checkpoint (optional): skipped")
+        opened = _open_or_skip(entry, name, opts, detected, result, hooks, single)
+        if opened is None:
             continue
+        tree, from_file = opened
+        single = single or from_file
         result.trees[name] = tree
         hooks.planned(name, tree)
         layout = detected or _layout_of(entry, tree, opts)
         detected = detected or (layout if opts.source is not None else None)
-        came_in[name] = _read_layout(component, layout, opts)
+        came_in[name] = tree.source.layout.name if from_file else _read_layout(component, layout, opts)
         if opts.check:
             continue
         written = save_tree(tree, out / name, _manifest(entry, name, tree, opts),
                             progress=hooks.writing(name, tree.nbytes))
         result.written[name] = bool(written)
-        _copy_files(entry, component, opts, layout, out)
+        if not from_file:
+            _copy_files(entry, component, opts, layout, out)
         hooks.done(name, f"{'wrote' if written else 'up to date,'} {out / name}")
+    if single:
+        _report_single_file(entry, opts, result, hooks)
     result.layout = detected or opts.layout or entry.default_layout
     if not opts.check:
         out.mkdir(parents=True, exist_ok=True)
         record = {"model": entry.name, "family": entry.family, "variant": entry.variant, "tags": list(entry.variants),
-                  "layout": result.layout, "component_layouts": came_in}
+                  "layout": result.layout, "component_layouts": {**_recorded_layouts(entry, out), **came_in}}
         (out / MODEL_FILE).write_text(json.dumps(record, indent=1) + "\n")
     return result
+
+
+def _open_or_skip(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | None, result: ConvertedModel,
+                  hooks: ConversionHooks, single: bool) -> tuple[LazyTree, bool] | None:
+    """`_open`, or None when the component is optional and absent, or not in a single-file source (`single`:
+    the source is one, or an earlier component came from one lying in the source folder) that the user did
+    not ask it from by name: such a file holds some of a model's components."""
+    component = entry.components[name]
+    try:
+        tree, from_file = _open(entry, name, opts, detected)
+    except SourceError:
+        if component.optional:
+            hooks.done(name, "not in this checkpoint (optional): skipped")
+            return None
+        if single and name not in opts.components:
+            result.skipped.append(name)
+            return None
+        raise
+    twins = [n for n, t in result.trees.items() if t.spec.name == tree.spec.name and t.source.files == tree.source.files]
+    if from_file and twins and name not in opts.components:
+        raise SourceError(f"{tree.source.origin}: one {tree.spec.name} checkpoint, and {entry.name} has several "
+                          f"({', '.join([*twins, name])}): name the one it is with --components")
+    return tree, from_file
+
+
+def _report_single_file(entry: ModelEntry, opts: ConvertOptions, result: ConvertedModel,
+                        hooks: ConversionHooks) -> None:
+    """A single file holds some of a model's components: say which are missing and how to add them."""
+    if not result.trees:
+        raise SourceError(f"{opts.source}: no component of {entry.name} found in it "
+                          f"(components: {', '.join(entry.components)})")
+    if result.skipped:
+        out = f" --out {result.out}" if opts.out is not None else ""
+        hooks.done(", ".join(result.skipped), f"not in {Path(opts.source).name}: add them from the model's repo with "
+                   f"`vidax-convert {entry.name} --components {','.join(result.skipped)}{out}`")
+
+
+def _recorded_layouts(entry: ModelEntry, out: Path) -> dict:
+    """The component layouts an earlier conversion of the same model into `out` recorded (a run with
+    --components adds to the folder, it does not forget the others)."""
+    try:
+        recorded = json.loads((out / MODEL_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    same = recorded.get("model") == entry.name and recorded.get("variant") == entry.variant
+    return dict(recorded.get("component_layouts") or {}) if same else {}

@@ -190,13 +190,27 @@ def _table(raw: dict, key: str, what: str, where: str) -> dict:
     return dict(value)
 
 
+NULL_KEY = "_null"  # a config table's list of the config.json entries that are null (TOML has no null)
+
+
+def _config_table(table: dict, what: str, where: str) -> dict:
+    """One component's config.json entries; the names listed under `_null` become None."""
+    nulls = table.get(NULL_KEY, [])
+    if not isinstance(nulls, list) or not all(isinstance(n, str) for n in nulls):
+        raise SpecError(f"{where}: {what}: {NULL_KEY} must be a list of entry names")
+    clash = sorted(set(nulls) & set(table))
+    if clash:
+        raise SpecError(f"{where}: {what}: {', '.join(clash)} both null ({NULL_KEY}) and given a value")
+    return {**{k: v for k, v in table.items() if k != NULL_KEY}, **dict.fromkeys(nulls)}
+
+
 def _configs(raw: dict, what: str, where: str) -> dict:
     """`config.<component> = { ... }`: a table of tables."""
     configs = _table(raw, "config", what, where)
     bad = [c for c, v in configs.items() if not isinstance(v, dict)]
     if bad:
         raise SpecError(f"{where}: {what}: config.{bad[0]} must be a table (the component's config.json entries)")
-    return {c: dict(v) for c, v in configs.items()}
+    return {c: _config_table(v, f"{what}: config.{c}", where) for c, v in configs.items()}
 
 
 def _entry(name: str, raw: dict, where: str) -> ModelEntry:

@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from vidax.translator.dtypes import SAFETENSORS_DTYPES, safetensors_code
-from vidax.translator.errors import FormatError
+from vidax.translator.errors import FormatError, brief, describe
 
 HEADER_CAP = 100 * 1024 * 1024  # the reference implementation refuses larger headers too
+MAX_OFFSET = 1 << 62  # a dimension or byte offset above this is corrupt
+MAX_RANK = 64
 _PAGE = mmap.PAGESIZE
 
 
@@ -41,8 +43,15 @@ class TensorInfo:
 
 
 def _fail(path: Path, what: str, tensor: str | None = None) -> FormatError:
-    where = f"{path}" + (f", tensor {tensor!r}" if tensor else "")
+    where = f"{path}" + (f", tensor {brief(tensor, 120)}" if tensor else "")
     return FormatError(f"{where}: {what}")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"the name {brief(next(k for k in keys if keys.count(k) > 1))} appears twice in one object")
+    return dict(pairs)
 
 
 def _read_header(path: Path, size: int, fh) -> tuple[dict, int]:
@@ -55,31 +64,35 @@ def _read_header(path: Path, size: int, fh) -> tuple[dict, int]:
         raise _fail(path, f"header length {n} runs past the end of the {size}-byte file (truncated?)")
     raw = fh.read(n)
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise _fail(path, f"header is not valid JSON ({err})") from None
+        header = json.loads(raw, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as err:  # bad UTF-8 or JSON, 4,300-digit ints, deep nesting, twice-named
+        raise _fail(path, f"header is not valid JSON ({describe(err)})") from None
     if not isinstance(header, dict):
         raise _fail(path, "header is not a JSON object")
     return header, 8 + n
+
+
+def _is_offset(value: object) -> bool:
+    return type(value) is int and 0 <= value < MAX_OFFSET
 
 
 def _tensor_info(path: Path, name: str, entry: object, base: int, data_len: int) -> TensorInfo:
     if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
         raise _fail(path, "entry lacks dtype, shape or data_offsets", name)
     code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if code not in SAFETENSORS_DTYPES:
-        raise _fail(path, f"unknown dtype {code!r}", name)
-    if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
-        raise _fail(path, f"invalid shape {shape!r}", name)
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
-        raise _fail(path, f"invalid data_offsets {offsets!r}", name)
+    if not isinstance(code, str) or code not in SAFETENSORS_DTYPES:
+        raise _fail(path, f"unknown dtype {brief(code)}", name)
+    if not (isinstance(shape, list) and len(shape) <= MAX_RANK and all(_is_offset(d) for d in shape)):
+        raise _fail(path, f"invalid shape {brief(shape)}", name)
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_offset(o) for o in offsets)):
+        raise _fail(path, f"invalid data_offsets {brief(offsets)}", name)
     begin, end = offsets
     if not 0 <= begin <= end <= data_len:
         raise _fail(path, f"data_offsets {offsets} out of bounds of the {data_len}-byte data section", name)
     dtype = SAFETENSORS_DTYPES[code]
     expected = math.prod(shape) * dtype.itemsize
     if expected != end - begin:
-        raise _fail(path, f"shape {shape} x {code} is {expected} bytes but data_offsets span {end - begin}", name)
+        raise _fail(path, f"shape {brief(shape)} x {code} is {brief(expected)} bytes but data_offsets span {end - begin}", name)
     return TensorInfo(name, path, dtype, tuple(shape), base + begin, base + end)
 
 
@@ -133,19 +146,21 @@ class SafetensorsFile:
 
 
 def read_index(path: Path) -> dict[str, Path]:
-    """Parse a `*.safetensors.index.json`: tensor name -> shard path (shards must exist)."""
+    """Parse a `*.safetensors.index.json`: tensor name -> shard path (shards must exist, beside or below it)."""
     try:
         index = json.loads(path.read_text())
         weight_map = index["weight_map"]
         if not isinstance(weight_map, dict):
             raise TypeError
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, RecursionError, LookupError, TypeError):
         raise FormatError(f"{path}: not a valid safetensors index (needs a 'weight_map' object)") from None
     shards = {}
     for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or Path(shard).is_absolute() or ".." in Path(shard).parts:
+            raise FormatError(f"{path}: shard {brief(shard)} of tensor {brief(name)} is not a file name in its folder")
         shard_path = path.parent / shard
         if not shard_path.is_file():
-            raise FormatError(f"{path}: shard {shard!r} of tensor {name!r} is missing")
+            raise FormatError(f"{path}: shard {brief(shard)} of tensor {brief(name)} is missing")
         shards[name] = shard_path
     return shards
 

@@ -42,6 +42,7 @@ class CosmosBase(Family):
 
     transformer_class: ClassVar[type]
     makes: ClassVar[str] = "video"
+    frame_step = 1  # any count: the VAE encodes the first 4k+1 frames (Cosmos3's prompt says the count asked for)
 
     # --- configs ----------------------------------------------------------------------------
 
@@ -82,10 +83,12 @@ class CosmosBase(Family):
     # --- the VAE ----------------------------------------------------------------------------
 
     def encode_video(self, run: Run, video: np.ndarray) -> jax.Array:
-        """Normalised latents of the conditioning video `[1, 3, F, H, W]` in [-1, 1]."""
+        """Normalised latents of the conditioning video `[1, 3, F, H, W]` in [-1, 1] (its first 4k+1 frames: the
+        reference's encoder leaves the rest out)."""
         part = self.component("vae")
         params = run.load(part.component, part.spec, part.subfolders)
         v = self.vae_config
+        video = video[:, :, : (video.shape[2] - 1) // v.scale_factor_temporal * v.scale_factor_temporal + 1]
         latents = normalize(WanVAE(v).encode(params, jnp.asarray(video)), v.latents_mean, v.latents_std)
         latents.block_until_ready()
         run.done(params)

@@ -166,8 +166,8 @@ class Family:
     flags: ClassVar[tuple[Flag, ...]] = ()
     samplers: ClassVar[tuple[str, ...]] = tuple(FLOW_SAMPLERS)
     dit_rules: ClassVar[Any] = None  # None: the shared TRANSFORMER_RULES
-    size_multiple: ClassVar[int] = 16  # height and width are multiples of this (VAE x patch)
-    frame_step: ClassVar[int] = 4  # frames are frame_step * k + 1
+    size_multiple: ClassVar[int] = 16  # height and width are multiples of this (the reference's check_inputs)
+    frame_step: ClassVar[int] = 4  # frames are frame_step * k + 1 (1: any count; see fit_sizes)
     default_negative_prompt: ClassVar[str] = ""
 
     def __init__(self, entry: ModelEntry, options: GenerateOptions, source: WeightsSource | None = None):
@@ -283,8 +283,14 @@ class Family:
         s = dataclasses.replace(s, **given)
         s = dataclasses.replace(s, **self.derived_settings(s))
         self._check_common(s)
+        s = self.fit_sizes(s)
         self.check_settings(s)
         self.check_images(s, images or {})
+        return s
+
+    def fit_sizes(self, s: Settings) -> Settings:
+        """The settings at the size the reference runs a request it accepts (e.g. Wan floors height and width
+        to VAE x patch and frames to 4k+1); PipelineError for one it accepts but cannot run. Default: as asked."""
         return s
 
     def _family_options(self, options: GenerateOptions) -> dict:
@@ -305,12 +311,15 @@ class Family:
         if s.fps <= 0:
             raise PipelineError(f"--fps must be positive, got {s.fps}")
         step = self.size_multiple
+        for what, value in (("height", s.height), ("width", s.width), ("frames", s.frames)):
+            if value < 1:
+                raise PipelineError(f"--{what} must be positive, got {value}")
         for what, value in (("height", s.height), ("width", s.width)):
-            if value < step or value % step:
+            if value % step:
                 nearest = max(step, round(value / step) * step)
                 raise PipelineError(f"--{what} {value} is not a multiple of {step} for this model; nearest valid: {nearest}")
         t = self.frame_step
-        if s.frames < 1 or (s.frames - 1) % t:
+        if (s.frames - 1) % t:
             nearest = max(1, round((s.frames - 1) / t) * t + 1)
             raise PipelineError(f"--frames {s.frames} is not of the form {t}k+1; nearest valid: {nearest}")
 

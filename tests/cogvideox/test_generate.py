@@ -30,6 +30,7 @@ MODEL = "cogvideox1.5-5b"
 # plain softmax, sharded reductions); observed max |diff| ~2e-6 on frames in [0, 1]
 ATOL = 2e-5
 LATENTS = (1, 4, 4, HEIGHT // 8, WIDTH // 8)  # reference layout [B, F', C, H', W']: 9 frames -> 3 latents + 1 pad
+ODD_FRAMES = 13  # off the 8k+1 grid: an even count of decoded latents
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +42,14 @@ def reference(tmp_path_factory):
     latents = torch.randn(LATENTS, generator=torch.Generator().manual_seed(7))
     np.save(folder.parent / "latents.npy", latents.numpy().transpose(0, 2, 1, 3, 4))
     _, noise = tiny.reference_draws(0, STEPS, LATENTS)
+    common = dict(prompt=PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_inference_steps=STEPS,
+                  guidance_scale=GUIDANCE, use_dynamic_cfg=True, output_type="np")
     with torch.no_grad():
-        frames = ref(prompt=PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
-                     num_inference_steps=STEPS, guidance_scale=GUIDANCE, use_dynamic_cfg=True, latents=latents,
-                     generator=torch.Generator().manual_seed(0), output_type="np").frames[0]
+        frames = ref(num_frames=FRAMES, latents=latents, generator=torch.Generator().manual_seed(0), **common).frames[0]
+        # 13 frames: 4 latent frames, none padded or dropped (the same latent shape and step noise as 9 frames),
+        # all 4 decoded: 16 frames
+        odd = ref(num_frames=ODD_FRAMES, latents=latents, generator=torch.Generator().manual_seed(0), **common).frames[0]
+    np.save(folder.parent / "odd.npy", odd)
     return folder, folder.parent / "latents.npy", noise, frames
 
 
@@ -71,6 +76,27 @@ def test_generate_matches_reference(reference, reference_noise, tmp_path):
     assert sidecar["sampler"] == "dpm" and sidecar["dynamic_cfg"] is True and sidecar["vae_tiling"] is True
     assert sidecar["fps"] == 16 and sidecar["max_sequence_length"] == 226
     assert np.load(tmp_path / "out.latents.npy").shape == (1, 4, 4, HEIGHT // 8, WIDTH // 8)  # padded F'
+
+
+def test_a_frame_count_that_decodes_an_even_latent_count_matches_reference(reference, reference_noise, tmp_path):
+    """--frames 13 (vidax refused it: "not of the form 8k+1"): the pipeline decodes 4 latent frames into 16."""
+    expected = np.load(reference[1].parent / "odd.npy")
+    result = generate(options(reference, tmp_path, frames=ODD_FRAMES))
+    assert result.frames.shape == expected.shape == (16, HEIGHT, WIDTH, 3)
+    np.testing.assert_allclose(result.frames, expected, atol=ATOL, rtol=0)
+
+
+def test_a_size_the_reference_fails_on_is_refused(reference, tmp_path):
+    """40x48 passes the pipeline's check (multiples of 8) but not its 1.5 DiT's patchify (latents 5 x 6 in 2x2
+    patches): vidax refuses it first (multiples of 16)."""
+    from diffusers import CogVideoXPipeline
+    from vidax.zoo.pipeline import PipelineError
+
+    pipe = CogVideoXPipeline.from_pretrained(reference[0])
+    with pytest.raises(RuntimeError, match="is invalid for input of size"), torch.no_grad():
+        pipe(prompt=PROMPT, height=40, width=WIDTH, num_frames=FRAMES, num_inference_steps=1, output_type="np")
+    with pytest.raises(PipelineError, match="--height 40 is not a multiple of 16"):
+        generate(options(reference, tmp_path, height=40))
 
 
 @pytest.mark.parametrize("layout", [dict(tp=2, sp=2, dp=2), dict(offload_chunk=1, sp=2)], ids=["tp2_sp2_dp2", "offload_sp2"])
@@ -126,8 +152,8 @@ def test_seeded_runs_draw_their_own_noise(reference, tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(frames=13), r"not of the form 8k\+1; nearest valid: (9|17)"),
-    (dict(height=40), "nearest valid: 32"),
+    (dict(frames=0), "--frames must be positive, got 0"),
+    (dict(height=40), "--height 40 is not a multiple of 16 for this model; nearest valid: 32"),
     (dict(sampler="unipc"), r"unknown sampler 'unipc'.*ddim, dpm"),
     (dict(shift=3.0), "takes no --shift"),
     (dict(extra={"guidance_2": 3.0}), "takes no --guidance-2"),

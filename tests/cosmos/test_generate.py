@@ -28,6 +28,9 @@ from .helpers import randn
 
 FRAME_ATOL = 2e-5
 MODEL = "cosmos-predict2.5-2b"
+# 6 frames: the VAE encodes the first 5 (2 latent frames); the pipeline repeats the last decoded frame to give 6
+ODD = dict(height=48, width=32, frames=6)
+ODD_LATENT_SHAPE = (1, 16, 2, 6, 4)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +56,11 @@ def runs(saved):
         out["t2v"] = pipe(latents=noise.clone(), **common).frames[0]
         out["i2v"] = pipe(image=Image.open(root / "first.png"), latents=noise.clone(), **common).frames[0]
         out["v2v"] = pipe(video=[Image.fromarray(f) for f in clip], latents=noise.clone(), **common).frames[0]
+        odd = randn(*ODD_LATENT_SHAPE, seed=12)
+        np.save(root / "noise_odd.npy", odd.numpy())
+        out["odd"] = pipe(image=Image.open(root / "first.png"), latents=odd, prompt=ref.PROMPT, height=ODD["height"],
+                          width=ODD["width"], num_frames=ODD["frames"], num_inference_steps=ref.STEPS,
+                          output_type="np").frames[0]
     return out
 
 
@@ -74,6 +82,15 @@ def test_frames_match_the_pipeline(saved, runs, tmp_path, mode):
     np.testing.assert_allclose(result.frames, runs[mode], atol=FRAME_ATOL, rtol=0)
     sidecar = json.loads((tmp_path / "v.json").read_text())
     assert sidecar["guidance"] == 7.0 and sidecar["fps"] == 16 and sidecar["negative_prompt"].startswith("The video")
+
+
+def test_a_frame_count_off_the_vae_grid_matches_the_pipeline(saved, runs, tmp_path):
+    """Image-to-world at 6 frames (vidax refused it: "not of the form 4k+1"): 6 frames out, as the pipeline's."""
+    _, root = saved
+    result = generate(options(root / "diffusers", root, tmp_path, image=root / "first.png",
+                              latents=root / "noise_odd.npy", **ODD))
+    assert result.frames.shape == runs["odd"].shape == (6, 48, 32, 3)
+    np.testing.assert_allclose(result.frames, runs["odd"], atol=FRAME_ATOL, rtol=0)
 
 
 def test_official_layout_folder(saved, runs, tmp_path, monkeypatch):
@@ -141,7 +158,8 @@ def test_generate_straight_from_the_hub(saved, runs, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("change, message", [
     (dict(height=40), "not a multiple of 16"),
-    (dict(frames=8), "4k\\+1"),
+    (dict(frames=0), "--frames must be positive, got 0"),
+    (dict(width=-16), "--width must be positive, got -16"),
     (dict(sampler="ddim"), "unknown sampler 'ddim'"),
     (dict(shift=5.0), "no effect on the Karras sigmas"),
     (dict(num_latent_conditional_frames=3), "must be 1 or 2"),

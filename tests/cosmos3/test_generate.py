@@ -38,6 +38,10 @@ FRAME_ATOL = 2e-5
 PROMPT, NEGATIVE = "A robot arm folds a towel.", "blurry"
 HEIGHT, WIDTH, FRAMES, STEPS, FPS = 64, 64, 9, 3, 16.0  # 3 latent frames of 2 x 2 patches
 LATENT_SHAPE = (1, 4, 3, 4, 4)
+# a size the reference pads: latents 3 x 4 (zero-padded to 4 x 4 for the 2x2 patches, cropped back), and 6
+# frames: the prompt says 6, the VAE encodes the first 5 (2 latent frames), 5 frames come out
+ODD = dict(height=48, width=64, frames=6)
+ODD_LATENT_SHAPE, ODD_OUT = (1, 4, 2, 3, 4), (5, 48, 64, 3)
 DIT = dict(attention_bias=False, latent_channel=4, patch_latent_dim=16, vocab_size=400, sound_gen=False,
            action_gen=False)
 FAMILY_FLAGS = ("video", "condition_frame_indexes_vision", "condition_video_keep", "use_system_prompt",
@@ -63,8 +67,8 @@ def saved(tmp_path_factory):
     return {v: (build(root, v), root) for v, root in roots.items()}
 
 
-def _noise(seed: int) -> np.ndarray:
-    return randn_tensor(LATENT_SHAPE, generator=torch.Generator().manual_seed(seed), dtype=torch.float32).numpy()
+def _noise(seed: int, shape=LATENT_SHAPE) -> np.ndarray:
+    return randn_tensor(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32).numpy()
 
 
 @pytest.fixture(scope="module")
@@ -72,21 +76,25 @@ def runs(saved):
     """The reference's frames per case (and the noise, image and clip files vidax gets)."""
     out = {}
     rng = np.random.default_rng(7)
-    for case, variant, seed in (("t2v", "nano", 13), ("i2v", "nano", 14), ("v2v", "nano", 15), ("edge", "edge", 16)):
+    for case, variant, seed in (("t2v", "nano", 13), ("i2v", "nano", 14), ("v2v", "nano", 15), ("edge", "edge", 16),
+                                ("odd", "nano", 17)):
         pipe, root = saved[variant]
-        np.save(root / f"noise_{case}.npy", _noise(seed))
-        kw = {}
+        np.save(root / f"noise_{case}.npy", _noise(seed, ODD_LATENT_SHAPE if case == "odd" else LATENT_SHAPE))
+        kw = dict(num_frames=FRAMES, height=HEIGHT, width=WIDTH)
         if case == "i2v":  # at the generation size: the cover-resize is exact (tested on its own below)
             Image.fromarray(rng.integers(0, 256, (HEIGHT, WIDTH, 3), dtype=np.uint8)).save(root / "first.png")
             kw["image"] = Image.open(root / "first.png")
+        if case == "odd":  # image-to-video: the image resized and the 6-frame video encoded at the odd size
+            kw = dict(num_frames=ODD["frames"], height=ODD["height"], width=ODD["width"],
+                      image=Image.open(root / "first.png"))
         if case == "v2v":
             clip = rng.integers(0, 256, (7, 48, 80, 3), dtype=np.uint8)  # resized (PIL bilinear), last 5 frames kept
             np.save(root / "clip.npy", clip)
             kw.update(video=[Image.fromarray(f) for f in clip], condition_video_keep="last")
         with torch.no_grad():
-            out[case] = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, num_frames=FRAMES, height=HEIGHT, width=WIDTH,
-                             fps=FPS, num_inference_steps=STEPS, generator=torch.Generator().manual_seed(seed),
-                             output_type="np", enable_safety_check=False, **kw)[0]
+            out[case] = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, fps=FPS, num_inference_steps=STEPS,
+                             generator=torch.Generator().manual_seed(seed), output_type="np",
+                             enable_safety_check=False, **kw)[0]
     return out
 
 
@@ -111,6 +119,16 @@ def test_frames_match_the_pipeline(saved, runs, tmp_path, case):
     assert sidecar["use_system_prompt"] is (variant == "nano")  # model_index.json's flags
     assert sidecar["native_flow_schedule"] is (variant == "edge")
     assert sidecar["shift"] == 10.0 and sidecar["fps"] == FPS
+
+
+def test_a_size_the_reference_pads_matches_it(saved, runs, tmp_path):
+    """48x64 with 6 frames, image-to-video (vidax refused it: "--height 48 is not a multiple of 32")."""
+    _, root = saved["nano"]
+    result = generate(options("cosmos3-nano", root / "model", root / "noise_odd.npy", tmp_path, image=root / "first.png",
+                              **ODD))
+    assert result.frames.shape == runs["odd"].shape == ODD_OUT
+    np.testing.assert_allclose(result.frames, runs["odd"], atol=FRAME_ATOL, rtol=0)
+    assert result.settings["frames"] == ODD["frames"]  # the prompt's duration sentence says 6 frames
 
 
 def test_converted_folder_on_the_mesh_and_streamed(saved, runs, tmp_path, monkeypatch):
@@ -147,8 +165,9 @@ def test_generate_straight_from_the_hub(saved, runs, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(height=48), "not a multiple of 32"),
-    (dict(frames=8), "4k\\+1"),
+    (dict(height=40), "--height 40 is not a multiple of 16"),
+    (dict(height=0), "--height must be positive, got 0"),
+    (dict(frames=0), "--frames must be positive, got 0"),
     (dict(sampler="ddim"), "unknown sampler 'ddim'"),
     (dict(guidance_2=3.0), "takes no --guidance-2"),
     (dict(condition_video_keep="middle"), "first or last"),

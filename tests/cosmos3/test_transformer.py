@@ -10,6 +10,8 @@ modulation (fps 16); t = 700 as the scheduler's integer timestep. Compared per s
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,17 +52,23 @@ def case(request, tmp_path_factory):
     return Case(request.param, tmp_path_factory.mktemp("cosmos3"))
 
 
-def make_inputs(seed: int = 1):
+def make_inputs(seed: int = 1, size=(T, H, W)):
     g = torch.Generator().manual_seed(seed)
     ids = [torch.randint(0, 64, (n,), generator=g) for n in LENGTHS]
-    latents = torch.randn(2, 4, T, H, W, generator=g)
+    latents = torch.randn(2, 4, *size, generator=g)
     return ids, latents
 
 
-def reference_positions(length: int, cfg) -> torch.Tensor:
+def grid(size) -> tuple[int, int, int]:
+    """The pipeline's post-patch grid (`_prepare_vision_segment`: odd latent sides rounded up)."""
+    t, h, w = size
+    return t, math.ceil(h / 2), math.ceil(w / 2)
+
+
+def reference_positions(length: int, cfg, size=(T, H, W)) -> torch.Tensor:
     """The pipeline's `_prepare_text_segment` + `_prepare_vision_segment` positions."""
     text, offset = get_3d_mrope_ids_text_tokens(length, 0, use_float_positions=cfg.enable_fps_modulation)
-    vision, _ = get_3d_mrope_ids_vae_tokens(T, H // 2, W // 2, offset + cfg.unified_3d_mrope_temporal_modality_margin,
+    vision, _ = get_3d_mrope_ids_vae_tokens(*grid(size), offset + cfg.unified_3d_mrope_temporal_modality_margin,
                                             reset_spatial_indices=True, fps=FPS, base_fps=float(cfg.base_fps),
                                             temporal_compression_factor=4)
     return torch.cat([text, vision], dim=1)
@@ -69,15 +77,16 @@ def reference_positions(length: int, cfg) -> torch.Tensor:
 def run_reference(case, ids, latents, sample: int):
     ref = case.reference
     length = LENGTHS[sample]
-    n_tokens = T * (H // 2) * (W // 2)
-    noisy = torch.tensor([i for i in range(T) if NOISY[sample, i]])
-    per_frame = (H // 2) * (W // 2)
+    t, ph, pw = grid(latents.shape[2:])
+    n_tokens = t * ph * pw
+    noisy = torch.tensor([i for i in range(t) if NOISY[sample, i]])
+    per_frame = ph * pw
     mse = torch.cat([torch.arange(length + f * per_frame, length + (f + 1) * per_frame) for f in noisy.tolist()])
     with recorded(ref.layers[0]) as seen, torch.no_grad():
         out = ref(input_ids=ids[sample], text_indexes=torch.arange(length),
-                  position_ids=reference_positions(length, ref.config), und_len=length,
+                  position_ids=reference_positions(length, ref.config, latents.shape[2:]), und_len=length,
                   sequence_length=length + n_tokens, vision_tokens=[latents[sample:sample + 1]],
-                  vision_token_shapes=[(T, H // 2, W // 2)],
+                  vision_token_shapes=[(t, ph, pw)],
                   vision_sequence_indexes=torch.arange(length, length + n_tokens), vision_mse_loss_indexes=mse,
                   vision_timesteps=torch.full((len(mse),), TIMESTEP), vision_noisy_frame_indexes=[noisy],
                   return_dict=False)[0][0]
@@ -91,7 +100,7 @@ def our_inputs(case, ids, latents):
     mask = np.zeros((2, longest), bool)
     for i, row in enumerate(ids):
         input_ids[i, :len(row)], mask[i, :len(row)] = row.numpy(), True
-    positions = cosmos3_rope.batch_positions(cfg, list(LENGTHS), (T, H // 2, W // 2), FPS)
+    positions = cosmos3_rope.batch_positions(cfg, list(LENGTHS), grid(latents.shape[2:]), FPS)
     cos, sin = cosmos3_rope.rope_tables(cfg, positions)
     return (jnp.asarray(input_ids), jnp.asarray(mask), jnp.asarray(latents.numpy()),
             jnp.full((2,), TIMESTEP, jnp.float32), jnp.asarray(NOISY), jnp.asarray(cos), jnp.asarray(sin))
@@ -134,6 +143,17 @@ def test_end_to_end_embed_and_layer_zero(case):
     assert np.all(out[0, :, 0] == 0)  # the conditioning frame's output is zero, as the reference returns it
 
 
+def test_odd_latent_sides_are_zero_padded_to_the_patch_and_cropped(case):
+    """Latents 3 x 5 (a 48 x 80 video): the reference zero-pads them to 4 x 6 before its 2x2 patches and crops
+    the velocity back; so do we (before: refused)."""
+    ids, latents = make_inputs(seed=2, size=(T, 3, 5))
+    out = np.asarray(jax.jit(case.model.__call__)(case.params, *our_inputs(case, ids, latents)))
+    assert out.shape == (2, 4, T, 3, 5)
+    for sample in range(2):
+        expected, _ = run_reference(case, ids, latents, sample)
+        np.testing.assert_allclose(out[sample], expected[0], atol=ATOL, rtol=1e-5, err_msg=f"sample {sample}")
+
+
 def test_text_model_prefix_reads_the_same(case, tmp_path):
     """Checkpoints from before the flat layout keep the text model under `model.`."""
     save_diffusers(case.reference, tmp_path / "transformer", text_model_prefixed(state_of(case.reference)))
@@ -155,5 +175,5 @@ def test_bad_inputs_are_clear_errors(case):
     inputs = list(our_inputs(case, ids, latents))
     with pytest.raises(ValueError, match="RoPE tables"):
         case.model.embed(case.params, *inputs[:5], inputs[5][:, :-1], inputs[6][:, :-1])
-    with pytest.raises(ValueError, match="multiples of 2"):
-        case.model.embed(case.params, inputs[0], inputs[1], inputs[2][..., :5], *inputs[3:])
+    with pytest.raises(ValueError, match="noisy"):
+        case.model.embed(case.params, *inputs[:4], inputs[4][:, :2], *inputs[5:])

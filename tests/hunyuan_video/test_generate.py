@@ -22,6 +22,7 @@ from . import pipelines as tiny
 # fp32 on both sides at highest matmul precision; what remains is summation order (XLA vs torch kernels,
 # blockwise vs plain softmax) through 2 steps of 4 DiT blocks and the VAE: measured max 5.4e-6 (T2V), 5.8e-6 (I2V).
 FRAME_ATOL = 2e-5
+ODD_FRAMES = 8  # off the VAE's 4k+1 grid: 2 latent frames, 5 frames out
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,8 @@ def saved(tmp_path_factory):
         embedded = pipe(latents=torch.from_numpy(np.load(noise)), **common).frames[0]
         true_cfg = pipe(latents=torch.from_numpy(np.load(noise)), negative_prompt=tiny.NEGATIVE, true_cfg_scale=3.0,
                         max_sequence_length=64, **common).frames[0]
-    return root, pipe, noise, {"embedded": embedded, "true_cfg": true_cfg}
+        odd = pipe(latents=torch.from_numpy(np.load(noise)), **{**common, "num_frames": ODD_FRAMES}).frames[0]
+    return root, pipe, noise, {"embedded": embedded, "true_cfg": true_cfg, "odd": odd}
 
 
 def options(weights, noise, tmp_path, **extra) -> GenerateOptions:
@@ -62,6 +64,14 @@ def test_generate_matches_reference(saved, tmp_path):
     s = result.settings
     assert (s["guidance"], s["shift"], s["true_cfg"]) == (6.0, 7.0, 1.0)
     assert (s["max_sequence_length"], s["vae_tiling"]) == (256, True)
+
+
+def test_a_frame_count_off_the_vae_grid_matches_reference(saved, tmp_path):
+    """--frames 8 (vidax refused it: "not of the form 4k+1"): the pipeline makes the 5 frames its VAE decodes."""
+    root, _, noise, expected = saved
+    result = run(options(root / "model", noise, tmp_path, frames=ODD_FRAMES))
+    assert result.frames.shape == expected["odd"].shape == (5, 32, 48, 3)
+    np.testing.assert_allclose(result.frames, expected["odd"], atol=FRAME_ATOL, rtol=0)
 
 
 def test_true_cfg_on_the_data_and_tensor_axes(saved, tmp_path):
@@ -158,7 +168,7 @@ def test_official_folder_and_its_conversion(saved, tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(frames=6), r"--frames 6 is not of the form 4k\+1"),
+    (dict(frames=0), "--frames must be positive, got 0"),
     (dict(height=40), "--height 40 is not a multiple of 16"),
     (dict(sampler="ddim"), "unknown sampler 'ddim'"),
     (dict(extra={"guidance_2": 3.0}), "takes no --guidance-2"),

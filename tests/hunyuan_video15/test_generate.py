@@ -20,6 +20,7 @@ from .hunyuan_spec_fixtures import dit_reference, vae_reference
 from .test_text_encode import towers  # noqa: F401  (module fixture: tiny text towers and tokenizers)
 
 PROMPT = 'a neon sign that says "OPEN" above a door'
+ODD = dict(height=40, width=56, num_frames=8)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,9 @@ def reference_run(saved, tmp_path_factory):
     with torch.no_grad():
         expected = ref(prompt=PROMPT, latents=latents, height=32, width=48, num_frames=5, num_inference_steps=2,
                        output_type="np").frames[0]
+        # a size the reference floors: 40x56 with 8 frames makes the same 2 x 2 x 3 latents, 5 frames of 32x48
+        odd = ref(prompt=PROMPT, latents=latents, num_inference_steps=2, output_type="np", **ODD).frames[0]
+    np.save(noise.parent / "odd.npy", odd)
     return noise, expected
 
 
@@ -64,6 +68,31 @@ def test_generate_matches_reference(saved, reference_run, tmp_path):
     assert result.frames.shape == expected.shape == (5, 32, 48, 3)
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
     assert result.settings["shift"] == 5.0 and result.settings["guidance"] == 6.0
+
+
+def test_a_size_the_reference_floors_matches_it(saved, reference_run, tmp_path):
+    """40x56 with 8 frames (vidax refused it: "--height 40 is not a multiple of 16"): 5 frames of 32x48, as the
+    pipeline makes them; the settings record the size that ran."""
+    _, root = saved
+    noise, _ = reference_run
+    expected = np.load(noise.parent / "odd.npy")
+    options = _options(str(root), noise, tmp_path, height=ODD["height"], width=ODD["width"], frames=ODD["num_frames"])
+    result = make_pipeline(options.model, options).generate(options)
+    assert result.frames.shape == expected.shape == (5, 32, 48, 3)
+    np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
+    assert (result.settings["height"], result.settings["width"], result.settings["frames"]) == (32, 48, 8)
+
+
+def test_a_size_the_reference_fails_on_is_refused(saved, tmp_path):
+    """Under 16 pixels the reference's latents are empty and it fails; vidax refuses the request first."""
+    from vidax.zoo.pipeline import PipelineError
+
+    ref, root = saved
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater"), torch.no_grad():
+        ref(prompt=PROMPT, height=8, width=48, num_frames=5, num_inference_steps=1, output_type="np")
+    options = _options(str(root), None, tmp_path, height=8)
+    with pytest.raises(PipelineError, match="--height 8 is below 16"):
+        make_pipeline(options.model, options).resolve_settings(options)
 
 
 @pytest.mark.parametrize("layout", [dict(offload_chunk=1), dict(offload_chunk=2, tp=2), dict(offload_chunk=1, sp=2, dp=2)])

@@ -89,15 +89,23 @@ def test_default_size_is_the_reference_bucket():
         assert default_size(target) == processor.calculate_default_height_width(9, 16, target)
 
 
-def test_settings_refuse_bad_sizes(saved, tmp_path):
+def test_settings_fit_sizes_as_the_reference_runs_them(saved, tmp_path):
+    """HunyuanVideo15Pipeline checks no size: it makes H // 16 x W // 16 latents (30x40 comes out 16x32) and
+    fails on an empty one; frames are any count (the VAE decodes 4k+1 of them)."""
     from vidax.zoo.pipeline import PipelineError
 
     _, root = saved
-    for change, message in ((dict(frames=6), "4k\\+1"), (dict(height=30), "not a multiple of 16")):
+
+    def resolve(**change):
         options = GenerateOptions(model="hunyuanvideo-1.5", prompt="", weights=str(root), out=tmp_path / "v.npy",
                                   **{**SIZE, **change})
+        return make_pipeline(options.model, options).resolve_settings(options)
+
+    s = resolve(height=30, width=40, frames=6)
+    assert (s.height, s.width, s.frames) == (16, 32, 6)
+    for change, message in ((dict(height=8), "--height 8 is below 16"), (dict(width=0), "--width must be positive")):
         with pytest.raises(PipelineError, match=message):
-            make_pipeline(options.model, options).resolve_settings(options)
+            resolve(**change)
 
 
 def test_bf16_weights_run_close_to_fp32(saved):

@@ -152,6 +152,42 @@ TINY_VAE = dict(
     spatial_compression_ratio=16, temporal_compression_ratio=8,  # as the release configs state theirs
 )
 
+# Per-block settings that differ from block to block, as diffusers reads them: its decoder reverses
+# every per-block list except `upsample_type`; an up block's `conv_in` exists where the previous width /
+# this factor differs from this width / factor; a block without scaling has no resampler; the lists may
+# be single bools. Each set builds and runs in diffusers; sizes come from the ratios the config states
+# (diffusers' own `patch * 2 ** sum(scaling)` counts a spatial- or temporal-only stage twice).
+VAE_BLOCK_CONFIGS = {
+    # four decoder levels of differing kinds and factors, no residuals (issue 26)
+    "mixed-factors": dict(decoder_block_out_channels=(16, 32, 32, 64), decoder_layers_per_block=(1, 1, 1, 1, 2),
+                          decoder_spatio_temporal_scaling=True, decoder_inject_noise=False,
+                          upsample_factor=(2, 2, 1, 2),
+                          upsample_type=("spatiotemporal", "spatiotemporal", "temporal", "spatial"),
+                          upsample_residual=False),
+    # the same, timestep-conditioned, residual on some levels
+    "mixed-timestep": dict(decoder_block_out_channels=(16, 32, 32, 64), decoder_layers_per_block=(1, 1, 1, 1, 2),
+                           decoder_spatio_temporal_scaling=(True, True, True, True), decoder_inject_noise=False,
+                           upsample_factor=(2, 2, 1, 2), upsample_type=("spatiotemporal", "spatiotemporal", "temporal",
+                                                                        "spatial"),
+                           upsample_residual=(True, False, True, False), timestep_conditioning=True),
+    # width-changing up blocks (their conv_in resnets) at factor 1, a level without upsampler
+    "conv-in": dict(decoder_block_out_channels=(8, 32, 32), decoder_layers_per_block=(2, 1, 1, 1),
+                    decoder_spatio_temporal_scaling=(True, False, True), upsample_factor=(1, 1, 2),
+                    upsample_type=("spatiotemporal", "temporal", "spatiotemporal"),
+                    upsample_residual=(True, False, True),
+                    spatial_compression_ratio=8, temporal_compression_ratio=4,
+                    block_out_channels=(8, 16, 32), layers_per_block=(1, 2, 1, 1),
+                    downsample_type=("conv", "temporal", "spatial")),
+    # an encoder stage without downsampler, spatial-only and temporal-only stages; a matching decoder
+    "encoder-kinds": dict(block_out_channels=(16, 16, 32), layers_per_block=(1, 1, 2, 1),
+                          downsample_type=("spatiotemporal", "temporal", "spatial"),
+                          spatio_temporal_scaling=(True, False, True), decoder_block_out_channels=(8, 16, 32),
+                          decoder_layers_per_block=(1, 2, 1, 1), decoder_spatio_temporal_scaling=(False, True, True),
+                          upsample_factor=(1, 2, 2), upsample_type=("spatial", "spatiotemporal", "temporal"),
+                          upsample_residual=True, spatial_compression_ratio=8, temporal_compression_ratio=2),
+}
+
+
 VAE_TO_OFFICIAL_BLOCKS = {
     "encoder.down_blocks.0.downsamplers.0": "encoder.down_blocks.1", "encoder.down_blocks.1.downsamplers.0": "encoder.down_blocks.3",
     "encoder.down_blocks.2.downsamplers.0": "encoder.down_blocks.5", "encoder.down_blocks.3.downsamplers.0": "encoder.down_blocks.7",
@@ -197,6 +233,10 @@ def ltx2_vae_cases(tmp_path):
         ref = vae_reference(**overrides)
         state = state_of(ref)
         cases += both_layouts(tmp_path, name, ref, "vae", expected_tree(state), official_vae_state(state), state=state)
+    for name, overrides in VAE_BLOCK_CONFIGS.items():  # the official block list is the release's only
+        ref = vae_reference(**overrides)
+        save_diffusers(ref, tmp_path / f"diffusers_{name}" / "vae")
+        cases.append(SpecCase(f"diffusers-{name}", tmp_path / f"diffusers_{name}", expected_tree(state_of(ref))))
     return cases
 
 

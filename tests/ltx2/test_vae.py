@@ -18,7 +18,7 @@ from vidax.zoo.vae_tiling import TilePlan, TileSizes
 
 from tests.oracle import unflatten
 
-from .ltx2_spec_fixtures import official_vae_state, save_diffusers, state_of, vae_reference
+from .ltx2_spec_fixtures import VAE_BLOCK_CONFIGS, official_vae_state, save_diffusers, state_of, vae_reference
 
 ATOL = 5e-5  # fp32 through ~30 convolutions of values ~1-10; observed ~5e-6
 
@@ -69,6 +69,37 @@ def test_official_layout_converts_to_the_same_tree(setup, tmp_path):
     save_file(official_vae_state(state_of(ref)), tmp_path / "ltx-2-19b-dev.safetensors")
     tree = unflatten(convert(load_spec("ltx2/vae"), tmp_path, vae.param_shapes(), dtype="float32"))
     jax.tree.map(np.testing.assert_array_equal, tree, params)
+
+
+@pytest.fixture(scope="module", params=list(VAE_BLOCK_CONFIGS))
+def block_config(request, tmp_path_factory):
+    ref = vae_reference(seed=5, **VAE_BLOCK_CONFIGS[request.param])
+    root = tmp_path_factory.mktemp(f"ltx2_vae_{request.param}")
+    save_diffusers(ref, root / "vae")
+    vae = LTX2VideoVAE(VideoVAEConfig.from_hf_config(dict(ref.config)))
+    params = unflatten(convert(load_spec("ltx2/vae"), root, vae.param_shapes(), dtype="float32"))
+    return ref, vae, params
+
+
+def test_block_configurations_match_diffusers(block_config):
+    """Encode and decode of each `VAE_BLOCK_CONFIGS` VAE (per-block settings that differ from
+    block to block) against diffusers."""
+    ref, vae, params = block_config
+    sr, tr = vae.cfg.spatial_ratio, vae.cfg.temporal_ratio
+    assert (sr, tr) == (ref.spatial_compression_ratio, ref.temporal_compression_ratio)
+    video = torch.rand(1, 3, 1 + 2 * tr, 2 * sr, 3 * sr, generator=torch.Generator().manual_seed(6)) * 2 - 1
+    with torch.no_grad():
+        want = ref.encode(video).latent_dist.mode().numpy()
+    got = np.asarray(jax.jit(vae.encode)(params, jnp.asarray(video.numpy())))
+    assert got.shape == want.shape == (1, 8, 3, 2, 3)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=1e-4)
+    z = torch.randn(1, 8, 3, 2, 3, generator=torch.Generator().manual_seed(7))
+    t = torch.tensor([0.3]) if vae.cfg.timestep_conditioning else None
+    with torch.no_grad():  # non-causal (the configs'); test_decode covers both
+        want = ref.decode(z, t).sample.numpy()
+    got = np.asarray(jax.jit(vae.decode)(params, jnp.asarray(z.numpy()), None if t is None else jnp.asarray(t.numpy())))
+    assert got.shape == want.shape == (1, 3, 1 + 2 * tr, 2 * sr, 3 * sr)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=1e-4)
 
 
 # diffusers' tiling at the tiny VAE's scale (16 px, 8 frames a latent): 48-px tiles every 32 px (3 latents

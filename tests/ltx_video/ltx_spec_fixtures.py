@@ -41,6 +41,20 @@ TINY_VAES = {
                   upsample_residual=(True, True, True), upsample_factor=(2, 2, 2), timestep_conditioning=True,
                   spatial_compression_ratio=32, temporal_compression_ratio=8, latent_channels=8),
 }
+# Per-block settings as diffusers reads them, beyond the releases' shapes (each builds and runs in diffusers):
+# the decoder reverses every whole per-block list and indexes it from the front, so lists longer than the
+# blocks (the constructor's defaults are) give their last entries; the encoder picks each block's class by
+# `down_block_types[i]` (its width bookkeeping by the last one), a 0.9.0 block ignores `downsample_type`, a
+# 0.9.5 block may downsample by a stride-2 conv.
+VAE_BLOCK_CONFIGS = {
+    "long-lists": dict(TINY_VAES["0.9.5"], decoder_block_out_channels=(32, 32, 64),
+                       decoder_layers_per_block=(1, 2, 1, 1, 3), decoder_spatio_temporal_scaling=(False, True, True, True),
+                       decoder_inject_noise=(True, False, False, False, False),
+                       upsample_residual=(False, True, False, True), upsample_factor=(1, 2, 1, 2)),
+    "mixed-encoder": dict(TINY_VAES["0.9.5"], block_out_channels=(8, 16, 16, 32, 64),
+                          down_block_types=("LTXVideoDownBlock3D",) + ("LTXVideo095DownBlock3D",) * 3,
+                          downsample_type=("spatial", "conv", "temporal", "spatial")),
+}
 TINY_UPSAMPLER = dict(in_channels=8, mid_channels=32, num_blocks_per_stage=1, dims=3)
 
 # --- official names (inverse of diffusers' single-file converters) ------------------------------------
@@ -177,12 +191,13 @@ def dit_reference(seed: int = 0, **overrides):
 
 
 def vae_reference(version: str = "0.9.5", seed: int = 3):
-    """A tiny AutoencoderKLLTXVideo of one generation; statistics buffers set to non-trivial values."""
+    """A tiny AutoencoderKLLTXVideo of one generation (or `VAE_BLOCK_CONFIGS` entry); statistics buffers set
+    to non-trivial values."""
     import torch
     from diffusers import AutoencoderKLLTXVideo
 
     torch.manual_seed(seed)
-    vae = perturbed(AutoencoderKLLTXVideo(**TINY_VAES[version]), seed)
+    vae = perturbed(AutoencoderKLLTXVideo(**{**TINY_VAES, **VAE_BLOCK_CONFIGS}[version]), seed)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         vae.latents_mean.copy_(torch.randn(vae.latents_mean.shape, generator=gen) * 0.1)
@@ -312,6 +327,11 @@ def vae_cases(tmp_path: Path) -> list[SpecCase]:
         official = save_official_file(tmp_path / version / "official" / "ltxv-tiny.safetensors", dit=dit, vae=ref,
                                       version=version)
         cases += [SpecCase(f"diffusers-{version}", folder.parent, expected), SpecCase(f"official-{version}", official, expected)]
+    for name in VAE_BLOCK_CONFIGS:  # no official block list lays these out
+        ref = vae_reference(name)
+        folder = save(ref.state_dict(), tmp_path / name / "diffusers" / "vae",
+                      diffusers_config(ref, "AutoencoderKLLTXVideo"))
+        cases.append(SpecCase(f"diffusers-{name}", folder.parent, expected_tree(ref.state_dict())))
     return cases
 
 

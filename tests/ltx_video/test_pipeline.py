@@ -79,6 +79,36 @@ def test_t2v_matches_ltx_pipeline(t2v, tmp_path, monkeypatch):
     assert replay.used == {(2, 0)}
 
 
+def test_short_dit_runs_under_a_release_with_stg(t2v, tmp_path, monkeypatch):
+    """ltx-video-2b's settings skip block 19 for its official STG; a diffusers folder runs without STG, so its
+    2-block DiT (a fine-tune shorter than the release) runs with those defaults and matches LTXPipeline."""
+    root, replay, expected, _, _ = t2v
+    replay.install(monkeypatch)
+    result = generate(options(root, model="ltx-video-2b", out=tmp_path / "v.npy"))
+    assert result.settings["stg"] == 0.0
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+def test_any_frame_count_runs_as_ltx_pipeline(t2v, tmp_path, monkeypatch):
+    """12 frames: LTXPipeline takes any count, runs (12 - 1) // 8 + 1 = 2 latent frames and decodes 9."""
+    from diffusers import LTXPipeline
+
+    root, *_ = t2v
+    frames = 12
+    pipe = LTXPipeline.from_pretrained(root / "model")
+    noise = torch.from_numpy(np.load(root / "latents.npy"))
+    replay = Replay(SEED)
+    replay.record(2, 0, LATENT)
+    with torch.no_grad():
+        expected = pipe(PROMPT, latents=pack(noise), generator=torch.Generator().manual_seed(SEED),
+                        negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=frames, frame_rate=25,
+                        num_inference_steps=STEPS, guidance_scale=GUIDANCE, output_type="np", **KNOBS).frames[0]
+    replay.install(monkeypatch)
+    result = generate(options(root, out=tmp_path / "v.npy", frames=frames))
+    assert result.frames.shape == expected.shape == (9, HEIGHT, WIDTH, 3)
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
 def test_i2v_matches_image_to_video_pipeline(t2v, tmp_path, monkeypatch):
     root, _, _, replay, expected = t2v
     replay.install(monkeypatch)
@@ -114,11 +144,11 @@ def test_vae_tiling_matches_the_tiled_reference(t2v, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(frames=12), "nearest valid: 9"),
     (dict(height=100), "nearest valid: 96"),
     (dict(sampler="ddim"), "unknown sampler 'ddim'"),
     (dict(timesteps="1000,500"), "needs the condition pipeline"),
     (dict(guidance_rescale=1.5), "must be in \\[0, 1\\]"),
+    (dict(model="ltx-video-2b", stg=1.0), "STG skips blocks \\[19\\], the DiT has blocks 0..1"),
 ])
 def test_bad_requests_fail_before_work(t2v, tmp_path, change, message):
     root = t2v[0]

@@ -21,7 +21,7 @@ from vidax.zoo.ltx_video.vae import LTXVideoVAE, decoder_noise_shapes
 from vidax.zoo.vae_tiling import TilePlan, TileSizes
 
 from .helpers import load_params, to_np
-from .ltx_spec_fixtures import OFFICIAL_VAE_CONFIGS, TINY_VAES, diffusers_config, save, vae_reference
+from .ltx_spec_fixtures import OFFICIAL_VAE_CONFIGS, TINY_VAES, VAE_BLOCK_CONFIGS, diffusers_config, save, vae_reference
 
 ATOL = 2e-5  # fp32 through ~40 convolutions with RMS norms; observed max error ~2e-6
 VERSIONS = sorted(TINY_VAES)
@@ -71,6 +71,28 @@ def test_decode_matches_reference(built, version):
                                  None if timestep is None else jnp.asarray(to_np(timestep)),
                                  [jnp.asarray(to_np(n)) for n in noise]))
     assert ours.shape == expected.shape == (2, 3, 9, 64, 96)
+    np.testing.assert_allclose(ours, expected, atol=ATOL, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(VAE_BLOCK_CONFIGS))
+def test_block_configurations_match_reference(built, name):
+    """Encode and decode of each `VAE_BLOCK_CONFIGS` VAE (per-block lists read as diffusers reads them)."""
+    ref, vae, params = built(name)
+    assert (vae.cfg.spatial_ratio, vae.cfg.temporal_ratio) == (ref.spatial_compression_ratio,
+                                                               ref.temporal_compression_ratio) == (32, 8)
+    video = torch.rand(1, 3, 9, 64, 96, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    with torch.no_grad():
+        expected = to_np(ref.encode(video).latent_dist.parameters)
+    ours = np.asarray(vae.encode(params, jnp.asarray(to_np(video))))
+    assert ours.shape == expected.shape == (1, 16, 2, 2, 3)
+    np.testing.assert_allclose(ours, expected, atol=ATOL, rtol=1e-5)
+    latents = torch.randn(1, 8, 2, 2, 3, generator=torch.Generator().manual_seed(1))
+    timestep = torch.tensor([0.3])
+    assert decoder_noise_shapes(vae.cfg, 2, 3) == []
+    with torch.no_grad():
+        expected = to_np(ref.decode(latents, timestep).sample)
+    ours = np.asarray(vae.decode(params, jnp.asarray(to_np(latents)), jnp.asarray(to_np(timestep)), []))
+    assert ours.shape == expected.shape
     np.testing.assert_allclose(ours, expected, atol=ATOL, rtol=1e-5)
 
 

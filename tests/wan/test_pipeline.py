@@ -110,6 +110,12 @@ def _reference_ti2v(folder: Path):
     return pipe
 
 
+# A request diffusers rounds: frames 6 -> 4 (6 // 4) + 1 = 5, height and width floored to TI2V-5B's 32-pixel
+# grid (VAE 16 x patch 2): 48x80 -> 32x64.
+ODD = dict(height=48, width=80, frames=6)
+ODD_DIFFUSERS = dict(height=48, width=80, num_frames=6)
+
+
 def _reference_a14b(folder: Path):
     """Wan2.2 A14B T2V: `transformer` above the boundary timestep, `transformer_2` below."""
     torch.manual_seed(3)
@@ -200,9 +206,13 @@ def ti2v(tmp_path_factory):
                                      scheduler=pipe.scheduler, transformer=pipe.transformer, expand_timesteps=True)
     common = dict(negative_prompt=NEGATIVE, height=HEIGHT, width=64, num_frames=FRAMES, num_inference_steps=STEPS,
                   guidance_scale=GUIDANCE, output_type="np")
+    odd_latents = _latents((1, 8, 2, 2, 4), seed=7)  # 6 frames at 48x80 run as 5 at 32x64 (see ODD)
+    np.save(folder / "odd_latents.npy", odd_latents.numpy())
     with torch.no_grad():
         frames = pipe(Image.open(folder / "first.png"), PROMPT, latents=latents.clone(), **common).frames[0]
         t2v_frames = t2v_pipe(PROMPT, latents=latents.clone(), **common).frames[0]
+        odd = t2v_pipe(PROMPT, latents=odd_latents, **{**common, **ODD_DIFFUSERS}).frames[0]
+    np.save(folder / "odd.npy", odd)
     return folder, folder / "first.png", folder / "latents.npy", frames, t2v_frames
 
 
@@ -324,6 +334,48 @@ def test_ti2v_text_to_video_matches_diffusers(ti2v, tmp_path):
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
 
+def test_ti2v_rounds_sizes_like_diffusers(ti2v, tmp_path):
+    """48x80 with 6 frames: diffusers makes 5 frames at 32x64 (vidax refused it: "--height 48 is not a multiple
+    of 32"); so does vidax, and it records the size it ran."""
+    folder = ti2v[0]
+    result = generate(_options(folder, folder / "odd_latents.npy", tmp_path / "v.npy", model="wan2.2-ti2v-5b", **ODD))
+    expected = np.load(folder / "odd.npy")
+    assert result.frames.shape == expected.shape == (5, 32, 64, 3)
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+    assert (result.settings["height"], result.settings["width"], result.settings["frames"]) == (32, 64, 5)
+
+
+def test_frames_off_the_vae_grid_round_like_diffusers(t2v, tmp_path):
+    """--frames 7: `WanPipeline.__call__` first turns 7 into 4 (7 // 4) + 1 = 5 (a warning), then runs the 5-frame
+    request the fixture ran (vidax refused 7: "not of the form 4k+1")."""
+    folder, latents, expected = t2v
+    result = generate(_options(folder, latents, tmp_path / "v.npy", frames=7))
+    assert result.frames.shape == expected.shape == (FRAMES, HEIGHT, WIDTH, 3)
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+def test_sizes_the_reference_cannot_run_are_refused(ti2v, flf2v, tmp_path):
+    """Sizes diffusers accepts and then fails on: under TI2V-5B's 32-pixel grid (an empty latent), and FLF2V
+    with frames rounded to 1 (a negative gap between the first and last frame)."""
+    from vidax.zoo.registry import make_pipeline
+
+    from PIL import Image
+
+    cases = [(ti2v[0], dict(model="wan2.2-ti2v-5b", height=16, width=64), "--height 16 is below 32", "must be > 0"),
+             (flf2v[0], dict(model="wan2.1-flf2v-14b-720p", frames=3), "needs --frames 4 or more", "negative dimension")]
+    for folder, change, message, failure in cases:
+        options = _options(folder, folder / "latents.npy", tmp_path / "v.npy", **change)
+        with pytest.raises(PipelineError, match=message):
+            make_pipeline(options.model, options).resolve_settings(options)
+        # and the reference does fail on them
+        pipe = diffusers.WanImageToVideoPipeline.from_pretrained(folder / "model")
+        first = Image.open(folder / "first.png")
+        last = {"last_image": first} if "flf2v" in options.model else {}
+        size = dict(height=options.height, width=options.width, num_frames=options.frames)
+        with pytest.raises((RuntimeError, ValueError), match=failure), torch.no_grad():
+            pipe(first, PROMPT, num_inference_steps=1, output_type="np", **size, **last)
+
+
 def test_a14b_switches_experts_like_diffusers(a14b, tmp_path):
     folder, latents, expected = a14b
     # the folder's model_index.json carries boundary_ratio 0.875: timesteps 999 | 857, 600 -> experts 0 | 1, 1
@@ -423,8 +475,8 @@ def test_cli_writes_playable_mp4(t2v, tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(frames=6), "nearest valid: 5"),
-    (dict(height=40), "nearest valid: 32"),
+    (dict(height=40), "--height 40 is not a multiple of 16 for this model; nearest valid: 32"),
+    (dict(frames=0), "--frames must be positive, got 0"),
     (dict(image=Path("missing.png")), "text-to-video only"),
     (dict(tp=3), "cannot be split over tp=3"),
     (dict(guidance_2=3.0), "only two-expert models"),

@@ -192,11 +192,10 @@ class CogVideoXFamily(Family):
     def size_multiple(self) -> int:
         return self.vae_config.spatial_compression * self.dit_config.patch_size
 
-    @property
-    def frame_step(self) -> int:
-        """Frames are `8k + 1`: the VAE decodes latents two at a time and returns `4F' + 1` frames only for
-        an odd count of decoded latents (an even count gives `4F'`: a different number than asked)."""
-        return 2 * self.vae_config.temporal_compression_ratio
+    # Any frame count, as the pipelines take it: F' = (F - 1) // 4 + 1 latent frames (1.5: padded to even,
+    # the pad dropped before decoding); the VAE decodes them two at a time and returns 4 (F' - 1) + 1 frames
+    # for an odd count of decoded latents, 4 F' for an even one (13 frames -> 16), 1 for one.
+    frame_step = 1
 
     def folder_settings(self) -> dict:
         """The folder's scheduler class picks the sampler (the registry's stands in for folders without one)."""

@@ -30,15 +30,12 @@ TEMPORAL, SPATIAL = 4, 16  # Wan2.2 VAE compression
 # `denormalize` from the shared Cosmos base.
 
 
-def latent_shape(frames: int, height: int, width: int, channels: int = 48, patch: int = 2) -> tuple[int, ...]:
-    """`[1, C, (frames - 1) // 4 + 1, height // 16, width // 16]`; the pipeline runs one sample."""
+def latent_shape(frames: int, height: int, width: int, channels: int = 48) -> tuple[int, ...]:
+    """`[1, C, (frames - 1) // 4 + 1, height // 16, width // 16]`; the pipeline runs one sample (the DiT
+    zero-pads latents whose height or width is odd to its 2x2 patches)."""
     if height % SPATIAL or width % SPATIAL:
         raise ValueError(f"height and width must be multiples of {SPATIAL}, got {height}x{width}")
-    h, w = height // SPATIAL, width // SPATIAL
-    if h % patch or w % patch:  # the reference zero-pads such latents; vidax does not
-        raise ValueError(f"height and width must be multiples of {SPATIAL * patch} for the 2x2 latent patches, "
-                         f"got {height}x{width}")
-    return 1, channels, (frames - 1) // TEMPORAL + 1, h, w
+    return 1, channels, (frames - 1) // TEMPORAL + 1, height // SPATIAL, width // SPATIAL
 
 
 def condition_frames(latent_frames: int, mode: str, condition_frame_indexes=(0, 1)) -> np.ndarray:

@@ -22,6 +22,7 @@ mixture-of-transformers DiT that reads the prompt's token ids itself:
 from __future__ import annotations
 
 import dataclasses
+import math
 from functools import cached_property
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from vidax.zoo.cosmos3 import conditioning as cc
 from vidax.zoo.cosmos3 import rope
 from vidax.zoo.cosmos3.config import Cosmos3TransformerConfig
 from vidax.zoo.cosmos3.text import PromptTokenizer, pad_prompts
-from vidax.zoo.cosmos3.transformer import Cosmos3Transformer
+from vidax.zoo.cosmos3.transformer import Cosmos3Transformer, patch_grid
 from vidax.zoo.stages import Run
 from vidax.zoo.family import Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
@@ -99,7 +100,6 @@ class Cosmos3Family(CosmosBase):
     name = "cosmos3"
     transformer_class = Cosmos3Transformer
     settings_class = Cosmos3Settings
-    size_multiple = 32  # Wan2.2 VAE (16x) x the DiT's 2x2 latent patches (the reference zero-pads others)
     flags = (
         Flag("--video", "video", Path, "video-to-video: a clip (video file or .npy of uint8 frames) whose first "
              "(--condition-video-keep) frames condition the video"),
@@ -151,10 +151,12 @@ class Cosmos3Family(CosmosBase):
             raise PipelineError(f"--condition-frame-indexes-vision {indexes} reaches past the {latent_frames} latent "
                                 f"frames of {s.frames} frames")
 
+    @property
+    def size_multiple(self) -> int:
+        return self.vae_config.scale_factor_spatial  # check_inputs; the DiT zero-pads latents to its 2x2 patches
+
     def grid(self, s: Settings) -> tuple[int, int, int]:
-        _, _, t, h, w = self.latent_shape(s)
-        p = self.dit_config.latent_patch_size
-        return t, h // p, w // p
+        return patch_grid(self.latent_shape(s)[2:], self.dit_config.latent_patch_size)
 
     # --- encode -----------------------------------------------------------------------------
 
@@ -225,9 +227,9 @@ def memory_job(cfg: Cosmos3TransformerConfig, vae: WanVAEConfig, s: Settings, *,
     plus about `prompt_tokens` of prompt), CFG's two prompts as the batch; no text encoder."""
     dit = dit_sizes(Cosmos3Transformer(cfg).param_shapes(), dim=cfg.hidden_size, ffn_dim=cfg.intermediate_size,
                     heads=cfg.num_attention_heads)
-    t = (s.frames - 1) // vae.scale_factor_temporal + 1
-    p = cfg.latent_patch_size
-    video_tokens = t * (s.height // vae.scale_factor_spatial // p) * (s.width // vae.scale_factor_spatial // p)
+    latent = ((s.frames - 1) // vae.scale_factor_temporal + 1, s.height // vae.scale_factor_spatial,
+              s.width // vae.scale_factor_spatial)
+    video_tokens = math.prod(patch_grid(latent, cfg.latent_patch_size))
     return Job(
         dit,
         tokens=video_tokens + prompt_tokens,

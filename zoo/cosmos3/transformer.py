@@ -9,7 +9,9 @@ attends to the text keys (re-normed by `k_norm_und_for_gen` on Edge) and to itse
 each stream has its own output projection and MLP (`mlp` / `mlp_moe_gen`: SwiGLU, or relu2 on Edge).
 The timestep (t in [0, 1000], as the scheduler's integer timesteps give it) is scaled by
 `timestep_scale` (0.001) inside, embedded, and added to the tokens of the noisy latent frames only;
-conditioning frames get none, and their outputs are zeroed (the reference leaves them out).
+conditioning frames get none, and their outputs are zeroed (the reference leaves them out). Latents
+whose height or width is not a multiple of the patch are zero-padded at the bottom and right to the
+next multiple before patchifying, and the velocity is cropped back, as the reference packs them.
 
 Split per `vidax.zoo.dit`: `embed` builds both streams and the context; `block` is one
 `Cosmos3VLTextMoTDecoderLayer` on a `Streams` pair; `head` is `norm_moe_gen`, `proj_out` and the
@@ -62,11 +64,24 @@ class Context:
     gen_sin: jax.Array
     noisy: jax.Array  # [B, T] 1 on noisy latent frames (the head zeroes the others)
     grid: tuple[int, int, int] = struct.field(pytree_node=False, default=(0, 0, 0))  # post-patch (T, H, W)
+    size: tuple[int, int] = struct.field(pytree_node=False, default=(0, 0))  # latent (H, W) before padding
 
 
 def _patch(cfg: Cosmos3TransformerConfig) -> tuple[int, int, int]:
     """The latent patch (one frame by p x p)."""
     return 1, cfg.latent_patch_size, cfg.latent_patch_size
+
+
+def patch_grid(size: tuple[int, int, int], p: int) -> tuple[int, int, int]:
+    """Post-patch `(T, H, W)` of latents `(T, H, W)`: H and W rounded up (the reference zero-pads them)."""
+    t, h, w = size
+    return t, -(-h // p), -(-w // p)
+
+
+def pad_to_patch(latents: jax.Array, p: int) -> jax.Array:
+    """Latents `[B, C, T, H, W]` zero-padded at the bottom and right to multiples of `p`."""
+    h, w = latents.shape[-2:]
+    return jnp.pad(latents, [(0, 0)] * 3 + [(0, -h % p), (0, -w % p)])
 
 
 def relu2(x: jax.Array) -> jax.Array:
@@ -85,7 +100,7 @@ class Embedder(nn.Module):
         cfg = self.cfg
         und = Embed(cfg.vocab_size, cfg.hidden_size, name="embed_tokens")(input_ids)
         gen = Dense(cfg.hidden_size, axes=("conv_in", "embed"), dtype=self.dtype, name="proj_in")(
-            patchify(latents.astype(self.dtype), _patch(cfg)))  # features (ph, pw, C): "cthpwq->thwpqc"
+            patchify(pad_to_patch(latents.astype(self.dtype), cfg.latent_patch_size), _patch(cfg)))  # "cthpwq->thwpqc"
         t = timestep.astype(jnp.float32) * cfg.timestep_scale
         temb = TimestepMLP(cfg.hidden_size, name="time_embedder")(timestep_sinusoid(t, TIME_PROJ_DIM))  # [B, D]
         # The time embedding is added to the noisy frames' tokens only (the reference's scatter_add).
@@ -250,7 +265,7 @@ class Cosmos3Transformer(StackedTransformer):
           latents: `[B, latent_channel, T, H, W]` normalised Wan2.2 latents (conditioning frames clean).
           timestep: `[B]` t in [0, 1000]: the scheduler's integer timestep (`conditioning.vision_timestep`).
           noisy: `[B, T]` 1 on the latent frames being denoised, 0 on conditioning frames.
-          rope_cos, rope_sin: `[B, L + T*H*W/p^2, head_dim]` from `cosmos3.rope` (per prompt's length).
+          rope_cos, rope_sin: `[B, L + T*ceil(H/p)*ceil(W/p), head_dim]` from `cosmos3.rope` (per prompt's length).
         """
         grid = self._check_inputs(input_ids, text_mask, latents, timestep, noisy, rope_cos)
         sub = self.subtree(params, self.embed_modules)
@@ -259,7 +274,8 @@ class Cosmos3Transformer(StackedTransformer):
         tables = lambda t: jnp.asarray(t, jnp.float32)
         ctx = Context(jnp.asarray(text_mask, bool), tables(rope_cos)[:, :length], tables(rope_sin)[:, :length],
                       constrain(tables(rope_cos)[:, length:], ("batch", "seq", None)),
-                      constrain(tables(rope_sin)[:, length:], ("batch", "seq", None)), jnp.asarray(noisy), grid)
+                      constrain(tables(rope_sin)[:, length:], ("batch", "seq", None)), jnp.asarray(noisy), grid,
+                      latents.shape[-2:])
         return Streams(und, gen), ctx
 
     def _check_inputs(self, input_ids, text_mask, latents, timestep, noisy, rope) -> tuple[int, int, int]:
@@ -268,9 +284,7 @@ class Cosmos3Transformer(StackedTransformer):
         if latents.ndim != 5 or latents.shape[1] != cfg.latent_channel:
             raise ValueError(f"Cosmos3 transformer takes latents [B, {cfg.latent_channel}, T, H, W], got {latents.shape}")
         b, _, t, h, w = latents.shape
-        if h % p or w % p:
-            raise ValueError(f"latent height and width must be multiples of {p}, got {h}x{w} (pixel size / 32)")
-        grid = (t, h // p, w // p)
+        grid = patch_grid((t, h, w), p)
         if input_ids.shape[0] != b or text_mask.shape != input_ids.shape:
             raise ValueError(f"input_ids {input_ids.shape} and text_mask {text_mask.shape} must be [{b}, L]")
         if timestep.shape != (b,) or noisy.shape != (b, t):
@@ -285,7 +299,8 @@ class Cosmos3Transformer(StackedTransformer):
         cfg = self.cfg
         out = self.head_module.apply({"params": self.subtree(params, self.head_modules)}, hidden.gen)
         out = constrain(out, ("batch", None, None))  # sequence parallel gathers here
-        video = unpatchify(out, ctx.grid, _patch(cfg), cfg.latent_channel)
+        h, w = ctx.size
+        video = unpatchify(out, ctx.grid, _patch(cfg), cfg.latent_channel)[..., :h, :w]  # the padding cropped
         return video * ctx.noisy[:, None, :, None, None].astype(video.dtype)
 
     def head_inputs(self, hidden: Streams, ctx: Context) -> tuple:

@@ -185,7 +185,7 @@ class HunyuanVideoFamily(HunyuanBase):
              "(default on, as the official code and diffusers' examples)"),
     )
     size_multiple = 16  # diffusers check_inputs: VAE 8x and patch 2
-    frame_step = 4
+    frame_step = 1  # any count, as the pipelines take it: the VAE decodes 4 ((F - 1) // 4) + 1 frames
 
     # --- configs ----------------------------------------------------------------------------
 

@@ -159,6 +159,9 @@ class HunyuanVideo15Family(HunyuanBase):
     """HunyuanVideo-1.5: every variant (480p/720p, T2V/I2V, CFG- and step-distilled)."""
 
     name = "hunyuan_video15"
+    size_multiple = 1  # HunyuanVideo15Pipeline checks no size: fit_sizes floors it to the VAE's 16 pixels
+    frame_step = 1  # any count: the VAE decodes 4 ((F - 1) // 4) + 1 frames
+    size_grid = 16  # the VAE's spatial compression (latents are H // 16 x W // 16)
 
     @cached_property
     def i2v(self) -> bool:
@@ -204,6 +207,16 @@ class HunyuanVideo15Family(HunyuanBase):
         out = {"height": height, "width": width}
         shift = self.scheduler_config().get("shift")
         return {**out, "shift": float(shift)} if shift is not None else out
+
+    def fit_sizes(self, s: Settings) -> Settings:
+        """Height and width floored to the VAE's 16 pixels: the reference makes H // 16 x W // 16 latents and
+        decodes them (40x56 comes out 32x48); under 16 its latents are empty and it fails."""
+        grid = self.size_grid
+        for what, value in (("height", s.height), ("width", s.width)):
+            if value < grid:
+                raise PipelineError(f"--{what} {value} is below {grid}, the smallest size {self.name} generates "
+                                    f"(its VAE's grid; smaller sizes are floored to 0)")
+        return dataclasses.replace(s, height=s.height // grid * grid, width=s.width // grid * grid)
 
     def size_for_image(self, image: np.ndarray, s: Settings) -> tuple[int, int]:
         return size_bucket(*image.shape[:2], self.target_size)  # 480p: 640

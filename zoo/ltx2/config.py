@@ -267,7 +267,8 @@ class VideoVAEConfig:
 
     def _stride_product(self, axis: int) -> int:
         strides = {"conv": (2, 2, 2), "spatial": (1, 2, 2), "temporal": (2, 1, 1), "spatiotemporal": (2, 2, 2)}
-        return math.prod(strides[k][axis] for k, on in zip(self.downsample_type, self.spatio_temporal_scaling) if on)
+        blocks = range(len(self.block_out_channels))  # the encoder reads the lists' first entries only
+        return math.prod(strides[self.downsample_type[i]][axis] for i in blocks if self.spatio_temporal_scaling[i])
 
     @cached_property
     def spatial_ratio(self) -> int:

@@ -336,9 +336,7 @@ class LTX2Family(Family):
     def size_multiple(self) -> int:
         return self.model.vae.spatial_ratio
 
-    @property
-    def frame_step(self) -> int:
-        return self.model.vae.temporal_ratio
+    frame_step = 1  # any count, as LTX2Pipeline: (F - 1) // 8 + 1 latent frames (decoded: 8k + 1), audio F / fps long
 
     # --- settings ---------------------------------------------------------------------------
 

@@ -310,7 +310,7 @@ class Decoder(nn.Module):
         scaling = tuple(reversed(cfg.decoder_spatio_temporal_scaling))
         residual = tuple(reversed(cfg.upsample_residual))
         factors = tuple(reversed(cfg.upsample_factor))
-        kinds = tuple(reversed(cfg.upsample_type))
+        kinds = cfg.upsample_type  # diffusers reverses every per-block list but this one: it indexes it as given
         x = CausalConv3d(channels[0], padding_mode=mode, name="conv_in")(z, causal, _counts(extent, z))
         if cond:
             multiplier = logical_param(self, "timestep_scale_multiplier", (), (), nn.initializers.constant(1000.0))

@@ -151,6 +151,7 @@ class TransformerConfig:
 
 ENCODER_095 = "LTXVideo095DownBlock3D"
 ENCODER_090 = "LTXVideoDownBlock3D"
+STRIDES = {"conv": (2, 2, 2), "spatial": (1, 2, 2), "temporal": (2, 1, 1), "spatiotemporal": (2, 2, 2)}
 _DOWNSAMPLE = {"compress_space_res": "spatial", "compress_time_res": "temporal", "compress_all_res": "spatiotemporal"}
 
 
@@ -191,31 +192,57 @@ class VAEConfig:
     def __post_init__(self):
         if self.patch_size_t != 1:
             raise LTXConfigError("LTX-Video VAE: patch_size_t != 1 is not supported (the released VAEs use 1)")
-        if len(set(self.down_block_types)) != 1 or self.down_block_types[0] not in (ENCODER_090, ENCODER_095):
-            raise LTXConfigError(f"LTX-Video VAE: down_block_types {self.down_block_types} is not supported")
-        if self.is_095 and any(t not in ("spatial", "temporal", "spatiotemporal") for t in self.downsample_type):
-            raise LTXConfigError(f"LTX-Video VAE: downsample_type {self.downsample_type} (0.9.5 encoder)")
-        if not self.is_095 and any(t != "conv" for t in self.downsample_type[: self.num_down_blocks]):
-            raise LTXConfigError(f"LTX-Video VAE: downsample_type {self.downsample_type} (0.9.0 encoder)")
+        n_down = self.num_down_blocks
+        if len(self.down_block_types) < n_down or len(self.spatio_temporal_scaling) < n_down \
+                or len(self.layers_per_block) < n_down + 1:
+            raise LTXConfigError(f"LTX-Video VAE: encoder lists shorter than its {n_down} blocks")
+        unknown = set(self.down_block_types[:n_down]) - {ENCODER_090, ENCODER_095}
+        if unknown:
+            raise LTXConfigError(f"LTX-Video VAE: down_block_types {sorted(unknown)} are not supported")
+        kinds = {self.downsample_kind(i) for i in range(n_down)} - {None, *STRIDES}
+        if kinds:
+            raise LTXConfigError(f"LTX-Video VAE: downsample_type {sorted(kinds)} is not one of {', '.join(STRIDES)}")
         n_up = len(self.decoder_block_out_channels)
-        lengths = (len(self.decoder_spatio_temporal_scaling), len(self.upsample_residual[:n_up]),
-                   len(self.upsample_factor[:n_up]))
-        if min(lengths) < n_up or len(self.decoder_layers_per_block) != n_up + 1 or len(self.decoder_inject_noise) < n_up + 1:
-            raise LTXConfigError("LTX-Video VAE: decoder lists disagree in length "
+        lengths = (len(self.decoder_spatio_temporal_scaling), len(self.upsample_residual), len(self.upsample_factor))
+        if min(lengths) < n_up or min(len(self.decoder_layers_per_block), len(self.decoder_inject_noise)) < n_up + 1:
+            raise LTXConfigError("LTX-Video VAE: decoder lists shorter than its blocks "
                                  f"({self.decoder_block_out_channels}, {self.decoder_layers_per_block})")
 
     @cached_property
     def is_095(self) -> bool:
+        """diffusers decides the encoder's channel bookkeeping by its last block type."""
         return self.down_block_types[-1] == ENCODER_095
 
     @cached_property
     def num_down_blocks(self) -> int:
         return len(self.block_out_channels) - (1 if self.is_095 else 0)
 
-    def _downsamplings(self, kinds: tuple[str, ...]) -> int:
-        if not self.is_095:
-            return sum(self.spatio_temporal_scaling[: self.num_down_blocks])
-        return sum(s and t in kinds for s, t in zip(self.spatio_temporal_scaling, self.downsample_type))
+    def downsample_kind(self, i: int) -> str | None:
+        """Encoder block `i`'s downsampler: None, "conv" (`LTXVideoDownBlock3D`'s stride-2 conv, whatever
+        `downsample_type` says) or the 0.9.5 block's `downsample_type[i]`."""
+        if not self.spatio_temporal_scaling[i]:
+            return None
+        return self.downsample_type[i] if self.down_block_types[i] == ENCODER_095 else "conv"
+
+    def encoder_width(self, i: int) -> int:
+        """Encoder block `i`'s output channels as diffusers counts them."""
+        n, outs = self.num_down_blocks, self.block_out_channels
+        return outs[i + 1] if self.is_095 or i + 1 < n else outs[i]
+
+    @cached_property
+    def decoder_stages(self) -> dict[str, tuple]:
+        """The decoder's per-block lists in the order it runs them: diffusers reverses each whole list and
+        indexes it from the front (a list longer than the blocks gives its last entries; the mid block
+        takes the first of `layers` and `noise`)."""
+        n = len(self.decoder_block_out_channels)
+        rev = lambda seq, k: tuple(reversed(tuple(seq)))[:k]  # noqa: E731
+        return dict(channels=rev(self.decoder_block_out_channels, n), layers=rev(self.decoder_layers_per_block, n + 1),
+                    scaling=rev(self.decoder_spatio_temporal_scaling, n), noise=rev(self.decoder_inject_noise, n + 1),
+                    residual=rev(self.upsample_residual, n), factor=rev(self.upsample_factor, n))
+
+    def _downsamplings(self, axis: int) -> int:
+        kinds = [self.downsample_kind(i) for i in range(self.num_down_blocks)]
+        return sum(STRIDES[k][axis] == 2 for k in kinds if k is not None)
 
     @cached_property
     def spatial_ratio(self) -> int:
@@ -223,13 +250,13 @@ class VAEConfig:
         the 0.9.5 encoder's space-only and time-only stages make that wrong, so count them here."""
         if self.spatial_compression_ratio is not None:
             return self.spatial_compression_ratio
-        return self.patch_size * 2 ** self._downsamplings(("spatial", "spatiotemporal"))
+        return self.patch_size * 2 ** self._downsamplings(1)
 
     @cached_property
     def temporal_ratio(self) -> int:
         if self.temporal_compression_ratio is not None:
             return self.temporal_compression_ratio
-        return self.patch_size_t * 2 ** self._downsamplings(("temporal", "spatiotemporal"))
+        return self.patch_size_t * 2 ** self._downsamplings(0)
 
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "VAEConfig":

@@ -379,6 +379,11 @@ class LTXVideoFamily(Family):
 
     @property
     def frame_step(self) -> int:
+        """diffusers' LTX pipelines take any frame count: the latents hold `(F - 1) // 8 + 1` frames, which
+        decode to `8k + 1` (12 -> 9). The official pipeline pads to `8k + 1` and crops, which vidax does not
+        run: official checkpoints take `8k + 1` frames."""
+        if self.pipeline_class != "official" and self.dit_config.patch_size_t == 1:
+            return 1
         return self.vae_config.temporal_ratio * self.dit_config.patch_size_t
 
     def folder_settings(self) -> dict:
@@ -419,9 +424,7 @@ class LTXVideoFamily(Family):
                                 "--timesteps needs the condition pipeline (--condition-frame) or an official checkpoint")
         if s.stg_mode != "attention_values":
             raise PipelineError(f"{self.name}: STG mode {s.stg_mode!r} is not supported (attention_values)")
-        blocks = passes.ints(s.stg_skip_blocks, "--stg-skip-blocks")
-        if any(not 0 <= b < self.dit_config.num_layers for b in blocks):
-            raise PipelineError(f"--stg-skip-blocks {blocks}: the DiT has blocks 0..{self.dit_config.num_layers - 1}")
+        passes.ints(s.stg_skip_blocks, "--stg-skip-blocks")  # its form; its blocks only where STG runs (below)
         if not 0.0 <= s.guidance_rescale <= 1.0:
             raise PipelineError(f"--guidance-rescale must be in [0, 1], got {s.guidance_rescale}")
         if s.tone_map_compression_ratio is not None and not 0.0 <= s.tone_map_compression_ratio <= 1.0:

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.zoo.layers import LayerNorm, MLPEmbedder, RMSNorm, logical_param, timestep_sinusoid
-from vidax.zoo.ltx_video.config import VAEConfig
+from vidax.zoo.ltx_video.config import ENCODER_095, STRIDES, VAEConfig
 from vidax.zoo.vae_tiling import (
     Extent,
     TilePlan,
@@ -268,7 +268,8 @@ class _Stage(nn.Module):
 
 class _DownBlock(nn.Module):
     """diffusers `LTXVideoDownBlock3D` (resnets, stride-2 conv, widening resnet `conv_out`) or
-    `LTXVideo095DownBlock3D` (resnets, space-to-depth downsampler)."""
+    `LTXVideo095DownBlock3D` (resnets, a space-to-depth downsampler or a stride-2 conv), by
+    `down_block_types[index]`."""
 
     cfg: VAEConfig
     index: int
@@ -278,29 +279,14 @@ class _DownBlock(nn.Module):
         cfg, i = self.cfg, self.index
         causal, eps = cfg.encoder_causal, cfg.resnet_norm_eps
         x = _run_resnets(x, None, (), cfg.layers_per_block[i], extent, causal=causal, eps=eps)
-        if cfg.is_095:
-            out = cfg.block_out_channels[i + 1]
-            if cfg.spatio_temporal_scaling[i]:
-                stride = {"spatial": (1, 2, 2), "temporal": (2, 1, 1), "spatiotemporal": (2, 2, 2)}[cfg.downsample_type[i]]
-                x = Downsampler(out, stride, causal, name="downsamplers_0")(x, extent)
-            return x
-        if cfg.spatio_temporal_scaling[i]:  # a stride-2 `LTXVideoCausalConv3d` (`downsamplers.0.conv`)
+        kind, out = cfg.downsample_kind(i), cfg.encoder_width(i)
+        if kind == "conv":  # a stride-2 `LTXVideoCausalConv3d` (`downsamplers.0.conv`)
             x = CausalConv3d(x.shape[-1], stride=(2, 2, 2), causal=causal, name="downsamplers_0")(x, _counts(extent, x))
-        n = cfg.num_down_blocks
-        out = cfg.block_out_channels[i + 1] if i + 1 < n else cfg.block_out_channels[i]
-        if out != x.shape[-1]:
+        elif kind is not None:
+            x = Downsampler(out, STRIDES[kind], causal, name="downsamplers_0")(x, extent)
+        if cfg.down_block_types[i] != ENCODER_095 and out != x.shape[-1]:
             x = ResnetBlock(out, causal=causal, eps=eps, name="conv_out")(x, None, (), extent)
         return x
-
-
-def _reversed(cfg: VAEConfig) -> dict:
-    """The decoder's per-stage lists in the order it runs them (diffusers reverses the config's)."""
-    n = len(cfg.decoder_block_out_channels)
-    return dict(channels=tuple(reversed(cfg.decoder_block_out_channels)),
-                layers=tuple(reversed(cfg.decoder_layers_per_block)),
-                scaling=tuple(reversed(cfg.decoder_spatio_temporal_scaling[:n])),
-                noise=tuple(reversed(cfg.decoder_inject_noise[: n + 1])),
-                residual=tuple(reversed(cfg.upsample_residual[:n])), factor=tuple(reversed(cfg.upsample_factor[:n])))
 
 
 class _UpBlock(nn.Module):
@@ -312,7 +298,7 @@ class _UpBlock(nn.Module):
     @nn.compact
     def __call__(self, x, temb, noise, extent: Extent | None = None):
         cfg, i = self.cfg, self.index
-        r = _reversed(cfg)
+        r = cfg.decoder_stages
         causal, eps, tc = cfg.decoder_causal, cfg.resnet_norm_eps, cfg.timestep_conditioning
         factor, inject = r["factor"][i], r["noise"][i + 1]
         out = r["channels"][i] // factor
@@ -342,7 +328,7 @@ class Decoder(nn.Module):
     def __call__(self, z: jax.Array, temb: jax.Array | None, noise: Sequence[jax.Array],
                  extent: Extent | None = None) -> jax.Array:
         cfg = self.cfg
-        r = _reversed(cfg)
+        r = cfg.decoder_stages
         causal, eps, tc = cfg.decoder_causal, cfg.resnet_norm_eps, cfg.timestep_conditioning
         x = CausalConv3d(r["channels"][0], causal=causal, name="conv_in")(z, _counts(extent, z))
         if tc:
@@ -369,7 +355,7 @@ class Decoder(nn.Module):
 
 def decoder_noise_counts(cfg: VAEConfig) -> tuple[int, ...]:
     """Noise maps drawn by the mid block and by each up block (two per noise-injecting resnet)."""
-    r = _reversed(cfg)
+    r = cfg.decoder_stages
     counts = [2 * r["layers"][0] if r["noise"][0] else 0]
     channels = r["channels"][0]
     for i, out in enumerate(r["channels"]):
@@ -383,7 +369,7 @@ def decoder_noise_counts(cfg: VAEConfig) -> tuple[int, ...]:
 
 def decoder_noise_shapes(cfg: VAEConfig, latent_height: int, latent_width: int) -> list[tuple[int, int]]:
     """The `[H, W]` of every noise map the decoder adds, in the order the reference draws them."""
-    r = _reversed(cfg)
+    r = cfg.decoder_stages
     counts = decoder_noise_counts(cfg)
     shapes = [(latent_height, latent_width)] * counts[0]
     h, w = latent_height, latent_width

@@ -188,13 +188,24 @@ class WanFamily(Family):
 
     # --- settings ---------------------------------------------------------------------------
 
-    @property
-    def size_multiple(self) -> int:
-        return self.model.vae.scale_factor_spatial * self.model.transformer.patch_size[1]
+    size_multiple = 16  # check_inputs; then floored to `size_grid` (fit_sizes)
+    frame_step = 1  # any count, rounded as the pipelines round it (fit_sizes)
 
     @property
-    def frame_step(self) -> int:
-        return self.model.vae.scale_factor_temporal
+    def size_grid(self) -> int:
+        """The pixel grid of the latent patches: VAE x patch (Wan2.1 and A14B 16, TI2V-5B 32)."""
+        return self.model.vae.scale_factor_spatial * self.model.transformer.patch_size[1]
+
+    def fit_sizes(self, s: WanSettings) -> WanSettings:
+        """As `WanPipeline` / `WanImageToVideoPipeline.__call__` (with a warning) run a request: frames off the
+        VAE's grid become `4 (F // 4) + 1` (6 -> 5, 8 -> 9), height and width are floored to `size_grid`."""
+        t, grid = self.model.vae.scale_factor_temporal, self.size_grid
+        frames = s.frames if s.frames % t == 1 else s.frames // t * t + 1
+        for what, value in (("height", s.height), ("width", s.width)):
+            if value < grid:  # the reference runs on to an empty latent and fails there
+                raise PipelineError(f"--{what} {value} is below {grid}, the smallest size {self.name} generates "
+                                    f"(its VAE x patch grid; smaller sizes are floored to 0)")
+        return dataclasses.replace(s, frames=frames, height=s.height // grid * grid, width=s.width // grid * grid)
 
     def folder_settings(self) -> dict:
         out = {}
@@ -208,6 +219,9 @@ class WanFamily(Family):
         return out
 
     def check_settings(self, s: WanSettings) -> None:
+        if self.model.first_last_frame and s.frames == 1:  # the reference fails on it (a -1 frame gap)
+            raise PipelineError(f"{self.name} ends the video with --last-image: it needs --frames 4 or more "
+                                f"(1 to 3 make one frame)")
         if self.model.two_experts and s.boundary_ratio is None:
             raise PipelineError(f"{self.name}: a two-expert Wan2.2 checkpoint needs a boundary ratio")
         if s.guidance_2 is not None and not self.model.two_experts:
@@ -223,7 +237,7 @@ class WanFamily(Family):
     def size_for_image(self, image: np.ndarray, s: WanSettings) -> tuple[int, int]:
         """The image's aspect ratio at the native pixel area, on the model's size grid (as the official
         I2V code and diffusers' Wan I2V example size the video when no size is given)."""
-        area, step = s.height * s.width, self.size_multiple
+        area, step = s.height * s.width, self.size_grid
         aspect = image.shape[0] / image.shape[1]
         height = max(step, round(np.sqrt(area * aspect)) // step * step)
         width = max(step, round(np.sqrt(area / aspect)) // step * step)

@@ -1,0 +1,115 @@
+"""`vidax-serve`: keep a model loaded and compiled, and run video jobs from an HTTP queue.
+
+    vidax-serve wan-tiny                                  # http://127.0.0.1:8000/ (page), /docs (API)
+    vidax-serve wan2.1-t2v-1.3b --weights out/wan2.1-t2v-1.3b --data ~/vidax-jobs
+    vidax-serve wan-tiny --host 0.0.0.0 --token "$(openssl rand -hex 16)"
+
+The model's settings (weights, dtype, mesh, offload, compile cache) are vidax-gen's flags and hold for
+every job; each request sets the rest (prompt, size, steps, seed, the family's own fields).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+from pathlib import Path
+
+import typer
+
+from vidax.cli.common import console, run_guarded
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(server, host: str, port: int, data: Path, token: str | None, max_queue: int, max_upload_mb: float,
+          warmup: bool) -> int:
+    import uvicorn
+
+    from vidax.serve.app import create_app
+    from vidax.serve.service import Service
+    from vidax.zoo.registry import lookup
+    from vidax.zoo.runtime import configure_compile_cache
+
+    lookup(server.model)  # an unknown name is one line, before anything starts
+    if token is None and not is_loopback(host):
+        raise ServeError(f"--host {host} is reachable from other machines: give --token (a bearer token every "
+                         "request must carry)")
+    configure_compile_cache(server.compile_cache, min_compile_secs=0)  # every program: a restart compiles nothing
+    service = Service(server, data, max_queue=max_queue, warmup=warmup)
+    recovered = {k: v for k, v in service.recovered.items() if v}
+    if recovered:
+        console.print(f"recovered jobs from {data}: {recovered}", highlight=False, soft_wrap=True)
+    console.print(f"vidax-serve {server.model} on http://{host}:{port}/ (API docs /docs); data in {data}",
+                  highlight=False, soft_wrap=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    application = create_app(service, token=token, max_upload_bytes=int(max_upload_mb * 2**20))
+    uvicorn.run(application, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    return 0
+
+
+class ServeError(Exception):
+    pass
+
+
+@app.command()
+def main_command(
+    model: str = typer.Argument(..., help="registered model name (vidax-gen --list)"),
+    weights: str = typer.Option(None, "--weights", help="converted folder, local checkpoint folder, or Hub repo id"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (not loopback: --token required)"),
+    port: int = typer.Option(8000, "--port", help="TCP port"),
+    data: Path = typer.Option(Path("vidax-serve-data"), "--data", help="folder for the job database, uploads and videos"),
+    token: str = typer.Option(None, "--token", envvar="VIDAX_SERVE_TOKEN",
+                              help="bearer token every request but /health must carry"),
+    max_queue: int = typer.Option(32, "--max-queue", help="queued jobs beyond which a request gets 429"),
+    max_upload_mb: float = typer.Option(32.0, "--max-upload-mb", help="largest upload (image or video), MiB"),
+    warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="run one job at the model's default size first "
+                                "(loads and compiles before the first request)"),
+    dtype: str = typer.Option(None, "--dtype", help="weights/compute dtype override: float32 or bfloat16"),
+    tp: int = typer.Option(None, "--tp", help="tensor-parallel degree (default: the memory planner's choice)"),
+    sp: int = typer.Option(None, "--sp", help="sequence-parallel degree"),
+    dp: int = typer.Option(None, "--dp", help="data-parallel degree (2: CFG branches side by side)"),
+    offload_chunk: int = typer.Option(None, "--offload-chunk", help="stream the DiT's blocks from host memory, N at a time"),
+    release_stages: bool = typer.Option(True, "--release-stages/--keep-stages",
+                                        help="free each stage's weights from the devices when it ends"),
+    no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="do not use the persistent compile cache"),
+    debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
+) -> None:
+    """Serve MODEL: an HTTP API (/v1/videos) and a web page (/) over one warm model and a durable queue."""
+
+    def work():
+        from vidax.serve.requests import ServerOptions
+
+        server = ServerOptions(model=model, weights=weights, dtype=dtype, tp=tp, sp=sp, dp=dp,
+                               offload_chunk=offload_chunk, release_stages=release_stages,
+                               compile_cache=False if no_compile_cache else None)
+        return serve(server, host, port, data, token, max_queue, max_upload_mb, warmup)
+
+    from vidax.cli.common import USER_ERRORS
+
+    raise typer.Exit(run_guarded(work, debug=debug, errors=(*USER_ERRORS, ServeError)))
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        console.print(f"[red]error:[/red] vidax-serve needs the server's packages ({err.name} is missing): "
+                      "pip install 'vidax\\[zoo,serve]'", highlight=False, soft_wrap=True)
+        raise SystemExit(1) from None
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""An API request -> the `GenerateOptions` vidax-gen would build, checked the way vidax-gen checks it.
+
+One code path with the CLI: the family's own fields go through `vidax.cli.gen.family_options` (the
+parser behind vidax-gen's family flags), and the whole request through the pipeline's own checks
+(`Family.read_inputs` and `Family.resolve_settings`, what `generate` runs before any device work), so
+a bad request is refused with the line vidax-gen would print, before it is queued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vidax.translator import VidaxError
+
+# The common request fields and their JSON types (vidax-gen's common flags a request may set).
+COMMON_FIELDS: dict[str, tuple[type, ...]] = {
+    "prompt": (str,), "negative_prompt": (str,), "height": (int,), "width": (int,), "frames": (int,),
+    "steps": (int,), "guidance": (int, float), "shift": (int, float), "sampler": (str,), "fps": (int, float),
+    "seed": (int,),
+}
+FORMATS = {"mp4": ".mp4", "npy": ".npy"}  # "format": the MP4 (H.264), or the float32 frames (vidax-gen --out x.npy)
+MAX_PROMPT_CHARS = 4000
+
+
+class RequestError(VidaxError, ValueError):
+    """A request the server refuses before queueing it (HTTP 400), with the one line vidax-gen would print."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerOptions:
+    """What the server fixes for every job (vidax-gen's model-level flags)."""
+
+    model: str
+    weights: str | None = None
+    dtype: str | None = None
+    tp: int | None = None
+    sp: int | None = None
+    dp: int | None = None
+    offload_chunk: int | None = None
+    release_stages: bool = True
+    compile_cache: bool | None = None
+
+    def cli_flags(self) -> list[str]:
+        flags = []
+        for name in ("weights", "dtype", "tp", "sp", "dp", "offload_chunk"):
+            value = getattr(self, name)
+            if value is not None:
+                flags += [f"--{name.replace('_', '-')}", str(value)]
+        if not self.release_stages:
+            flags.append("--keep-stages")
+        if self.compile_cache is False:
+            flags.append("--no-compile-cache")
+        return flags
+
+
+@functools.cache  # the registry is read once per server: the status of every job names the flags
+def family_flags(model: str):
+    from vidax.zoo.registry import family_class, lookup
+
+    return family_class(lookup(model).family).flags
+
+
+@functools.cache
+def upload_roles(server: ServerOptions) -> dict[str, str]:
+    """Request fields that take a file (multipart upload) -> "image" or "video"; never a path in JSON."""
+    from vidax.zoo.registry import make_pipeline
+    from vidax.zoo.pipeline import GenerateOptions
+
+    pipeline = make_pipeline(server.model, GenerateOptions(model=server.model, prompt="", weights=server.weights))
+    roles = {role: "image" for role in pipeline.image_roles()}
+    for flag in family_flags(server.model):
+        if flag.kind is Path and not flag.image:
+            roles[flag.field] = "video"
+    return roles
+
+
+def split_request(model: str, fields: Mapping[str, Any]) -> tuple[dict, list[str]]:
+    """The request's common fields (type-checked) and its family fields as vidax-gen arguments."""
+    flags = {flag.field: flag for flag in family_flags(model)}
+    common, args = {}, []
+    for name, value in fields.items():
+        if value is None or name in ("model", "format"):
+            continue
+        if name in COMMON_FIELDS:
+            common[name] = _checked(name, value, COMMON_FIELDS[name])
+        elif name in flags and flags[name].kind is not Path:
+            args += _as_args(flags[name], value)
+        elif name in flags or name in ("image", "latents", "out", "weights"):
+            raise RequestError(f"{name} is a file the server does not read from a path: "
+                               + ("send it as a multipart upload" if name in flags or name == "image" else
+                                  "requests name no path on the server"))
+        else:
+            have = ", ".join(sorted(set(COMMON_FIELDS) | {f for f, flag in flags.items() if flag.kind is not Path}))
+            raise RequestError(f"unknown field {name!r} for {model} (fields: {have})")
+    if not isinstance(common.get("prompt"), str):
+        raise RequestError("give a prompt")
+    if len(common["prompt"]) > MAX_PROMPT_CHARS:
+        raise RequestError(f"prompt is longer than {MAX_PROMPT_CHARS} characters")
+    return common, args
+
+
+def output_suffix(fields: Mapping[str, Any]) -> str:
+    """The output file's suffix the request's `format` asks for (default: MP4)."""
+    kind = fields.get("format") or "mp4"
+    if kind not in FORMATS:
+        raise RequestError(f"format must be one of {', '.join(FORMATS)}, got {kind!r}")
+    return FORMATS[kind]
+
+
+def _checked(name: str, value: Any, kinds: tuple[type, ...]) -> Any:
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        wanted = {str: "a string", int: "an integer", float: "a number"}[kinds[-1]]
+        raise RequestError(f"{name} must be {wanted}, got {value!r}")
+    return value
+
+
+def _as_args(flag, value: Any) -> list[str]:
+    """A JSON value as the vidax-gen arguments of a family flag (bools as --x / --no-x)."""
+    if flag.kind is bool:
+        if not isinstance(value, bool):
+            raise RequestError(f"{flag.field} must be true or false, got {value!r}")
+        return [flag.name if value else f"--no-{flag.name[2:]}"]
+    values = value if flag.multiple and isinstance(value, list) else [value]
+    args = []
+    for one in values:
+        if isinstance(one, (dict, list, bool)) or one is None:
+            raise RequestError(f"{flag.field} must be {flag.kind.__name__}, got {one!r}")
+        args += [flag.name, str(one)]
+    return args
+
+
+def build_options(server: ServerOptions, fields: Mapping[str, Any], uploads: Mapping[str, Path], out: Path):
+    """The job's `GenerateOptions`: the server's settings, the request's, uploads by role, `out`."""
+    from vidax.cli.gen import family_options
+    from vidax.zoo.pipeline import GenerateOptions
+
+    common, args = split_request(server.model, fields)
+    extra, images = family_options(server.model, args)
+    roles = upload_roles(server)
+    for role, path in uploads.items():
+        if roles.get(role) == "video":
+            extra[role] = path
+        elif role != "image":
+            images[role] = path
+    return GenerateOptions(**dataclasses.asdict(server), **common, image=uploads.get("image"), images=images,
+                           extra=extra, out=out)
+
+
+def check(options) -> dict:
+    """The pipeline's own checks before any device work (what `generate` runs first); the resolved settings."""
+    from vidax.zoo.registry import make_pipeline
+
+    pipeline = make_pipeline(options.model, options)
+    inputs = pipeline.read_inputs(options)
+    settings = pipeline.resolve_settings(options, inputs.images)
+    return {**dataclasses.asdict(settings), "seed": options.seed}
+
+
+def command_line(server: ServerOptions, request: Mapping[str, Any], uploads: Mapping[str, str]) -> str:
+    """The vidax-gen command that makes the same video (uploads by their role's file name)."""
+    flags = {flag.field: flag for flag in family_flags(server.model)}
+    words = ["vidax-gen", server.model]
+    for name, value in request.items():
+        if value is None or name in ("model", "format"):
+            continue
+        if name in flags:
+            words += _as_args(flags[name], value)
+        else:
+            words += [f"--{name.replace('_', '-')}", str(value)]
+    for role, filename in uploads.items():
+        words += [f"--{role.replace('_', '-')}", filename]
+    words += server.cli_flags() + ["--out", f"video{output_suffix(request)}"]
+    return shlex.join(words)

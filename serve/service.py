@@ -1,0 +1,314 @@
+"""The server's engine: one worker thread runs the queued jobs one at a time through `generate`.
+
+The model's programs stay compiled in this process (jax's in-memory caches, and the persistent
+compile cache on disk), so every job after the warm-up skips the compile a fresh `vidax-gen` pays.
+Each job writes under `partial/` and its video is renamed into `videos/` before the job is marked
+succeeded: a video in `videos/` is whole, and a job is never reported succeeded without one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from vidax.serve import store as jobs
+from vidax.serve.requests import FORMATS, ServerOptions, build_options, check, command_line, output_suffix
+from vidax.translator import VidaxError
+
+log = logging.getLogger("vidax.serve")
+
+KEPT_TRAILS = 64  # jobs whose every progress state is kept for their event streams
+MAX_TRAIL = 10_000  # progress states kept per job
+LAYOUT_FIELDS = ("tp", "sp", "dp", "offload_chunk")
+# Settings of the sidecar that name server paths: a response names jobs by id only.
+PRIVATE_SETTINGS = ("out", "image", "images", "latents", "weights", "weights_source", "save_latents", "compile_cache")
+
+
+class JobCancelled(Exception):
+    """Raised from the progress hooks at the next step of a job whose cancellation was asked."""
+
+
+class ServerStopping(Exception):
+    """Raised from the progress hooks when the server stops: the job goes back to the queue."""
+
+
+class JobProgress:
+    """`vidax.zoo.pipeline.Progress` for a job: stage, step i of N, elapsed and ETA, kept for the API;
+    raises `JobCancelled` at the next hook once the job is cancelled."""
+
+    def __init__(self, service: "Service", job_id: str):
+        self.service, self.job_id = service, job_id
+        self.start = time.time()
+        self.state = {"stage": "starting", "step": 0, "total": None}
+        self.stage_start = self.start
+        self.saved = 0.0
+
+    def _check(self) -> None:
+        if self.job_id in self.service.cancel_asked:
+            raise JobCancelled()
+        if self.service.stopping.is_set():
+            raise ServerStopping()
+
+    def begin(self, stage: str, total: int | None = None) -> None:
+        self._check()
+        self.stage_start = time.time()
+        self._publish({"stage": stage, "step": 0, "total": total}, force=True)
+
+    def advance(self, stage: str, amount: int = 1, note: str = "") -> None:
+        self._check()
+        if stage != self.state.get("stage"):
+            return
+        self._publish({**self.state, "step": self.state["step"] + amount})
+
+    def end(self, stage: str, seconds: float) -> None:
+        self._check()
+
+    def _publish(self, state: dict, force: bool = False) -> None:
+        now = time.time()
+        done, total = state["step"], state.get("total")
+        eta = (now - self.stage_start) / done * (total - done) if total and done else None
+        self.state = {**state, "elapsed": round(now - self.start, 3), "eta": None if eta is None else round(eta, 3)}
+        self.service.publish(self.job_id, self.state)
+        if force or now - self.saved > 0.5 or (total and done >= total):  # the database sees it, bounded
+            self.service.store.set_progress(self.job_id, self.state)
+            self.saved = now
+
+
+class Service:
+    """The job store, the output folders and the worker thread.
+
+    Args:
+      server: the model and its model-level settings.
+      data: the data folder (`jobs.sqlite3`, `videos/`, `uploads/`, `partial/`).
+      max_queue: queued jobs beyond which a submission is refused (HTTP 429).
+      warmup: run one job at the model's default size before the first request (compiles everything).
+    """
+
+    def __init__(self, server: ServerOptions, data: str | Path, *, max_queue: int = 32, warmup: bool = True):
+        self.server = server
+        self.data = Path(data)
+        self.videos, self.uploads, self.partial = (self.data / name for name in ("videos", "uploads", "partial"))
+        for folder in (self.videos, self.uploads, self.partial):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.store = jobs.JobStore(self.data / "jobs.sqlite3")
+        self.recovered = self.store.recover(lambda job_id: self.video_path(job_id).is_file())
+        shutil.rmtree(self.partial, ignore_errors=True)  # what a crash left half-written
+        self.partial.mkdir()
+        self.max_queue = max_queue
+        self.warmup = warmup
+        self.state = "starting"  # -> warming -> ready, or failed (the warm-up's error in self.error)
+        self.error: str | None = None
+        self.live: dict[str, dict] = {}  # running job -> its latest progress (the database lags by <= 0.5 s)
+        self.layouts: dict[str, dict] = {}  # resolved settings -> the planner's layout for them, and why
+        self.trails: dict[str, list[dict]] = {}  # job -> every progress state it published (the events stream)
+        self.running: str | None = None
+        self.cancel_asked: set[str] = set()  # running jobs to stop at their next step
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._work, name="vidax-serve-worker", daemon=True)
+
+    # --- paths ------------------------------------------------------------------------------
+
+    def video_path(self, job_id: str) -> Path:
+        """The job's video in `videos/` (`.mp4`, or `.npy` frames when the request asked for them)."""
+        for suffix in FORMATS.values():
+            path = self.videos / f"{job_id}{suffix}"
+            if path.is_file():
+                return path
+        return self.videos / f"{job_id}.mp4"
+
+    def sidecar_path(self, job_id: str) -> Path:
+        return self.videos / f"{job_id}.json"
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def submit(self, fields: dict, uploads: dict[str, Path], job_id: str) -> str:
+        """Check a request like vidax-gen would and queue it; raises RequestError / VidaxError (400)."""
+        options = build_options(self.server, fields, uploads, self.partial / f"{job_id}{output_suffix(fields)}")
+        settings = check(options)
+        request = {k: v for k, v in fields.items() if v is not None and k != "model"}
+        request["uploads"] = {role: path.name for role, path in uploads.items()}
+        self.store.add(request, settings, job_id)
+        self.wake.set()
+        return job_id
+
+    def queue_full(self) -> bool:
+        return self.store.count(jobs.QUEUED) >= self.max_queue
+
+    def cancel(self, job_id: str) -> str | None:
+        """Cancel a job: queued -> cancelled now; running -> stops at its next step. None when it has ended."""
+        if self.store.cancel_queued(job_id):
+            shutil.rmtree(self.uploads / job_id, ignore_errors=True)
+            return jobs.CANCELLED
+        record = self.store.get(job_id)
+        if record is not None and record["status"] == jobs.RUNNING:
+            self.cancel_asked.add(job_id)
+            return "cancelling"
+        return None
+
+    def publish(self, job_id: str, state: dict) -> None:
+        self.live[job_id] = state
+        trail = self.trails.setdefault(job_id, [])
+        if len(trail) < MAX_TRAIL:  # beyond it, streams see the latest state only
+            trail.append(state)
+        while len(self.trails) > KEPT_TRAILS:  # the oldest jobs' trails go (dicts keep insertion order)
+            self.trails.pop(next(iter(self.trails)))
+
+    def progress_since(self, job_id: str, index: int) -> list[dict]:
+        """The progress states a job published from `index` on (every step, however fast)."""
+        return list(self.trails.get(job_id, ())[index:])
+
+    def status(self, job_id: str) -> dict | None:
+        """The job as the API shows it: state, progress, settings (no server paths), timings, error."""
+        record = self.store.get(job_id)
+        if record is None:
+            return None
+        progress = self.live.get(job_id, record["progress"]) if record["status"] == jobs.RUNNING else record["progress"]
+        request = {k: v for k, v in record["request"].items() if k != "uploads"}
+        status = {
+            "id": job_id, "status": record["status"], "model": self.server.model,
+            "progress": progress or None, "request": request, "uploads": record["request"].get("uploads", {}),
+            "settings": public(record["settings"]),
+            "times": record["times"], "error": record["error"], "attempts": record["attempts"],
+            "created": record["created"], "started": record["started"], "finished": record["finished"],
+            "command": command_line(self.server, request, record["request"].get("uploads", {})),
+        }
+        if record["status"] == jobs.RUNNING and job_id in self.cancel_asked:
+            status["status"] = "cancelling"
+        if record["status"] == jobs.SUCCEEDED:
+            status["content"] = f"/v1/videos/{job_id}/content"
+        return status
+
+    # --- the worker -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stopping.set()
+        self.wake.set()
+        self.thread.join(timeout)
+        self.store.close()
+
+    def _work(self) -> None:
+        try:
+            if self.warmup:
+                self.state = "warming"
+                self._warm_up()
+            self.state = "ready"
+        except BaseException as err:  # the server reports it (/health, 503) instead of running jobs
+            self.state, self.error = "failed", _one_line(err)
+            log.error("warm-up failed: %s", self.error)
+            return
+        while not self.stopping.is_set():
+            job = self.store.take_next()
+            if job is None:
+                self.wake.wait(1.0)
+                self.wake.clear()
+                continue
+            self._run(job)
+
+    def _warm_up(self) -> None:
+        """One job at the model's default size: loads the weights, compiles every stage's programs."""
+        from vidax.zoo.pipeline import GenerateOptions, generate
+
+        out = self.partial / "warmup.mp4"
+        start = time.perf_counter()
+        options = GenerateOptions(**dataclasses.asdict(self.server), prompt="warm-up", out=out)
+        self._generate(options, check(options), None)
+        log.info("warm-up done in %.1f s", time.perf_counter() - start)
+        for path in self.partial.glob("warmup.*"):
+            path.unlink()
+
+    def _run(self, job: dict) -> None:
+        job_id = job["id"]
+        self.running, self.live[job_id] = job_id, {"stage": "starting", "step": 0, "total": None}
+        request = {k: v for k, v in job["request"].items() if k != "uploads"}
+        out = self.partial / f"{job_id}{output_suffix(request)}"
+        try:
+            uploads = {role: self.uploads / job_id / name for role, name in job["request"].get("uploads", {}).items()}
+            options = build_options(self.server, request, uploads, out)
+            result = self._generate(options, job["settings"], JobProgress(self, job_id))
+            settings = self._publish_outputs(job_id, out, result.settings["layout_choice"])
+            self.store.finish(job_id, jobs.SUCCEEDED, settings={**job["settings"], **settings},
+                              times={k: round(v, 4) for k, v in result.times.items()})
+        except JobCancelled:
+            self.store.finish(job_id, jobs.CANCELLED, error="cancelled while running")
+        except ServerStopping:
+            self.store.requeue(job_id)
+            return  # its uploads stay for the next run
+        except VidaxError as err:
+            self.store.finish(job_id, jobs.FAILED, error=_one_line(err))
+        except Exception as err:  # a bug: the job fails with its name, the traceback goes to the log
+            log.error("job %s: %s", job_id, traceback.format_exc())
+            self.store.finish(job_id, jobs.FAILED, error=f"internal error: {_one_line(err)}")
+        finally:
+            self.running = None
+            self.live.pop(job_id, None)
+            self.cancel_asked.discard(job_id)
+            for path in self.partial.glob(f"{job_id}.*"):
+                path.unlink()
+        shutil.rmtree(self.uploads / job_id, ignore_errors=True)  # the job has ended: its inputs are not kept
+
+    def _generate(self, options, settings: dict, progress):
+        """`generate`, with the layout the memory planner chose for the same settings before given outright:
+        planning builds the model's shapes (seconds on CPU), the same choice each time for one size."""
+        from vidax.zoo.pipeline import generate
+
+        key = json.dumps({k: v for k, v in settings.items() if k not in ("seed", "negative_prompt")}, sort_keys=True)
+        remembered = self.layouts.get(key)
+        if remembered is not None:
+            options = dataclasses.replace(options, **remembered["layout"])
+        result = generate(options, progress)
+        if remembered is not None:
+            result.settings["layout_choice"] = remembered["choice"]
+        elif not any(getattr(self.server, field) is not None for field in LAYOUT_FIELDS):
+            self.layouts[key] = {"layout": {field: result.settings[field] for field in LAYOUT_FIELDS},
+                                 "choice": result.settings["layout_choice"]}
+        return result
+
+    def _publish_outputs(self, job_id: str, out: Path, layout_choice: str) -> dict:
+        """Move a finished job's files into `videos/` (sidecar first, the video last: its presence is the
+        job's success) and return its recorded settings, without server paths."""
+        sidecar = json.loads(out.with_suffix(".json").read_text())
+        video = self.videos / f"{job_id}{out.suffix}"
+        sidecar["outputs"] = {"video": video.name, "sidecar": self.sidecar_path(job_id).name}
+        sidecar["video"] = sidecar["out"] = video.name
+        sidecar["layout_choice"] = layout_choice
+        temporary = out.with_suffix(".sidecar")
+        temporary.write_text(json.dumps(sidecar, indent=1, default=str) + "\n")
+        _fsync(temporary)
+        os.replace(temporary, self.sidecar_path(job_id))
+        _fsync(out)
+        os.replace(out, video)
+        _fsync(self.videos)
+        return {k: v for k, v in public(sidecar).items() if k not in ("stage_seconds", "outputs", "out", "video")}
+
+
+def public(settings: dict) -> dict:
+    """Settings as a response shows them: no path on the server (uploads go by role, weights by name)."""
+    shown = {k: v for k, v in settings.items() if k not in PRIVATE_SETTINGS}
+    source = settings.get("weights_source")
+    if source is not None:
+        shown["weights_source"] = source if not str(source).startswith("/") else Path(source).name
+    return shown
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else ""
+    return text or type(err).__name__

@@ -1,0 +1,181 @@
+"""Every registry model at its real size, without a byte of weights.
+
+For each model (each variant) and each of its registry layouts: every component's reference class
+(diffusers / transformers) is built from the registry's own config on the meta device, its tensor table
+written as a header-only safetensors set in the Hub layout (sparse files), and `convert_model(...,
+check=True)` (what `vidax-convert --check` runs) must account for every tensor; each planned tree must
+equal, path by path and shape by shape, the tree of the zoo module built from the same config. Official
+layouts come from the spec fixtures' inverse key maps, checked against diffusers' single-file converters
+where diffusers has one; they are written as one file per component and found by their keys.
+
+This is what catches a registry config that differs from the released one (a learnable table the
+checkpoint lacks, a wrong head count), a spec that misses a tensor only real checkpoints carry, and a
+zoo module whose tree drifts from the reference's at sizes the tiny tests never build.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from vidax.translator.models import convert_model
+from vidax.translator.registry import get_model, load_registry
+from vidax.translator.spec import load_spec
+
+from .references import CONVERTERS, OFFICIAL, class_name, is_diffusers, meta_model, saved_state
+from .sparse import table_of, write_header_only
+from .zoo_trees import ZOO_TREES
+
+# Components whose released config is not recorded in the registry, with the reason (conversion_specs/README.md
+# "Real-scale coverage" names them too). Everything else must carry its config.
+NO_REAL_CONFIG = {
+    ("ltx-2.5", "text_encoder"): "Gemma 4 12B (gated): its config.json was not readable when the entry was written",
+}
+# (family, component, registry layout) -> the class that layout's repo holds when it differs from the config's
+CLASS_BY_LAYOUT = {("hunyuan_video15", "text_encoder", "diffusers"): "Qwen2_5_VLTextModel"}
+# (family, component, registry layout) -> the spec layout its files are in when the names differ
+SPEC_LAYOUT = {("hunyuan_video15", "text_encoder_2", "official"): "glyph"}
+# (spec, spec layout, reference class or None for any) with no key map to build the official file from, and why
+NOT_BUILT = {
+    ("encoders/t5", "glyph", None): "Glyph-SDXL-v2's byt5_model.pt (ModelScope): its keys are checked by the tiny fixtures",
+    ("encoders/clip_vision", "official", None): "Wan's open-clip XLM-RoBERTa .pth holds a text tower no transformers "
+                                                "class has: its keys are checked by the tiny fixtures",
+    ("ltx2/vocoder", "official", "LTX2VocoderWithBWE"): "the BWE vocoder's single-file names are not known (the spec's "
+                                                        "official layout is LTX-2.0's plain vocoder)",
+}
+NATIVE = ("diffusers", "transformers")  # spec layouts a reference class writes as it is
+# official keys a diffusers single-file converter leaves unrenamed (its own load of such a file fails), and
+# the names it would need: applied to the converter's output before comparing
+CONVERTER_GAPS = {"wan/transformer": {"img_emb.emb_pos": "condition_embedder.image_embedder.pos_embed"}}  # FLF2V
+
+
+def _layouts(entry) -> list[str]:
+    """The registry's layouts, and `official` where only single files of it exist (LTX-2's release files:
+    `vidax-convert ltx-2 --source ltx-2-19b-dev.safetensors`)."""
+    specs = [load_spec(c.spec) for c in entry.all_components.values() if c.spec]
+    single = ["official"] if "official" not in entry.repos and any("official" in s.layouts for s in specs) else []
+    return list(entry.repos) + single
+
+
+def _cases():
+    for name, entry in load_registry().items():
+        if entry.alias_of or entry.embedded:
+            continue
+        for variant in entry.choices or [None]:
+            for layout in _layouts(entry):
+                yield pytest.param(name, variant, layout, id="-".join(filter(None, (name, variant, layout))))
+
+
+@functools.lru_cache(maxsize=None)
+def _zoo_tree(spec: str, config_json: str) -> dict:
+    return ZOO_TREES[spec](json.loads(config_json))
+
+
+def _spec_layout(entry, component, layout: str) -> str | None:
+    """The spec layout the component's files are in when the model's are in `layout` (None: a layout the
+    registry does not have, which this component's spec has not either)."""
+    names = load_spec(component.spec).layouts
+    named = SPEC_LAYOUT.get((entry.family, component.name, layout), layout)
+    if named in names:
+        return named
+    return next(n for n in NATIVE if n in names) if layout in entry.repos else None
+
+
+def _state(entry, component, layout: str):
+    config = entry.config[component.name]
+    name = class_name(component.spec, config, CLASS_BY_LAYOUT.get((entry.family, component.name, layout)))
+    return saved_state(meta_model(component.spec, config, name), name), name
+
+
+def _official(spec: str, spec_layout: str, state: dict) -> dict:
+    """The official file's tensors; through diffusers' converter, they must give back the diffusers ones."""
+    official = OFFICIAL[(spec, spec_layout)](state)
+    if spec in CONVERTERS:
+        gaps = CONVERTER_GAPS.get(spec, {})
+        back = {gaps.get(k, k): v for k, v in table_of(CONVERTERS[spec](dict(official))).items()}
+        assert back == table_of(state), f"{spec}: the inverse key map disagrees with diffusers' converter: " \
+            + _diff(back, table_of(state))
+    return official
+
+
+def _diff(got: dict, want: dict, limit: int = 12) -> str:
+    lines = [f"missing {k} {want[k]}" for k in sorted(want.keys() - got.keys())]
+    lines += [f"unexpected {k} {got[k]}" for k in sorted(got.keys() - want.keys())]
+    lines += [f"{k}: {got[k]} != {want[k]}" for k in sorted(got.keys() & want.keys()) if got[k] != want[k]]
+    return "; ".join(lines[:limit]) + (f" (+{len(lines) - limit} more)" if len(lines) > limit else "")
+
+
+def _hub_path(component, layout: str, diffusers: bool) -> str:
+    """Where the Hub layout keeps the component's weights: its own file name when the registry names one (a
+    release among several at a repo's root), else `diffusion_pytorch_model` / `model.safetensors` in its
+    folder (a pipeline repo's `<component>/` when the registry names none)."""
+    own = component.files(layout)
+    folder = component.folder(layout, local=True)
+    if own:
+        return "/".join(filter(None, (folder, own[0].replace("*", ""))))
+    file = "diffusion_pytorch_model.safetensors" if diffusers else "model.safetensors"
+    return f"{folder or component.name}/{file}"
+
+
+def _write(entry, layout: str, root: Path) -> tuple[list[str], dict[str, Path]]:
+    """The model's files in `layout`: (components in the model folder, component -> its official single file);
+    NO_REAL_CONFIG and NOT_BUILT components are left out."""
+    in_folder, single = [], {}
+    for component in entry.components.values():
+        if component.spec is None or (entry.name, component.name) in NO_REAL_CONFIG:
+            continue
+        spec_layout = _spec_layout(entry, component, layout)
+        if spec_layout is None:
+            continue
+        state, name = _state(entry, component, layout)
+        if {(component.spec, spec_layout, None), (component.spec, spec_layout, name)} & NOT_BUILT.keys():
+            continue
+        if spec_layout in NATIVE:
+            write_header_only(table_of(state), root / "model" / _hub_path(component, layout, is_diffusers(name)))
+            in_folder.append(component.name)
+        else:
+            official = _official(component.spec, spec_layout, state)
+            single[component.name] = write_header_only(table_of(official), root / "files" / f"{component.name}.safetensors")
+    return in_folder, single
+
+
+def _check_trees(entry, trees: dict) -> None:
+    problems = []
+    for name, tree in trees.items():
+        config = entry.config[name]
+        want = _zoo_tree(entry.components[name].spec, json.dumps(config, sort_keys=True, default=list))
+        if tree.shapes() != want:
+            problems.append(f"{name}: {_diff(tree.shapes(), want)}")
+    assert not problems, "planned trees differ from the zoo modules' own:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("model, variant, layout", list(_cases()))
+def test_registry_model_at_real_scale(model, variant, layout, tmp_path):
+    entry = get_model(model).select(variant) if variant else get_model(model)
+    unrecorded = {(model, c) for c, comp in entry.components.items() if comp.spec and c not in entry.config}
+    assert unrecorded <= NO_REAL_CONFIG.keys(), f"components without their released config: {sorted(unrecorded)}"
+    in_folder, single = _write(entry, layout, tmp_path)
+    trees = {}
+    if in_folder:
+        result = convert_model(model, source=str(tmp_path / "model"), layout=layout, components=tuple(in_folder),
+                               variant=variant, check=True)
+        trees.update(result.trees)
+    for name, path in single.items():
+        trees.update(convert_model(model, source=str(path), components=(name,), variant=variant, check=True).trees)
+    assert set(trees) == set(in_folder) | set(single)
+    _check_trees(entry, trees)
+
+
+def test_exceptions_are_still_needed():
+    """The lists of gaps above name only what exists (a stale entry would hide a new gap)."""
+    registry = load_registry()
+    docs = (Path(__file__).resolve().parents[2] / "conversion_specs" / "README.md").read_text()
+    for model, component in NO_REAL_CONFIG:
+        assert component in registry[model].components and component not in registry[model].config
+        assert f"`{model}` `{component}`" in docs  # named in conversion_specs/README.md, "Real-scale coverage"
+    specs = {(c.spec, layout) for e in registry.values() for c in e.all_components.values() if c.spec
+             for layout in load_spec(c.spec).layouts}
+    assert {(spec, layout) for spec, layout, _ in NOT_BUILT} <= specs
