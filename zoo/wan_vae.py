@@ -21,7 +21,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -30,6 +30,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from vidax.zoo.attention import attention, local_attention
+from vidax.zoo.configs import pick_fields
 from vidax.zoo.layers import logical_param
 from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR
 from vidax.zoo.runtime import active_mesh, compile_step
@@ -110,6 +111,8 @@ class WanVAEConfig:
     scale_factor_temporal: int = 4
     scale_factor_spatial: int = 8
 
+    IGNORED: ClassVar[Mapping[str, str]] = {"dropout": "training only: residual-block dropout"}
+
     def __post_init__(self):
         if len(self.latents_mean) != self.z_dim or len(self.latents_std) != self.z_dim:
             raise WanVAEError(f"latents_mean/std need {self.z_dim} values (z_dim), got "
@@ -127,10 +130,8 @@ class WanVAEConfig:
 
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "WanVAEConfig":
-        """From diffusers' `vae/config.json` (a dict); unknown entries (`_class_name`, `dropout`) go."""
-        tuples = {"dim_mult", "attn_scales", "temperal_downsample", "latents_mean", "latents_std"}
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: (tuple(v) if k in tuples else v) for k, v in hf.items() if k in names}
+        """From diffusers' `vae/config.json` (a dict); a key that is neither a field nor in `IGNORED` is refused."""
+        kwargs = pick_fields(cls, hf)
         if kwargs.get("scale_factor_temporal") is None:
             kwargs.pop("scale_factor_temporal", None)
         if kwargs.get("scale_factor_spatial") is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from vidax.translator import VidaxError
 from vidax.zoo.configs import pick_fields
@@ -57,6 +57,8 @@ class CogVideoXTransformerConfig:
     use_rotary_positional_embeddings: bool = False
     use_learned_positional_embeddings: bool = False
     patch_bias: bool = True
+
+    IGNORED: ClassVar[Mapping[str, str]] = {"dropout": "training only: attention and feed-forward dropout"}
 
     def __post_init__(self):
         problems = []
@@ -186,6 +188,9 @@ class CogVideoXVAEConfig:
     invert_scale_latents: bool = False
     down_block_types: tuple[str, ...] = ("CogVideoXDownBlock3D",) * 4
     up_block_types: tuple[str, ...] = ("CogVideoXUpBlock3D",) * 4
+
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "force_upcast": "diffusers' hint to run a half-precision VAE in fp32 (vidax picks the VAE dtype itself)"}
 
     def __post_init__(self):
         problems = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from vidax.translator import VidaxError
 from vidax.zoo.configs import HeadsConfig, pick_fields
@@ -47,6 +47,13 @@ class CosmosTransformerConfig(HeadsConfig):
     encoder_hidden_states_channels: int = 1024
     controlnet_block_every_n: int | None = None
     img_context_dim_in: int | None = None
+
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "img_context_dim_out": "size of the image-context cross-attention (Transfer2.5), which only "
+                               "img_context_dim_in switches on and vidax refuses",
+        "img_context_num_tokens": "size of the image-context cross-attention (Transfer2.5), which only "
+                                  "img_context_dim_in switches on and vidax refuses",
+    }
 
     def __post_init__(self):
         if self.extra_pos_embed_type not in (None, "learnable"):

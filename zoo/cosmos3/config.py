@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from vidax.translator import VidaxError
 from vidax.zoo.configs import pick_fields
@@ -54,6 +54,14 @@ class Cosmos3TransformerConfig:
     sound_gen: bool = False
     action_gen: bool = False
 
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "attention_dropout": "training only: attention dropout",
+        "sound_dim": "sound head (sound_gen): vidax generates video only",
+        "sound_latent_fps": "sound head (sound_gen): vidax generates video only",
+        "action_dim": "action head (action_gen): vidax generates video only",
+        "num_embodiment_domains": "action head (action_gen): vidax generates video only",
+    }
+
     def __post_init__(self):
         if self.hidden_act not in ACTIVATIONS:
             raise Cosmos3ConfigError(f"Cosmos3 transformer: hidden_act {self.hidden_act!r} is not one of {ACTIVATIONS}")
@@ -79,7 +87,7 @@ class Cosmos3TransformerConfig:
     def from_hf_config(cls, hf: Mapping[str, Any]) -> Cosmos3TransformerConfig:
         """Build from a diffusers `transformer/config.json` dict (`rope_axes_dim` falls back to
         `rope_scaling.mrope_section`, then (24, 20, 20), as the reference does)."""
-        fields = pick_fields(cls, hf)
+        fields = pick_fields(cls, hf, read=("rope_scaling",))
         if fields.get("rope_axes_dim") is None:
             fields["rope_axes_dim"] = tuple((hf.get("rope_scaling") or {}).get("mrope_section", (24, 20, 20)))
         return cls(**fields)

@@ -11,12 +11,13 @@ Parameter paths mirror transformers' module names under `text_model/` (`embeddin
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, NamedTuple
+from typing import Any, ClassVar, Mapping, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vidax.zoo.configs import check_known
 from vidax.zoo.encoders.common import ENCODER_SHARDING_RULES, Embed, dense_attention, pick_fields, scanned
 from vidax.zoo.encoders.vision import VisionMLP
 from vidax.zoo.layers import Dense, LayerNorm
@@ -39,6 +40,21 @@ class CLIPTextConfig:
     layer_norm_eps: float = 1e-5
     eos_token_id: int = LEGACY_EOS
 
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "dropout": "training only: dropout", "attention_dropout": "training only: dropout",
+        "initializer_factor": "training only: weight-init scale", "initializer_range": "training only: weight-init scale",
+        "projection_dim": "the text projection, which the tower's pooled output does not go through",
+        "gradient_checkpointing": "training only: activation checkpointing",
+    }
+    # a full `CLIPConfig`: everything beside its `text_config`
+    OUTER_IGNORED: ClassVar[Mapping[str, str]] = {
+        "vision_config": "the image tower: vidax runs the text tower only",
+        "vision_config_dict": "transformers 4 duplicate of vision_config", "text_config_dict":
+        "transformers 4 duplicate of text_config", "projection_dim": "the shared projection width (not run)",
+        "logit_scale_init_value": "training only: the contrastive loss's temperature",
+        "initializer_factor": "training only: weight-init scale",
+    }
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
@@ -46,6 +62,8 @@ class CLIPTextConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "CLIPTextConfig":
         """From a transformers `CLIPTextConfig` dict (or a full `CLIPConfig`'s `text_config`)."""
+        if "text_config" in hf:
+            check_known(cls.__name__, hf, ("text_config",), cls.OUTER_IGNORED)
         return cls(**pick_fields(cls, hf.get("text_config", hf)))
 
 

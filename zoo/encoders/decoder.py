@@ -13,13 +13,14 @@ Parameter paths mirror the transformers module names (`layers/self_attn/q_proj`,
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.zoo.configs import check_known
 from vidax.zoo.encoders.common import (
     ENCODER_SHARDING_RULES,
     Embed,
@@ -36,6 +37,11 @@ SHARDING_RULES = ENCODER_SHARDING_RULES
 # transformers rope types supported: the default frequencies (M-RoPE is them for text-only input)
 # and Llama 3.1's wavelength-banded rescaling
 _ROPE_TYPES = ("default", "mrope", "llama3")
+
+
+_VISION = "the vision side of a vision-language model: vidax runs the text tower on text only"
+_WINDOW = ("Qwen2 sliding-window attention: off in every released text tower (use_sliding_window false), "
+           "and prompts are far shorter than the window")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,12 +64,27 @@ class DecoderConfig:
     o_bias: bool = False
     mlp_bias: bool = False
 
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "attention_dropout": "training only: dropout", "initializer_range": "training only: weight-init scale",
+        "pretraining_tp": "how Llama pretraining sliced its matmuls across devices: the same sums",
+        "use_cache": "generation's key/value cache (vidax runs one forward pass)",
+        "use_sliding_window": _WINDOW, "sliding_window": _WINDOW, "max_window_layers": _WINDOW,
+        "layer_types": _WINDOW,
+        "vision_config": _VISION, "image_token_id": _VISION, "video_token_id": _VISION,
+        "vision_start_token_id": _VISION, "vision_end_token_id": _VISION, "vision_token_id": _VISION,
+    }
+    # what `_rope_settings` and `_bias_switches` read beside the fields
+    READ: ClassVar[tuple[str, ...]] = ("rope_parameters", "rope_scaling", "max_position_embeddings", "model_type",
+                                       "attention_bias", "mlp_bias")
+
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> DecoderConfig:
         """From a transformers config dict: Llama, Qwen2, Qwen2.5-VL (full or `text_config`)."""
+        if "text_config" in hf:  # a full vision-language config: the rest is its vision side
+            check_known(cls.__name__, hf, ("text_config",), cls.IGNORED)
         hf = dict(hf.get("text_config", hf))
         theta, llama3 = _rope_settings(hf)
-        return cls(**{**pick_fields(cls, hf), "rope_theta": theta, "llama3_rope": llama3, **_bias_switches(hf)})
+        return cls(**{**pick_fields(cls, hf, read=cls.READ), "rope_theta": theta, "llama3_rope": llama3, **_bias_switches(hf)})
 
     @property
     def kv_heads(self) -> int:

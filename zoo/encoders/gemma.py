@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.zoo.configs import check_known
 from vidax.zoo.encoders.common import ENCODER_SHARDING_RULES, Embed, TextOutput, activation, dense_attention
 from vidax.zoo.layers import Dense, logical_param
 
@@ -45,6 +46,9 @@ class RopeSpec:
     kind: str = "default"  # default | linear | proportional
     factor: float = 1.0
     partial_rotary_factor: float = 1.0
+
+
+_MULTIMODAL = "the image/audio side of the multimodal model: vidax runs the text tower on text only"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,6 +78,25 @@ class GemmaConfig:
     num_kv_shared_layers: int = 0
     use_double_wide_mlp: bool = False
 
+    # the text config's keys `from_hf_config`, `_per_layer_sizes` and `_rope_specs` read
+    READ: ClassVar[tuple[str, ...]] = (
+        "model_type", "use_bidirectional_attention", "num_hidden_layers", "layer_types", "sliding_window_pattern",
+        "_sliding_window_pattern", "vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
+        "num_key_value_heads", "head_dim", "sliding_window", "rms_norm_eps", "hidden_activation",
+        "query_pre_attn_scalar", "attn_logit_softcapping", "attention_k_eq_v", "num_kv_shared_layers",
+        "use_double_wide_mlp", "per_layer_config", "global_head_dim", "num_global_key_value_heads",
+        "rope_parameters", "rope_scaling", "rope_local_base_freq", "rope_theta", "attention_bias")
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "attention_dropout": "training only: dropout", "initializer_range": "training only: weight-init scale",
+        "use_cache": "generation's key/value cache (vidax runs one forward pass)",
+        "final_logit_softcapping": "the LM head's logit cap: vidax returns hidden states, not logits",
+        "max_position_embeddings": "the longest trained sequence; RoPE has no table to outgrow",
+    }
+    OUTER_IGNORED: ClassVar[Mapping[str, str]] = {key: _MULTIMODAL for key in (
+        "vision_config", "audio_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
+        "image_token_index", "boi_token_id", "eoi_token_id", "image_token_id", "video_token_id", "audio_token_id",
+        "boa_token_id", "eoa_token_index", "eoa_token_id")} | {"initializer_range": "training only: weight-init scale"}
+
     def __post_init__(self):
         if self.generation not in (3, 4):
             raise ValueError(f"Gemma text tower: generation {self.generation} is not supported (3 or 4)")
@@ -88,7 +111,12 @@ class GemmaConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "GemmaConfig":
         """From a transformers config dict: the full multimodal model's (reads `text_config`) or the text one's."""
+        if "text_config" in hf:
+            check_known(cls.__name__, hf, ("text_config",), cls.OUTER_IGNORED)
         hf = dict(hf.get("text_config", hf))
+        check_known(cls.__name__, hf, cls.READ, cls.IGNORED)
+        if hf.get("attention_bias"):
+            raise ValueError("Gemma text tower: attention_bias=True is not supported (Gemma projections have none)")
         model_type = hf.get("model_type", "")
         generation = 4 if model_type.startswith("gemma4") else 3 if model_type.startswith("gemma3") else None
         if generation is None:

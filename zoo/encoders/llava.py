@@ -15,12 +15,13 @@ Parameter paths mirror transformers 5 (`vision_tower/vision_model/...`, `multi_m
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vidax.zoo.configs import check_known
 from vidax.zoo.encoders.clip import CLIPVisionModelWithProjection, clip_vision_config
 from vidax.zoo.encoders.common import ENCODER_SHARDING_RULES, TextOutput, activation
 from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
@@ -43,6 +44,16 @@ class LlavaConfig:
     projector_hidden_act: str = "gelu"
     multimodal_projector_bias: bool = True
 
+    # the keys `from_hf_config` reads (its towers' configs are checked by their own readers)
+    READ: ClassVar[tuple[str, ...]] = ("vision_config", "text_config", "image_token_id", "image_token_index",
+                                       "vision_feature_layer", "vision_feature_select_strategy",
+                                       "projector_hidden_act", "multimodal_projector_bias")
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "image_seq_length": "image tokens the processor inserts; vidax counts the placeholders in the ids",
+        "ignore_index": "training only: the loss's ignored label",
+        "vocab_size": "transformers 4 copy of text_config's vocab_size",
+    }
+
     def __post_init__(self):
         if self.vision_feature_select_strategy not in ("default", "full"):
             raise ValueError(f"Llava: vision_feature_select_strategy {self.vision_feature_select_strategy!r} "
@@ -53,6 +64,7 @@ class LlavaConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "LlavaConfig":
         """From a transformers `LlavaConfig` dict (`image_token_index` is the transformers 4 name)."""
+        check_known(cls.__name__, hf, cls.READ, cls.IGNORED)
         image_token = hf.get("image_token_id", hf.get("image_token_index"))
         return cls(vision=clip_vision_config(hf["vision_config"]), text=DecoderConfig.from_hf_config(hf["text_config"]),
                    image_token_id=int(image_token), pad_token_id=hf.get("pad_token_id"),

@@ -23,7 +23,8 @@ SIGLIP_STD = (0.5, 0.5, 0.5)
 def siglip_vision_config(hf: Mapping[str, Any]) -> VisionConfig:
     """`VisionConfig` from a transformers `SiglipVisionConfig` dict (a full `SiglipConfig`'s vision part too)."""
     hf = hf.get("vision_config", hf)
-    return VisionConfig(**pick_fields(VisionConfig, {"hidden_act": "gelu_pytorch_tanh", **hf}), class_token=False,
+    return VisionConfig(**pick_fields(VisionConfig, {"hidden_act": "gelu_pytorch_tanh", **hf},
+                                                   read=("vision_use_head",)), class_token=False,
                         pre_norm=False, patch_bias=True, post_norm_tokens=True,
                         pooling_head=bool(hf.get("vision_use_head", True)), projection_dim=None)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import flax.linen as nn
 import jax
@@ -51,13 +51,26 @@ class T5Config:
     feed_forward_proj: str = "relu"  # "relu", "gated-gelu", "gated-silu", ...
     per_layer_position_bias: bool = False  # UMT5: every layer has its own bias table
 
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "dropout_rate": "training only: dropout", "classifier_dropout": "training only: dropout",
+        "initializer_factor": "training only: weight-init scale",
+        "gradient_checkpointing": "training only: activation checkpointing",
+        "dense_act_fn": "derived by transformers from feed_forward_proj, which is read",
+        "is_gated_act": "derived by transformers from feed_forward_proj, which is read",
+        "num_decoder_layers": "the decoder stack: vidax runs the encoder only",
+        "scale_decoder_outputs": "the decoder's LM-head scaling: vidax runs the encoder only",
+        "use_cache": "the decoder's key/value cache: vidax runs the encoder only",
+        "output_past": "transformers 3 name of use_cache (decoder only)",
+        "n_positions": "nominal length of old T5 configs; relative position buckets have no table to outgrow",
+    }
+
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> T5Config:
         """From a transformers T5 / UMT5 / ByT5 `config.json` dict (model_type picks the bias layout)."""
         model_type = hf.get("model_type", "t5")
         if model_type not in ("t5", "umt5", "mt5"):
             raise ValueError(f"T5 encoder: model_type {model_type!r} is not a T5-family config")
-        return cls(**pick_fields(cls, hf), per_layer_position_bias=model_type == "umt5")
+        return cls(**pick_fields(cls, hf, read=("model_type",)), per_layer_position_bias=model_type == "umt5")
 
     @classmethod
     def from_shapes(cls, shapes: Mapping[str, tuple[int, ...]], feed_forward_proj: str = "gated-gelu") -> T5Config:

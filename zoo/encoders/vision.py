@@ -10,7 +10,7 @@ Parameter paths mirror transformers 5 module names (`embeddings/patch_embedding`
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, Mapping, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -40,6 +40,13 @@ class VisionConfig:
     post_norm_tokens: bool = False  # SigLIP: `last_hidden_state` is post-normed (CLIP: only the pooled token)
     pooling_head: bool = False  # SigLIP `vision_use_head`
     projection_dim: int | None = None  # CLIP `visual_projection`
+
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "dropout": "training only: dropout", "attention_dropout": "training only: dropout",
+        "initializer_factor": "training only: weight-init scale", "initializer_range": "training only: weight-init scale",
+        "gradient_checkpointing": "training only: activation checkpointing",
+        "vocab_size": "a vision tower has no vocabulary (transformers' default Llava vision_config carries one)",
+    }
 
     @property
     def head_dim(self) -> int:

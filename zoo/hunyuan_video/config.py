@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from vidax.zoo.configs import HeadsConfig, pick_fields
 from vidax.zoo.dual_stream import check_attention, shared_sizes
@@ -97,6 +97,15 @@ class VAEConfig:
     tile_sample_stride: int = 192
     tile_sample_min_num_frames: int = 16
     tile_sample_stride_num_frames: int = 12
+
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "down_block_types": "one block kind only: diffusers accepts nothing but HunyuanVideoDownBlock3D (hyvideo's "
+                            "DownEncoderBlockCausal3D is the same block); the count follows block_out_channels",
+        "up_block_types": "one block kind only: diffusers accepts nothing but HunyuanVideoUpBlock3D (hyvideo's "
+                          "UpDecoderBlockCausal3D is the same block); the count follows block_out_channels",
+        "sample_size": "hyvideo's training tile size (pixels); tiling here follows diffusers' tile_sample_* values",
+        "sample_tsize": "hyvideo's training tile length (frames); tiling here follows diffusers' tile_sample_* values",
+    }
 
     def __post_init__(self):
         if self.temporal_compression_ratio != 4:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from vidax.zoo.configs import HeadsConfig, pick_fields
 from vidax.zoo.dual_stream import check_attention, shared_sizes
@@ -95,6 +95,11 @@ class VAEConfig:
     # Tiling as diffusers' `enable_tiling()` defaults it (pixels; the latent tile is this / 16).
     tile_sample_min_size: int = 256
     tile_overlap_factor: float = 0.25
+
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "sample_size": "hyvideo's training tile size (pixels); tiling here follows diffusers' enable_tiling() values",
+        "sample_tsize": "hyvideo's training tile length (frames); tiling here follows diffusers' values",
+    }
 
     @cached_property
     def tile_latent_min_size(self) -> int:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
+
 from vidax.translator import VidaxError
+from vidax.zoo.configs import check_known, pick_fields
 
 ACROSS_HEADS = "rms_norm_across_heads"  # the only q/k norm the released Wan models use
 
@@ -52,6 +54,11 @@ class WanTransformerConfig:
     pos_embed_seq_len: int | None = None
     text_len: int = 512
     model_type: str | None = None
+
+    # the official `WanModel` config's keys, all read by `_official_fields`
+    OFFICIAL_KEYS: ClassVar[frozenset[str]] = frozenset({
+        "dim", "num_heads", "model_type", "patch_size", "in_dim", "out_dim", "text_dim", "freq_dim", "ffn_dim",
+        "num_layers", "cross_attn_norm", "qk_norm", "eps", "text_len", "window_size"})
 
     def __post_init__(self):
         if self.qk_norm != ACROSS_HEADS:
@@ -103,8 +110,7 @@ def _is_official(hf: Mapping[str, Any]) -> bool:
 
 
 def _diffusers_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(WanTransformerConfig)}
-    out = {k: tuple(v) if isinstance(v, list) else v for k, v in hf.items() if k in names}
+    out = pick_fields(WanTransformerConfig, hf)
     if out.get("out_channels") is None:  # diffusers: `out_channels or in_channels`
         out["out_channels"] = out.get("in_channels", WanTransformerConfig.in_channels)
     return out
@@ -112,6 +118,9 @@ def _diffusers_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 def _official_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Official `WanModel` config -> diffusers fields (as diffusers' single-file loader maps them)."""
+    check_known("WanModel", hf, WanTransformerConfig.OFFICIAL_KEYS)
+    if tuple(hf.get("window_size", (-1, -1))) != (-1, -1):  # the released models attend globally
+        raise WanConfigError(f"Wan transformer: local attention window_size {hf['window_size']} is not supported")
     dim, heads = int(hf["dim"]), int(hf["num_heads"])
     if dim % heads:
         raise WanConfigError(f"Wan transformer: dim {dim} is not a multiple of num_heads {heads}")
