@@ -86,8 +86,12 @@ class Cosmos3TransformerConfig:
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> Cosmos3TransformerConfig:
         """Build from a diffusers `transformer/config.json` dict (`rope_axes_dim` falls back to
-        `rope_scaling.mrope_section`, then (24, 20, 20), as the reference does)."""
-        fields = pick_fields(cls, hf, read=("rope_scaling",))
+        `rope_scaling.mrope_section`, then (24, 20, 20), as the reference does; the released configs'
+        `temporal_compression_factor`, which the pipeline's positions use, must be the VAE's 4)."""
+        fields = pick_fields(cls, hf, read=("rope_scaling", "temporal_compression_factor"))
+        if hf.get("temporal_compression_factor", 4) != 4:  # the positions' fps scale (`rope.py`) assumes the VAE's 4
+            raise Cosmos3ConfigError(f"Cosmos3 transformer: temporal_compression_factor "
+                                     f"{hf['temporal_compression_factor']} is not supported (only 4, the Wan2.2 VAE's)")
         if fields.get("rope_axes_dim") is None:
             fields["rope_axes_dim"] = tuple((hf.get("rope_scaling") or {}).get("mrope_section", (24, 20, 20)))
         return cls(**fields)
