@@ -236,6 +236,7 @@ def test_decode_noise_order(reference, tmp_path, monkeypatch, layout):
     from diffusers import AutoencoderKLLTXVideo
 
     from vidax.zoo.registry import make_pipeline
+    from vidax.zoo.stages import Run
 
     root = reference[0]
     g = torch.Generator().manual_seed(9)
@@ -245,7 +246,7 @@ def test_decode_noise_order(reference, tmp_path, monkeypatch, layout):
     opts = options(root, weights=str(weights), decode_noise_scale=0.3, decode_timestep=0.2)
     family = make_pipeline(MODEL, opts)
     family.options = opts
-    frames = family.decode(family.resolve_settings(opts), jnp.asarray(z.numpy()))
+    frames = family.decode(Run(family, opts), family.resolve_settings(opts), jnp.asarray(z.numpy())).frames
     vae = AutoencoderKLLTXVideo.from_pretrained(root / "model" / "vae").eval()
     mean, std = vae.latents_mean.view(1, -1, 1, 1, 1), vae.latents_std.view(1, -1, 1, 1, 1)
     if layout == "diffusers":
