@@ -9,7 +9,8 @@ its own embedder and configs, and reads its sizes off the converted tree with `s
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import dataclasses
+from typing import Any, ClassVar, Mapping
 
 import flax.linen as nn
 import jax
@@ -18,6 +19,7 @@ import numpy as np
 from flax import struct
 
 from vidax.zoo.attention import attention, joint_attention
+from vidax.zoo.configs import HeadsConfig, pick_fields
 from vidax.zoo.dit import Params, StackedTransformer
 from vidax.zoo.layers import (
     Dense,
@@ -33,7 +35,7 @@ from vidax.zoo.layers import (
     unpatchify,
 )
 from vidax.zoo.rope import rotate_interleaved as apply_rope
-from vidax.zoo.sharding import constrain
+from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
 # Either HunyuanVideo's transformer config (1.0's or 1.5's): the fields these pieces read have the same
 # names and meanings in both. A block's `ctx` is the family's own `Context` (its `temb`, RoPE tables and
@@ -48,6 +50,29 @@ def check_attention(cfg: Any, where: str) -> None:
     if sum(cfg.rope_axes_dim) != cfg.attention_head_dim:
         raise ValueError(f"{where}: rope_axes_dim {cfg.rope_axes_dim} must sum to attention_head_dim "
                          f"{cfg.attention_head_dim}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DualStreamConfig(HeadsConfig):
+    """The transformer fields both HunyuanVideo DiTs take alike, with diffusers' shared defaults; each
+    family's `TransformerConfig` adds its own and its own defaults for sizes."""
+
+    where: ClassVar[str] = "HunyuanVideo transformer"  # names the model in errors
+    attention_head_dim: int = 128
+    num_refiner_layers: int = 2
+    mlp_ratio: float = 4.0
+    patch_size_t: int = 1
+    qk_norm: str = "rms_norm"
+    rope_theta: float = 256.0
+    rope_axes_dim: tuple[int, int, int] = (16, 56, 56)
+
+    def __post_init__(self):
+        check_attention(self, self.where)
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any]):
+        """Build from a diffusers `transformer/config.json` dict."""
+        return cls(**pick_fields(cls, hf))
 
 
 def shared_sizes(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
@@ -67,13 +92,6 @@ def shared_sizes(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
         patch_size_t=pt,
         text_embed_dim=shapes["context_embedder/proj_in/kernel"][0],
     )
-
-
-# Sequence parallel splits the video tokens and never the (short, replicated) joint text tokens.
-VIDEO_AXES = ("batch", "seq", "act_embed")
-
-
-TEXT_AXES = ("batch", "text_seq", "act_embed")
 
 
 @struct.dataclass

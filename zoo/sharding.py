@@ -30,6 +30,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR, MeshError, valid_degrees
 from vidax.zoo.runtime import Rules, active_mesh, active_rules
 
+# Token activations `[B, S, D]` by what they hold: sequence parallel splits the video tokens; text (and
+# other short streams) stays whole on every device.
+VIDEO_AXES = ("batch", "seq", "act_embed")
+TEXT_AXES = ("batch", "text_seq", "act_embed")
+
 # The shared DiT table: Megatron column->row on "heads"/"mlp", Ulysses on "seq", CFG on "batch".
 TRANSFORMER_RULES: Rules = (
     ("batch", DATA),

@@ -48,11 +48,7 @@ from vidax.zoo.layers import (
 )
 from vidax.zoo.rope import rotate_interleaved as apply_rope
 from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import constrain
-
-# Sequence parallel splits the video tokens; the text tokens stay whole on every device.
-VIDEO_AXES = ("batch", "seq", "act_embed")
-TEXT_AXES = ("batch", "text_seq", "act_embed")
+from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
 # How the position table enters (static per input size).
 SINCOS, LEARNED = "sincos", "learned"

@@ -46,10 +46,8 @@ from vidax.zoo.layers import (
 )
 from vidax.zoo.rope import rotate_half
 from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import constrain
+from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
-VIDEO_AXES = ("batch", "seq", "act_embed")  # sequence parallel splits the video tokens
-CONTEXT_AXES = ("batch", "text_seq", "act_embed")  # the text stays whole on every device
 QK_NORM_EPS = 1e-5  # diffusers `Attention(qk_norm="rms_norm")` keeps its default eps
 ADALN_EPS = 1e-6
 
@@ -329,7 +327,7 @@ class CosmosTransformer(StackedTransformer):
         cos, sin = rope_tables(cfg.attention_head_dim, grid, cfg.rope_scale, fps)
         if pos is not None:
             pos = constrain(pos, (None, "seq", "act_embed"))
-        return video, Context(emb, temb, constrain(text, CONTEXT_AXES), jnp.asarray(cos), jnp.asarray(sin), pos, grid)
+        return video, Context(emb, temb, constrain(text, TEXT_AXES), jnp.asarray(cos), jnp.asarray(sin), pos, grid)
 
     def _check_inputs(self, latents, timestep, text, condition_mask) -> tuple[int, int, int]:
         """The post-patch grid; one clear error for inputs the reference would reject or misread."""

@@ -38,10 +38,8 @@ from vidax.zoo.encoders.common import Embed, dense_attention
 from vidax.zoo.layers import Dense, RMSNorm, patchify, timestep_sinusoid, unpatchify
 from vidax.zoo.rope import rotate_half
 from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import constrain
+from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
-VIDEO_AXES = ("batch", "seq", "act_embed")  # sequence parallel splits the video tokens
-TEXT_AXES = ("batch", "text_seq", "act_embed")  # the prompt stays whole on every device
 TIME_PROJ_DIM = 256
 
 

@@ -6,37 +6,31 @@ import dataclasses
 from functools import cached_property
 from typing import Any, ClassVar, Mapping
 
-from vidax.zoo.configs import HeadsConfig, pick_fields
-from vidax.zoo.dual_stream import check_attention, shared_sizes
+from vidax.zoo.configs import pick_fields
+from vidax.zoo.dual_stream import DualStreamConfig, shared_sizes
 
 IMAGE_CONDITION_TYPES = (None, "latent_concat", "token_replace")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TransformerConfig(HeadsConfig):
+class TransformerConfig(DualStreamConfig):
     """Follows diffusers `HunyuanVideoTransformer3DModel`'s constructor arguments and defaults (the 13B T2V)."""
 
+    where: ClassVar[str] = "HunyuanVideo transformer"
     in_channels: int = 16
     out_channels: int = 16
     num_attention_heads: int = 24
-    attention_head_dim: int = 128
     num_layers: int = 20
     num_single_layers: int = 40
-    num_refiner_layers: int = 2
-    mlp_ratio: float = 4.0
     patch_size: int = 2
-    patch_size_t: int = 1
-    qk_norm: str = "rms_norm"
     guidance_embeds: bool = True
     text_embed_dim: int = 4096
     pooled_projection_dim: int = 768
-    rope_theta: float = 256.0
-    rope_axes_dim: tuple[int, int, int] = (16, 56, 56)
     image_condition_type: str | None = None
 
     def __post_init__(self):
-        where = "HunyuanVideo transformer"
-        check_attention(self, where)
+        super().__post_init__()
+        where = self.where
         if self.image_condition_type not in IMAGE_CONDITION_TYPES:
             raise ValueError(f"{where}: image_condition_type {self.image_condition_type!r} is not one of "
                              f"{IMAGE_CONDITION_TYPES}")
@@ -53,11 +47,6 @@ class TransformerConfig(HeadsConfig):
     @cached_property
     def token_replace(self) -> bool:
         return self.image_condition_type == "token_replace"
-
-    @classmethod
-    def from_hf_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
-        """Build from a diffusers `transformer/config.json` dict."""
-        return cls(**pick_fields(cls, hf))
 
     @classmethod
     def from_param_shapes(cls, shapes: Mapping[str, tuple[int, ...]], **fixed: Any) -> "TransformerConfig":

@@ -6,45 +6,31 @@ import dataclasses
 from functools import cached_property
 from typing import Any, ClassVar, Mapping
 
-from vidax.zoo.configs import HeadsConfig, pick_fields
-from vidax.zoo.dual_stream import check_attention, shared_sizes
+from vidax.zoo.configs import pick_fields
+from vidax.zoo.dual_stream import DualStreamConfig, shared_sizes
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TransformerConfig(HeadsConfig):
+class TransformerConfig(DualStreamConfig):
     """Follows diffusers `HunyuanVideo15Transformer3DModel`'s constructor arguments and defaults."""
 
+    where: ClassVar[str] = "HunyuanVideo-1.5 transformer"
     in_channels: int = 65
     out_channels: int = 32
     num_attention_heads: int = 16
-    attention_head_dim: int = 128
     num_layers: int = 54
-    num_refiner_layers: int = 2
-    mlp_ratio: float = 4.0
     patch_size: int = 1
-    patch_size_t: int = 1
-    qk_norm: str = "rms_norm"
     text_embed_dim: int = 3584
     text_embed_2_dim: int = 1472
     image_embed_dim: int = 1152
-    rope_theta: float = 256.0
-    rope_axes_dim: tuple[int, int, int] = (16, 56, 56)
     target_size: int = 640
     task_type: str = "i2v"
     use_meanflow: bool = False
-
-    def __post_init__(self):
-        check_attention(self, "HunyuanVideo-1.5 transformer")
 
     @cached_property
     def byt5_hidden(self) -> int:
         # diffusers hard-codes the ByT5 projection's hidden width.
         return 2048
-
-    @classmethod
-    def from_hf_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
-        """Build from a diffusers `transformer/config.json` dict."""
-        return cls(**pick_fields(cls, hf))
 
     @classmethod
     def from_official_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":

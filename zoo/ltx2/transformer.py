@@ -28,27 +28,15 @@ from flax import struct
 
 from vidax.zoo.attention import attention
 from vidax.zoo.dit import Params, StackedTransformer
-from vidax.zoo.layers import (
-    Dense,
-    FeedForward,
-    LayerNorm,
-    MLPEmbedder,
-    RMSNorm,
-    gelu_tanh,
-    logical_param,
-    modulate,
-    split_heads,
-    timestep_sinusoid,
-)
+from vidax.zoo.layers import Dense, FeedForward, LayerNorm, MLPEmbedder, RMSNorm, gelu_tanh, logical_param
+from vidax.zoo.layers import modulate, split_heads, timestep_sinusoid
 from vidax.zoo.ltx2.config import TransformerConfig
 from vidax.zoo.ltx2.rope import RopeTables, apply_rope
 from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import constrain
+from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
-# Sequence parallel splits the video tokens; audio tokens (~126 for 5 s) and text stay whole.
-VIDEO_AXES = ("batch", "seq", "act_embed")
+# Audio tokens (~126 for 5 s) stay whole under sequence parallel, as text does (`TEXT_AXES`).
 AUDIO_AXES = ("batch", "audio_seq", "act_embed")
-CONTEXT_AXES = ("batch", "text_seq", "act_embed")
 VIDEO_MOD_AXES = ("batch", "seq", None, "act_embed")  # per-token (I2V) modulation follows its tokens
 AUDIO_MOD_AXES = ("batch", "audio_seq", None, "act_embed")
 
@@ -218,7 +206,7 @@ class Embedder(nn.Module):
                     ca_video=constrain(ca_video, VIDEO_MOD_AXES), ca_video_gate=constrain(ca_video_gate, VIDEO_MOD_AXES),
                     ca_audio=ca_audio, ca_audio_gate=ca_audio_gate, prompt=prompt, prompt_audio=prompt_audio,
                     embedded=embedded, embedded_audio=embedded_audio)
-        return streams, mods, constrain(text, CONTEXT_AXES), constrain(audio_text, CONTEXT_AXES)
+        return streams, mods, constrain(text, TEXT_AXES), constrain(audio_text, TEXT_AXES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -375,16 +375,28 @@ class LTXVideoFamily(Family):
 
     @property
     def size_multiple(self) -> int:
+        """diffusers' LTX pipelines refuse sides that are not multiples of 32 (VAE x patch); the official
+        `inference.py` takes any size (it pads, `padding`)."""
+        return 1 if self.pipeline_class == "official" else self._grid_multiple()
+
+    def _grid_multiple(self) -> int:
         return self.vae_config.spatial_ratio * self.dit_config.patch_size
 
     @property
     def frame_step(self) -> int:
         """diffusers' LTX pipelines take any frame count: the latents hold `(F - 1) // 8 + 1` frames, which
-        decode to `8k + 1` (12 -> 9). The official pipeline pads to `8k + 1` and crops, which vidax does not
-        run: official checkpoints take `8k + 1` frames."""
-        if self.pipeline_class != "official" and self.dit_config.patch_size_t == 1:
+        decode to `8k + 1` (12 -> 9). The official `inference.py` takes any count too: it pads to `8k + 1` and
+        crops the output back (`padding`)."""
+        if self.pipeline_class == "official" or self.dit_config.patch_size_t == 1:
             return 1
         return self.vae_config.temporal_ratio * self.dit_config.patch_size_t
+
+    def padding(self, s: LTXSettings) -> L.Padding:
+        """The size a request runs at: the official `inference.py`'s padded size (frames 8k + 1, sides
+        multiples of 32; the output cropped back in `decode`); diffusers folders run the size asked for."""
+        if self.pipeline_class == "official":
+            return L.official_padding(s.height, s.width, s.frames)
+        return L.Padding(s.frames, s.height, s.width)
 
     def folder_settings(self) -> dict:
         if self.layout == "official" or self.source_or_none is None:
@@ -448,7 +460,7 @@ class LTXVideoFamily(Family):
                                     "(--stg-skip-blocks, or --stg 0)")
         if self.multi_scale(s):
             h, w = self._first_size(s)
-            if h < self.size_multiple or w < self.size_multiple:
+            if h < self._grid_multiple() or w < self._grid_multiple():
                 raise PipelineError(f"{s.height}x{s.width} x downscale {s.downscale_factor} leaves no first pass; "
                                     "give a larger size or --no-multi-scale")
 
@@ -459,9 +471,10 @@ class LTXVideoFamily(Family):
         return "conditioned on an image"
 
     def _first_size(self, s: LTXSettings) -> tuple[int, int]:
-        """The official first pass's size: each side x downscale, down to the VAE's multiple."""
+        """The official first pass's size: each side of the (padded) size x downscale, down to the VAE's multiple."""
         step = self.vae_config.spatial_ratio
-        h, w = int(s.height * s.downscale_factor), int(s.width * s.downscale_factor)
+        pad = self.padding(s)
+        h, w = int(pad.height * s.downscale_factor), int(pad.width * s.downscale_factor)
         return h - h % step, w - w % step
 
     def _grid(self, frames: int, height: int, width: int) -> tuple[int, int, int]:
@@ -470,14 +483,17 @@ class LTXVideoFamily(Family):
             width // v.spatial_ratio // c.patch_size
 
     def latent_shape(self, s: LTXSettings) -> tuple[int, ...]:
-        """`[1, C, F', H', W']` of the initial noise (the first pass's size in a multi-scale run)."""
-        height, width = self._first_size(s) if self.multi_scale(s) else (s.height, s.width)
+        """`[1, C, F', H', W']` of the initial noise (the `--latents` layout): at the padded size of an
+        official checkpoint (`padding`), the first pass's size in a multi-scale run."""
+        pad = self.padding(s)
+        height, width = self._first_size(s) if self.multi_scale(s) else (pad.height, pad.width)
         v = self.vae_config
-        return (1, v.latent_channels, (s.frames - 1) // v.temporal_ratio + 1, height // v.spatial_ratio,
+        return (1, v.latent_channels, (pad.frames - 1) // v.temporal_ratio + 1, height // v.spatial_ratio,
                 width // v.spatial_ratio)
 
     def tokens(self, s: Settings) -> int:
-        return math.prod(self._grid(s.frames, s.height, s.width))
+        pad = self.padding(s)
+        return math.prod(self._grid(pad.frames, pad.height, pad.width))
 
     def base_sigmas(self, s: Settings) -> np.ndarray:
         """`LTXPipeline`'s `np.linspace(1.0, 1 / n, n)`."""
@@ -519,12 +535,14 @@ class LTXVideoFamily(Family):
 
     def _passes(self, s: LTXSettings) -> list[Pass]:
         extra = self.options.extra or {}
-        return passes.plan_passes(s, multi_scale=self.multi_scale(s), first_size=self._first_size(s),
+        pad = self.padding(s)
+        return passes.plan_passes(dataclasses.replace(s, height=pad.height, width=pad.width),
+                                  multi_scale=self.multi_scale(s), first_size=self._first_size(s),
                                   user_timesteps=extra.get("timesteps") is not None,
                                   user_steps=self.options.steps is not None)
 
     def _schedule(self, s: LTXSettings, p: Pass, ref: str):
-        tokens = math.prod(self._grid(s.frames, p.height, p.width))
+        tokens = math.prod(self._grid(self.padding(s).frames, p.height, p.width))
         try:
             return passes.pass_schedule(p, ref, self.scheduler, tokens)
         except ValueError as err:
@@ -608,7 +626,7 @@ class LTXVideoFamily(Family):
         ref = self.reference(s)
         cfg = self.dit_config
         s_pass = dataclasses.replace(s, height=p.height, width=p.width)
-        f, h, w = self._grid(s.frames, p.height, p.width)
+        f, h, w = self._grid(self.padding(s).frames, p.height, p.width)
         token_mask = init_tokens = None
         num_extra = 0
         schedule = None
@@ -667,7 +685,7 @@ class LTXVideoFamily(Family):
                 frames = [read_image(item.path)]
             if (len(frames) - 1) % self.vae_config.temporal_ratio:
                 raise PipelineError(f"{item.path}: a conditioning video needs 8k+1 frames, got {len(frames)}")
-            pixels = np.concatenate([vae_image(np.asarray(frame, np.uint8), p.height, p.width) for frame in frames], axis=2)
+            pixels = self._condition_pixels(s, p, frames)
             tiles = self._tiles(s, encode_peak_bytes(self.vae_config, pixels.shape[2], p.height, p.width), params)
             moments = vae.encode(params, jnp.asarray(pixels), tiling=tiles)
             eps = run.host_noise(3, offset + 2 * k, (1, moments.shape[1] // 2, *moments.shape[2:]))
@@ -681,6 +699,22 @@ class LTXVideoFamily(Family):
             out.append(L.Condition(np.asarray(z, np.float32), item.frame_index, item.strength, blend))
         run.done(params)
         return out
+
+    def _condition_pixels(self, s: LTXSettings, p: Pass, frames: Sequence[np.ndarray]) -> np.ndarray:
+        """A condition's frames as the VAE takes them, `[1, 3, n, H, W]` at the pass's size. At an official
+        padded size: each frame at the requested size, zero-padded by the run's margins (`inference.py`'s
+        `load_media_file`), then resized bilinearly to the pass's size where it differs (the pipeline's
+        `resize_tensor`: a multi-scale pass)."""
+        pad = self.padding(s)
+        if not pad.spatial:
+            return np.concatenate([vae_image(np.asarray(f, np.uint8), p.height, p.width) for f in frames], axis=2)
+        pixels = L.pad_pixels(np.concatenate([vae_image(np.asarray(f, np.uint8), s.height, s.width)
+                                              for f in frames], axis=2), pad)
+        if pixels.shape[3:] == (p.height, p.width):
+            return pixels
+        hwc = pixels[0].transpose(1, 2, 3, 0)  # [n, H, W, 3]
+        resized = np.stack([np.asarray(_resize(jnp.asarray(f), (p.height, p.width))) for f in hwc])
+        return resized.transpose(3, 0, 1, 2)[None]
 
     def _vae(self, run: Run) -> tuple[LTXVideoVAE, Any]:
         part = self.component("vae")
@@ -707,8 +741,9 @@ class LTXVideoFamily(Family):
     # --- decode --------------------------------------------------------------------------------
 
     def decode(self, run: Run, s: LTXSettings, latents: jax.Array) -> Decoded:
-        """Final latents -> float32 frames `[F, H, W, 3]` in [0, 1] (resized to the requested size after a
-        multi-scale run, as `LTXMultiScalePipeline`)."""
+        """Final latents -> float32 frames `[F, H, W, 3]` in [0, 1]: resized to the (padded) size after a
+        multi-scale run, as `LTXMultiScalePipeline`; an official padded run cropped back to the request
+        (`inference.py`)."""
         vae, params = self._vae(run)
         cfg = self.vae_config
         z = jnp.asarray(latents, jnp.float32)
@@ -739,9 +774,13 @@ class LTXVideoFamily(Family):
         video = np.asarray(vae.decode(params, z, timestep, maps, tiling=tiles), np.float32)
         run.done(params)
         frames = np.clip(video[0] / 2 + 0.5, 0.0, 1.0).transpose(1, 2, 3, 0)  # [F, H, W, 3]
-        if frames.shape[1:3] != (s.height, s.width):  # frame by frame: one compiled resize, the video on the host
-            frames = np.stack([np.asarray(_resize(jnp.asarray(f), (s.height, s.width))) for f in frames])
-        return Decoded(np.asarray(frames, np.float32))
+        pad = self.padding(s)
+        if frames.shape[1:3] != (pad.height, pad.width):  # frame by frame: one compiled resize, the video on the host
+            frames = np.stack([np.asarray(_resize(jnp.asarray(f), (pad.height, pad.width))) for f in frames])
+        if pad == L.Padding(s.frames, s.height, s.width):
+            return Decoded(np.asarray(frames, np.float32))
+        frames = L.crop_padding(frames, pad, s.frames)
+        return Decoded(np.asarray(frames, np.float32), settings={"padded_size": [pad.frames, pad.height, pad.width]})
 
     def _tiles(self, s: LTXSettings, working: int, params: Any) -> TileSizes | None:
         """The VAE's tiles: --vae-tiling / --no-vae-tiling, else tiles only when the whole video's call (its
@@ -759,8 +798,8 @@ class LTXVideoFamily(Family):
         dit = LTXVideoTransformer(cfg)
         sizes = dit_sizes(dit.param_shapes(), dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim, heads=cfg.num_attention_heads,
                           text_dim=cfg.inner_dim)
-        passes = self._passes(s)
-        tokens = max(math.prod(self._grid(s.frames, p.height, p.width)) for p in passes)
+        passes, pad = self._passes(s), self.padding(s)
+        tokens = max(math.prod(self._grid(pad.frames, p.height, p.width)) for p in passes)
         batch = 1
         for p in passes:
             for g in self._guides(s, p):
@@ -772,7 +811,7 @@ class LTXVideoFamily(Family):
             if t5 else 4_760_000_000
         vae_params = sum(math.prod(shape) for shape in LTXVideoVAE(vae_cfg).param_shapes().values())
         last = passes[-1]
-        whole = decode_peak_bytes(vae_cfg, s.frames, last.height, last.width)
+        whole = decode_peak_bytes(vae_cfg, pad.frames, last.height, last.width)
         tiles = tiles_for(s.vae_tiling, vae_params * width + whole)
         return Job(
             sizes,
@@ -786,7 +825,7 @@ class LTXVideoFamily(Family):
             text_encoder_bytes=width,
             vae_params=vae_params,
             vae_weight_bytes=4 if options.dtype == "float32" else None,
-            vae_peak_activation_bytes=decode_peak_bytes(vae_cfg, s.frames, last.height, last.width, tiles),
+            vae_peak_activation_bytes=decode_peak_bytes(vae_cfg, pad.frames, last.height, last.width, tiles),
             blockwise_attention=jax.default_backend() == "cpu",
         )
 

@@ -312,6 +312,55 @@ def trim_conditioning_frames(start_frame: int, frames: int, target_frames: int) 
 
 
 # ---------------------------------------------------------------------------------------------
+# The official request padding (Lightricks' `inference.py`)
+
+
+@dataclasses.dataclass(frozen=True)
+class Padding:
+    """A request of any size, as the official `inference.py` runs it: the pipeline at the padded size
+    (`frames` 8k + 1, `height` and `width` multiples of 32: the initial noise has the padded shape), then
+    the video cropped back, `video[:F, top:height - bottom, left:width - right]`. Conditioning media are
+    zero-padded (0 in [-1, 1]: mid-grey) by the same margins."""
+
+    frames: int
+    height: int
+    width: int
+    top: int = 0
+    bottom: int = 0
+    left: int = 0
+    right: int = 0
+
+    @property
+    def spatial(self) -> bool:
+        return bool(self.top or self.bottom or self.left or self.right)
+
+
+def official_padding(height: int, width: int, frames: int) -> Padding:
+    """`inference.py`'s `height_padded`, `width_padded`, `num_frames_padded` and `calculate_padding`: each
+    side up to the next multiple of 32, the frames up to the next 8k + 1 (`((F - 2) // 8 + 1) * 8 + 1`, floor
+    division: 1 stays 1); the margin split with its smaller half at the top / left."""
+    padded_h = ((height - 1) // VAE_SPATIAL + 1) * VAE_SPATIAL
+    padded_w = ((width - 1) // VAE_SPATIAL + 1) * VAE_SPATIAL
+    padded_f = ((frames - 2) // VAE_TEMPORAL + 1) * VAE_TEMPORAL + 1
+    top, left = (padded_h - height) // 2, (padded_w - width) // 2
+    return Padding(padded_f, padded_h, padded_w, top, padded_h - height - top, left, padded_w - width - left)
+
+
+def pad_pixels(pixels: np.ndarray, padding: Padding) -> np.ndarray:
+    """Conditioning pixels `[B, 3, F, H, W]` at the requested size, zero-padded to the padded size
+    (`torch.nn.functional.pad(media, (left, right, top, bottom))`)."""
+    margins = [(0, 0)] * (pixels.ndim - 2) + [(padding.top, padding.bottom), (padding.left, padding.right)]
+    return np.pad(pixels, margins)
+
+
+def crop_padding(frames: np.ndarray, padding: Padding, num_frames: int) -> np.ndarray:
+    """Frames `[F', H', W', 3]` at the padded size -> the request's first `num_frames` frames, the margins
+    cut (`images[:, :, :num_frames, pad_top:-pad_bottom, pad_left:-pad_right]`)."""
+    h, w = frames.shape[1:3]
+    return frames[:num_frames, padding.top:h - padding.bottom, padding.left:w - padding.right]
+
+
+# ---------------------------------------------------------------------------------------------
 # Guidance and the multi-scale pass
 
 

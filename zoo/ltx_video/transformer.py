@@ -63,11 +63,8 @@ from vidax.zoo.layers import (
 from vidax.zoo.ltx_video.config import TransformerConfig
 from vidax.zoo.rope import rotate_interleaved
 from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import constrain
+from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
-# Sequence parallel splits the video tokens; the caption stays whole on every device.
-VIDEO_AXES = ("batch", "seq", "act_embed")
-CONTEXT_AXES = ("batch", "text_seq", "act_embed")
 MOD_AXES = ("batch", "seq", "act_embed")  # per-token modulation follows its tokens
 ROPE_AXES = ("batch", "seq", "act_heads")  # tables follow q/k: split by tokens (sp) and width (tp)
 TIME_FREQ_DIM = 256  # PixArtAlphaCombinedTimestepSizeEmbeddings' Timesteps(256)
@@ -131,7 +128,7 @@ class Embedder(nn.Module):
         modulation = modulation.reshape(b, -1, 6 * cfg.inner_dim)  # [B, 1 or S, 6D], as diffusers' view
         embedded = embedded.reshape(b, -1, cfg.inner_dim)
         hidden = constrain(hidden.astype(self.residual_dtype), VIDEO_AXES)
-        return hidden, modulation, embedded, constrain(text, CONTEXT_AXES)
+        return hidden, modulation, embedded, constrain(text, TEXT_AXES)
 
 
 # ---------------------------------------------------------------------------------------------

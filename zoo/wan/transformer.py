@@ -40,14 +40,11 @@ from vidax.zoo.layers import (
     unpatchify,
 )
 from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import constrain
+from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.rope import rotate_interleaved as apply_rope
 from vidax.zoo.wan.rope import rope_tables
 
-# Sequence parallel splits the video tokens; the text/image context stays whole on every device.
-VIDEO_AXES = ("batch", "seq", "act_embed")
-CONTEXT_AXES = ("batch", "text_seq", "act_embed")
 MOD_AXES = ("batch", "seq", None, "act_embed")  # per-token modulation follows its tokens
 
 
@@ -115,9 +112,9 @@ class Embedder(nn.Module):
         temb = temb.reshape(b, -1, cfg.inner_dim)  # [B, 1 or S, D]
         proj = proj.reshape(b, -1, 6, cfg.inner_dim)  # [B, 1 or S, 6, D]
         if image is not None:
-            image = constrain(image, CONTEXT_AXES)
+            image = constrain(image, TEXT_AXES)
         video = constrain(video.astype(self.residual_dtype), VIDEO_AXES)
-        return video, temb, proj, constrain(text, CONTEXT_AXES), image
+        return video, temb, proj, constrain(text, TEXT_AXES), image
 
 
 # ---------------------------------------------------------------------------------------------
