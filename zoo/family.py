@@ -52,6 +52,7 @@ from vidax.zoo.pipeline import (
     Progress,
     StageTimer,
     WeightsSource,
+    check_output_room,
     load_latents,
     release,
     seeded_noise,
@@ -639,6 +640,7 @@ class Family:
             self._check_multiprocess_source()
             inputs = self.read_inputs(options)
             s = self.resolve_settings(options, inputs.images)
+            check_output_room(options, s, self.latent_shape(s))  # before any work: room for the outputs
             inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if self.needs_negative(s) else None)
             self.mesh = self.make_mesh(options)
             latents = self.initial_latents(s, options)
