@@ -93,6 +93,7 @@ def test_video_streams_progress_and_equals_vidax_gen(server, serve_env, defaults
     final = seen[-1]
     assert final["settings"]["seed"] == 7 and final["settings"]["steps"] == defaults["steps"]
     assert final["times"]["denoise"] > 0
+    assert final["settings"]["layout_choice"] != "as given"  # the planner's choice, remembered from the warm-up
     assert final["command"] == f"vidax-gen {MODEL} --prompt '{PROMPT}' --seed 7 --out video.npy"
     sidecar = httpx.get(server.url + final["content"], params={"variant": "sidecar"}).json()
     assert sidecar["seed"] == 7 and sidecar["outputs"] == {"video": f"{job_id}.npy", "sidecar": f"{job_id}.json"}
