@@ -118,8 +118,7 @@ def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
 
     planned = plan_layouts(make_pipeline(options.model, options), options, devices, device_bytes)
     gib = lambda n: f"{n / 2**30:.2f}"  # noqa: E731
-    table = Table(title=f"{options.model} at {planned.size}: GiB per device on {planned.devices} x "
-                        f"{planned.device_bytes / 2**30:.1f} GiB, fastest first")
+    table = Table()
     table.add_column("layout", no_wrap=True)
     for column in ("weights", "activations", "text encoder", "VAE", "peak", "fits"):
         table.add_column(column, justify="right")
@@ -127,6 +126,8 @@ def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
         table.add_row(layout.describe(), gib(p.weights), gib(p.activations), gib(p.text_encoder), gib(p.vae),
                       gib(p.total), "yes" if fits else "no")
     out = Console(width=None if sys.stdout.isatty() else 160)
+    out.print(f"{options.model} at {planned.size}: GiB per device on {planned.devices} x "
+              f"{planned.device_bytes / 2**30:.1f} GiB, fastest first", highlight=False, soft_wrap=True)
     out.print(table)
     if planned.idle_note():
         out.print(f"note: {planned.idle_note()}", highlight=False, soft_wrap=True)
@@ -200,6 +201,8 @@ def main_command(
                                     "(TPU pod slices, SLURM and Open MPI are detected without it)"),
     num_processes: int = typer.Option(None, "--num-processes", help="multi-process run: number of processes"),
     process_id: int = typer.Option(None, "--process-id", help="multi-process run: this process's index (0 writes)"),
+    join_timeout: int = typer.Option(None, "--join-timeout", help="multi-process run: seconds to wait for every "
+                                     "process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -214,7 +217,7 @@ def main_command(
         from vidax.zoo.distributed import join
         from vidax.zoo.pipeline import GenerateOptions
 
-        join(coordinator, num_processes, process_id)  # before anything touches a device
+        join(coordinator, num_processes, process_id, join_timeout=join_timeout)  # before anything touches a device
         extra, images = family_options(model, ctx.args)
         return GenerateOptions(
             model=model, variant=variant, prompt=prompt, negative_prompt=negative_prompt, image=image, images=images, weights=weights,
