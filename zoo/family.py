@@ -629,7 +629,7 @@ class Family:
 
     def generate(self, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
         """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
-        from vidax.zoo.distributed import agree
+        from vidax.zoo.distributed import agree, run_record
 
         self.options = options
         self.progress = progress or Progress()
@@ -650,7 +650,7 @@ class Family:
         except BaseException as err:
             agree(err, "preparation")
             raise
-        agree(None, "preparation")
+        agree(None, "preparation", same=lambda: run_record(s, options, self.mesh, latents))  # and all resolved alike
         try:
             latents = self.sample(s, latents, cond, inputs)
         finally:

@@ -555,13 +555,14 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
     Returns:
       The result, with `settings["outputs"]` naming the files written.
     """
-    from vidax.zoo.distributed import agree, is_writer
+    from vidax.zoo.distributed import agree, is_writer, request_record, run_guard, same_everywhere
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.runtime import configure_compile_cache
     from vidax.zoo.video_io import check_output_path
 
     timer = StageTimer(progress)
     try:
+        same_everywhere("request", lambda: request_record(options))  # several processes: all asked for the same run
         check_output_path(options.out, writable=is_writer())
         configure_compile_cache(options.compile_cache)
         with timer.stage("load"):
@@ -571,7 +572,8 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
     except BaseException as err:  # every process learns of it (multi-process runs), then it is raised
         agree(err, "preparation")
         raise
-    result = pipeline.generate(options, progress)  # agrees once its own preparation is over
+    with run_guard():  # an error this process alone hits stops its peers too
+        result = pipeline.generate(options, progress)  # agrees once its own preparation is over
     result.times = {**timer.times, **result.times}
     if is_writer():  # one process writes the outputs
         write_outputs(options, result, timer, choice)
