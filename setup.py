@@ -3,9 +3,18 @@
 `translator/` is `vidax.translator`, `zoo/` is `vidax.zoo`, `cli/` is `vidax.cli`, `serve/` is `vidax.serve`
 (its `static/` page ships with it) and the TOML specs in `conversion_specs/` ship as `vidax.conversion_specs`.
 Subpackages (one folder per model family) are found automatically, so adding a family needs no edit here.
+Every folder is declared a package, data-only ones too (`conversion_specs/wan/`, `serve/static/`): setuptools
+treats any folder as importable and warns at length about each one left out of `packages`.
 """
 
-from setuptools import find_packages, setup
+import warnings
+
+from setuptools import find_namespace_packages, setup
+
+# `pip install -e .` maps the folders onto `vidax` with an import finder, and setuptools then always prints
+# a notice that a folder named like the package in the working directory would shadow it: none is named
+# `vidax` here, so the notice has no cause to fix.
+warnings.filterwarnings("ignore", message="Editable installation")
 
 FOLDERS = {
     "translator": "vidax.translator",
@@ -20,13 +29,13 @@ packages = []
 for folder, name in FOLDERS.items():
     package_dir[name] = folder
     packages.append(name)
-    for sub in find_packages(folder):
+    for sub in find_namespace_packages(folder, exclude=["__pycache__", "*.__pycache__"]):
         package_dir[f"{name}.{sub}"] = f"{folder}/{sub.replace('.', '/')}"
         packages.append(f"{name}.{sub}")
 
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"vidax.conversion_specs": ["*.toml", "**/*.toml"], "vidax.serve": ["static/*"]},
+    package_data={"": ["*.toml"], "vidax.serve.static": ["*"]},  # "": every package (the specs' folders)
     include_package_data=True,
 )

@@ -19,6 +19,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from vidax.cli import interrupts
 from vidax.translator import VidaxError
 
 console = Console(stderr=True)
@@ -37,12 +38,14 @@ def run_guarded(work: Callable[[], int | None], *, debug: bool, errors: tuple[ty
       errors: exception types reported as one line.
     """
     try:
-        return work() or 0
+        code = work() or 0
+        interrupts.check()  # a Ctrl-C Python dropped: the run did not finish as asked
+        return code
     except KeyboardInterrupt:
         if debug:
             raise
-        console.print("[red]interrupted[/red]")
-        return 130
+        interrupts.report()
+        return interrupts.EXIT_CODE
     except errors as err:
         if debug:
             raise

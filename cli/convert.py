@@ -17,6 +17,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from vidax.cli import interrupts
 from vidax.cli.common import byte_progress, console, run_guarded
 from vidax.translator import ConversionHooks, ConvertOptions, LazyTree, convert_model, load_registry
 
@@ -24,9 +25,11 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 class RichHooks(ConversionHooks):
-    """Each component's plan as a table, a byte progress bar while it is written, one line when done."""
+    """Each component's plan as a table, a byte progress bar while it is written, one line when done.
+    Every hook first raises a Ctrl-C that Python dropped (`interrupts.check`)."""
 
     def planned(self, component: str, tree: LazyTree) -> None:
+        interrupts.check()
         dtypes: dict[str, int] = {}
         for leaf in tree.leaves.values():
             dtypes[str(leaf.dtype)] = dtypes.get(str(leaf.dtype), 0) + 1
@@ -39,15 +42,22 @@ class RichHooks(ConversionHooks):
         console.print(table)
 
     def writing(self, component: str, nbytes: int):
+        interrupts.check()
         self.bars = byte_progress()
         self.bars.start()
         task = self.bars.add_task(f"converting {component}", total=nbytes)
-        return lambda n: self.bars.advance(task, n)
+
+        def advance(n: int) -> None:
+            interrupts.check()
+            self.bars.advance(task, n)
+
+        return advance
 
     def done(self, component: str, message: str) -> None:
         if getattr(self, "bars", None) is not None:
             self.bars.stop()
             self.bars = None
+        interrupts.check()
         console.print(f"{component}: {message}")
 
 

@@ -19,6 +19,7 @@ import click
 import typer
 from rich.table import Table
 
+from vidax.cli import interrupts
 from vidax.cli.common import console, run_guarded, step_progress
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -28,22 +29,29 @@ FAMILY_FLAGS_HELP = ("Families add flags of their own (Wan2.2 A14B: --guidance-2
 
 
 class RichProgress:
-    """`vidax.zoo.pipeline.Progress` on rich bars: one line per stage, the denoising one with s/step."""
+    """`vidax.zoo.pipeline.Progress` on rich bars: one line per stage, the denoising one with s/step.
+
+    Every hook first raises a Ctrl-C that Python dropped (`interrupts.check`): the run stops at the next
+    stage or step, before its outputs are committed.
+    """
 
     def __init__(self):
         self.bars = step_progress()
         self.tasks: dict[str, int] = {}
 
     def begin(self, stage: str, total: int | None = None) -> None:
+        interrupts.check()
         if not self.tasks:
             self.bars.start()
         self.tasks[stage] = self.bars.add_task(stage, total=total)
 
     def advance(self, stage: str, amount: int = 1, note: str = "") -> None:
+        interrupts.check()
         if stage in self.tasks:
             self.bars.update(self.tasks[stage], advance=amount, description=f"{stage} {note}".strip())
 
     def end(self, stage: str, seconds: float) -> None:
+        interrupts.check()
         task = self.tasks.get(stage)
         if task is not None:
             total = self.bars.tasks[task].total
@@ -101,21 +109,33 @@ def _click_option(flag) -> click.Option:
 
 
 def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
-    """The memory planner's table: predicted GiB per device for every (dp, tp, sp, offload) candidate."""
+    """The memory planner's table on stdout: predicted GiB per device for every (dp, tp, sp, offload)
+    candidate (or the one the layout flags give); exit code 1 when nothing fits."""
+    from rich.console import Console
+
     from vidax.zoo.pipeline import plan_layouts
     from vidax.zoo.registry import make_pipeline
 
-    rows, chosen, devices, device_bytes = plan_layouts(make_pipeline(options.model, options), options, devices, device_bytes)
+    planned = plan_layouts(make_pipeline(options.model, options), options, devices, device_bytes)
     gib = lambda n: f"{n / 2**30:.2f}"  # noqa: E731
-    table = Table(title=f"{options.model}: GiB per device on {devices} x {device_bytes / 2**30:.1f} GiB, fastest first")
+    table = Table()
     table.add_column("layout", no_wrap=True)
     for column in ("weights", "activations", "text encoder", "VAE", "peak", "fits"):
         table.add_column(column, justify="right")
-    for layout, p, fits in rows:
+    for layout, p, fits in planned.rows:
         table.add_row(layout.describe(), gib(p.weights), gib(p.activations), gib(p.text_encoder), gib(p.vae),
                       gib(p.total), "yes" if fits else "no")
-    console.print(table)
-    console.print(f"choice: {chosen[0].describe()}" if chosen else "nothing fits: more devices, or a smaller size")
+    out = Console(width=None if sys.stdout.isatty() else 160)
+    out.print(f"{options.model} at {planned.size}: GiB per device on {planned.devices} x "
+              f"{planned.device_bytes / 2**30:.1f} GiB, fastest first", highlight=False, soft_wrap=True)
+    out.print(table)
+    if planned.idle_note():
+        out.print(f"note: {planned.idle_note()}", highlight=False, soft_wrap=True)
+    if planned.chosen is None:
+        console.print("[red]error:[/red] nothing fits: more devices, more memory per device, or a smaller size",
+                      highlight=False)
+        return 1
+    out.print(f"choice: {planned.chosen[0].describe()}", highlight=False)
     return 0
 
 
@@ -144,6 +164,8 @@ def run(options) -> int:
 def main_command(
     ctx: typer.Context,
     model: str = typer.Argument(None, help="registered model name (see --list)"),
+    variant: str = typer.Option(None, "--variant", help="one of the model's variants (hunyuanvideo-1.5: 480p_t2v, "
+                                "720p_i2v, ...; see --list)"),
     prompt: str = typer.Option(None, "--prompt", help="text prompt"),
     negative_prompt: str = typer.Option(None, "--negative-prompt", help="negative prompt (default: the model's)"),
     image: Path = typer.Option(None, "--image", help="first-frame image for image-to-video"),
@@ -179,6 +201,8 @@ def main_command(
                                     "(TPU pod slices, SLURM and Open MPI are detected without it)"),
     num_processes: int = typer.Option(None, "--num-processes", help="multi-process run: number of processes"),
     process_id: int = typer.Option(None, "--process-id", help="multi-process run: this process's index (0 writes)"),
+    join_timeout: int = typer.Option(None, "--join-timeout", help="multi-process run: seconds to wait for every "
+                                     "process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -193,18 +217,24 @@ def main_command(
         from vidax.zoo.distributed import join
         from vidax.zoo.pipeline import GenerateOptions
 
-        join(coordinator, num_processes, process_id)  # before anything touches a device
+        join(coordinator, num_processes, process_id, join_timeout=join_timeout)  # before anything touches a device
         extra, images = family_options(model, ctx.args)
         return GenerateOptions(
-            model=model, prompt=prompt, negative_prompt=negative_prompt, image=image, images=images, weights=weights,
+            model=model, variant=variant, prompt=prompt, negative_prompt=negative_prompt, image=image, images=images, weights=weights,
             height=height, width=width, frames=frames, steps=steps, guidance=guidance, shift=shift, sampler=sampler,
             fps=fps, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
             save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
             release_stages=release_stages, extra=extra)
 
     if plan:
-        memory = None if device_memory is None else int(device_memory * 2**30)
-        raise typer.Exit(run_guarded(lambda: print_plan(options(), devices, memory), debug=debug))
+        def planned():
+            from vidax.zoo.pipeline import check_finite
+
+            check_finite({"device_memory": device_memory})
+            memory = None if device_memory is None else int(device_memory * 2**30)
+            return print_plan(options(), devices, memory)
+
+        raise typer.Exit(run_guarded(planned, debug=debug))
     raise typer.Exit(run_guarded(lambda: run(options()), debug=debug))
 
 

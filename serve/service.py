@@ -41,13 +41,16 @@ class ServerStopping(Exception):
 
 class JobProgress:
     """`vidax.zoo.pipeline.Progress` for a job: stage, step i of N, elapsed and ETA, kept for the API;
-    raises `JobCancelled` at the next hook once the job is cancelled."""
+    raises `JobCancelled` at the next hook once the job is cancelled.
+
+    Stages nest (weights converted on the fly inside "denoise"): each open stage keeps its own count, and
+    the one shown is the one that last moved.
+    """
 
     def __init__(self, service: "Service", job_id: str):
         self.service, self.job_id = service, job_id
         self.start = time.time()
-        self.state = {"stage": "starting", "step": 0, "total": None}
-        self.stage_start = self.start
+        self.open: dict[str, dict] = {}  # stage -> {"step", "total", "start"}, in the order they began
         self.saved = 0.0
 
     def _check(self) -> None:
@@ -58,26 +61,30 @@ class JobProgress:
 
     def begin(self, stage: str, total: int | None = None) -> None:
         self._check()
-        self.stage_start = time.time()
-        self._publish({"stage": stage, "step": 0, "total": total}, force=True)
+        self.open[stage] = {"step": 0, "total": total, "start": time.time()}
+        self._publish(stage, force=True)
 
     def advance(self, stage: str, amount: int = 1, note: str = "") -> None:
         self._check()
-        if stage != self.state.get("stage"):
-            return
-        self._publish({**self.state, "step": self.state["step"] + amount})
+        if stage in self.open:
+            self.open[stage]["step"] += amount
+            self._publish(stage)
 
     def end(self, stage: str, seconds: float) -> None:
         self._check()
+        self.open.pop(stage, None)
+        if self.open:  # back to the enclosing stage
+            self._publish(next(reversed(self.open)), force=True)
 
-    def _publish(self, state: dict, force: bool = False) -> None:
-        now = time.time()
-        done, total = state["step"], state.get("total")
-        eta = (now - self.stage_start) / done * (total - done) if total and done else None
-        self.state = {**state, "elapsed": round(now - self.start, 3), "eta": None if eta is None else round(eta, 3)}
-        self.service.publish(self.job_id, self.state)
+    def _publish(self, stage: str, force: bool = False) -> None:
+        now, counts = time.time(), self.open[stage]
+        done, total = counts["step"], counts["total"]
+        eta = (now - counts["start"]) / done * (total - done) if total and done else None
+        state = {"stage": stage, "step": done, "total": total, "elapsed": round(now - self.start, 3),
+                 "eta": None if eta is None else round(eta, 3)}
+        self.service.publish(self.job_id, state)
         if force or now - self.saved > 0.5 or (total and done >= total):  # the database sees it, bounded
-            self.service.store.set_progress(self.job_id, self.state)
+            self.service.store.set_progress(self.job_id, state)
             self.saved = now
 
 

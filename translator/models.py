@@ -13,7 +13,6 @@ import dataclasses
 import fnmatch
 import json
 import posixpath
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import NamedTuple
 
 from vidax.translator.api import LazyTree, convert
 from vidax.translator.errors import GatedRepoError, SourceError
-from vidax.translator.output import save_tree
+from vidax.translator.output import copy_file, save_tree, staged_files, write_file
 from vidax.translator.registry import ModelEntry, get_model
 from vidax.translator.spec import load_spec
 
@@ -189,8 +188,9 @@ def _copy_files(entry: ModelEntry, component, opts: ConvertOptions, layout: str,
         raise SourceError(f"{component.name}: none of {', '.join(globs)} found in {root}")
     target = out / component.name
     target.mkdir(parents=True, exist_ok=True)
-    for path in found:
-        shutil.copyfile(path, target / path.name)
+    with staged_files() as files:  # every config whole, or none replaced
+        for path in found:
+            copy_file(path, target / path.name, files)
     return [p.name for p in found]
 
 
@@ -316,7 +316,7 @@ def convert_model(model: str | ConvertOptions, *, hooks: ConversionHooks | None 
         out.mkdir(parents=True, exist_ok=True)
         record = {"model": entry.name, "family": entry.family, "variant": entry.variant, "tags": list(entry.variants),
                   "layout": result.layout, "component_layouts": {**_recorded_layouts(entry, out), **came_in}}
-        (out / MODEL_FILE).write_text(json.dumps(record, indent=1) + "\n")
+        write_file(out / MODEL_FILE, json.dumps(record, indent=1) + "\n")  # whole, or absent
     return result
 
 

@@ -1,8 +1,13 @@
-"""Writing a converted tree as safetensors shards + manifest.json, atomically, and mapping it back.
+"""Writing a converted tree as safetensors shards + manifest.json, atomically, and mapping it back;
+and `staged_files`, the one way vidax writes any other file whole or not at all.
 
 A finished output is a folder whose manifest.json lists every shard. It is built in a hidden
 sibling temp folder and renamed into place only when complete, so an interrupted run never
 leaves a folder that looks finished; the next run clears stale temp folders and starts over.
+
+Single files (videos, frames, sidecars, latents, `vidax_model.json`, copied configs) go through
+`staged_files`: each is written under a hidden temporary name in its destination's folder,
+fsynced, and renamed over the destination only once every file of the group is written.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import shutil
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -407,3 +413,120 @@ def load(out_dir: str | os.PathLike) -> dict[str, np.ndarray]:
 
 def read_manifest(out_dir: str | os.PathLike) -> dict:
     return json.loads((Path(out_dir) / MANIFEST).read_text())
+
+
+# --- single files, whole or not at all ---------------------------------------------------------
+
+_STAGED: set[Path] = set()  # temporary files being written now, by every group (removed on a forced exit)
+
+
+def _disk_error(path: Path, err: OSError) -> OutputError:
+    if err.errno in _DISK_FULL:
+        return OutputError(f"{path}: disk full or file size limit reached while writing ({err.strerror}); "
+                           "nothing was written there")
+    return OutputError(f"{path}: cannot write ({err.strerror or err}); nothing was written there")
+
+
+class StagedFiles:
+    """Files written under temporary names beside their destinations, renamed into place together.
+
+    `temp(dest)` names the file to write for `dest` (hidden, in dest's own folder, so the rename is
+    atomic); `commit()` fsyncs every one, renames them all over their destinations and fsyncs the
+    folders. Until then no destination changes; `discard()` removes the temporary files.
+    """
+
+    def __init__(self):
+        self.pairs: list[tuple[Path, Path]] = []  # (temporary, destination)
+        self.writing: Path | None = None  # the destination being written (named by a failure)
+
+    def temp(self, dest: str | os.PathLike) -> Path:
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.pairs.append((tmp, dest))
+        _STAGED.add(tmp)
+        self.writing = dest
+        return tmp
+
+    def commit(self) -> None:
+        for tmp, dest in self.pairs:
+            self.writing = dest
+            _fsync_path(tmp)
+        with _interrupts_deferred():  # every destination is renamed, or none is
+            for tmp, dest in self.pairs:
+                os.replace(tmp, dest)
+                _STAGED.discard(tmp)
+        for folder in dict.fromkeys(dest.parent for _, dest in self.pairs):
+            _fsync_path(folder)
+        self.pairs = []
+
+    def discard(self) -> None:
+        for tmp, _ in self.pairs:
+            tmp.unlink(missing_ok=True)
+            _STAGED.discard(tmp)
+        self.pairs = []
+
+
+@contextmanager
+def staged_files(files: StagedFiles | None = None) -> Iterator[StagedFiles]:
+    """A group of files that appear whole, all at once, when the block ends (or not at all).
+
+    The block writes each file to `files.temp(destination)`; on leaving it normally the group is
+    committed, on any exception (KeyboardInterrupt too) its temporary files are removed. An
+    OSError while writing or committing becomes one `OutputError` naming the destination.
+    Given an enclosing group (`files`), the block only adds to it: that group commits.
+    """
+    if files is not None:
+        yield files
+        return
+    files = StagedFiles()
+    try:
+        yield files
+        files.commit()
+    except OSError as err:
+        files.discard()
+        raise _disk_error(files.writing or Path("."), err) from None
+    except BaseException:
+        files.discard()
+        raise
+
+
+def write_file(path: str | os.PathLike, data: bytes | str, files: StagedFiles | None = None) -> Path:
+    """`data` (text is UTF-8) to `path`, whole or not at all (or staged in `files`)."""
+    with staged_files(files) as group:
+        group.temp(path).write_bytes(data.encode() if isinstance(data, str) else data)
+    return Path(path)
+
+
+def copy_file(source: str | os.PathLike, path: str | os.PathLike, files: StagedFiles | None = None) -> Path:
+    """A copy of `source` at `path`, whole or not at all (or staged in `files`)."""
+    with staged_files(files) as group:
+        shutil.copyfile(source, group.temp(path))
+    return Path(path)
+
+
+def remove_staged() -> None:
+    """Remove every temporary file being written now (a forced exit that skips the cleanup)."""
+    for tmp in list(_STAGED):
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+    _STAGED.clear()
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """A SIGINT arriving inside the block is held until it ends (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler not installed from Python, which stays
+            signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, None)

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from vidax.zoo.family import Decoded, Family, Inputs, Settings
-from vidax.zoo.pipeline import GenerateOptions, GenerateResult, PipelineError, Progress, StageTimer
+from vidax.zoo.pipeline import GenerateOptions, GenerateResult, PipelineError, Progress, StageTimer, check_output_room
 from vidax.zoo.stages import Run
 
 
@@ -33,13 +33,14 @@ def prepare(family: Family, options: GenerateOptions) -> Request:
     family.check_multiprocess_source()
     inputs = family.read_inputs(options)
     s = family.resolve_settings(options, inputs.images)
+    check_output_room(options, s, family.latent_shape(s))  # room for the outputs, before any work
     inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if family.needs_negative(s) else None)
     return Request(s, inputs, family.initial_latents(s, options))
 
 
 def generate_video(family: Family, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
     """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
-    from vidax.zoo.distributed import agree
+    from vidax.zoo.distributed import agree, run_record
 
     timer = StageTimer(progress)
     try:  # everything before the first step that involves other processes
@@ -51,7 +52,8 @@ def generate_video(family: Family, options: GenerateOptions, progress: Progress 
     except BaseException as err:
         agree(err, "preparation")
         raise
-    agree(None, "preparation")
+    # every process resolved the request alike (settings, mesh, latents), or all stop naming the difference
+    agree(None, "preparation", same=lambda: run_record(s, options, run.mesh, request.latents))
     try:
         latents = family.sample(run, s, request.latents, cond)
         with timer.stage("decode"):

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
+import numbers
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +31,7 @@ from vidax.translator import SourceError, convert, load
 from vidax.translator import VidaxError
 from vidax.translator import MANIFEST, read_manifest
 from vidax.translator import looks_like_repo
+from vidax.translator.output import StagedFiles, staged_files
 
 
 class PipelineError(VidaxError, ValueError):
@@ -41,6 +44,8 @@ class GenerateOptions:
 
     Args:
       model: registered model name (`vidax-gen --list`).
+      variant: one of the model's variants (`hunyuanvideo-1.5`: "480p_t2v", "720p_i2v", ...; None: its default,
+        or the one a converted `--weights` folder records)
       prompt: the text prompt.
       negative_prompt: the negative prompt for classifier-free guidance (default: the family's).
       image: conditioning image for image-to-video.
@@ -69,6 +74,7 @@ class GenerateOptions:
 
     model: str
     prompt: str
+    variant: str | None = None
     negative_prompt: str | None = None
     image: Path | None = None
     images: Mapping[str, Path] = dataclasses.field(default_factory=dict)
@@ -95,11 +101,44 @@ class GenerateOptions:
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if self.dtype is not None and self.dtype not in DTYPES:
-            raise PipelineError(f"unknown --dtype {self.dtype!r} (choose from {', '.join(DTYPES)})")
+        check_options(self)
 
 
 DTYPES = ("float32", "bfloat16")  # --dtype: float32 is the parity setting; default: the specs' policy
+MAX_SEED = 2**64 - 1  # NumPy seeds any non-negative integer; a 64-bit one is what a sidecar or a server stores
+PARALLEL_FIELDS = ("tp", "sp", "dp", "offload_chunk")
+
+
+def flag_name(field: str) -> str:
+    """`guidance_2` -> `--guidance-2` (the vidax-gen flag of a settings field)."""
+    return "--" + field.replace("_", "-")
+
+
+def check_options(options: GenerateOptions) -> None:
+    """The request's own values, checked before any work (one line each): what vidax-gen and a server both
+    rely on, run whenever `GenerateOptions` is built. Settings that depend on the model (sizes, steps,
+    sampler) are its family's checks (`Family.resolve_settings`)."""
+    if options.dtype is not None and options.dtype not in DTYPES:
+        raise PipelineError(f"unknown --dtype {options.dtype!r} (choose from {', '.join(DTYPES)})")
+    seed = options.seed
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
+        raise PipelineError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+    check_finite({**{f.name: getattr(options, f.name) for f in dataclasses.fields(options)}, **(options.extra or {})})
+    if options.fps is not None and options.fps <= 0:
+        raise PipelineError(f"--fps must be positive, got {options.fps:g}")
+    for field in PARALLEL_FIELDS:
+        value = getattr(options, field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+            raise PipelineError(f"{flag_name(field)} must be a positive integer, got {value!r}")
+
+
+def check_finite(values: Mapping[str, Any]) -> None:
+    """Every float among `values` (settings by field name; a repeated flag's tuple too) is a finite number:
+    NaN or an infinity would run the whole generation and then poison its output and sidecar."""
+    for field, value in values.items():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, numbers.Real) and not isinstance(item, numbers.Integral) and not math.isfinite(item):
+                raise PipelineError(f"{flag_name(field)} must be a finite number, got {item}")
 
 
 @dataclasses.dataclass
@@ -346,6 +385,9 @@ def _fetch_configs(repo: str, revision: str | None) -> Path:
 # --- latents ---------------------------------------------------------------------------------
 
 
+NPY_MAGIC = b"\x93NUMPY"  # the first bytes of every .npy file
+
+
 def seeded_noise(seed: int, shape: tuple[int, ...]) -> np.ndarray:
     """Standard normal float32 initial latents from `seed`, drawn on the host (NumPy PCG64).
 
@@ -360,10 +402,19 @@ def load_latents(path: str | Path, shape: tuple[int, ...]) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise PipelineError(f"{path}: latents file not found")
+    not_npy = PipelineError(f"{path}: not a .npy file of numbers (write the latents with numpy.save, or --save-latents)")
     try:
-        latents = np.load(path, allow_pickle=False)
-    except ValueError as err:
-        raise PipelineError(f"{path}: not a .npy array ({err})") from None
+        with open(path, "rb") as fh:
+            if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:  # text, .npz, pickles: np.load would suggest allow_pickle
+                raise not_npy
+            fh.seek(0)
+            latents = np.load(fh, allow_pickle=False)
+    except (ValueError, EOFError):
+        raise not_npy from None
+    except OSError as err:
+        raise PipelineError(f"{path}: cannot read latents ({err.strerror or err})") from None
+    if latents.dtype.kind not in "fiu":
+        raise not_npy
     if latents.ndim == len(shape) - 1:
         latents = latents[None]
     if tuple(latents.shape) != tuple(shape):
@@ -376,11 +427,11 @@ def latents_path(out: str | Path) -> Path:
     return Path(out).with_suffix(".latents.npy")
 
 
-def save_latents(out: str | Path, latents: np.ndarray) -> Path:
-    path = latents_path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, np.asarray(latents, np.float32))
-    return path
+def save_latents(out: str | Path, latents: np.ndarray, files: StagedFiles | None = None) -> Path:
+    """The final latents as `out.latents.npy` (float32), whole or not at all (or staged in `files`)."""
+    from vidax.zoo.video_io import save_npy
+
+    return save_npy(latents_path(out), np.asarray(latents, np.float32), files)
 
 
 # --- memory plan and layout choice ---------------------------------------------------------------
@@ -390,24 +441,78 @@ def _layout_given(options: GenerateOptions) -> bool:
     return any(v is not None for v in (options.tp, options.sp, options.dp, options.offload_chunk))
 
 
-def plan_layouts(pipeline: Any, options: GenerateOptions, devices: int | None = None, device_bytes: int | None = None):
-    """The memory planner's table for this model and size: `(rows, chosen, devices, device_bytes)`.
+@dataclasses.dataclass
+class LayoutPlan:
+    """The memory planner's answer for one request.
 
-    rows are `(Layout, Prediction, fits)` fastest first; `chosen` is the fastest that fits (or None).
+    rows: `(Layout, Prediction, fits)`, fastest first (one row: the layout the flags gave).
+    chosen: the fastest row that fits, or None.
+    devices, device_bytes: what it planned for.
+    size: the video it planned for ("832x480, 81 frames").
+    idle: devices that even the largest layout of `rows` leaves without work.
+    given: whether the rows are the layout the flags gave.
+    """
+
+    rows: list
+    chosen: tuple | None
+    devices: int
+    device_bytes: int
+    size: str
+    idle: int
+    given: bool = False
+
+    def idle_note(self) -> str:
+        """Why some devices would get no work ("" when every one can)."""
+        if not self.idle:
+            return ""
+        used = self.devices - self.idle
+        why = (f"the layout given uses {used}" if self.given else f"layouts use at most {used} (tp and sp split "
+               "the attention heads in powers of two, dp is 1 or 2)")
+        return f"{self.idle} of the {self.devices} devices would stay idle: {why}"
+
+
+def plan_layouts(pipeline: Any, options: GenerateOptions, devices: int | None = None,
+                 device_bytes: int | None = None) -> LayoutPlan:
+    """The memory planner's table for this model and size, for the layout flags given (`--tp/--sp/--dp/
+    --offload-chunk`: that layout alone, checked as a run would check it) or else every candidate.
     Devices and their memory default to the local backend's.
     """
+    from vidax.zoo.distributed import multiprocess
     from vidax.zoo.planner import device_memory_bytes, plan
 
     if not hasattr(pipeline, "memory_job"):
         raise PipelineError(f"{options.model}: this family has no memory model for --plan yet")
-    from vidax.zoo.distributed import multiprocess
-
+    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, numbers.Integral) or devices < 1):
+        raise PipelineError(f"--devices must be a positive integer, got {devices!r}")
+    if device_bytes is not None and device_bytes <= 0:
+        raise PipelineError(f"--device-memory must be positive, got {device_bytes / 2**30:g} GiB")
     local_devices, local_bytes = device_memory_bytes()
-    devices = devices or local_devices
-    device_bytes = device_bytes or local_bytes
-    rows, chosen = plan(pipeline.memory_job(options), devices, device_bytes, options.release_stages,
-                        all_devices=multiprocess())
-    return rows, chosen, devices, device_bytes
+    devices, device_bytes = devices or local_devices, device_bytes or local_bytes
+    job = pipeline.memory_job(options)
+    s = pipeline.resolve_settings(options)
+    if _layout_given(options):
+        rows = [_given_layout(job, options, devices, device_bytes)]
+        chosen = rows[0] if rows[0][2] else None
+    else:
+        rows, chosen = plan(job, devices, device_bytes, options.release_stages, all_devices=multiprocess())
+    idle = devices - max((row[0].devices for row in rows), default=0)
+    return LayoutPlan(rows, chosen, devices, device_bytes, f"{s.width}x{s.height}, {s.frames} frames", idle,
+                      _layout_given(options))
+
+
+def _given_layout(job: Any, options: GenerateOptions, devices: int, device_bytes: int) -> tuple:
+    """The row of the layout the flags name (1 for a degree left unset), refused as a run would refuse it."""
+    from vidax.zoo.distributed import multiprocess
+    from vidax.zoo.mesh import check_heads
+    from vidax.zoo.planner import Layout, predict
+
+    layout = Layout(options.dp or 1, options.tp or 1, options.sp or 1, options.offload_chunk)
+    check_heads(job.dit.heads, layout.tp, layout.sp)
+    if layout.devices > devices or (multiprocess() and layout.devices != devices):
+        raise PipelineError(f"dp*tp*sp = {layout.dp}*{layout.tp}*{layout.sp} = {layout.devices} devices; "
+                            f"the plan is for {devices} (--devices N plans for more)")
+    prediction = predict(job, layout, options.release_stages)
+    return layout, prediction, prediction.total <= device_bytes
 
 
 def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOptions, str]:
@@ -418,7 +523,8 @@ def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOpti
     if _layout_given(options) or not hasattr(pipeline, "memory_job"):
         ones = {k: getattr(options, k) or 1 for k in ("tp", "sp", "dp")}
         return dataclasses.replace(options, **ones), "as given"
-    rows, chosen, devices, device_bytes = plan_layouts(pipeline, options)
+    planned = plan_layouts(pipeline, options)
+    rows, chosen, devices, device_bytes = planned.rows, planned.chosen, planned.devices, planned.device_bytes
     if chosen is None:
         smallest = min(rows, key=lambda row: row[1].total)
         raise PipelineError(
@@ -432,8 +538,9 @@ def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOpti
     layout, prediction, _ = chosen
     chosen_options = dataclasses.replace(
         options, tp=layout.tp, sp=layout.sp, dp=layout.dp, offload_chunk=layout.offload_chunk)
+    idle = f"; {devices - layout.devices} of the {devices} devices idle" if layout.devices < devices else ""
     return chosen_options, (f"{layout.describe()} chosen by the memory planner "
-                            f"(predicted {prediction.total / 2**30:.2f} of {device_bytes / 2**30:.1f} GiB per device)")
+                            f"(predicted {prediction.total / 2**30:.2f} of {device_bytes / 2**30:.1f} GiB per device{idle})")
 
 
 # --- the library call behind vidax-gen --------------------------------------------------------
@@ -443,21 +550,25 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
     """Build the model's pipeline, generate, and write the video, its sidecar JSON and (asked) the latents.
 
     Args:
-      options: every setting (`GenerateOptions`); the output path is checked before any work.
-      progress: hooks for progress display (the CLI passes rich bars).
+      options: every setting (`GenerateOptions`, checked when built); the output path is checked (a
+        writable folder, and room for the output's estimate once the size is known) before any work.
+      progress: hooks for progress display (the CLI passes rich bars). A hook may raise (Ctrl-C's
+        KeyboardInterrupt, a cancelled job) to stop the run: the outputs are committed only after the
+        last hook returns, so a stopped run writes nothing.
 
     Returns:
       The result, with `settings["outputs"]` naming the files written.
     """
-    from vidax.zoo.distributed import agree, is_writer
+    from vidax.zoo.distributed import agree, is_writer, request_record, run_guard, same_everywhere
     from vidax.zoo.generation import generate_video
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.runtime import configure_compile_cache
-    from vidax.zoo.video_io import audio_path, check_output_path, write_frames, write_sidecar
+    from vidax.zoo.video_io import check_output_path
 
     timer = StageTimer(progress)
     try:
-        check_output_path(options.out)
+        same_everywhere("request", lambda: request_record(options))  # several processes: all asked for the same run
+        check_output_path(options.out, writable=is_writer())
         configure_compile_cache(options.compile_cache)
         with timer.stage("load"):
             pipeline = make_pipeline(options.model, options)
@@ -466,21 +577,46 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
     except BaseException as err:  # every process learns of it (multi-process runs), then it is raised
         agree(err, "preparation")
         raise
-    result = generate_video(pipeline, options, progress)  # agrees once its own preparation is over
+    with run_guard():  # an error this process alone hits stops its peers too
+        result = generate_video(pipeline, options, progress)  # agrees once its own preparation is over
     result.times = {**timer.times, **result.times}
-    if not is_writer():  # one process writes the outputs
-        return result
+    if is_writer():  # one process writes the outputs
+        write_outputs(options, result, timer, choice)
+    return result
+
+
+def write_outputs(options: GenerateOptions, result: GenerateResult, timer: StageTimer, choice: str) -> None:
+    """The video (and its audio), the latents when asked, and the sidecar: written under temporary names
+    in the "write" stage and renamed into place together after it ends (a full disk, an error or an
+    interrupt leaves none of them)."""
+    from vidax.zoo.video_io import audio_path, sidecar_path, write_frames, write_sidecar
+
     outputs = {"video": str(options.out)}
     if result.audio is not None:  # muxed into the MP4 (AAC), or lossless beside a .npy
         lossless = Path(options.out).suffix.lower() == ".npy"
         outputs["audio"] = str(audio_path(options.out) if lossless else options.out)
         outputs["sample_rate"] = result.sample_rate
-    with timer.stage("write"):
-        write_frames(options.out, result.frames, result.fps, audio=result.audio, sample_rate=result.sample_rate)
+    with staged_files() as files, timer.stage("write"):
+        start = time.perf_counter()
+        write_frames(options.out, result.frames, result.fps, audio=result.audio, sample_rate=result.sample_rate,
+                     files=files)
         if options.save_latents:
-            outputs["latents"] = str(save_latents(options.out, result.latents))
+            outputs["latents"] = str(save_latents(options.out, result.latents, files))
+        result.times["write"] = time.perf_counter() - start
+        outputs["sidecar"] = str(sidecar_path(options.out))
+        result.settings = {**result.settings, "outputs": outputs, "stage_seconds": result.times,
+                           "layout_choice": choice}
+        write_sidecar(options.out, result.settings, files)
     result.times["write"] = timer.times["write"]
-    outputs["sidecar"] = str(Path(options.out).with_suffix(".json"))
-    result.settings = {**result.settings, "outputs": outputs, "stage_seconds": result.times, "layout_choice": choice}
-    write_sidecar(options.out, result.settings)
-    return result
+
+
+def check_output_room(options: GenerateOptions, s: Any, latent_shape: Sequence[int] = ()) -> None:
+    """Before any work: room on `--out`'s disk for the outputs of settings `s` (its frames, height,
+    width and fps) and, asked, the latents of `latent_shape` (the writing process only)."""
+    from vidax.zoo.distributed import is_writer
+    from vidax.zoo.video_io import check_room, output_bytes
+
+    if not is_writer():
+        return
+    latents = math.prod(latent_shape) * 4 if options.save_latents and latent_shape else 0
+    check_room(options.out, output_bytes(options.out, s.frames, s.height, s.width, s.fps) + latents)

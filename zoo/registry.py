@@ -70,6 +70,21 @@ def lookup(name: str) -> ModelEntry:
 
 
 def make_pipeline(name: str, options: Any, source: Any = None):
-    """The generator of model `name` for `options` (its weights source, mesh, dtype)."""
+    """The generator of model `name` for `options` (its weights source, mesh, dtype, `variant`)."""
     entry = lookup(name)
-    return family_class(entry.family)(entry, options, source)
+    variant = getattr(options, "variant", None)
+    if variant is not None:
+        entry = _select_variant(entry, variant)
+    pipeline = family_class(entry.family)(entry, options, source)
+    if variant is not None and pipeline.entry.variant != variant:  # a converted folder recorded another
+        raise SourceError(f"{options.weights}: converted as {name}'s variant {pipeline.entry.variant}, "
+                          f"not --variant {variant}")
+    return pipeline
+
+
+def _select_variant(entry: ModelEntry, variant: str) -> ModelEntry:
+    """`--variant` of a model with variants; an alias names its own variant only."""
+    if entry.alias_of is not None and variant != entry.variant:
+        raise SourceError(f"{entry.name} is {entry.alias_of}'s variant {entry.variant}; for {variant} run "
+                          f"`{entry.alias_of} --variant {variant}`")
+    return entry if entry.alias_of is not None else entry.select(variant)

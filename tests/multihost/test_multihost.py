@@ -10,11 +10,6 @@ bounded time.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,42 +17,15 @@ import pytest
 
 from tests.hunyuan_video15.test_generate import saved  # noqa: F401  (tiny HunyuanVideo-1.5 pipeline folder)
 from tests.hunyuan_video15.test_text_encode import towers  # noqa: F401
+from tests.multihost.launch import death_time, error_line, launch
 from vidax.translator.models import ConvertOptions, convert_model
 from vidax.zoo.pipeline import GenerateOptions, generate
 
-ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "a red kite over a grey sea"
 WAN = dict(height=32, width=48, frames=5, steps=2, guidance=4.0, negative_prompt="blurry", dtype="float32",
            compile_cache=False, save_latents=True)
 WAN_LAYOUTS = {"dp2_tp2_sp2": dict(dp=2, tp=2, sp=2), "tp2_sp4": dict(tp=2, sp=4), "sp8": dict(sp=8),
                "tp2_sp4_offload": dict(tp=2, sp=4, offload_chunk=1)}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(cases: dict, out: Path, devices_per_process: int, heartbeat: int = 60, timeout: float = 900):
-    """Run both processes to the end; returns [(returncode, output), ...] and the wall seconds."""
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_process}",
-           "JAX_PLATFORMS": "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest", "VIDAX_NO_COMPILE_CACHE": "1",
-           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "HEARTBEAT": str(heartbeat)}
-    port = _port()
-    start = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.multihost.worker", str(port), "2", str(i), str(out),
-                               json.dumps(cases)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    results = []
-    try:
-        for proc in procs:
-            output, _ = proc.communicate(timeout=timeout)
-            results.append((proc.returncode, output))
-    finally:
-        for proc in procs:
-            proc.kill()
-    return results, time.perf_counter() - start
 
 
 @pytest.fixture(scope="module")
@@ -143,23 +111,46 @@ def test_a_process_that_fails_to_prepare_stops_both(wan_folder, tmp_path):
     cases = {"bad": {**base, "latents": str(wan_folder / "latents.npy"), "latents_missing_on_process": 1}}
     results, seconds = launch(cases, tmp_path, 4, timeout=300)
     (code0, out0), (code1, out1) = results
-    assert code0 != 0 and code1 != 0
-    assert "process 1 failed during preparation" in out0
-    assert "latents file not found" in out1
+    assert code0 == 1 and code1 == 1
+    assert "process 1 failed during preparation" in error_line(out0)
+    assert "latents file not found" in error_line(out1)
     assert seconds < 240
 
 
-def test_a_peer_killed_mid_run_ends_the_survivor(wan_folder, tmp_path):
-    """Process 1 exits hard after one sampling step; process 0 must stop (non-zero) within the
-    heartbeat timeout instead of waiting forever in the next collective."""
+@pytest.mark.parametrize("dying", [1, 0], ids=["peer", "coordinator"])
+def test_a_peer_killed_mid_run_ends_the_survivor(wan_folder, tmp_path, dying):
+    """A process exits hard after one sampling step: the other must stop with one line and exit code 1
+    well within the heartbeat timeout (10 s; not SIGABRT after it), writing nothing. Process 1 sees
+    process 0's coordinator go; process 0 sees its next collective fail."""
     base = dict(model="wan2.1-t2v-1.3b", prompt=PROMPT, weights=str(wan_folder / "converted"), sp=8,
                 latents=str(wan_folder / "latents.npy"), **{**WAN, "steps": 6})
-    results, seconds = launch({"killed": {**base, "die_after_step": 1}}, tmp_path, 4, heartbeat=10, timeout=300)
-    (code0, out0), (code1, _) = results
-    assert code1 == 9 and code0 != 0
-    assert "died" in out0 or "heartbeat" in out0
+    ends: list[float] = []
+    results, _ = launch({"killed": {**base, "die_after_step": 1, "dying_process": dying}}, tmp_path, 4,
+                        heartbeat=10, timeout=150, ends=ends)
+    assert results[dying][0] == 9, results[dying][1][-4000:]
+    code, output = results[1 - dying]
+    assert code == 1, output[-4000:]
+    line = error_line(output)
+    assert "died" in line or "lost a process" in line
+    assert ends[1 - dying] - death_time(results[dying][1]) < 10
     assert not (tmp_path / "killed.npy").exists()
-    assert seconds < 240
+
+
+@pytest.mark.parametrize("differing", ["request", "resolved"])
+def test_processes_asked_for_different_runs_stop_together(wan_folder, tmp_path, differing):
+    """Process 1 is given --steps 3 where process 0 has 2 (request), or resolves 3 steps from the same
+    options (as another vidax version might): both stop before sampling, with one line naming the field
+    and both values, and write nothing (unchecked, they wrote a wrong video and then both hung)."""
+    base = dict(model="wan2.1-t2v-1.3b", prompt=PROMPT, weights=str(wan_folder / "converted"), sp=8,
+                latents=str(wan_folder / "latents.npy"), **WAN)
+    key = {"request": "on_process", "resolved": "resolved_on_process"}[differing]
+    field = {"request": "steps", "resolved": "resolved.steps"}[differing]
+    results, seconds = launch({"steps": {**base, key: {"1": {"steps": 3}}}}, tmp_path, 4, timeout=120)
+    for code, output in results:
+        assert code == 1, output[-4000:]
+        assert f"{field} is 2 on process 0 but 3 on process 1" in error_line(output)
+    assert not (tmp_path / "steps.npy").exists()
+    assert seconds < 90
 
 
 @pytest.fixture(scope="module")

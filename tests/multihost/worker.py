@@ -2,49 +2,90 @@
 
     python -m tests.multihost.worker PORT NUM_PROCESSES PROCESS_ID OUT_DIR CASES_JSON
 
-Each case is a dict of `GenerateOptions` fields; process 0 writes `OUT_DIR/<case>.npy` (through
-`generate`), every process writes `OUT_DIR/<case>.p<ID>.json` with the bytes it read to place its
-shards. A case with `"die_after_step": k` makes process 1 exit hard after k sampling steps.
+Errors end the process as `vidax-gen` ends it (`run_guarded`: one line, exit code 1). Each case is a
+dict of `GenerateOptions` fields; process 0 writes `OUT_DIR/<case>.npy` (through `generate`), every
+process writes `OUT_DIR/<case>.p<ID>.json` with the bytes it read to place its shards. Test-only keys:
+
+- `"die_after_step": k` (with `"dying_process": p`, default 1): process p exits hard after k sampling steps;
+- `"latents_missing_on_process": p`: process p is given a latents path that does not exist;
+- `"on_process": {"p": {field: value}}`: process p is given other options;
+- `"resolved_on_process": {"p": {field: value}}`: process p resolves settings differently (as another
+  vidax version might) from the same options.
+
+CASES_JSON `{"join": {...}}` only joins: with `"die_on_process": p` process p exits hard once joined,
+and the others wait `"sleep"` seconds without any collective.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 
-def main(port: str, count: str, index: str, out: str, cases: str) -> None:
+def main(port: str, count: str, index: str, out: str, cases: str) -> int:
     from vidax.zoo.distributed import join
 
-    join(f"127.0.0.1:{port}", int(count), int(index), heartbeat_timeout=int(os.environ.get("HEARTBEAT", "60")))
+    join(f"127.0.0.1:{port}", int(count), int(index), heartbeat_timeout=int(os.environ.get("HEARTBEAT", "60")),
+         join_timeout=int(os.environ.get("JOIN_TIMEOUT", "300")))
+    print(f"process {index} joined", flush=True)
+    cases = json.loads(cases)
+    if "join" in cases:
+        return join_only(int(index), cases["join"])
+    for name, case in cases.items():
+        generate_case(name, dict(case), int(index), Path(out))
+    print(f"process {index} done", flush=True)
+    return 0
+
+
+def join_only(index: int, case: dict) -> int:
+    if case.get("die_on_process") == index:
+        die(index)
+    time.sleep(case.get("sleep", 0))
+    print(f"process {index} done", flush=True)
+    return 0
+
+
+def die(index: int) -> None:
+    """Exit hard, no goodbye (as a killed process), saying when."""
+    print(f"process {index} dies at {time.time():.3f}", flush=True)
+    os._exit(9)
+
+
+def generate_case(name: str, case: dict, index: int, out_dir: Path) -> None:
     import jax
 
     from vidax.zoo import sharding
+    from vidax.zoo.family import Family
     from vidax.zoo.pipeline import GenerateOptions, Progress, generate
 
     class DieAfter(Progress):
-        def __init__(self, steps: int):
-            self.steps = steps
+        def __init__(self, steps: int, process: int):
+            self.steps, self.process = steps, process
 
         def advance(self, stage: str, amount: int = 1, note: str = "") -> None:
             self.steps -= amount
-            if stage == "denoise" and self.steps <= 0 and jax.process_index() == 1:
-                os._exit(9)  # a peer dies mid-run, no goodbye
+            if stage == "denoise" and self.steps <= 0 and jax.process_index() == self.process:
+                die(index)
 
-    out_dir = Path(out)
-    for name, case in json.loads(cases).items():
-        case = dict(case)
-        die = case.pop("die_after_step", None)
-        if case.pop("latents_missing_on_process", None) == int(index):
-            case["latents"] = case["latents"] + ".missing"
-        before = sharding.slice_bytes_read()
-        options = GenerateOptions(**{**case, "out": out_dir / f"{name}.npy"})
-        generate(options, DieAfter(die) if die else None)
-        (out_dir / f"{name}.p{index}.json").write_text(json.dumps({"bytes": sharding.slice_bytes_read() - before}))
-    print(f"process {index} done", flush=True)
+    die_after, dying = case.pop("die_after_step", None), case.pop("dying_process", 1)
+    if case.pop("latents_missing_on_process", None) == index:
+        case["latents"] = case["latents"] + ".missing"
+    case.update(case.pop("on_process", {}).get(str(index), {}))
+    resolved = case.pop("resolved_on_process", {}).get(str(index))
+    if resolved:
+        resolve = Family.resolve_settings
+        Family.resolve_settings = lambda self, *a, **k: dataclasses.replace(resolve(self, *a, **k), **resolved)
+    before = sharding.slice_bytes_read()
+    options = GenerateOptions(**{**case, "out": out_dir / f"{name}.npy"})
+    generate(options, DieAfter(die_after, dying) if die_after else None)
+    (out_dir / f"{name}.p{index}.json").write_text(json.dumps({"bytes": sharding.slice_bytes_read() - before}))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    from vidax.cli.common import run_guarded
+
+    sys.exit(run_guarded(lambda: main(*sys.argv[1:6]), debug=False))

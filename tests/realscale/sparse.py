@@ -2,9 +2,8 @@
 is never written (the file is truncated to its full size: a sparse file, no disk blocks), so a 14B model's
 layout costs a few hundred kilobytes. What the translator plans from is the header; nothing reads the data.
 
-The tables come from the reference classes built on the meta device (no memory), saved as their libraries
-save them: diffusers' `save_pretrained` writes `state_dict()` as is; transformers' drops tied weights and
-reverts its load-time renamings (`revert_weight_conversion`), so the keys are the ones on the Hub.
+The tables come from the reference classes built on the meta device (no memory), under the names their
+libraries save (`references.saved_state`).
 """
 
 from __future__ import annotations
@@ -44,16 +43,3 @@ def write_header_only(table: Table, path: Path) -> Path:
         fh.truncate(8 + len(raw) + offset)
     return path
 
-
-def diffusers_table(model: torch.nn.Module) -> Table:
-    """What diffusers' `save_pretrained` writes: the state dict as it is."""
-    return table_of(model.state_dict())
-
-
-def transformers_table(model) -> Table:
-    """What transformers' `save_pretrained` writes: tied weights dropped, load-time renamings reverted."""
-    from transformers.core_model_loading import revert_weight_conversion
-    from transformers.modeling_utils import remove_tied_weights_from_state_dict
-
-    state = remove_tied_weights_from_state_dict(model.state_dict(), model)
-    return table_of(revert_weight_conversion(model, state))

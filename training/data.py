@@ -1,0 +1,110 @@
+"""Procedural clips for the embedded `wan-tiny` model: one shape moving over a plain background.
+
+A clip is named by its combination (shape colour, shape, direction, background colour) plus a
+small offset across the motion; the caption comes from a small grammar. A fixed set of
+combinations is held out: never rendered with a caption in training, so the semantic test can ask
+the model for scenes it has only seen in parts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+SIZE = 64  # frames are SIZE x SIZE
+FRAMES = 17  # Wan's VAE takes 1 + 4k frames
+STEP = 2.0  # pixels per frame: 32 px over the clip
+HALF = 9.0  # half the shape's extent in pixels
+
+# names and sRGB values far apart in colour, so a nearest-colour detector cannot confuse them
+PALETTE = {
+    "red": (220, 40, 40),
+    "green": (40, 170, 60),
+    "blue": (40, 70, 220),
+    "yellow": (240, 220, 40),
+    "white": (240, 240, 240),
+    "black": (20, 20, 20),
+}
+SHAPES = ("circle", "square", "triangle")
+DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}  # (dx, dy), y grows down
+ACROSS = (22.0, 32.0, 42.0)  # where the shape sits across its motion
+HELD_OUT_COUNT = 24
+HELD_OUT_SEED = 33
+
+TEMPLATES = (
+    "a {colour} {shape} moves {direction} on a {background} background",
+    "a {colour} {shape} moving {direction} on a {background} background",
+    "{colour} {shape} moves {direction}, {background} background",
+)
+
+
+@dataclass(frozen=True)
+class Combo:
+    colour: str
+    shape: str
+    direction: str
+    background: str
+
+    def caption(self, template: int = 0) -> str:
+        return TEMPLATES[template].format(**self.__dict__)
+
+
+def all_combos() -> list[Combo]:
+    colours = list(PALETTE)
+    return [Combo(c, s, d, b) for c, s, d, b in itertools.product(colours, SHAPES, DIRECTIONS, colours) if c != b]
+
+
+def split() -> tuple[list[Combo], list[Combo]]:
+    """(training combos, held-out combos): a fixed random 24 of the 360 are held out."""
+    combos = all_combos()
+    order = np.random.default_rng(HELD_OUT_SEED).permutation(len(combos))
+    held = {int(i) for i in order[:HELD_OUT_COUNT]}
+    return [c for i, c in enumerate(combos) if i not in held], [combos[i] for i in sorted(held)]
+
+
+def vocabulary() -> list[str]:
+    """Every word the grammar can write (the tokenizer's vocabulary after its specials)."""
+    words = set()
+    for template in TEMPLATES:
+        words.update(template.replace(",", " ,").split())
+    words.update(PALETTE, SHAPES, DIRECTIONS)
+    return sorted(w for w in words if not w.startswith("{"))
+
+
+def _mask(shape: str, cx: float, cy: float) -> np.ndarray:
+    y, x = np.mgrid[0:SIZE, 0:SIZE].astype(np.float32) + 0.5
+    dx, dy = x - cx, y - cy
+    if shape == "circle":
+        return dx * dx + dy * dy <= HALF * HALF
+    if shape == "square":
+        return (np.abs(dx) <= HALF * 0.85) & (np.abs(dy) <= HALF * 0.85)
+    # triangle pointing up: inside the base and both slanted sides
+    return (dy <= HALF) & (dy >= -HALF) & (np.abs(dx) <= (dy + HALF) * 0.6)
+
+
+def render(combo: Combo, across: float) -> np.ndarray:
+    """`[FRAMES, SIZE, SIZE, 3]` float32 in [0, 1]."""
+    dx, dy = DIRECTIONS[combo.direction]
+    travel = STEP * (FRAMES - 1)
+    start = SIZE / 2 - travel / 2 * (dx + dy)  # along the motion: centred travel
+    frames = np.empty((FRAMES, SIZE, SIZE, 3), np.float32)
+    background = np.asarray(PALETTE[combo.background], np.float32) / 255
+    colour = np.asarray(PALETTE[combo.colour], np.float32) / 255
+    for f in range(FRAMES):
+        along = start + STEP * f * (dx + dy)
+        cx, cy = (along, across) if dx else (across, along)
+        frames[f] = background
+        frames[f][_mask(combo.shape, cx, cy)] = colour
+    return frames
+
+
+def dataset(combos: list[Combo], seed: int) -> tuple[list[str], list[tuple[Combo, float]]]:
+    """Every (combo, offset) once, in a seeded order, each with a caption from a seeded template."""
+    rng = np.random.default_rng(seed)
+    items = [(c, a) for c in combos for a in ACROSS]
+    order = rng.permutation(len(items))
+    items = [items[i] for i in order]
+    captions = [c.caption(int(rng.choice(len(TEMPLATES), p=(0.6, 0.2, 0.2)))) for c, _ in items]
+    return captions, items

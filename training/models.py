@@ -1,0 +1,36 @@
+"""The tiny model's three parts at training time: diffusers' / transformers' own Wan classes, so
+`save_pretrained` writes exactly the diffusers layout the translator reads."""
+
+from __future__ import annotations
+
+Z_DIM = 8
+VAE = dict(base_dim=8, z_dim=Z_DIM, dim_mult=[1, 2, 4, 4], num_res_blocks=1, attn_scales=[],
+           temperal_downsample=[False, True, True])
+TEXT = dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
+            relative_attention_max_distance=32, feed_forward_proj="gated-gelu", layer_norm_epsilon=1e-6,
+            dropout_rate=0.0)
+DIT = dict(patch_size=[1, 2, 2], num_attention_heads=4, attention_head_dim=24, in_channels=Z_DIM,
+           out_channels=Z_DIM, text_dim=32, freq_dim=64, ffn_dim=256, num_layers=4, cross_attn_norm=True,
+           qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None, added_kv_proj_dim=None,
+           rope_max_seq_len=1024, pos_embed_seq_len=None)
+MAX_TEXT = 512  # Wan pads every prompt's features to 512 tokens with zeros: training does the same
+
+
+def make_vae(latents_mean=None, latents_std=None):
+    from diffusers import AutoencoderKLWan
+
+    stats = {} if latents_mean is None else dict(latents_mean=list(map(float, latents_mean)),
+                                                 latents_std=list(map(float, latents_std)))
+    return AutoencoderKLWan(**VAE, **({"latents_mean": [0.0] * Z_DIM, "latents_std": [1.0] * Z_DIM} | stats))
+
+
+def make_text_encoder(vocab_size: int):
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    return UMT5EncoderModel(UMT5Config(vocab_size=vocab_size, **TEXT))
+
+
+def make_dit():
+    from diffusers import WanTransformer3DModel
+
+    return WanTransformer3DModel(**DIT)

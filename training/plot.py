@@ -1,0 +1,58 @@
+"""Loss curves of both stages as one PNG (PIL only: no plotting library needed).
+
+    .venv/bin/python -m training.plot   # -> docs/wan_tiny_loss.png
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from training.common import RUN
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "wan_tiny_loss.png"
+W, H, PAD = 420, 260, 40
+
+
+def _smooth(values: np.ndarray, width: int = 15) -> np.ndarray:
+    kernel = np.ones(min(width, len(values))) / min(width, len(values))
+    return np.convolve(values, kernel, mode="valid")
+
+
+def _panel(title: str, rows: list[dict]) -> Image.Image:
+    image = Image.new("RGB", (W, H), "white")
+    draw = ImageDraw.Draw(image)
+    steps = np.asarray([r["step"] for r in rows], float)
+    loss = np.log10(np.asarray([r["loss"] for r in rows], float))
+    lo, hi = loss.min(), loss.max()
+    to_xy = lambda s, v: (PAD + (s - steps[0]) / max(steps[-1] - steps[0], 1) * (W - 2 * PAD),
+                          H - PAD - (v - lo) / max(hi - lo, 1e-9) * (H - 2 * PAD))
+    draw.line([to_xy(s, v) for s, v in zip(steps, loss)], fill=(190, 190, 230))
+    smooth = _smooth(loss)
+    draw.line([to_xy(s, v) for s, v in zip(steps[len(steps) - len(smooth):], smooth)], fill=(20, 40, 160), width=2)
+    draw.rectangle([PAD, PAD, W - PAD, H - PAD], outline="black")
+    minutes = rows[-1]["seconds"] / 60
+    draw.text((PAD, 10), f"{title}: {len(rows)} steps, {minutes:.1f} min", fill="black")
+    draw.text((4, PAD - 12), f"{10 ** hi:.3g}", fill="black")
+    draw.text((4, H - PAD), f"{10 ** lo:.3g}", fill="black")
+    draw.text((W - PAD - 40, H - PAD + 6), f"step {int(steps[-1]) + 1}", fill="black")
+    draw.text((PAD, H - PAD + 6), "loss (log scale)", fill="black")
+    return image
+
+
+def main() -> None:
+    panels = [_panel(title, [json.loads(l) for l in (RUN / f"{name}_loss.jsonl").read_text().splitlines()])
+              for name, title in (("vae", "VAE"), ("dit", "DiT + UMT5 (flow matching)"))]
+    sheet = Image.new("RGB", (W * len(panels), H), "white")
+    for i, panel in enumerate(panels):
+        sheet.paste(panel, (i * W, 0))
+    OUT.parent.mkdir(exist_ok=True)
+    sheet.save(OUT)
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Stage 2: the tiny Wan DiT (diffusers `WanTransformer3DModel`) and its UMT5 encoder, jointly, by flow matching.
+
+    nice -n 19 .venv/bin/python -m training.train_dit --steps 1500
+
+Every training clip (combination x offset across the motion) is encoded once by the stage-1 VAE;
+the latents are normalised per channel with their own mean and std, which go into the VAE's config
+(`latents_mean`, `latents_std`) as Wan's do. Flow matching as Wan samples it: x_t = (1 - s) x0 + s
+noise, the DiT predicts noise - x0 at timestep 1000 s, s drawn uniformly then shifted by 3 (the
+sampler's shift). One caption in ten is dropped to "" so classifier-free guidance has its branch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from training import data
+from training.common import RUN, LossLog, setup_torch
+from training.models import make_dit, make_text_encoder
+from training.text import build_tokenizer, compact_text, token_batch, use_compact_text
+
+SEED = 2
+SHIFT = 3.0
+DROP_CAPTION = 0.1
+
+
+def encode_dataset(torch, vae_folder, batch: int = 8):
+    """(captions, latent means, latent stds) of every training clip, cached in the run folder."""
+    cache = RUN / "latents.npz"
+    if cache.is_file():
+        saved = np.load(cache)
+        return list(saved["captions"]), saved["mean"], saved["std"]
+    from diffusers import AutoencoderKLWan
+
+    vae = AutoencoderKLWan.from_pretrained(vae_folder).eval()
+    train, _ = data.split()
+    captions, items = data.dataset(train, SEED)
+    means, stds = [], []
+    with torch.no_grad():
+        for start in range(0, len(items), batch):
+            clips = np.stack([data.render(c, a) for c, a in items[start:start + batch]]).transpose(0, 4, 1, 2, 3)
+            posterior = vae.encode(torch.from_numpy(np.ascontiguousarray(clips)) * 2 - 1).latent_dist
+            means.append(posterior.mean.numpy())
+            stds.append(posterior.std.numpy())
+    mean, std = np.concatenate(means), np.concatenate(stds)
+    np.savez(cache, captions=np.asarray(captions), mean=mean, std=std)
+    return captions, mean, std
+
+
+def channel_stats(mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and std of the latents (what Wan's VAE config calls latents_mean / latents_std)."""
+    return mean.mean(axis=(0, 2, 3, 4)), mean.std(axis=(0, 2, 3, 4))
+
+
+def flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int):
+    rows = rng.integers(len(latents_mean), size=batch)
+    centre, spread = (s.reshape(1, -1, 1, 1, 1) for s in stats)
+    x0 = (latents_mean[rows] + latents_std[rows] * rng.standard_normal(latents_mean[rows].shape) - centre) / spread
+    noise = rng.standard_normal(x0.shape)
+    u = rng.uniform(size=batch)
+    sigma = SHIFT * u / (1 + (SHIFT - 1) * u)
+    s = sigma.reshape(-1, 1, 1, 1, 1)
+    as_torch = lambda a: torch.from_numpy(np.asarray(a, np.float32))
+    return rows, as_torch((1 - s) * x0 + s * noise), as_torch(sigma * 1000), as_torch(noise - x0)
+
+
+def main(steps: int, batch: int, lr: float, checkpoint_every: int) -> None:
+    torch = setup_torch(SEED)
+    tok = build_tokenizer(RUN / "tokenizer")
+    captions, latents_mean, latents_std = encode_dataset(torch, RUN / "vae_encoder")
+    stats = channel_stats(latents_mean)
+    (RUN / "latent_stats.json").write_text(json.dumps({"mean": stats[0].tolist(), "std": stats[1].tolist()}))
+    folder = RUN / "dit"
+    resume = (folder / "step.txt").is_file()
+    dit = type(make_dit()).from_pretrained(folder / "transformer") if resume else make_dit()
+    encoder = type(make_text_encoder(8)).from_pretrained(folder / "text_encoder") if resume \
+        else make_text_encoder(tok.get_vocab_size())
+    start = int((folder / "step.txt").read_text()) if resume else 0
+    cross_attention = use_compact_text(dit)  # exact, and a fraction of the 512-token cost
+    params = list(dit.parameters()) + list(encoder.parameters())
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    if resume:
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+    schedule = lambda s: lr * min(1.0, (s + 1) / 50) * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
+    log = LossLog(RUN / "dit_loss.jsonl", resume)
+    for step in range(start, steps):
+        rng = np.random.default_rng([SEED, step])  # per step: a resumed run draws what an unbroken one does
+        rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch)
+        prompts = ["" if rng.uniform() < DROP_CAPTION else str(captions[r]) for r in rows]
+        text, cross_attention.bias = compact_text(torch, encoder, *token_batch(tok, prompts))
+        for group in optimizer.param_groups:
+            group["lr"] = float(schedule(step))
+        predicted = dit(noisy, timestep, text, return_dict=False)[0]
+        loss = ((predicted - target) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        log.add(step, loss=loss.item())
+        if (step + 1) % checkpoint_every == 0 or step + 1 == steps:
+            dit.save_pretrained(folder / "transformer")
+            encoder.save_pretrained(folder / "text_encoder")
+            torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+            (folder / "step.txt").write_text(str(step + 1))
+            print(f"dit step {step + 1}: loss {loss.item():.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--checkpoint-every", type=int, default=50)
+    args = parser.parse_args()
+    main(args.steps, args.batch, args.lr, args.checkpoint_every)

@@ -1,0 +1,137 @@
+"""Stage 1: the tiny Wan VAE (diffusers `AutoencoderKLWan`) as an autoencoder of rendered clips.
+
+    nice -n 19 .venv/bin/python -m training.train_vae --steps 500
+
+Two phases. First single frames (cheap: the causal VAE's first-frame path only), from an init where
+every causal conv looks at the current frame only and the time convs copy one frame: the model is
+then a per-frame autoencoder that keeps one frame in four (each latent frame decodes to four copies).
+Then clips of 9 frames (the first frame alone, then two 4-frame chunks) teach the decoder's time
+convs to interpolate; the encoder stays as the first phase left it (a latent frame encodes one frame). The loss weights the shape's pixels up: they are a few percent of a frame. Resumes from
+the last checkpoint in the run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from training import data
+from training.common import RUN, LossLog, clip_batch, setup_torch
+from training.models import make_vae
+
+SEED = 1
+FRAMES = 9  # video phase
+SHAPE_WEIGHT = 10.0
+LATENT_NOISE = 0.05
+MEAN_WEIGHT = 1e-4
+PCA_FRAMES = 64
+
+
+def make_framewise(torch, vae) -> None:
+    """Causal 3D convs see only the current frame; time convs copy the newest frame (both halves when upsampling)."""
+    with torch.no_grad():
+        for name, module in vae.named_modules():
+            weight = getattr(module, "weight", None)
+            if weight is None or weight.ndim != 5 or weight.shape[2] == 1:
+                continue
+            if name.endswith("time_conv"):
+                out, inp = weight.shape[:2]
+                weight.zero_()
+                weight[torch.arange(out), torch.arange(out) % inp, 2] = 1.0
+                module.bias.zero_()
+            else:
+                weight[:, :, :-1] = 0
+
+
+def pca_head(torch, vae, frames: np.ndarray) -> None:
+    """The encoder's last conv as the projection onto its input features' top principal components.
+
+    Trained by reconstruction alone, the head kept the red-yellow-white axis and merged the dark
+    colours (green, blue and black landed within 0.3 of each other, against 5-14 between the others),
+    though the features entering the head still tell them apart. Projecting those features (centre
+    tap, per pixel) on their top z_dim principal components keeps the most of what varies; the
+    decoder then learns from these latents while the encoder stays fixed.
+    """
+    features = {}
+    hook = vae.encoder.conv_out.register_forward_hook(lambda m, i, o: features.update(x=i[0]))
+    with torch.no_grad():
+        vae.encode(torch.from_numpy(frames))
+    hook.remove()
+    x = features["x"].permute(0, 2, 3, 4, 1).reshape(-1, features["x"].shape[1]).double()
+    centre = x.mean(0)
+    _, _, vectors = torch.linalg.svd(x - centre, full_matrices=False)
+    components = vectors[: vae.config.z_dim].float()  # [z, C]
+    z = vae.config.z_dim
+    conv, quant = vae.encoder.conv_out, vae.quant_conv
+    with torch.no_grad():  # means: the components; log-variances: -8 (unused: stage 2 takes the means)
+        conv.weight.zero_()
+        conv.weight[:z, :, -1, 1, 1] = components
+        conv.bias[:z] = -(components @ centre.float())
+        conv.bias[z:] = -8.0
+        quant.weight.copy_(torch.eye(2 * z).reshape(quant.weight.shape))  # quant_conv mixes the two halves
+        quant.bias.zero_()
+
+
+def vae_loss(torch, vae, video, mask, train_encoder: bool):
+    with torch.set_grad_enabled(train_encoder):
+        posterior = vae.encode(video).latent_dist
+    # the mean plus small fixed noise: sampling at the initial std (1) drowns the mean, and the KL's
+    # pull on the log-variance is far too slow for a few hundred steps; the noise keeps the decoder
+    # tolerant of a DiT's small errors, and a weak L2 keeps the means' scale in check
+    latents = posterior.mean + LATENT_NOISE * torch.randn_like(posterior.mean)
+    decoded = vae.decode(latents).sample
+    weight = 1 + (SHAPE_WEIGHT - 1) * mask
+    reconstruction = (weight * (decoded - video) ** 2).mean()
+    return reconstruction + MEAN_WEIGHT * (posterior.mean ** 2).mean(), reconstruction
+
+
+def main(image_steps: int, video_start: int, steps: int, stop: int | None, batch: int, image_batch: int, crop: int,
+         lr: float, checkpoint_every: int) -> None:
+    torch = setup_torch(SEED)
+    folder = RUN / "vae"
+    resume = (folder / "config.json").is_file()
+    vae = type(make_vae()).from_pretrained(folder) if resume else make_vae()
+    if not resume:
+        make_framewise(torch, vae)
+    start = int((folder / "step.txt").read_text()) if resume else 0
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
+    schedule = lambda s: lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
+    log = LossLog(RUN / "vae_loss.jsonl", resume)
+    train, _ = data.split()
+    if resume:
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+    for step in range(start, min(steps, stop or steps)):
+        rng = np.random.default_rng([SEED, step])  # per step: a resumed run draws what an unbroken one does
+        if step == image_steps:  # the encoder is final from here on: stage 2 may start from this copy
+            pca_head(torch, vae, clip_batch(rng, train, PCA_FRAMES, 1)[0])
+            vae.save_pretrained(RUN / "vae_encoder")
+        video, mask = clip_batch(rng, train, image_batch, 1, crop) if step < video_start else clip_batch(rng, train, batch, FRAMES)
+        for group in optimizer.param_groups:
+            group["lr"] = float(schedule(step))
+        loss, reconstruction = vae_loss(torch, vae, torch.from_numpy(video), torch.from_numpy(mask), step < image_steps)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        optimizer.step()
+        log.add(step, frames=1 if step < video_start else FRAMES, loss=loss.item(), reconstruction=reconstruction.item())
+        if (step + 1) % checkpoint_every == 0 or step + 1 in (steps, stop):
+            vae.save_pretrained(folder)
+            torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+            (folder / "step.txt").write_text(str(step + 1))
+            print(f"vae step {step + 1}: loss {loss.item():.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--image-steps", type=int, default=400)
+    parser.add_argument("--video-start", type=int, default=400, help="first step on clips (single frames before)")
+    parser.add_argument("--steps", type=int, default=500, help="all steps, the image phase's included")
+    parser.add_argument("--stop", type=int, default=None, help="end this run at this step (a later run resumes)")
+    parser.add_argument("--image-batch", type=int, default=16)
+    parser.add_argument("--crop", type=int, default=64, help="image phase: square windows of this size (cheaper steps)")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--checkpoint-every", type=int, default=25)
+    args = parser.parse_args()
+    main(args.image_steps, args.video_start, args.steps, args.stop, args.batch, args.image_batch, args.crop, args.lr, args.checkpoint_every)
