@@ -1,9 +1,9 @@
 """Tiny diffusers LTX pipelines saved with `save_pretrained`, and the host-noise replay the parity tests use.
 
 Every reference run draws its noise from one seeded torch generator in the reference's order; vidax draws
-its own from the run's seed on the host (`Family.host_noise(stream, index, shape)`). For parity a test
+its own from the run's seed on the host (`Run.host_noise(stream, index, shape)`). For parity a test
 replays the reference's draws: `Replay` maps (stream, index) to the torch draw the reference made there
-(checking the shape), and is patched over `LTXVideoFamily.host_noise`.
+(checking the shape), and is patched over `Run.host_noise`.
 """
 
 from __future__ import annotations
