@@ -1,7 +1,7 @@
 """Test hooks for spec authors: a registry of tiny test checkpoints, one factory per spec.
 
 A family's test folder ships a module whose name ends in ``spec_fixtures.py`` (for example
-``tests/wan/wan_vae_spec_fixtures.py``) that registers a factory for each spec it owns::
+``tests/wan_vae/wan_vae_spec_fixtures.py``) that registers a factory for each spec it owns::
 
     from vidax.translator.testing import SpecCase, register_spec_fixture
 

@@ -8,7 +8,6 @@ file (VIDAX_MODELS) whose `config` tables carry the tiny sizes the official file
 from __future__ import annotations
 
 import json
-import sys
 import types
 from pathlib import Path
 
@@ -19,10 +18,9 @@ from tests.oracle import perturb
 
 from .cosmos_spec_fixtures import dit_reference, official_state_dict
 from .helpers import install_torchvision_standin
-from .test_text import QWEN2_VL_TEMPLATE
+from tests.tiny_references import QWEN2_VL_TEMPLATE, WAN_VAE_21
+from tests.wan_vae.wan_vae_spec_fixtures import official_key
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "wan"))
-import wan_vae_spec_fixtures as wan_vae  # noqa: E402
 
 PROMPT = "a robot arm stacks red cubes on a table"
 HEIGHT, WIDTH, FRAMES, STEPS = 32, 32, 9, 2  # 3 latent frames of 4 x 4 (2 x 2 patches)
@@ -34,7 +32,7 @@ VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hi
               spatial_merge_size=1, temporal_patch_size=1, window_size=4, fullatt_block_indexes=[0])
 DIT = dict(in_channels=17, out_channels=16, num_attention_heads=4, attention_head_dim=16,  # tp 2 x sp 2
            crossattn_proj_in_channels=2 * 32, max_size=(16, 32, 32))
-VAE = dict(wan_vae.TINY_21)  # the official VAE layout has 4 levels and 2 resnets per level
+VAE = dict(WAN_VAE_21)  # the official VAE layout has 4 levels and 2 resnets per level
 # the scheduler diffusers' convert_cosmos_to_diffusers.py ships with Predict2.5
 SCHEDULER = dict(use_karras_sigmas=True, use_flow_sigmas=True, prediction_type="flow_prediction", sigma_max=200.0,
                  sigma_min=0.01)
@@ -91,7 +89,7 @@ def save_official(pipe, root: Path) -> Path:
     state = {k: v.detach().contiguous() for k, v in pipe.transformer.state_dict().items()}
     (root / "base" / "post-trained").mkdir(parents=True)
     torch.save(official_state_dict(state), root / "base" / "post-trained" / "tiny_ema_bf16.pt")
-    vae = {wan_vae.official_key("wan/vae", k): v.detach().contiguous() for k, v in pipe.vae.state_dict().items()}
+    vae = {official_key("wan/vae", k): v.detach().contiguous() for k, v in pipe.vae.state_dict().items()}
     torch.save(vae, root / "tokenizer.pth")
     pipe.text_encoder.save_pretrained(root / "Cosmos-Reason1-7B")
     pipe.tokenizer.save_pretrained(root / "Cosmos-Reason1-7B")

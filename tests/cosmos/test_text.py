@@ -22,21 +22,10 @@ from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
 
 from tests.encoders.oracle import converted_params
 from tests.encoders.test_tokenizer import qwen_like_folder
+from tests.tiny_references import QWEN2_VL_TEMPLATE
 from tests.oracle import perturb
 
 # Qwen2-VL / Qwen2.5-VL's chat template (tokenizer_config.json of Qwen/Qwen2.5-VL-7B-Instruct)
-QWEN2_VL_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-    "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}"
-    "<|im_end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in "
-    "content or 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}"
-    "Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] "
-    "== 'video' or 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}"
-    "Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}"
-    "{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
-    "<|im_start|>assistant\n{% endif %}"
-)
 PROMPTS = ["a red kite over a grey sea", "waves crash against the rocks at dusk " * 40, ""]  # 2nd truncates
 MAX_LENGTH = 192  # byte-level toy BPE: the chat alone is ~100 tokens
 ATOL = 1e-5  # standardised features are O(1); observed max error 1.2e-6

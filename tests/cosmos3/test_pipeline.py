@@ -30,7 +30,7 @@ from vidax.zoo.cosmos3 import text as cosmos3_text
 from vidax.zoo.samplers import stepper_from_config
 from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
 
-from tests.cosmos.test_text import QWEN2_VL_TEMPLATE
+from tests.tiny_references import QWEN2_VL_TEMPLATE
 from tests.oracle import perturb, save_diffusers
 
 from .cosmos3_spec_fixtures import dit_reference

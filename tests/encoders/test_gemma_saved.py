@@ -18,7 +18,7 @@ from vidax.translator import convert
 from vidax.zoo.encoders.gemma import GemmaConfig, GemmaTextModel
 
 from tests.encoders.oracle import expected_shapes
-from tests.ltx2.gemma_spec_fixtures import GEMMA4_TEXT, gemma3_reference, gemma4_reference, gemma_expected, save_transformers
+from tests.encoders.gemma_spec_fixtures import GEMMA4_TEXT, gemma3_reference, gemma4_reference, gemma_expected, save_transformers
 from tests.oracle import perturb
 
 

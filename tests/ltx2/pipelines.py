@@ -13,7 +13,7 @@ import json
 
 import torch
 
-from .gemma_spec_fixtures import gemma3_reference
+from tests.encoders.gemma_spec_fixtures import gemma3_reference
 from .ltx2_spec_fixtures import TINY_CONNECTORS, TINY_DIT, perturbed, vae_reference, vocoder_reference
 
 PROMPT = "w1 w2 w3 w4"

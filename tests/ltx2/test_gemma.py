@@ -14,7 +14,7 @@ from vidax.zoo.encoders.gemma import GemmaConfig, GemmaTextModel
 
 from tests.oracle import unflatten
 
-from .gemma_spec_fixtures import gemma3_reference, gemma4_reference, save_transformers
+from tests.encoders.gemma_spec_fixtures import gemma3_reference, gemma4_reference, save_transformers
 
 ATOL = 2e-5  # fp32 through a few layers; observed ~1e-6
 

@@ -22,7 +22,7 @@ from vidax.zoo.ltx2.text import prompt_tokens, stack_hidden_states
 
 from tests.oracle import unflatten
 
-from .gemma_spec_fixtures import gemma3_reference, save_transformers
+from tests.encoders.gemma_spec_fixtures import gemma3_reference, save_transformers
 from .ltx2_spec_fixtures import TINY_CONNECTORS, connectors_reference, save_diffusers
 
 ATOL = 2e-5  # fp32; observed ~1e-6

@@ -111,7 +111,7 @@ def _wan_transformer(state: dict) -> dict:
 
 
 def _wan_vae(spec: str) -> Callable[[dict], dict]:
-    return lambda state: {_fixtures("wan.wan_vae_spec_fixtures").official_key(spec, k): v for k, v in state.items()}
+    return lambda state: {_fixtures("wan_vae.wan_vae_spec_fixtures").official_key(spec, k): v for k, v in state.items()}
 
 
 def _ltx_video_vae(state: dict) -> dict:

@@ -23,6 +23,9 @@ from vidax.zoo.video_io import read_video  # noqa: E402
 from vidax.zoo.wan.tiny import build_tokenizer  # noqa: E402
 
 from tests.oracle import hub_cached, perturb
+from tests.tiny_references import umt5_encoder as _text_encoder
+from tests.tiny_references import unipc_flow_scheduler as _scheduler
+from tests.tiny_references import wan_pipeline_vae as _vae
 
 PROMPT = "a red kite over a grey sea"
 NEGATIVE = "blurry, low quality"
@@ -36,27 +39,11 @@ HEIGHT, WIDTH, FRAMES, STEPS, GUIDANCE = 32, 48, 5, 3, 4.0
 FRAME_ATOL = 1e-4
 
 
-def _text_encoder(vocab: int):
-    config = transformers.UMT5Config(vocab_size=vocab, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                                     relative_attention_num_buckets=8, relative_attention_max_distance=32,
-                                     feed_forward_proj="gated-gelu", dropout_rate=0.0)
-    return transformers.UMT5EncoderModel(config).eval()
-
-
 def _transformer(**extra):
     config = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=16, out_channels=16,
                   text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
                   qk_norm="rms_norm_across_heads", rope_max_seq_len=64)
     return diffusers.WanTransformer3DModel(**{**config, **extra}).eval()
-
-
-def _vae():
-    return diffusers.AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1,
-                                      temperal_downsample=[False, True, True]).eval()
-
-
-def _scheduler():
-    return diffusers.UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
 
 
 def _reference_t2v(folder: Path):

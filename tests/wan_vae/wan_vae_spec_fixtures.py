@@ -16,16 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from tests.oracle import build_perturbed, save_diffusers, state_of, tree_path
+from tests.tiny_references import WAN_VAE_21, WAN_VAE_22
 from vidax.translator.testing import SpecCase, register_spec_fixture
 
-# Two temporal and three spatial down levels as in the released models, at tiny widths. The
-# official layouts hard-code 4 levels and 2 resnets per level, so those stay.
-TINY_21 = dict(base_dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, temperal_downsample=[False, True, True])
-TINY_22 = dict(
-    base_dim=8, decoder_base_dim=12, z_dim=8, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
-    temperal_downsample=[False, True, True], is_residual=True, patch_size=2, in_channels=12, out_channels=12,
-    scale_factor_spatial=16, latents_mean=[0.1 * i - 0.3 for i in range(8)], latents_std=[0.5 + 0.1 * i for i in range(8)],
-)
+TINY_21, TINY_22 = WAN_VAE_21, WAN_VAE_22  # shared with the Cosmos tests (the VAE they ship)
 CONFIGS = {"wan/vae": TINY_21, "wan/vae22": TINY_22}
 OFFICIAL_FILE = {"wan/vae": "Wan2.1_VAE.pth", "wan/vae22": "Wan2.2_VAE.pth"}
 
