@@ -31,8 +31,9 @@ def test_plan_offline_from_the_registry(offline, name):
 
 
 def test_frame_counts_by_reference(offline):
-    """A diffusers-layout model takes any frame count as LTXPipeline does (12 runs 2 latent frames); an
-    official checkpoint takes 8k + 1 (the official pipeline pads and crops, which vidax does not run)."""
+    """A diffusers-layout model takes any frame count as LTXPipeline does (12 runs 2 latent frames) and sides
+    that are multiples of 32; an official checkpoint takes any size, as `inference.py` pads it (12 frames run
+    17: 3 latent frames; 50 x 70 runs 64 x 96)."""
     from typer.testing import CliRunner
 
     from vidax.cli.gen import app
@@ -40,8 +41,13 @@ def test_frame_counts_by_reference(offline):
     diffusers = GenerateOptions(model="ltx-video-13b-distilled", prompt="", frames=12)
     family = make_pipeline(diffusers.model, diffusers)
     assert family.layout == "diffusers" and family.latent_shape(family.resolve_settings(diffusers))[2] == 2
-    official = CliRunner().invoke(app, ["ltx-video-13b", "--plan", "--frames", "12"])
-    assert official.exit_code != 0 and "--frames 12 is not of the form 8k+1; nearest valid: 9" in official.output
+    official = GenerateOptions(model="ltx-video-13b", prompt="", frames=12, height=50, width=70,
+                               extra={"multi_scale": False})
+    family = make_pipeline(official.model, official)
+    assert family.layout == "official" and family.latent_shape(family.resolve_settings(official)) == (1, 128, 3, 2, 3)
+    result = CliRunner().invoke(app, ["ltx-video-13b", "--plan", "--frames", "12", "--height", "700", "--width", "1200",
+                                      "--devices", "4", "--device-memory", "141"])
+    assert result.exit_code == 0, result.output
 
 
 def test_memory_job_follows_the_passes_and_branches(offline):

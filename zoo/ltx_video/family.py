@@ -7,7 +7,9 @@ Which reference a run follows is the checkpoint's, as its author would run it:
   `LTXConditionPipeline` on the same components), `LTXImageToVideoPipeline`, or `LTXConditionPipeline`
   (`--image` is a condition at frame 0);
 - an official single file (Lightricks/LTX-Video, the config in its safetensors header) follows
-  Lightricks' `LTXVideoPipeline` / `LTXMultiScalePipeline` (ltx_video/pipelines/pipeline_ltx_video.py).
+  Lightricks' `LTXVideoPipeline` / `LTXMultiScalePipeline` (ltx_video/pipelines/pipeline_ltx_video.py)
+  as its `inference.py` calls them: any size, run at the size padded to the grid and cropped back
+  (`padding`, `latents.official_padding`).
 
 The pieces each reference uses (`latents.py`, `rope.py`, `text.py`, `steppers.py`; `passes.py` the passes
 and per-step guidance, `predict.py` the guided velocity):
