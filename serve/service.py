@@ -110,6 +110,9 @@ class Service:
         self.partial.mkdir()
         self.max_queue = max_queue
         self.warmup = warmup
+        from vidax.zoo.stages import StageCache
+
+        self.stages = StageCache()  # the model's weights, placed by the warm-up, stay for every job
         self.state = "starting"  # -> warming -> ready, or failed (the warm-up's error in self.error)
         self.error: str | None = None
         self.live: dict[str, dict] = {}  # running job -> its latest progress (the database lags by <= 0.5 s)
@@ -203,6 +206,8 @@ class Service:
         self.wake.set()
         self.thread.join(timeout)
         self.store.close()
+        if not self.thread.is_alive():
+            self.stages.release()
 
     def _work(self) -> None:
         try:
@@ -224,7 +229,7 @@ class Service:
 
     def _warm_up(self) -> None:
         """One job at the model's default size: loads the weights, compiles every stage's programs."""
-        from vidax.zoo.pipeline import GenerateOptions, generate
+        from vidax.zoo.pipeline import GenerateOptions
 
         out = self.partial / "warmup.mp4"
         start = time.perf_counter()
@@ -273,7 +278,7 @@ class Service:
         remembered = self.layouts.get(key)
         if remembered is not None:
             options = dataclasses.replace(options, **remembered["layout"])
-        result = generate(options, progress)
+        result = generate(options, progress, cache=self.stages)
         if remembered is not None:
             result.settings["layout_choice"] = remembered["choice"]
         elif not any(getattr(self.server, field) is not None for field in LAYOUT_FIELDS):

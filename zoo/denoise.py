@@ -106,14 +106,25 @@ class Denoisers:
         self.placed: dict[int, LoadedDiT] = {}
 
     def get(self, expert: int) -> LoadedDiT:
-        if expert not in self.placed:
-            self.release()  # one denoiser's weights at a time
-            self.placed[expert] = place_dit(self.run, self.family, self.parts[expert], self.settings, self.dtype)
+        if expert in self.placed:
+            return self.placed[expert]
+        cache = self.run.cache
+        part = self.parts[expert]
+        key = (part.component, part.spec, self.dtype, _layout(self.run))
+        if cache is not None and key in cache.denoisers:  # placed by an earlier run of this process
+            self.placed[expert] = cache.denoisers[key]
+            return self.placed[expert]
+        self.release()  # one denoiser's weights at a time
+        self.placed[expert] = place_dit(self.run, self.family, part, self.settings, self.dtype)
+        if cache is not None:
+            cache.denoisers[key] = self.placed[expert]
         return self.placed[expert]
 
     def release(self) -> None:
-        for denoiser in self.placed.values():
-            denoiser.release()
+        """Free the placed denoisers (a cache keeps its own for later runs)."""
+        if self.run.cache is None:
+            for denoiser in self.placed.values():
+                denoiser.release()
         self.placed.clear()
 
     def __enter__(self) -> "Denoisers":
@@ -121,6 +132,12 @@ class Denoisers:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _layout(run: Run) -> tuple:
+    """What a placed denoiser's buffers depend on besides its weights: the mesh and the offload chunk."""
+    mesh = None if run.mesh is None else (tuple(run.mesh.shape.items()), tuple(run.mesh.device_ids.flat))
+    return mesh, run.options.offload_chunk
 
 
 def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, cond: Any,

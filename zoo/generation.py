@@ -14,7 +14,7 @@ import numpy as np
 
 from vidax.zoo.family import Decoded, Family, Inputs, Settings
 from vidax.zoo.pipeline import GenerateOptions, GenerateResult, PipelineError, Progress, StageTimer, check_output_room
-from vidax.zoo.stages import Run
+from vidax.zoo.stages import Run, StageCache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,15 +38,19 @@ def prepare(family: Family, options: GenerateOptions) -> Request:
     return Request(s, inputs, family.initial_latents(s, options))
 
 
-def generate_video(family: Family, options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
-    """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents."""
+def generate_video(family: Family, options: GenerateOptions, progress: Progress | None = None, *,
+                   cache: StageCache | None = None) -> GenerateResult:
+    """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents.
+
+    `cache` keeps every placed weight for the next call (a long-lived process); None releases them.
+    """
     from vidax.zoo.distributed import agree, run_record
 
     timer = StageTimer(progress)
     try:  # everything before the first step that involves other processes
         request = prepare(family, options)
         s = request.settings
-        run = Run(family, options, family.make_mesh(options), timer.progress, timer)
+        run = Run(family, options, family.make_mesh(options), timer.progress, timer, cache)
         with timer.stage("encode"):
             cond = jax.block_until_ready(family.encode(run, s, request.inputs))
     except BaseException as err:

@@ -546,7 +546,7 @@ def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOpti
 # --- the library call behind vidax-gen --------------------------------------------------------
 
 
-def generate(options: GenerateOptions, progress: Progress | None = None) -> GenerateResult:
+def generate(options: GenerateOptions, progress: Progress | None = None, *, cache: Any = None) -> GenerateResult:
     """Build the model's pipeline, generate, and write the video, its sidecar JSON and (asked) the latents.
 
     Args:
@@ -555,6 +555,8 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
       progress: hooks for progress display (the CLI passes rich bars). A hook may raise (Ctrl-C's
         KeyboardInterrupt, a cancelled job) to stop the run: the outputs are committed only after the
         last hook returns, so a stopped run writes nothing.
+      cache: a `vidax.zoo.stages.StageCache` whose placed weights this run reuses and adds to (the
+        server keeps one for its life); None: each stage's weights are released when it ends.
 
     Returns:
       The result, with `settings["outputs"]` naming the files written.
@@ -578,7 +580,7 @@ def generate(options: GenerateOptions, progress: Progress | None = None) -> Gene
         agree(err, "preparation")
         raise
     with run_guard():  # an error this process alone hits stops its peers too
-        result = generate_video(pipeline, options, progress)  # agrees once its own preparation is over
+        result = generate_video(pipeline, options, progress, cache=cache)  # agrees once its preparation is over
     result.times = {**timer.times, **result.times}
     if is_writer():  # one process writes the outputs
         write_outputs(options, result, timer, choice)

@@ -23,6 +23,23 @@ Params = dict[str, Any]
 
 
 @dataclasses.dataclass
+class StageCache:
+    """Placed weights that outlive one generation, for a long-lived process (the server): each stage's by
+    (component, spec, dtype), each denoiser's by (component, spec, dtype, layout). A run given a cache
+    keeps every weight it places there and releases none; `release` frees them all."""
+
+    weights: dict = dataclasses.field(default_factory=dict)
+    denoisers: dict = dataclasses.field(default_factory=dict)
+
+    def release(self) -> None:
+        release(list(self.weights.values()))
+        for denoiser in self.denoisers.values():
+            denoiser.release()
+        self.weights.clear()
+        self.denoisers.clear()
+
+
+@dataclasses.dataclass
 class Run:
     """The runtime of one generation (see the module docstring).
 
@@ -31,6 +48,8 @@ class Run:
       options: the request, its layout chosen.
       mesh: the DiT's mesh (None on one device).
       progress, timer: progress hooks and per-stage wall times.
+      cache: where placed weights outlive the run (None: released as each stage ends, or kept to the
+        run's end with `--keep-stages`).
     """
 
     family: Any
@@ -38,7 +57,17 @@ class Run:
     mesh: Any = None
     progress: Progress = dataclasses.field(default_factory=Progress)
     timer: StageTimer = dataclasses.field(default_factory=StageTimer)
+    cache: StageCache | None = None
     resident: dict = dataclasses.field(default_factory=dict)  # stage weights kept by --keep-stages
+
+    def __post_init__(self):
+        if self.cache is not None:
+            self.resident = self.cache.weights
+
+    @property
+    def keeps_weights(self) -> bool:
+        """Whether a finished stage's weights stay placed (`--keep-stages`, or a cache)."""
+        return self.cache is not None or not self.options.release_stages
 
     @property
     def dtype(self) -> str | None:
@@ -67,17 +96,19 @@ class Run:
     def place(self, tree: Mapping[str, np.ndarray], key: Any = None) -> Params:
         """A host tree on the default device in one transfer; kept under `key` with `--keep-stages`."""
         params = jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/"))
-        if key is not None and not self.options.release_stages:
+        if key is not None and self.keeps_weights:
             self.resident[key] = params
         return params
 
     def done(self, params: Any) -> None:
         """A stage is over: free its weights unless they are kept (`--keep-stages`)."""
-        if self.options.release_stages:
+        if not self.keeps_weights:
             release(params)
 
     def close(self) -> None:
-        """Free every kept stage's weights (the generation is over)."""
+        """Free every kept stage's weights (the generation is over), unless a cache keeps them."""
+        if self.cache is not None:
+            return
         for params in self.resident.values():
             release(params)
         self.resident.clear()

@@ -248,11 +248,10 @@ class HunyuanVideo15Family(HunyuanBase):
         dtype = run.dtype
         qwen_part, byt5_part = self.component("text_encoder"), self.component("text_encoder_2")
         qwen = run.load(qwen_part.component, qwen_part.spec, qwen_part.subfolders, dtype)
-        byt5_tree = run.load_tree(byt5_part.component, byt5_part.spec, byt5_part.subfolders, dtype)
+        byt5 = run.load(byt5_part.component, byt5_part.spec, byt5_part.subfolders, dtype)
         # the official ByT5 is byt5-small with added colour/font tokens: the vocabulary is the weights'
         byt5_cfg = dataclasses.replace(T5Config.from_hf_config(byt5_json),
-                                       vocab_size=int(byt5_tree["shared/embedding"].shape[0]))
-        byt5 = run.place(byt5_tree, (byt5_part.component, byt5_part.spec, dtype))
+                                       vocab_size=int(byt5["shared"]["embedding"].shape[0]))
         encoder = PromptEncoder(load_tokenizer(tok), DecoderTextModel(DecoderConfig.from_hf_config(qwen_json)), qwen,
                                 self._glyph_tokenizer(tok_2), T5EncoderModel(byt5_cfg), byt5)
         features = [encoder([p]) for p in prompts]

@@ -50,6 +50,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import traverse_util
 
 from vidax.translator import MANIFEST, MODEL_FILE, read_manifest, read_metadata
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
@@ -513,10 +514,10 @@ class LTXVideoFamily(Family):
         if folder is None:
             raise PipelineError(f"{self.source.label}: no T5 tokenizer folder (tokenizer/)")
         part = self.component("text_encoder")
-        tree = run.load_tree(part.component, part.spec, part.subfolders, run.dtype)
+        params = run.load(part.component, part.spec, part.subfolders, run.dtype)
         t5_json = self._t5_json()
-        config = T5Config.from_hf_config(t5_json) if t5_json else T5Config.from_shapes({p: a.shape for p, a in tree.items()})
-        params = run.place(tree, (part.component, part.spec, run.dtype))
+        shapes = {path: leaf.shape for path, leaf in traverse_util.flatten_dict(params, sep="/").items()}
+        config = T5Config.from_hf_config(t5_json) if t5_json else T5Config.from_shapes(shapes)
         model = T5EncoderModel(config, dtype=jnp.float32)
         text, mask = encode_prompts(model, {"params": params}, load_tokenizer(folder), prompts, max_length=max_length,
                                     mask_encoder=mask_encoder, strip=strip)

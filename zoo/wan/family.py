@@ -28,6 +28,7 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import traverse_util
 
 from vidax.zoo.encoders.clip import CLIP_MEAN, CLIP_STD, WAN_CLIP_VISION, CLIPVisionModelWithProjection
 from vidax.zoo.encoders.clip import clip_preprocess, clip_vision_config
@@ -267,9 +268,9 @@ class WanFamily(Family):
         if folder is None:
             raise PipelineError(f"{self.source.label}: no tokenizer folder found")
         part = self.component("text_encoder")
-        tree = run.load_tree(part.component, part.spec, part.subfolders, run.dtype)
-        config = self.model.text_encoder or T5Config.from_shapes({p: a.shape for p, a in tree.items()})
-        params = run.place(tree, (part.component, part.spec, run.dtype))
+        params = run.load(part.component, part.spec, part.subfolders, run.dtype)
+        shapes = {path: leaf.shape for path, leaf in traverse_util.flatten_dict(params, sep="/").items()}
+        config = self.model.text_encoder or T5Config.from_shapes(shapes)
         model = T5EncoderModel(config, dtype=jnp.float32)  # fp32 encode, cast after (docs/PRECISION.md)
         prompts = [prompt] + ([negative] if negative is not None else [])
         embeds = wan_text_features(model, {"params": params}, load_tokenizer(folder), prompts)
