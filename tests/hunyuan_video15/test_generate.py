@@ -121,8 +121,8 @@ def test_bad_requests_fail_before_work(saved, reference_run, tmp_path, change, m
     from vidax.zoo.pipeline import PipelineError
 
     _, root = saved
-    options = _options(str(root), reference_run[0], tmp_path, **change)
-    with pytest.raises(PipelineError, match=message):
+    with pytest.raises(PipelineError, match=message):  # some when the options are read, the rest before work
+        options = _options(str(root), reference_run[0], tmp_path, **change)
         make_pipeline(options.model, options).generate(options)
 
 
