@@ -16,15 +16,17 @@ what a generation needs on top of `jax.distributed`:
 - `to_host`: a mesh output as one NumPy array on every process (a process cannot read another's
   shards with `np.asarray`).
 - `agree`: a barrier that carries success: when any process failed to prepare (bad input, missing
-  file), every process stops with one line naming the failed ones, instead of hanging in the first
-  collective.
+  file), every process stops with one line naming the failed ones and quoting the first's error,
+  instead of hanging in the first collective. It goes through the coordinator's key-value store, so
+  processes may reach it far apart (a first gloo collective gives up after 30 s).
 - `run_guard`: around the generation: an error this process alone hit (a collective that failed
   because a peer died, a bug, Ctrl-C) makes it leave at once instead of waiting for its peers at exit.
 - `is_writer`: only process 0 writes the video, sidecar and latents.
 
-A peer that dies mid-run ends every survivor with one line and exit code 1: at once when a collective
-notices the closed connection (gloo on CPU) or the coordinator (process 0) is gone, else when the
-coordination service misses its heartbeat for `heartbeat_timeout` seconds (`VIDAX_HEARTBEAT_TIMEOUT`).
+A peer that dies mid-run ends every survivor with one line and exit code 1, at once: process 0 holds
+a connection from every peer and stops when one closes early; the others stop when process 0 (the
+coordinator) is gone, or when a collective fails under them. Where those connections cannot be made,
+the coordination service's heartbeat (`heartbeat_timeout` seconds, `VIDAX_HEARTBEAT_TIMEOUT`) does it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -56,7 +59,8 @@ _ENV = {"coordinator": "VIDAX_COORDINATOR", "num_processes": "VIDAX_NUM_PROCESSE
 _TIMEOUT_ENV = {"heartbeat_timeout": "VIDAX_HEARTBEAT_TIMEOUT", "join_timeout": "VIDAX_JOIN_TIMEOUT"}
 _PROBE_SECONDS = 3  # how long a listening coordinator may take to answer a probe
 _GRACE_SECONDS = 3  # how long a process already stopping with its own error line gets to print it
-# a collective that failed because its peer process is gone (gloo on CPU, NCCL/MPI elsewhere)
+_AGREE_TIMEOUT = 24 * 3600  # seconds processes wait for each other's preparation (alive but slow)
+# a collective that failed because a peer process is gone or far behind (gloo on CPU, NCCL/MPI elsewhere)
 _PEER_GONE = re.compile(r"connection (closed|reset) by peer|broken pipe|socket closed|(gloo|nccl|mpi)\w* .*fail", re.I)
 
 
@@ -77,7 +81,8 @@ class _Run:
     rounds: dict = dataclasses.field(default_factory=dict)  # comparisons made so far, by stage
     agreed: BaseException | None = None  # the last error every process learned of through `agree`
     leaving: int | None = None  # exit code of a process that failed alone
-    hooks: list = dataclasses.field(default_factory=list)  # C callbacks that must outlive their setup
+    exiting: bool = False  # this process has reached its exit: peers leaving now is expected
+    hooks: list = dataclasses.field(default_factory=list)  # C callbacks and sockets kept for the process's life
 
 
 _run = _Run()
@@ -130,6 +135,7 @@ def join(coordinator: str | None = None, num_processes: int | None = None, proce
     _catch_runtime_aborts()
     atexit.register(_leave_without_waiting)  # runs before jax's own exit hook (registered earlier)
     _compare_join()
+    _watch_peers(given["coordinator"] or _runtime_state().coordinator_address)
     return jax.process_count() > 1
 
 
@@ -278,8 +284,7 @@ def _initialize(**kwargs) -> None:
     make_client = native.get_distributed_runtime_client
 
     def client_with_hook(*args, **options):
-        hooks = dict(missed_heartbeat_callback=_on_runtime_failure, shutdown_on_destruction=False)
-        return make_client(*args, **{**hooks, **options})
+        return make_client(*args, **{"missed_heartbeat_callback": _on_runtime_failure, **options})
 
     runtime._jax = _Overlay(native, get_distributed_runtime_client=client_with_hook)
     try:
@@ -289,7 +294,7 @@ def _initialize(**kwargs) -> None:
 
 
 def _forget_failed_join() -> None:
-    """Drop what a failed join left behind, so that exiting does not wait on it or log its failure."""
+    """Drop what a failed join left behind, so that exiting does not shut it down again and fail."""
     state = _runtime_state()
     service, state.client, state.service, state.preemption_sync_manager = state.service, None, None, None
     if service is not None:
@@ -315,12 +320,58 @@ def _on_runtime_failure(status: Any = None) -> None:
     if not _run.joined:
         _run.join_status = str(status).splitlines()[0] if status else ""
         return
-    if _run.leaving is not None:  # this process is stopping with its own error line: let it finish
+    _stop(f"the multi-process run lost a process: one died, was killed or stopped answering for "
+          f"{_run.heartbeat} s, or the coordinator (process 0) is gone; process {_run.process} stops too")
+
+
+def _stop(line: str) -> None:
+    """End this process from a thread other than the main one: its one line, exit code 1."""
+    if _run.leaving is not None:  # the main thread is stopping with its own error line: let it finish
         time.sleep(_GRACE_SECONDS)
-    line = (f"error: the multi-process run lost a process: one died, was killed or stopped answering for "
-            f"{_run.heartbeat} s, or the coordinator (process 0) is gone; process {_run.process} stops too\n")
-    os.write(2, line.encode())
+    os.write(2, f"error: {line}\n".encode())
     os._exit(1)
+
+
+def _watch_peers(coordinator: str) -> None:
+    """Every process holds a connection to process 0, which learns at once that a peer is gone (the
+    connection closes) instead of when its heartbeat runs out; process 0 then stops, and the others
+    with it (they lose the coordinator). Where no connection can be made the heartbeat still serves."""
+    host, _ = _host_port(coordinator)
+    if _run.process == 0:
+        family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
+        server = socket.create_server(("", 0), family=family, dualstack_ipv6=family == socket.AF_INET6)
+        _run.hooks.append(server)
+        threading.Thread(target=_accept_peers, args=(server,), daemon=True).start()
+        _runtime_state().client.key_value_set("vidax/watch", str(server.getsockname()[1]))
+        return
+    with contextlib.suppress(Exception):  # the runtime's timeout error, or no route: rely on the heartbeat
+        port = int(_runtime_state().client.blocking_key_value_get("vidax/watch", _run.join_timeout * 1000))
+        connection = socket.create_connection((host, port), timeout=_PROBE_SECONDS)
+        connection.sendall(f"{_run.process}\n".encode())
+        _run.hooks.append(connection)
+
+
+def _accept_peers(server: socket.socket) -> None:
+    while True:
+        connection, _ = server.accept()
+        threading.Thread(target=_watch_peer, args=(connection,), daemon=True).start()
+
+
+def _watch_peer(connection: socket.socket) -> None:
+    """Process 0's watch over one peer: its connection closing before this process exits means it died."""
+    with connection:
+        peer = b""
+        with contextlib.suppress(OSError):
+            while not peer.endswith(b"\n"):
+                chunk = connection.recv(16)
+                if not chunk:
+                    break
+                peer += chunk
+            while connection.recv(16):  # peers send nothing more: this returns when the peer is gone
+                pass
+    if not _run.exiting:
+        _stop(f"process {peer.decode().strip() or '?'} of the multi-process run stopped (it died, was killed or "
+              f"failed on its own); process 0 stops too")
 
 
 def _catch_runtime_aborts() -> None:
@@ -341,7 +392,9 @@ def _catch_runtime_aborts() -> None:
 
 def _leave_without_waiting() -> None:
     """At exit, a process that failed alone leaves at once: JAX's exit hook would wait for its peers
-    at the shutdown barrier until the heartbeat timeout, and then abort."""
+    at the shutdown barrier until the heartbeat timeout, and then abort. The others wait there for each
+    other, and their watch connections may close from now on."""
+    _run.exiting = True
     if _run.leaving is not None:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -363,8 +416,8 @@ def run_guard():
         said = str(err).splitlines()[0] if str(err) else ""
         if _PEER_GONE.search(said):
             said = re.sub(r"\[[^\]]*\.cc:\d+\] ", "", said)[:200]
-            raise DistributedError(f"another process of the run died or was killed ({said}); "
-                                   f"process {_run.process} stops too") from err
+            raise DistributedError(f"a collective with the other processes failed ({said}): one of them died, "
+                                   f"was killed or stopped answering; process {_run.process} stops too") from err
         raise
 
 
@@ -376,20 +429,25 @@ def same_everywhere(stage: str, record: Mapping[str, Any] | Callable[[], Mapping
     """Every process's `record` equals process 0's; else all stop with one line naming the first field
     that differs and both values. `record`: the mapping, or a function making it (called only when
     there are several processes); `count`: the number of processes (default: jax's)."""
-    if not _run.joined:
+    if not jax.distributed.is_initialized():
         return
     count = jax.process_count() if count is None else count
     if count < 2:
         return
-    records = _exchange(stage, _flatten(record() if callable(record) else record), count)
-    difference = _first_difference(records)
-    if difference:
-        raise DistributedError(f"the processes were not given the same run: {difference}; "
-                               f"{_HINTS.get(stage, _HINTS['generation'])}")
+    mine = {"same": _flatten(record() if callable(record) else record)}
+    records = _exchange(stage, mine, count, _run.join_timeout)
+    _stop_on_difference(stage, {p: r["same"] for p, r in records.items()})
 
 
 _HINTS = {"join": "start every process with the same --num-processes and the same jax and vidax",
           "generation": "give every process the same model, weights, settings and inputs"}
+
+
+def _stop_on_difference(stage: str, records: dict[int, dict]) -> None:
+    difference = _first_difference(records)
+    if difference:
+        raise DistributedError(f"the processes were not given the same run: {difference}; "
+                               f"{_HINTS.get(stage, _HINTS['generation'])}")
 
 
 def _compare_join() -> None:
@@ -401,28 +459,34 @@ def _compare_join() -> None:
         vidax = importlib.metadata.version("vidax")
     except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH
         vidax = "unknown"
-    mine = {"num_processes": _runtime_state().num_processes, "jax": jax.__version__, "vidax": vidax}
-    first = json.loads(_fetch("vidax/same/join/0/0", "join")) if _run.process else _flatten(mine)
-    same_everywhere("join", mine, count=int(first["num_processes"]))
+    told = _runtime_state().num_processes
+    mine = {"num_processes": told, "jax": jax.__version__, "vidax": vidax}
+    if _run.process:  # the first exchange of this stage: its round 0
+        told = json.loads(_fetch(_key("join", 0, 0), "join", _run.join_timeout))["same"]["num_processes"]
+    same_everywhere("join", mine, count=int(told))
 
 
-def _exchange(stage: str, mine: dict, count: int) -> dict[int, dict]:
-    """Each process's record, through the coordinator's key-value store."""
-    client = _runtime_state().client
+def _key(stage: str, round_: int, process: int) -> str:
+    return f"vidax/{stage}/{round_}/{process}"
+
+
+def _exchange(stage: str, mine: dict, count: int, timeout_s: int) -> dict[int, dict]:
+    """Each process's record (JSON) for this stage's next round, through the coordinator's key-value
+    store: no collective, so processes may reach it far apart (a first gloo collective waits 30 s)."""
+    me = _runtime_state().process_id
     round_ = _run.rounds[stage] = _run.rounds.get(stage, -1) + 1
-    prefix = f"vidax/same/{stage}/{round_}"
     text = json.dumps(mine, sort_keys=True, default=str)
-    client.key_value_set(f"{prefix}/{_run.process}", text)
-    return {p: json.loads(text if p == _run.process else _fetch(f"{prefix}/{p}", stage)) for p in range(count)}
+    _runtime_state().client.key_value_set(_key(stage, round_, me), text)
+    return {p: json.loads(text if p == me else _fetch(_key(stage, round_, p), stage, timeout_s)) for p in range(count)}
 
 
-def _fetch(key: str, stage: str) -> str:
+def _fetch(key: str, stage: str, timeout_s: int) -> str:
     try:
-        return _runtime_state().client.blocking_key_value_get(key, _run.join_timeout * 1000)
+        return _runtime_state().client.blocking_key_value_get(key, timeout_s * 1000)
     except Exception:  # the runtime's own error type
         process = key.rsplit("/", 1)[1]
-        raise DistributedError(f"process {process} did not reach the {stage} check within the join timeout "
-                               f"({_run.join_timeout} s); stopping") from None
+        raise DistributedError(f"process {process} did not reach the {stage} check within {timeout_s} s; "
+                               f"stopping") from None
 
 
 def _first_difference(records: dict[int, dict]) -> str | None:
@@ -539,21 +603,30 @@ def agree(error: BaseException | None, stage: str,
           same: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None) -> None:
     """Every process reports whether `stage` went well; any failure stops them all, with one line.
 
-    The failing process re-raises its own error; the others raise a `DistributedError` naming it.
-    `same`: a record every process must also share (`same_everywhere`) once all went well.
+    The failing process re-raises its own error; the others raise a `DistributedError` naming it and
+    quoting its line. `same`: a record every process must also share (as `same_everywhere`) once all
+    went well. Processes may reach it far apart (one loads its weights slower): they wait for each
+    other as long as they live (a dead one is caught by the heartbeat).
     """
     if not multiprocess():
         if error is not None:
             raise error
         return
-    from jax.experimental import multihost_utils
-
-    failed = np.asarray(multihost_utils.process_allgather(np.array([error is not None], np.int32)))
+    mine: dict[str, Any] = {"failed": None if error is None else _one_line(error)}
+    if error is None and same is not None:
+        mine["same"] = _flatten(same() if callable(same) else same)
+    records = _exchange(f"agree-{stage}", mine, jax.process_count(), _AGREE_TIMEOUT)
     if error is not None:
         _run.agreed = error
         raise error
-    bad = [i for i, f in enumerate(failed.reshape(-1)) if f]
-    if bad:
-        raise DistributedError(f"process {', '.join(map(str, bad))} failed during {stage} (its own log says why); stopping")
+    failed = {p: r["failed"] for p, r in records.items() if r["failed"] is not None}
+    if failed:
+        said = next(iter(failed.values()))
+        raise DistributedError(f"process {', '.join(map(str, failed))} failed during {stage} ({said}); stopping")
     if same is not None:
-        same_everywhere(stage, same)
+        _stop_on_difference(stage, {p: r["same"] for p, r in records.items()})
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

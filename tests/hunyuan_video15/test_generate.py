@@ -114,15 +114,15 @@ def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout
 
 
 @pytest.mark.parametrize("change, message", [(dict(sampler="ddim"), "unknown sampler 'ddim'"),
-                                             (dict(offload_chunk=0), "at least 1 block"),
+                                             (dict(offload_chunk=0), "--offload-chunk must be"),
                                              (dict(steps=0), "at least 1"),
                                              (dict(extra={"guidance_2": 3.0}), "takes no --guidance-2")])
 def test_bad_requests_fail_before_work(saved, reference_run, tmp_path, change, message):
     from vidax.zoo.pipeline import PipelineError
 
     _, root = saved
-    options = _options(str(root), reference_run[0], tmp_path, **change)
-    with pytest.raises(PipelineError, match=message):
+    with pytest.raises(PipelineError, match=message):  # some when the options are read, the rest before work
+        options = _options(str(root), reference_run[0], tmp_path, **change)
         make_pipeline(options.model, options).generate(options)
 
 

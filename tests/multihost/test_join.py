@@ -46,11 +46,24 @@ def test_a_coordinator_port_in_use_fails_every_process_fast(tmp_path):
     assert seconds < 40
 
 
-def test_a_peer_that_dies_ends_an_idle_survivor_within_the_heartbeat_timeout(tmp_path):
-    """Process 1 exits hard once joined; process 0 is in no collective (nothing fails under it): the
-    coordination service's heartbeat (3 s) must end it with one line and exit code 1, not SIGABRT."""
+def test_a_peer_that_dies_ends_an_idle_survivor_at_once(tmp_path):
+    """Process 1 exits hard once joined; process 0 is in no collective (nothing fails under it) and the
+    heartbeat timeout is 60 s: process 0 must end at once with one line and exit code 1, not SIGABRT."""
     ends: list[float] = []
-    results, _ = launch({"join": {"die_on_process": 1, "sleep": 60}}, tmp_path, 1, heartbeat=3, timeout=60, ends=ends)
+    results, _ = launch({"join": {"die_on_process": 1, "sleep": 60}}, tmp_path, 1, heartbeat=60, timeout=60, ends=ends)
+    (code0, out0), (code1, out1) = results
+    assert code1 == 9
+    assert code0 == 1, out0[-4000:]
+    assert "process 1 of the multi-process run stopped (it died" in error_line(out0)
+    assert ends[0] - death_time(out1) < 5
+
+
+def test_without_its_watch_connection_a_dead_peer_is_found_by_the_heartbeat(tmp_path):
+    """Process 1 could not connect to process 0 (a firewall) and dies: the coordination service's
+    heartbeat (3 s) ends process 0 with one line and exit code 1, not with SIGABRT and a C++ dump."""
+    ends: list[float] = []
+    case = {"die_on_process": 1, "sleep": 60, "unwatched_process": 1}
+    results, _ = launch({"join": case}, tmp_path, 1, heartbeat=3, timeout=60, ends=ends)
     (code0, out0), (code1, out1) = results
     assert code1 == 9
     assert code0 == 1, out0[-4000:]

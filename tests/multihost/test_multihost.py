@@ -120,13 +120,13 @@ def test_a_process_that_fails_to_prepare_stops_both(wan_folder, tmp_path):
 @pytest.mark.parametrize("dying", [1, 0], ids=["peer", "coordinator"])
 def test_a_peer_killed_mid_run_ends_the_survivor(wan_folder, tmp_path, dying):
     """A process exits hard after one sampling step: the other must stop with one line and exit code 1
-    well within the heartbeat timeout (10 s; not SIGABRT after it), writing nothing. Process 1 sees
-    process 0's coordinator go; process 0 sees its next collective fail."""
+    at once (the heartbeat timeout is 60 s; unchecked, it ended with SIGABRT after it), writing nothing.
+    Process 1 loses process 0's coordinator; process 0 sees process 1's connection close."""
     base = dict(model="wan2.1-t2v-1.3b", prompt=PROMPT, weights=str(wan_folder / "converted"), sp=8,
                 latents=str(wan_folder / "latents.npy"), **{**WAN, "steps": 6})
     ends: list[float] = []
     results, _ = launch({"killed": {**base, "die_after_step": 1, "dying_process": dying}}, tmp_path, 4,
-                        heartbeat=10, timeout=150, ends=ends)
+                        heartbeat=60, timeout=150, ends=ends)
     assert results[dying][0] == 9, results[dying][1][-4000:]
     code, output = results[1 - dying]
     assert code == 1, output[-4000:]

@@ -13,7 +13,8 @@ process writes `OUT_DIR/<case>.p<ID>.json` with the bytes it read to place its s
   vidax version might) from the same options.
 
 CASES_JSON `{"join": {...}}` only joins: with `"die_on_process": p` process p exits hard once joined,
-and the others wait `"sleep"` seconds without any collective.
+and the others wait `"sleep"` seconds without any collective; `"unwatched_process": p` keeps process p
+from holding its watch connection to process 0 (as a firewall would).
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from pathlib import Path
 
 
 def main(port: str, count: str, index: str, out: str, cases: str) -> int:
-    from vidax.zoo.distributed import join
+    from vidax.zoo import distributed
 
-    join(f"127.0.0.1:{port}", int(count), int(index), heartbeat_timeout=int(os.environ.get("HEARTBEAT", "60")),
-         join_timeout=int(os.environ.get("JOIN_TIMEOUT", "300")))
-    print(f"process {index} joined", flush=True)
     cases = json.loads(cases)
+    if cases.get("join", {}).get("unwatched_process") == int(index):  # as behind a firewall: no watch connection
+        distributed._watch_peers = lambda coordinator: None
+    distributed.join(f"127.0.0.1:{port}", int(count), int(index), heartbeat_timeout=int(os.environ["HEARTBEAT"]),
+                     join_timeout=int(os.environ["JOIN_TIMEOUT"]))
+    print(f"process {index} joined", flush=True)
     if "join" in cases:
         return join_only(int(index), cases["join"])
     for name, case in cases.items():
