@@ -30,8 +30,7 @@ from tests.oracle import perturb, repo_files, save_state
 
 from .hunyuan_spec_fixtures import (dit_reference, expected_tree, official_dit_state, official_vae_state, transformer_cases,
                                     vae_cases, vae_reference)
-from .test_generate import saved  # noqa: F401  (module fixture: a tiny diffusers pipeline folder)
-from .test_text_encode import towers  # noqa: F401  (module fixture: tiny Qwen2.5-VL tower and tokenizers)
+from .pipelines import saved, towers  # noqa: F401  (module fixtures: a tiny diffusers pipeline folder, its text towers)
 
 import transformers
 

@@ -17,24 +17,10 @@ from vidax.zoo.registry import make_pipeline
 from tests.oracle import hub_cached
 
 from .hunyuan_spec_fixtures import dit_reference, vae_reference
-from .test_text_encode import towers  # noqa: F401  (module fixture: tiny text towers and tokenizers)
+from .pipelines import saved, towers  # noqa: F401  (module fixtures: the tiny pipeline and its text towers)
 
 PROMPT = 'a neon sign that says "OPEN" above a door'
 ODD = dict(height=40, width=56, num_frames=8)
-
-
-@pytest.fixture(scope="module")
-def saved(towers, tmp_path_factory):  # noqa: F811
-    from diffusers import ClassifierFreeGuidance, FlowMatchEulerDiscreteScheduler, HunyuanVideo15Pipeline as Reference
-
-    text_ref, _ = towers
-    dit = dit_reference(in_channels=9, out_channels=4, text_embed_dim=32, use_meanflow=False)
-    ref = Reference(text_encoder=text_ref.text_encoder, tokenizer=text_ref.tokenizer, transformer=dit, vae=vae_reference(),
-                    scheduler=FlowMatchEulerDiscreteScheduler(shift=5.0), text_encoder_2=text_ref.text_encoder_2,
-                    tokenizer_2=text_ref.tokenizer_2, guider=ClassifierFreeGuidance(guidance_scale=6.0))
-    root = tmp_path_factory.mktemp("hv15_generate")
-    ref.save_pretrained(root)
-    return ref, root
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.hunyuan_video15.test_generate import saved  # noqa: F401  (tiny HunyuanVideo-1.5 pipeline folder)
-from tests.hunyuan_video15.test_text_encode import towers  # noqa: F401
+from tests.hunyuan_video15.pipelines import saved, towers  # noqa: F401  (the tiny HunyuanVideo-1.5 pipeline)
 from tests.multihost.launch import death_time, error_line, launch
 from vidax.translator.models import ConvertOptions, convert_model
 from vidax.zoo.pipeline import GenerateOptions, generate
@@ -36,7 +35,7 @@ def wan_folder(tmp_path_factory):
     import transformers
 
     from tests.oracle import perturb
-    from tests.wan.test_pipeline import _scheduler, _text_encoder, _vae
+    from tests.tiny_references import umt5_encoder, unipc_flow_scheduler, wan_pipeline_vae
     from vidax.zoo.wan.tiny import build_tokenizer
 
     root = tmp_path_factory.mktemp("multihost_wan")
@@ -46,10 +45,10 @@ def wan_folder(tmp_path_factory):
     dit = diffusers.WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=8, attention_head_dim=8,
                                           in_channels=16, out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64,
                                           num_layers=2, rope_max_seq_len=64).eval()
-    parts = dict(text_encoder=_text_encoder(len(tokenizer)), transformer=dit, vae=_vae())
+    parts = dict(text_encoder=umt5_encoder(len(tokenizer)), transformer=dit, vae=wan_pipeline_vae())
     for seed, module in enumerate(parts.values()):
         perturb(module, 40 + seed)
-    diffusers.WanPipeline(tokenizer=tokenizer, scheduler=_scheduler(), **parts).save_pretrained(root / "model")
+    diffusers.WanPipeline(tokenizer=tokenizer, scheduler=unipc_flow_scheduler(), **parts).save_pretrained(root / "model")
     convert_model(ConvertOptions("wan2.1-t2v-1.3b", source=str(root / "model"), out=root / "converted", dtype="float32"))
     np.save(root / "latents.npy", np.random.default_rng(0).standard_normal((1, 16, 2, 4, 6)).astype(np.float32))
     return root
