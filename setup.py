@@ -36,6 +36,8 @@ for folder, name in FOLDERS.items():
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"": ["*.toml"], "vidax.serve.static": ["*"]},  # "": every package (the specs' folders)
+    # "": every package (the specs' folders); wan-tiny's trained diffusers-layout folder, each subfolder a package
+    package_data={"": ["*.toml"], "vidax.serve.static": ["*"],
+                  **{name: ["*.json", "*.safetensors"] for name in packages if name.startswith("vidax.zoo.wan.tiny_model")}},
     include_package_data=True,
 )

@@ -32,7 +32,7 @@ def _copy_weights(source: Path, target: Path) -> None:
     target.mkdir(parents=True)
     for name in WEIGHTS:
         if (source / name).is_file():
-            shutil.copy(source / name, target / name)
+            shutil.copyfile(source / name, target / name)
 
 
 def _loss_summary(name: str) -> dict:

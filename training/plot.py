@@ -35,7 +35,7 @@ def _panel(title: str, rows: list[dict]) -> Image.Image:
     draw.line([to_xy(s, v) for s, v in zip(steps[len(steps) - len(smooth):], smooth)], fill=(20, 40, 160), width=2)
     draw.rectangle([PAD, PAD, W - PAD, H - PAD], outline="black")
     minutes = rows[-1]["seconds"] / 60
-    draw.text((PAD, 10), f"{title}: {len(rows)} steps, {minutes:.1f} min", fill="black")
+    draw.text((PAD, 10), f"{title}: {len(rows)} steps, {minutes:.0f} min wall on a shared CPU", fill="black")
     draw.text((4, PAD - 12), f"{10 ** hi:.3g}", fill="black")
     draw.text((4, H - PAD), f"{10 ** lo:.3g}", fill="black")
     draw.text((W - PAD - 40, H - PAD + 6), f"step {int(steps[-1]) + 1}", fill="black")

@@ -49,6 +49,21 @@ def encode_dataset(torch, vae_folder, batch: int = 8):
     return captions, mean, std
 
 
+def shape_masks(frames_per_latent: int = 4, factor: int = 8) -> np.ndarray:
+    """`[N, 1, F', 8, 8]`: the share of each latent pixel the shape covers, in the latent frames' own
+    video frames (0, 4, 8, ...), for every training clip in `encode_dataset`'s order."""
+    train, _ = data.split()
+    _, items = data.dataset(train, SEED)
+    masks = []
+    for combo, across in items:
+        clip = data.render(combo, across)[::frames_per_latent]
+        background = np.asarray(data.PALETTE[combo.background], np.float32) / 255
+        mask = (np.abs(clip - background).sum(-1) > 0.01).astype(np.float32)
+        pooled = mask.reshape(mask.shape[0], data.SIZE // factor, factor, data.SIZE // factor, factor).mean(axis=(2, 4))
+        masks.append(pooled[None])
+    return np.stack(masks)
+
+
 def channel_stats(mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and std of the latents (what Wan's VAE config calls latents_mean / latents_std)."""
     return mean.mean(axis=(0, 2, 3, 4)), mean.std(axis=(0, 2, 3, 4))
@@ -66,11 +81,12 @@ def flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int):
     return rows, as_torch((1 - s) * x0 + s * noise), as_torch(sigma * 1000), as_torch(noise - x0)
 
 
-def main(steps: int, batch: int, lr: float, checkpoint_every: int) -> None:
+def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: float, checkpoint_every: int) -> None:
     torch = setup_torch(SEED)
     tok = build_tokenizer(RUN / "tokenizer")
     captions, latents_mean, latents_std = encode_dataset(torch, RUN / "vae_encoder")
     stats = channel_stats(latents_mean)
+    masks = shape_masks() if shape_weight != 1 else np.zeros((len(latents_mean), 1) + latents_mean.shape[2:], np.float32)
     (RUN / "latent_stats.json").write_text(json.dumps({"mean": stats[0].tolist(), "std": stats[1].tolist()}))
     folder = RUN / "dit"
     resume = (folder / "step.txt").is_file()
@@ -85,7 +101,7 @@ def main(steps: int, batch: int, lr: float, checkpoint_every: int) -> None:
         optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
     schedule = lambda s: lr * min(1.0, (s + 1) / 50) * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
     log = LossLog(RUN / "dit_loss.jsonl", resume)
-    for step in range(start, steps):
+    for step in range(start, min(steps, stop or steps)):
         rng = np.random.default_rng([SEED, step])  # per step: a resumed run draws what an unbroken one does
         rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch)
         prompts = ["" if rng.uniform() < DROP_CAPTION else str(captions[r]) for r in rows]
@@ -93,13 +109,14 @@ def main(steps: int, batch: int, lr: float, checkpoint_every: int) -> None:
         for group in optimizer.param_groups:
             group["lr"] = float(schedule(step))
         predicted = dit(noisy, timestep, text, return_dict=False)[0]
-        loss = ((predicted - target) ** 2).mean()
+        weight = 1 + (shape_weight - 1) * torch.from_numpy(masks[rows])  # the shape's latent pixels count more
+        loss = (weight * (predicted - target) ** 2).mean()
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         log.add(step, loss=loss.item())
-        if (step + 1) % checkpoint_every == 0 or step + 1 == steps:
+        if (step + 1) % checkpoint_every == 0 or step + 1 in (steps, stop):
             dit.save_pretrained(folder / "transformer")
             encoder.save_pretrained(folder / "text_encoder")
             torch.save(optimizer.state_dict(), folder / "optimizer.pt")
@@ -110,8 +127,10 @@ def main(steps: int, batch: int, lr: float, checkpoint_every: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--stop", type=int, default=None, help="end this run at this step (a later run resumes)")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--shape-weight", type=float, default=1.0, help="loss weight of the shape's latent pixels")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--checkpoint-every", type=int, default=50)
     args = parser.parse_args()
-    main(args.steps, args.batch, args.lr, args.checkpoint_every)
+    main(args.steps, args.stop, args.batch, args.lr, args.shape_weight, args.checkpoint_every)
