@@ -54,6 +54,19 @@ def run_guarded(work: Callable[[], int | None], *, debug: bool, errors: tuple[ty
         return 1
 
 
+def require_packages(tool: str, modules: tuple[str, ...], extra: str) -> None:
+    """Exit with one line naming the missing package and the extra that installs it (before any work)."""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            console.print(f"[red]error:[/red] {tool} needs {err.name or module} ({extra}): "
+                          f"pip install 'vidax\\[{extra}]'", highlight=False, soft_wrap=True)
+            raise SystemExit(1) from None
+
+
 def byte_progress() -> Progress:
     """A progress display for byte streams: bar, bytes done/total, bytes/s and ETA."""
     return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),

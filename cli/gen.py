@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 
 from vidax.cli import interrupts
-from vidax.cli.common import console, run_guarded, step_progress
+from vidax.cli.common import console, require_packages, run_guarded, step_progress
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -240,13 +240,7 @@ def main_command(
 
 def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    try:
-        import flax  # noqa: F401
-        import jax  # noqa: F401
-    except ImportError as err:
-        console.print(f"[red]error:[/red] vidax-gen needs the model zoo's packages ({err.name} is missing): "
-                      "pip install 'vidax\\[zoo]'", highlight=False, soft_wrap=True)
-        raise SystemExit(1) from None
+    require_packages("vidax-gen", ("flax", "jax"), "zoo")
     app()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-from vidax.cli.common import console, run_guarded
+from vidax.cli.common import console, require_packages, run_guarded
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -101,13 +101,7 @@ def main_command(
 
 def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as err:
-        console.print(f"[red]error:[/red] vidax-serve needs the server's packages ({err.name} is missing): "
-                      "pip install 'vidax\\[zoo,serve]'", highlight=False, soft_wrap=True)
-        raise SystemExit(1) from None
+    require_packages("vidax-serve", ("fastapi", "uvicorn"), "zoo,serve")
     app()
 
 
