@@ -21,6 +21,7 @@ from pathlib import Path
 from vidax.serve import store as jobs
 from vidax.serve.requests import FORMATS, ServerOptions, build_options, check, command_line, output_suffix
 from vidax.translator import VidaxError
+from vidax.translator.output import fsync_path
 
 log = logging.getLogger("vidax.serve")
 
@@ -296,11 +297,11 @@ class Service:
         sidecar["layout_choice"] = layout_choice
         temporary = out.with_suffix(".sidecar")
         temporary.write_text(json.dumps(sidecar, indent=1, default=str) + "\n")
-        _fsync(temporary)
+        fsync_path(temporary)
         os.replace(temporary, self.sidecar_path(job_id))
-        _fsync(out)
+        fsync_path(out)
         os.replace(out, video)
-        _fsync(self.videos)
+        fsync_path(self.videos)
         return {k: v for k, v in public(sidecar).items() if k not in ("stage_seconds", "outputs", "out", "video")}
 
 
@@ -311,14 +312,6 @@ def public(settings: dict) -> dict:
     if source is not None:
         shown["weights_source"] = source if not str(source).startswith("/") else Path(source).name
     return shown
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _one_line(err: BaseException) -> str:

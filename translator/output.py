@@ -273,7 +273,8 @@ def _write_shard(path: Path, tree: Mapping, names: list[str], info: dict, progre
     return size
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush a file or a folder (a rename inside it) to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -362,7 +363,7 @@ def _write_all(tree, tmp: Path, manifest: dict, info: dict, digest: str, shard_b
         size = _write_shard(tmp / file, tree, names, info, progress)
         shard_entries.append({"file": file, "bytes": size, "leaves": names})
     for entry in shard_entries:  # durability once, after all the data is out
-        _fsync_path(tmp / entry["file"])
+        fsync_path(tmp / entry["file"])
     record = {**manifest, "vidax_version": _version(), "format": FORMAT_VERSION, "inputs_digest": digest,
               "leaves": {p: {"shape": list(s), "dtype": str(d)} for p, (s, d) in info.items()},
               "shards": shard_entries}
@@ -370,7 +371,7 @@ def _write_all(tree, tmp: Path, manifest: dict, info: dict, digest: str, shard_b
         json.dump(record, fh, indent=1, default=str)
         fh.flush()
         os.fsync(fh.fileno())
-    _fsync_path(tmp)  # the shard and manifest entries themselves
+    fsync_path(tmp)  # the shard and manifest entries themselves
 
 
 def _swap_in(tmp: Path, out_dir: Path) -> None:
@@ -451,13 +452,13 @@ class StagedFiles:
     def commit(self) -> None:
         for tmp, dest in self.pairs:
             self.writing = dest
-            _fsync_path(tmp)
+            fsync_path(tmp)
         with _interrupts_deferred():  # every destination is renamed, or none is
             for tmp, dest in self.pairs:
                 os.replace(tmp, dest)
                 _STAGED.discard(tmp)
         for folder in dict.fromkeys(dest.parent for _, dest in self.pairs):
-            _fsync_path(folder)
+            fsync_path(folder)
         self.pairs = []
 
     def discard(self) -> None:
