@@ -6,7 +6,7 @@ import dataclasses
 from functools import cached_property
 from typing import Any, ClassVar, Mapping
 
-from vidax.zoo.configs import pick_fields
+from vidax.zoo.configs import check_known, pick_fields
 from vidax.zoo.dual_stream import DualStreamConfig, shared_sizes
 
 
@@ -27,6 +27,27 @@ class TransformerConfig(DualStreamConfig):
     task_type: str = "i2v"
     use_meanflow: bool = False
 
+    # the official `HunyuanVideo_1_5_DiffusionTransformer` config keys `from_official_config` reads
+    OFFICIAL_KEYS: ClassVar[frozenset[str]] = frozenset({
+        "hidden_size", "heads_num", "mm_double_blocks_depth", "mlp_width_ratio", "patch_size", "text_states_dim",
+        "text_states_dim_2", "rope_theta", "rope_dim_list", "use_meanflow"})
+    # the rest of its constructor's arguments (its config.json is that constructor's `register_to_config`)
+    OFFICIAL_IGNORED: ClassVar[Mapping[str, str]] = {
+        **dict.fromkeys(("in_channels", "out_channels", "concat_condition", "is_reshape_temporal_channels"),
+                        "the released 1.5 models' channel layout, which diffusers' defaults restate (65 in: "
+                        "latent, condition, mask; 32 out) and vidax keeps"),
+        **dict.fromkeys(("mm_single_blocks_depth", "qkv_bias", "qk_norm", "guidance_embed", "glyph_byT5_v2",
+                         "vision_projection", "vision_states_dim", "use_cond_type_embedding", "text_projection"),
+                        "a module that has weights: the converted tree carries exactly the weights of diffusers' "
+                        "architecture, so a release with other modules is refused on load"),
+        **dict.fromkeys(("mlp_act_type", "qk_norm_type", "use_attention_mask", "text_pool_type"),
+                        "fixed by diffusers' HunyuanVideo15Transformer3DModel (gelu-tanh MLP, RMS q/k norm, "
+                        "masked text, no pooled text), which vidax follows"),
+        **dict.fromkeys(("attn_mode", "attn_param"), "torch runtime switch (which attention kernel runs)"),
+        **dict.fromkeys(("ideal_resolution", "ideal_task"), "a recommendation for the official sampler's "
+                        "defaults; the registry entry states the release's resolution and task"),
+    }
+
     @cached_property
     def byt5_hidden(self) -> int:
         # diffusers hard-codes the ByT5 projection's hidden width.
@@ -36,6 +57,7 @@ class TransformerConfig(DualStreamConfig):
     def from_official_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
         """Sizes from the official repo's `transformer/<variant>/config.json` (hyvideo's
         `HunyuanVideo_1_5_DiffusionTransformer` arguments); channels keep the shipped defaults."""
+        check_known("HunyuanVideo_1_5_DiffusionTransformer", hf, cls.OFFICIAL_KEYS, cls.OFFICIAL_IGNORED)
         pt, _, p = (list(hf.get("patch_size", [1, 1, 1])) + [1, 1, 1])[:3]
         sizes = dict(num_attention_heads=hf["heads_num"], attention_head_dim=hf["hidden_size"] // hf["heads_num"],
                      num_layers=hf.get("mm_double_blocks_depth", cls.num_layers),

@@ -21,9 +21,9 @@ import dataclasses
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
-from vidax.zoo.configs import pick_fields
+from vidax.zoo.configs import check_known, pick_fields
 
 
 class LTXConfigError(ValueError):
@@ -84,6 +84,26 @@ class TransformerConfig:
     rope_max_pos: tuple[int, int, int] = (20, 2048, 2048)
     causal_temporal_positioning: bool | None = None
 
+    # the official `Transformer3DModel` keys `from_official_config` reads (or checks and refuses)
+    OFFICIAL_KEYS: ClassVar[frozenset[str]] = frozenset({
+        "in_channels", "out_channels", "num_attention_heads", "attention_head_dim", "cross_attention_dim",
+        "num_layers", "activation_fn", "norm_elementwise_affine", "norm_eps", "caption_channels", "attention_bias",
+        "attention_out_bias", "positional_embedding_theta", "positional_embedding_max_pos",
+        "causal_temporal_positioning", "adaptive_norm", "standardization_norm", "qk_norm",
+        "positional_embedding_type", "attention_type", "timestep_scale_multiplier", "only_cross_attention",
+        "double_self_attention"})
+    # the rest of the official constructor's arguments (every release's, as the header configs write them)
+    OFFICIAL_IGNORED: ClassVar[Mapping[str, str]] = {
+        "dropout": "training only: attention and feed-forward dropout",
+        "norm_num_groups": "unused by the official DiT (a PixArt constructor argument it keeps)",
+        "num_vector_embeds": "unused by the official DiT (PixArt's discrete-input mode, always null)",
+        "num_embeds_ada_norm": "unused by the official DiT's AdaLayerNormSingle (the timestep table size)",
+        "use_linear_projection": "unused by the official DiT (PixArt's projection switch, always false)",
+        "upcast_attention": "torch numerics switch (attention scores in fp32); vidax decides its own precision",
+        "use_tpu_flash_attention": "torch runtime switch (the TPU attention kernel); the model is unchanged",
+        "project_to_2d_pos": "unused by the RoPE DiT (an absolute-position switch of 0.9.0's constructor)",
+    }
+
     def __post_init__(self):
         checks = [
             (self.qk_norm == "rms_norm_across_heads", f"qk_norm {self.qk_norm!r} (only 'rms_norm_across_heads')"),
@@ -116,7 +136,10 @@ class TransformerConfig:
     def from_official_config(cls, cfg: Mapping[str, Any]) -> "TransformerConfig":
         """From the official `Transformer3DModel` config (the header config's `transformer` table)."""
         cfg = dict(cfg.get("transformer", cfg))
+        check_known("Transformer3DModel", cfg, cls.OFFICIAL_KEYS, cls.OFFICIAL_IGNORED)
         refuse = {
+            "only_cross_attention": (False,),
+            "double_self_attention": (False,),
             "adaptive_norm": ("single_scale_shift",),
             "standardization_norm": ("rms_norm",),
             "qk_norm": ("rms_norm",),
@@ -188,6 +211,16 @@ class VAEConfig:
     decoder_causal: bool = False
     spatial_compression_ratio: int | None = None
     temporal_compression_ratio: int | None = None
+
+    # the official `CausalVideoAutoencoder` keys `from_official_config` reads (or checks and refuses)
+    OFFICIAL_KEYS: ClassVar[frozenset[str]] = frozenset({
+        "dims", "norm_layer", "latent_log_var", "use_quant_conv", "spatial_padding_mode",
+        "normalize_latent_channels", "causal_decoder", "blocks", "encoder_blocks", "decoder_blocks",
+        "encoder_base_channels", "decoder_base_channels", "timestep_conditioning", "in_channels", "out_channels",
+        "latent_channels", "patch_size", "scaling_factor"})
+    OFFICIAL_IGNORED: ClassVar[Mapping[str, str]] = {
+        "double_z": "only the official default of latent_log_var, which the released configs name themselves",
+    }
 
     def __post_init__(self):
         if self.patch_size_t != 1:
@@ -274,6 +307,7 @@ class VAEConfig:
         cfg = dict(cfg.get("vae", cfg))
         if cfg.get("_class_name", "CausalVideoAutoencoder") != "CausalVideoAutoencoder":
             raise LTXConfigError(f"LTX-Video VAE: official class {cfg['_class_name']!r} is not CausalVideoAutoencoder")
+        check_known("CausalVideoAutoencoder", cfg, cls.OFFICIAL_KEYS, cls.OFFICIAL_IGNORED)
         for key, want in (("dims", 3), ("norm_layer", "pixel_norm"), ("latent_log_var", "uniform"),
                           ("use_quant_conv", False), ("spatial_padding_mode", "zeros"),
                           ("normalize_latent_channels", False), ("causal_decoder", False)):
@@ -403,6 +437,10 @@ class UpsamplerConfig:
     spatial_upsample: bool = True
     temporal_upsample: bool = False
 
+    # the official `LatentUpsampler` config's keys (all of what its `config()` writes), all read
+    OFFICIAL_KEYS: ClassVar[frozenset[str]] = frozenset({
+        "in_channels", "mid_channels", "num_blocks_per_stage", "dims", "spatial_upsample", "temporal_upsample"})
+
     def __post_init__(self):
         if self.dims not in (2, 3):
             raise LTXConfigError(f"LTX-Video latent upsampler: dims {self.dims} (only 2 or 3)")
@@ -429,6 +467,7 @@ class UpsamplerConfig:
         """From the official `LatentUpsampler` header config (its own defaults where an entry is missing)."""
         if cfg.get("_class_name", "LatentUpsampler") != "LatentUpsampler":
             raise LTXConfigError(f"LTX-Video latent upsampler: official class {cfg['_class_name']!r}")
+        check_known("LatentUpsampler", cfg, cls.OFFICIAL_KEYS)
         return cls(in_channels=cfg.get("in_channels", 4), mid_channels=cfg.get("mid_channels", 128),
                    num_blocks_per_stage=cfg.get("num_blocks_per_stage", 4), dims=cfg.get("dims", 2),
                    spatial_upsample=cfg.get("spatial_upsample", True),
@@ -456,12 +495,25 @@ class SchedulerConfig:
     shift_terminal: float | None = 0.1
     num_train_timesteps: int = 1000
 
+    # diffusers `FlowMatchEulerDiscreteScheduler`'s arguments, all read by `from_hf_config` (or checked and refused)
+    DIFFUSERS_KEYS: ClassVar[frozenset[str]] = frozenset({
+        "num_train_timesteps", "shift", "use_dynamic_shifting", "base_shift", "max_shift", "base_image_seq_len",
+        "max_image_seq_len", "invert_sigmas", "shift_terminal", "use_karras_sigmas", "use_exponential_sigmas",
+        "use_beta_sigmas", "time_shift_type", "stochastic_sampling"})
+    # the official `RectifiedFlowScheduler`'s arguments `from_official_config` reads (or checks and refuses)
+    OFFICIAL_KEYS: ClassVar[frozenset[str]] = frozenset({
+        "num_train_timesteps", "shifting", "target_shift_terminal", "sampler", "shift"})
+    OFFICIAL_IGNORED: ClassVar[Mapping[str, str]] = {
+        "base_resolution": "read only by the official 'SimpleDiffusion' shifting, which is refused",
+    }
+
     @classmethod
     def from_hf_config(cls, hf: Mapping[str, Any]) -> "SchedulerConfig":
         """From a diffusers `scheduler/scheduler_config.json` dict (FlowMatchEulerDiscreteScheduler)."""
         name = hf.get("_class_name", "FlowMatchEulerDiscreteScheduler")
         if name != "FlowMatchEulerDiscreteScheduler":
             raise LTXConfigError(f"LTX-Video scheduler: {name} is not FlowMatchEulerDiscreteScheduler")
+        check_known("FlowMatchEulerDiscreteScheduler", hf, cls.DIFFUSERS_KEYS)
         for key in ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
                     "stochastic_sampling"):
             if hf.get(key):
@@ -479,6 +531,7 @@ class SchedulerConfig:
     def from_official_config(cls, cfg: Mapping[str, Any]) -> "SchedulerConfig":
         """From the official `RectifiedFlowScheduler` config (the header config's `scheduler` table)."""
         cfg = dict(cfg.get("scheduler", cfg))
+        check_known("RectifiedFlowScheduler", cfg, cls.OFFICIAL_KEYS, cls.OFFICIAL_IGNORED)
         sampler = {"Uniform": "uniform", "LinearQuadratic": "linear_quadratic"}.get(cfg.get("sampler", "Uniform"))
         if sampler is None:
             raise LTXConfigError(f"LTX-Video scheduler: official sampler {cfg.get('sampler')!r} is not supported")
