@@ -239,3 +239,14 @@ def test_a_diffusers_ltx_scheduler_config_is_as_strict():
     assert SchedulerConfig.from_hf_config(config).sampler == "uniform"
     with pytest.raises(ConfigError, match="FlowMatchEulerDiscreteScheduler.*'frobnicate'"):
         SchedulerConfig.from_hf_config({**config, "frobnicate": 1})
+
+
+@pytest.mark.parametrize("key", ["only_cross_attention", "double_self_attention"])
+def test_an_official_ltx_attention_switch_that_changes_the_model_is_refused(key):
+    from vidax.zoo.ltx_video.config import LTXConfigError
+
+    reader = "ltx_video.config.TransformerConfig:from_official_config"
+    _, config = _ltx_official_configs()[reader]
+    assert _reader(reader)(config).num_layers == 1
+    with pytest.raises(LTXConfigError, match=f"{key}=True"):
+        _reader(reader)({**config, key: True})
