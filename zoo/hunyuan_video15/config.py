@@ -1,4 +1,6 @@
-"""Configs of the HunyuanVideo-1.5 transformer and VAE, read field by field from diffusers' config.json."""
+"""Configs of the HunyuanVideo-1.5 transformer and VAE, read field by field from diffusers' config.json
+(or, for the transformer, the official repo's; its keys are checked against `OFFICIAL_KEYS` and
+`OFFICIAL_IGNORED`)."""
 
 from __future__ import annotations
 

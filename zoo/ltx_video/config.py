@@ -10,7 +10,9 @@ Field names are diffusers' constructor arguments (`LTXVideoTransformer3DModel`,
   `CausalVideoAutoencoder` with a `blocks` list, `RectifiedFlowScheduler`); the latent upsampler's
   file carries its config directly. These readers translate them; what diffusers' classes cannot
   express (group-norm VAEs, attention blocks in the VAE, reflect padding, ...) is refused with a
-  `LTXConfigError` naming the entry.
+  `LTXConfigError` naming the entry. Each official reader is as strict as the diffusers one: a key
+  that is neither in its class's `OFFICIAL_KEYS` nor ignored by name in `OFFICIAL_IGNORED` (with the
+  reason) is a `ConfigError`.
 
 `read_checkpoint_config(path)` returns that header config of a single file.
 """
