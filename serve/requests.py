@@ -1,9 +1,9 @@
 """An API request -> the `GenerateOptions` vidax-gen would build, checked the way vidax-gen checks it.
 
 One code path with the CLI: the family's own fields go through `vidax.cli.gen.family_options` (the
-parser behind vidax-gen's family flags), and the whole request through the pipeline's own checks
-(`Family.read_inputs` and `Family.resolve_settings`, what `generate` runs before any device work), so
-a bad request is refused with the line vidax-gen would print, before it is queued.
+parser behind vidax-gen's family flags), and the whole request through `vidax.zoo.generation.prepare`
+(the validation `generate` runs before any device work), so a bad request is refused with the line
+vidax-gen would print, before it is queued.
 """
 
 from __future__ import annotations
@@ -152,13 +152,13 @@ def build_options(server: ServerOptions, fields: Mapping[str, Any], uploads: Map
 
 
 def check(options) -> dict:
-    """The pipeline's own checks before any device work (what `generate` runs first); the resolved settings."""
+    """`vidax.zoo.generation.prepare`, the validation `generate` itself runs before any device work: the
+    resolved settings."""
+    from vidax.zoo.generation import prepare
     from vidax.zoo.registry import make_pipeline
 
-    pipeline = make_pipeline(options.model, options)
-    inputs = pipeline.read_inputs(options)
-    settings = pipeline.resolve_settings(options, inputs.images)
-    return {**dataclasses.asdict(settings), "seed": options.seed}
+    request = prepare(make_pipeline(options.model, options), options)
+    return {**dataclasses.asdict(request.settings), "seed": options.seed}
 
 
 def command_line(server: ServerOptions, request: Mapping[str, Any], uploads: Mapping[str, str]) -> str:
