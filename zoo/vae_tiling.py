@@ -385,11 +385,11 @@ def encode_working_set(frames: int, height: int, width: int, *, spatial_ratio: i
     return int(live_maps * f * (h // patch) * (w // patch) * channels * 4 + f * h * w * 3 * 4)
 
 
-def tiled(fn: Callable[[jax.Array], jax.Array], x: jax.Array, tile: int, stride: int, blend: int, keep: int):
+def tiled(fn: Callable[[jax.Array], jax.Array], x: jax.Array, tile: int, stride: int, fade: int, keep: int):
     """Run `fn` on overlapping `tile`-sized spatial tiles of channels-last `x`, cross-fade, stitch.
 
-    `stride`, `tile` are in input pixels; `blend`, `keep` in output pixels (the reference's
-    `overlap_*`, `tile_*_min_*`, `blend_*`, `row_limit_*`).
+    `stride`, `tile` are in input pixels; `fade` (the cross-fade's width), `keep` in output pixels (the
+    reference's `overlap_*`, `tile_*_min_*`, `blend_*`, `row_limit_*`).
     """
     h, w = x.shape[2], x.shape[3]
     rows = [[fn(x[:, :, i : i + tile, j : j + tile]) for j in range(0, w, stride)] for i in range(0, h, stride)]
@@ -398,9 +398,9 @@ def tiled(fn: Callable[[jax.Array], jax.Array], x: jax.Array, tile: int, stride:
         out_row = []
         for j, t in enumerate(row):
             if i > 0:
-                t = blend(rows[i - 1][j], t, blend, axis=2)
+                t = blend(rows[i - 1][j], t, fade, axis=2)
             if j > 0:
-                t = blend(row[j - 1], t, blend, axis=3)
+                t = blend(row[j - 1], t, fade, axis=3)
             row[j] = t  # the reference blends in place: later neighbours fade from the blended tile
             out_row.append(t[:, :, :keep, :keep])
         stitched.append(jnp.concatenate(out_row, axis=3))

@@ -89,7 +89,7 @@ def test_a_disk_without_room_for_the_output_is_refused_before_sampling(tmp_path,
 
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr("vidax.zoo.video_io.shutil.disk_usage", lambda path: usage._replace(free=64 << 10))
-    monkeypatch.setattr(Family, "denoise", lambda *a, **k: pytest.fail("sampling started"))
+    monkeypatch.setattr(Family, "sample", lambda *a, **k: pytest.fail("sampling started"))
     out = tmp_path / "v.npy"
     result = _invoke("wan-tiny", "--prompt", PROMPT, "--out", str(out), "--height", "480", "--width", "832", "--frames",
                      "9", "--fps", "16")

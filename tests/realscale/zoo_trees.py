@@ -35,7 +35,7 @@ def wan_transformer(config: Mapping) -> Shapes:
 
 
 def wan_vae(config: Mapping) -> Shapes:
-    from vidax.zoo.wan.vae import WanVAE, WanVAEConfig
+    from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
 
     return WanVAE(WanVAEConfig.from_hf_config(config)).param_shapes()
 

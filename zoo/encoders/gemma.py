@@ -85,12 +85,15 @@ class GemmaConfig:
         "num_key_value_heads", "head_dim", "sliding_window", "rms_norm_eps", "hidden_activation",
         "query_pre_attn_scalar", "attn_logit_softcapping", "attention_k_eq_v", "num_kv_shared_layers",
         "use_double_wide_mlp", "per_layer_config", "global_head_dim", "num_global_key_value_heads",
-        "rope_parameters", "rope_scaling", "rope_local_base_freq", "rope_theta", "attention_bias")
+        "rope_parameters", "rope_scaling", "rope_local_base_freq", "rope_theta", "attention_bias",
+        "hidden_size_per_layer_input", "vocab_size_per_layer_input", "enable_moe_block")
     IGNORED: ClassVar[Mapping[str, str]] = {
         "attention_dropout": "training only: dropout", "initializer_range": "training only: weight-init scale",
         "use_cache": "generation's key/value cache (vidax runs one forward pass)",
         "final_logit_softcapping": "the LM head's logit cap: vidax returns hidden states, not logits",
         "max_position_embeddings": "the longest trained sequence; RoPE has no table to outgrow",
+        **{key: "Gemma 4's mixture-of-experts sizes: used only with enable_moe_block, which is refused"
+           for key in ("num_experts", "top_k_experts", "moe_intermediate_size")},
     }
     OUTER_IGNORED: ClassVar[Mapping[str, str]] = {key: _MULTIMODAL for key in (
         "vision_config", "audio_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
@@ -117,6 +120,11 @@ class GemmaConfig:
         check_known(cls.__name__, hf, cls.READ, cls.IGNORED)
         if hf.get("attention_bias"):
             raise ValueError("Gemma text tower: attention_bias=True is not supported (Gemma projections have none)")
+        if hf.get("enable_moe_block"):
+            raise ValueError("Gemma text tower: mixture-of-experts blocks (enable_moe_block) are not supported")
+        if hf.get("hidden_size_per_layer_input"):  # the size of the per-layer table it indexes: read only with it
+            raise ValueError(f"Gemma text tower: per-layer inputs (hidden_size_per_layer_input "
+                             f"{hf['hidden_size_per_layer_input']}) are not supported")
         model_type = hf.get("model_type", "")
         generation = 4 if model_type.startswith("gemma4") else 3 if model_type.startswith("gemma3") else None
         if generation is None:
