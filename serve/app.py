@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import UploadFile
@@ -32,6 +33,9 @@ from vidax.translator import VidaxError
 STATIC = Path(__file__).parent / "static"
 TOKEN_COOKIE = "vidax_token"
 OPEN_PATHS = ("/health",)  # answered without the token
+# Swagger UI's scripts and styles, served by the server itself: FastAPI's default /docs loads them from a CDN,
+# which leaves the page blank on machines that reach no internet (and would send the page's visit elsewhere).
+DOCS_ASSETS = "/docs-assets"
 JSON_BODY_LIMIT = 64 * 1024
 
 
@@ -55,13 +59,28 @@ def create_app(service: Service, *, token: str | None = None, max_upload_bytes: 
         yield
         await asyncio.to_thread(service.stop)
 
-    app = FastAPI(title="vidax-serve", version="1", lifespan=lifespan,
+    app = FastAPI(title="vidax-serve", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description=f"Video generation with {service.server.model}; jobs by id.")
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    _install_docs(app)
     _install_guards(app, token, max_upload_bytes)
     _install_errors(app)
     _install_routes(app, service, max_upload_bytes)
     return app
+
+
+def _install_docs(app: FastAPI) -> None:
+    """The OpenAPI docs at /docs, every file of the page from this server."""
+    import fastapi_offline  # only for the Swagger UI 5 files it packages (OpenAPI 3.1, as FastAPI writes)
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=Path(fastapi_offline.__file__).parent / "static"), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title}: API",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png")
 
 
 def _install_guards(app: FastAPI, token: str | None, max_upload_bytes: int) -> None:

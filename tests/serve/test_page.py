@@ -72,3 +72,17 @@ def test_cancel_a_queued_job(page):
     job_item(page, "a long one", "cancelled").wait_for()
     assert page.locator("#queue li").count() == 0
     page.screenshot(path=str(ARTIFACTS / "page-cancelled.png"), full_page=True)
+
+
+def test_api_docs_render_from_the_server_alone(page, server):
+    """/docs draws every operation with Swagger UI's files from the server itself: no request leaves it
+    (FastAPI's default page loads them from a CDN and stays blank offline)."""
+    context = page.context.browser.new_context()
+    tab = context.new_page()
+    requested: list[str] = []
+    tab.on("request", lambda request: requested.append(request.url))
+    tab.goto(server.url + "/docs")
+    tab.locator(".opblock-summary-path[data-path='/v1/videos']").first.wait_for()
+    assert tab.locator(".opblock").count() >= 4
+    assert requested and all(url.startswith(server.url) for url in requested), requested
+    context.close()
