@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import signal
 from pathlib import Path
 
 import typer
@@ -32,11 +33,14 @@ def is_loopback(host: str) -> bool:
 
 
 def serve(server, host: str, port: int, data: Path, token: str | None, max_queue: int, max_upload_mb: float,
-          warmup: bool) -> int:
+          warmup: bool, processes: dict | None = None) -> int:
+    """Serve until stopped. `processes`: the multi-process flags (`join`'s arguments); process 0 serves
+    HTTP, every other process runs each job in step with it and serves nothing."""
     import uvicorn
 
     from vidax.serve.app import create_app
     from vidax.serve.service import Service
+    from vidax.zoo.distributed import join
     from vidax.zoo.registry import lookup
     from vidax.zoo.runtime import configure_compile_cache
 
@@ -44,7 +48,16 @@ def serve(server, host: str, port: int, data: Path, token: str | None, max_queue
     if token is None and not is_loopback(host):
         raise ServeError(f"--host {host} is reachable from other machines: give --token (a bearer token every "
                          "request must carry)")
+    join(**(processes or {}))  # before anything touches a device
     configure_compile_cache(server.compile_cache, min_compile_secs=0)  # every program: a restart compiles nothing
+    import jax
+
+    if jax.process_index() != 0:
+        from vidax.serve.lockstep import follow
+
+        console.print(f"vidax-serve {server.model}: process {jax.process_index()} of {jax.process_count()}, "
+                      "running process 0's jobs", highlight=False, soft_wrap=True)
+        return follow(server)
     service = Service(server, data, max_queue=max_queue, warmup=warmup)
     recovered = {k: v for k, v in service.recovered.items() if v}
     if recovered:
@@ -53,6 +66,10 @@ def serve(server, host: str, port: int, data: Path, token: str | None, max_queue
                   highlight=False, soft_wrap=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     application = create_app(service, token=token, max_upload_bytes=int(max_upload_mb * 2**20))
+    # uvicorn answers SIGTERM with a graceful shutdown, then raises the signal again for the handler it found:
+    # a no-op here, so the process ends through its normal exit (0), where several processes meet at the
+    # runtime's shutdown barrier (killed by the signal instead, process 0 would leave its followers failing)
+    signal.signal(signal.SIGTERM, lambda *_: None)
     uvicorn.run(application, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     return 0
 
@@ -83,6 +100,12 @@ def main_command(
                                         help="free each stage's weights from the devices when it ends"),
     no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="do not use the persistent compile cache"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
+    coordinator: str = typer.Option(None, "--coordinator", help="several hosts: HOST:PORT of process 0, which "
+                                    "serves HTTP (TPU pod slices, SLURM and Open MPI are detected without it)"),
+    num_processes: int = typer.Option(None, "--num-processes", help="several hosts: number of processes"),
+    process_id: int = typer.Option(None, "--process-id", help="several hosts: this process's index (0 serves)"),
+    join_timeout: int = typer.Option(None, "--join-timeout", help="several hosts: seconds to wait for every "
+                                     "process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
 ) -> None:
     """Serve MODEL: an HTTP API (/v1/videos) and a web page (/) over one warm model and a durable queue."""
 
@@ -92,7 +115,9 @@ def main_command(
         server = ServerOptions(model=model, weights=weights, dtype=dtype, tp=tp, sp=sp, dp=dp,
                                offload_chunk=offload_chunk, release_stages=release_stages,
                                compile_cache=False if no_compile_cache else None)
-        return serve(server, host, port, data, token, max_queue, max_upload_mb, warmup)
+        processes = dict(coordinator=coordinator, num_processes=num_processes, process_id=process_id,
+                         join_timeout=join_timeout)
+        return serve(server, host, port, data, token, max_queue, max_upload_mb, warmup, processes)
 
     from vidax.cli.common import USER_ERRORS
 

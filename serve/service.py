@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 
 from vidax.serve import store as jobs
+from vidax.serve.lockstep import Announcer, JobCancelled, ServerStopping, several_processes
 from vidax.serve.requests import FORMATS, ServerOptions, build_options, check, command_line, output_suffix
 from vidax.translator import VidaxError
 from vidax.translator.output import fsync_path
@@ -30,14 +31,6 @@ MAX_TRAIL = 10_000  # progress states kept per job
 LAYOUT_FIELDS = ("tp", "sp", "dp", "offload_chunk")
 # Settings of the sidecar that name server paths: a response names jobs by id only.
 PRIVATE_SETTINGS = ("out", "image", "images", "latents", "weights", "weights_source", "save_latents", "compile_cache")
-
-
-class JobCancelled(Exception):
-    """Raised from the progress hooks at the next step of a job whose cancellation was asked."""
-
-
-class ServerStopping(Exception):
-    """Raised from the progress hooks when the server stops: the job goes back to the queue."""
 
 
 class JobProgress:
@@ -124,6 +117,8 @@ class Service:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._work, name="vidax-serve-worker", daemon=True)
+        # several hosts: this is process 0, and every other process runs each job with it (vidax.serve.lockstep)
+        self.lockstep = Announcer() if several_processes() else None
 
     # --- paths ------------------------------------------------------------------------------
 
@@ -209,6 +204,8 @@ class Service:
         self.store.close()
         if not self.thread.is_alive():
             self.stages.release()
+            if self.lockstep is not None:
+                self.lockstep.stop()
 
     def _work(self) -> None:
         try:
@@ -273,12 +270,15 @@ class Service:
     def _generate(self, options, settings: dict, progress):
         """`generate`, with the layout the memory planner chose for the same settings before given outright:
         planning builds the model's shapes (seconds on CPU), the same choice each time for one size."""
-        from vidax.zoo.pipeline import generate
+        from vidax.zoo.pipeline import Progress, generate
 
         key = json.dumps({k: v for k, v in settings.items() if k not in ("seed", "negative_prompt")}, sort_keys=True)
         remembered = self.layouts.get(key)
         if remembered is not None:
             options = dataclasses.replace(options, **remembered["layout"])
+        if self.lockstep is not None:  # the other processes start the same job and stop where this one stops
+            self.lockstep.announce(options)
+            progress = self.lockstep.progress(progress or Progress())
         result = generate(options, progress, cache=self.stages)
         if remembered is not None:
             result.settings["layout_choice"] = remembered["choice"]

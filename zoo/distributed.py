@@ -524,7 +524,7 @@ def _flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 # How a GenerateOptions field is compared across processes: by value unless named here (None: not at
 # all, it is each host's own; "weights": the converted folder's manifests and configs; "file": contents).
 _REQUEST_RULES: dict[str, str | None] = {"out": None, "compile_cache": None, "weights": "weights",
-                                         "latents": "file", "image": "file", "images": "files"}
+                                         "latents": "file", "image": "file", "images": "files", "extra": "extra"}
 
 
 def request_record(options: Any) -> dict[str, Any]:
@@ -539,6 +539,8 @@ def request_record(options: Any) -> dict[str, Any]:
             value = None if value is None else _file_digest(Path(value))
         elif rule == "files":
             value = {role: _file_digest(Path(path)) for role, path in dict(value or {}).items()}
+        elif rule == "extra":  # a family's own settings; its file inputs (a video) by their contents
+            value = {k: _file_digest(v) if isinstance(v, Path) else v for k, v in dict(value or {}).items()}
         if rule is not None:
             record[field.name] = value
     return record
@@ -625,6 +627,13 @@ def agree(error: BaseException | None, stage: str,
         raise DistributedError(f"process {', '.join(map(str, failed))} failed during {stage} ({said}); stopping")
     if same is not None:
         _stop_on_difference(stage, {p: r["same"] for p, r in records.items()})
+
+
+def agreed_by_all(error: BaseException) -> BaseException:
+    """Mark `error` as one every process raises at the same point, from a decision they shared (a server's
+    cancelled job): `run_guard` lets it through without this process leaving alone. Returns it."""
+    _run.agreed = error
+    return error
 
 
 def _one_line(error: BaseException) -> str:

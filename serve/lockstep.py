@@ -1,0 +1,182 @@
+"""Several hosts serving one model: process 0 takes the HTTP requests, every process runs each job.
+
+A job's DiT runs on a mesh over every host's devices, so every process must start the same generation
+and stop where process 0 stops, as `vidax-gen`'s processes do. Process 0 announces each job through the
+coordinator's key-value store before it starts it (its options, and the bytes of its uploads: the other
+hosts do not share its disk), and at every progress hook whether the job goes on; the others follow.
+The key-value store carries the messages because the followers wait for jobs far apart (a queue may stay
+empty for hours) and a collective would time out; inside a job the collectives keep them in step.
+
+Messages, by job number `n` (0: the warm-up):
+  `vidax/serve/job/{n}`: `{"options": ..., "uploads": {field: base64}}`, or `{"stop": true}`;
+  `vidax/serve/job/{n}/hook/{k}`: "go", "cancel" (the job stops, the server goes on) or "stop".
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("vidax.serve")
+
+WAIT_MS = 24 * 3600 * 1000  # a follower waits this long for the next job before asking again
+GO, CANCEL, STOP = "go", "cancel", "stop"
+
+
+class JobCancelled(Exception):
+    """Raised from the progress hooks at the next step of a job whose cancellation was asked."""
+
+
+class ServerStopping(Exception):
+    """Raised from the progress hooks when the server stops: the job goes back to the queue."""
+
+
+def _client():
+    from vidax.zoo.distributed import _runtime_state
+
+    return _runtime_state().client
+
+
+def several_processes() -> bool:
+    from vidax.zoo.distributed import multiprocess
+
+    return multiprocess()
+
+
+def _taken_together(error: BaseException) -> BaseException:
+    """An error every process raises at the same hook: the run's guard lets it through as agreed (no
+    process leaves alone), and the server goes on to its next job."""
+    from vidax.zoo.distributed import agreed_by_all
+
+    return agreed_by_all(error)
+
+
+class Announcer:
+    """Process 0's side: numbers the jobs, announces each one and every hook's decision."""
+
+    def __init__(self):
+        self.job = -1
+
+    def announce(self, options) -> None:
+        self.job += 1
+        fields = {k: v for k, v in dataclasses.asdict(options).items() if k not in ("out", "image", "images")}
+        extra = {k: v for k, v in fields.pop("extra").items() if not isinstance(v, Path)}
+        files = {"image": options.image, **{f"images/{r}": p for r, p in options.images.items()},
+                 **{f"extra/{k}": v for k, v in options.extra.items() if isinstance(v, Path)}}
+        message = {"options": {**fields, "extra": extra, "suffix": Path(options.out).suffix},
+                   "uploads": {name: base64.b64encode(Path(path).read_bytes()).decode()
+                               for name, path in files.items() if path is not None}}
+        _client().key_value_set(f"vidax/serve/job/{self.job}", json.dumps(message, default=str))
+
+    def stop(self) -> None:
+        """No more jobs: the followers leave."""
+        _client().key_value_set(f"vidax/serve/job/{self.job + 1}", json.dumps({"stop": True}))
+
+    def progress(self, inner) -> "LeaderProgress":
+        return LeaderProgress(inner, f"vidax/serve/job/{self.job}/hook")
+
+
+class LeaderProgress:
+    """Process 0's progress hooks: the job's own (which raise to cancel or stop it), each decision
+    announced before it takes effect, so every process stops at the same hook."""
+
+    def __init__(self, inner, prefix: str):
+        self.inner, self.prefix, self.count = inner, prefix, 0
+
+    def _decide(self, hook) -> None:
+        key, self.count = f"{self.prefix}/{self.count}", self.count + 1
+        try:
+            hook()
+        except JobCancelled as err:
+            _client().key_value_set(key, CANCEL)
+            raise _taken_together(err)
+        except ServerStopping as err:
+            _client().key_value_set(key, STOP)
+            raise _taken_together(err)
+        _client().key_value_set(key, GO)
+
+    def begin(self, stage: str, total: int | None = None) -> None:
+        self._decide(lambda: self.inner.begin(stage, total))
+
+    def advance(self, stage: str, amount: int = 1, note: str = "") -> None:
+        self._decide(lambda: self.inner.advance(stage, amount, note))
+
+    def end(self, stage: str, seconds: float) -> None:
+        self._decide(lambda: self.inner.end(stage, seconds))
+
+
+class FollowerProgress:
+    """A following process's progress hooks: each waits for process 0's decision at the same hook."""
+
+    def __init__(self, prefix: str):
+        self.prefix, self.count = prefix, 0
+
+    def _follow(self) -> None:
+        key, self.count = f"{self.prefix}/{self.count}", self.count + 1
+        decision = _client().blocking_key_value_get(key, WAIT_MS)
+        if decision == CANCEL:
+            raise _taken_together(JobCancelled())
+        if decision == STOP:
+            raise _taken_together(ServerStopping())
+
+    def begin(self, stage: str, total: int | None = None) -> None:
+        self._follow()
+
+    def advance(self, stage: str, amount: int = 1, note: str = "") -> None:
+        self._follow()
+
+    def end(self, stage: str, seconds: float) -> None:
+        self._follow()
+
+
+def follow(server) -> int:
+    """A process other than 0: run every job process 0 announces, in step with it, until it stops."""
+    from vidax.zoo.pipeline import GenerateOptions, generate
+    from vidax.zoo.stages import StageCache
+
+    stages = StageCache()  # the weights stay placed between jobs, as on process 0
+    job = 0
+    with tempfile.TemporaryDirectory(prefix="vidax-serve-follower-") as scratch:
+        while True:
+            message = json.loads(_next_message(f"vidax/serve/job/{job}"))
+            if message.get("stop"):
+                stages.release()
+                return 0
+            options = _options(GenerateOptions, message, Path(scratch) / str(job))
+            try:
+                generate(options, FollowerProgress(f"vidax/serve/job/{job}/hook"), cache=stages)
+            except (JobCancelled, ServerStopping):
+                pass
+            except Exception as err:  # process 0 fails the job with its own line; this one goes on
+                log.warning("job %d failed: %s", job, str(err).splitlines()[0] if str(err) else type(err).__name__)
+            job += 1
+
+
+def _next_message(key: str) -> str:
+    while True:
+        try:
+            return _client().blocking_key_value_get(key, WAIT_MS)
+        except Exception as err:  # the runtime's own error: a timeout (ask again), or the coordinator gone
+            if "deadline" not in str(err).lower():
+                raise
+
+
+def _options(make, message: dict[str, Any], folder: Path):
+    """The job's options on this host: its uploads written under `folder`, its output there too (only
+    process 0 writes outputs; the path must only be valid)."""
+    folder.mkdir(parents=True)
+    paths = {}
+    for name, data in message["uploads"].items():
+        path = folder / name.replace("/", "_")
+        path.write_bytes(base64.b64decode(data))
+        paths[name] = path
+    fields = dict(message["options"])
+    suffix = fields.pop("suffix")
+    extra = {**fields.pop("extra"), **{n[6:]: p for n, p in paths.items() if n.startswith("extra/")}}
+    images = {n[7:]: p for n, p in paths.items() if n.startswith("images/")}
+    return make(**fields, image=paths.get("image"), images=images, extra=extra, out=folder / f"video{suffix}")
