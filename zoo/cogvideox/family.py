@@ -77,16 +77,11 @@ class CogVideoXSettings(Settings):
       vae_tiling: decode (and I2V-encode) in overlapping spatial tiles (cli_demo's `vae.enable_tiling()`).
       max_sequence_length: T5 tokens per prompt (the pipelines' `max_sequence_length`); the models with a
         position table (2B, 5B-I2V) take exactly their `max_text_seq_length` (226).
-      min_side, max_side, side_multiple: 1.5 I2V's size limits (its model card: min(H, W) = 768,
-        max(H, W) <= 1360 and a multiple of 16); None: no limit beyond the size grid.
     """
 
     dynamic_cfg: bool | None = None
     vae_tiling: bool = True
     max_sequence_length: int = 226
-    min_side: int | None = None
-    max_side: int | None = None
-    side_multiple: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,15 +224,6 @@ class CogVideoXFamily(Family):
             s8 = self.vae_config.spatial_compression
             raise PipelineError(f"{self.name}: {s.height}x{s.width} exceeds the RoPE grid of "
                                 f"{cfg.sample_height * s8}x{cfg.sample_width * s8} pixels")
-        sides = (min(s.height, s.width), max(s.height, s.width))
-        if s.min_side is not None and sides[0] != s.min_side:
-            raise PipelineError(f"{self.name} takes sizes whose shorter side is {s.min_side} (got {s.height}x{s.width})")
-        if s.max_side is not None and sides[1] > s.max_side:
-            raise PipelineError(f"{self.name} takes sizes whose longer side is at most {s.max_side} "
-                                f"(got {s.height}x{s.width})")
-        if s.side_multiple is not None and sides[1] % s.side_multiple:
-            raise PipelineError(f"{self.name} takes sizes whose longer side is a multiple of {s.side_multiple} "
-                                f"(got {s.height}x{s.width})")
 
     def image_roles(self) -> dict[str, bool]:
         return {"image": True} if self.i2v else {}
