@@ -20,7 +20,12 @@ def open_file(path: Path):
         from vidax.translator.torch_zip import TorchZipFile
 
         return TorchZipFile(path)
-    raise FormatError(f"{path}: unsupported checkpoint file type (want .safetensors, index.json, {', '.join(TORCH_SUFFIXES)})")
+    if path.suffix == ".gguf":  # quantized DiTs for ComfyUI (city96's, QuantStack's)
+        from vidax.translator.gguf_io import GGUFFile
+
+        return GGUFFile(path)
+    raise FormatError(f"{path}: unsupported checkpoint file type (want .safetensors, index.json, .gguf, "
+                      f"{', '.join(TORCH_SUFFIXES)})")
 
 
 def expand_files(paths: list[Path]) -> list[Path]:
