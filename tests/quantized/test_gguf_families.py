@@ -70,3 +70,25 @@ def test_city96_gguf_reads_as_its_dequantized_weights(spec, tmp_path):
     assert set(got) == set(expected)
     for leaf in expected:
         np.testing.assert_array_equal(got[leaf], expected[leaf], err_msg=leaf)
+
+
+HOOK_MODELS = {"hunyuan_video/transformer": "hunyuanvideo", "ltx_video/transformer": "ltx-video-13b",
+               "cosmos/transformer": "cosmos-predict2.5-2b"}
+
+
+@pytest.mark.parametrize("spec", list(HOOK_MODELS))
+def test_each_family_loads_its_dit_from_transformer_file(spec, tmp_path):
+    """`--transformer FILE` reaches every family's loader (LTX-Video has its own `load_tree`); no --weights
+    is read for it."""
+    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.registry import make_pipeline
+
+    arch, state_of_family = FAMILIES[spec]
+    state = _city96_keys(state_of_family())
+    path = write_gguf(tmp_path / "dit.gguf", arch, [(k, v, "F32") for k, v in sorted(state.items())])
+    options = GenerateOptions(model=HOOK_MODELS[spec], prompt="x", weights=str(tmp_path / "nowhere"), transformer=path)
+    tree = make_pipeline(options.model, options).load_tree("transformer", spec, dtype="float32")
+    expected = convert(spec, path, dtype="float32")
+    assert set(tree) == set(expected)
+    for leaf in expected:
+        np.testing.assert_array_equal(tree[leaf], expected[leaf], err_msg=leaf)
