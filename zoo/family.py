@@ -43,6 +43,7 @@ from vidax.translator import ModelEntry, load_registry
 from vidax.translator import MODEL_FILE
 from vidax.zoo.denoise import Denoisers, Schedule, denoise
 from vidax.zoo.dit_file import check_dit_files, dit_file, load_dit_file
+from vidax.zoo.quantize import check_weights_dtype
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, Progress, WeightsSource, load_latents, seeded_noise
 from vidax.zoo.stages import Run
 
@@ -285,6 +286,7 @@ class Family:
         s = dataclasses.replace(s, **self.derived_settings(s))
         self._check_common(s)
         check_dit_files(options, self.name, self.entry.components)
+        check_weights_dtype(options, self.entry.family)
         s = self.fit_sizes(s)
         self.check_settings(s)
         self.check_images(s, images or {})

@@ -72,6 +72,8 @@ class GenerateOptions:
       extra: the family's own settings by field name (its `Family.flags`: `{"guidance_2": 3.0}`).
       transformer, transformer_2: a checkpoint file (GGUF or safetensors, quantized or not) holding that
         denoiser's weights in place of `weights`' (Wan2.2 A14B's second expert: transformer_2).
+      weights_dtype: "fp8" or "int8" keeps the DiT's block linear weights 8-bit on the device, one scale
+        per output channel (`vidax.zoo.quantize`); "bf16"/None: as converted.
     """
 
     model: str
@@ -103,6 +105,7 @@ class GenerateOptions:
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     transformer: Path | None = None
     transformer_2: Path | None = None
+    weights_dtype: str | None = None
 
     def __post_init__(self):
         check_options(self)

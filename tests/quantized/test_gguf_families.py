@@ -7,6 +7,8 @@ family's own spec, a file's tree equals the tree of the same dequantized weights
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
@@ -20,14 +22,17 @@ from vidax.translator import convert
 CITY96_DROPPED = ("_extra_state", "accum_")
 
 
+@functools.cache
 def _hunyuan():
     return hunyuan.official_dit_state(hunyuan.dit_reference().state_dict())
 
 
+@functools.cache
 def _cosmos():
     return cosmos.official_state_dict(cosmos.dit_reference().state_dict())
 
 
+@functools.cache
 def _ltx():
     return ltx.official_dit_state(ltx.dit_reference().state_dict())
 

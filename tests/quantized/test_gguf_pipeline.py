@@ -38,6 +38,9 @@ HEIGHT, WIDTH, FRAMES, STEPS, GUIDANCE, GUIDANCE_2 = 32, 48, 5, 3, 4.0, 3.0
 # below what a quantization error of these files moves the frames by (checked below).
 FRAME_ATOL = 2e-5
 PREFIX = "model.diffusion_model."
+# --weights-dtype int8 on top: measured 0.0032 from the full-precision frames (2026-12-02); a missing scale
+# or a wrong axis moves frames by > 0.1.
+INT8_FRAMES_ATOL = 0.01
 
 
 def _transformer():
@@ -174,3 +177,13 @@ def test_bad_dit_files_are_one_line_before_work(a14b_gguf, tmp_path):
         convert_model("wan2.2-t2v-a14b", source=str(folder / "model"), out=tmp_path / "out", components=("transformer",),
                       transformer=other)
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob("*.npy"))
+
+
+def test_weights_dtype_int8_keeps_block_weights_8bit_through_the_pipeline(a14b_gguf, tmp_path):
+    """--weights-dtype int8 on top of the GGUF experts: one device and tensor parallel (the scales split
+    with their kernels) agree, and stay near the full-precision frames."""
+    folder, q8, q4, expected, _, _ = a14b_gguf
+    one = generate(_options(folder, tmp_path / "a.npy", transformer=q8, transformer_2=q4, weights_dtype="int8"))
+    tp = generate(_options(folder, tmp_path / "b.npy", transformer=q8, transformer_2=q4, weights_dtype="int8", tp=2))
+    assert 0 < np.abs(one.frames - expected).max() < INT8_FRAMES_ATOL
+    np.testing.assert_allclose(tp.frames, one.frames, atol=FRAME_ATOL, rtol=0)
