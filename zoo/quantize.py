@@ -92,3 +92,13 @@ def placed_bytes(shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]], groups:
         else:
             total += count * np.dtype(dtype).itemsize
     return total
+
+
+def block_bytes_per_param(shapes: Mapping[str, tuple[int, ...]], groups: tuple[str, ...], choice: str | None,
+                          width: int) -> float | None:
+    """Placed bytes per block parameter for the memory planner (None: the weights' own `width`): 8-bit
+    kernels with their fp32 scales, the blocks' other leaves at `width`."""
+    if choice not in STORAGE:
+        return None
+    blocks = {p: (s, np.dtype(f"V{width}")) for p, s in shapes.items() if p.split("/", 1)[0] in groups}
+    return placed_bytes(blocks, groups, choice) / sum(int(np.prod(s, dtype=np.int64)) for s, _ in blocks.values())

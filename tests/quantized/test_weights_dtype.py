@@ -4,6 +4,9 @@ bytes as predicted, and at Wan2.1-14B's shapes at most 0.52x the bf16 bytes."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -99,14 +102,34 @@ def test_placed_bytes_are_the_prediction_and_fit_0_52_of_bf16_at_14b():
     measured = sum(leaf.nbytes for leaf in jax.tree.leaves(placed))
     shapes = {p: (a.shape, a.dtype) for p, a in _bf16(_tree(model)).items()}
     assert measured == placed_bytes(shapes, ("blocks",), "int8")
-    # Wan2.1-14B at its real shapes (the registry's config), dtypes as the spec converts them: no weights made
-    config = WanTransformerConfig.from_hf_config(dict(get_model("wan2.1-t2v-14b").config["transformer"]))
-    spec = load_spec("wan/transformer")
-    shapes = {p: (s, spec.dtype.for_leaf(p, spec.dtype.default)) for p, s in WanTransformer(config).param_shapes().items()}
+    shapes = _shapes_14b()  # Wan2.1-14B at its real shapes, dtypes as the spec converts them: no weights made
     bf16 = placed_bytes(shapes, ("blocks",), None)
     assert bf16 > 28e9  # 14B parameters, mostly bf16
     for choice in ("int8", "fp8"):
         assert placed_bytes(shapes, ("blocks",), choice) <= 0.52 * bf16, choice
+
+
+@functools.cache
+def _shapes_14b() -> dict:
+    config = WanTransformerConfig.from_hf_config(dict(get_model("wan2.1-t2v-14b").config["transformer"]))
+    spec = load_spec("wan/transformer")
+    return {p: (s, spec.dtype.for_leaf(p, spec.dtype.default)) for p, s in WanTransformer(config).param_shapes().items()}
+
+
+def test_the_planner_counts_8bit_block_weights_within_5_percent():
+    """`--plan`'s DiT weight bytes on one device for Wan2.1-14B at 480p with --weights-dtype int8, against
+    the bytes the placed tree takes (above: equal to placed buffers); and half the bf16 prediction."""
+    from vidax.zoo.planner import Layout, dit_weight_bytes
+    from vidax.zoo.registry import make_pipeline
+
+    options = GenerateOptions(model="wan2.1-t2v-14b", prompt="x", weights_dtype="int8", height=480, width=832, frames=81)
+    job = make_pipeline(options.model, options).memory_job(options)
+    predicted = dit_weight_bytes(job, Layout())
+    placed = placed_bytes(_shapes_14b(), ("blocks",), "int8")
+    assert abs(predicted - placed) <= 0.05 * placed, (predicted, placed)
+    bf16 = dit_weight_bytes(dataclasses.replace(job, block_weight_bytes=None), Layout())
+    assert predicted <= 0.52 * bf16
+    assert dit_weight_bytes(job, Layout(tp=2)) < 0.6 * predicted  # the blocks split under tensor parallel
 
 
 def test_requests_it_cannot_serve_are_one_line():
