@@ -73,6 +73,8 @@ def device_specs(specs: dict, tree: Mapping[str, np.ndarray]) -> dict:
     kernel's layer and output axes (tensor parallel splits both alike)."""
     from flax import traverse_util
 
+    if not any(path.endswith("/" + SCALE) for path in tree):  # nothing quantized: the specs as they are
+        return specs
     flat = dict(traverse_util.flatten_dict(specs, sep="/"))
     for path in tree:
         if path.endswith("/" + SCALE):
