@@ -116,3 +116,16 @@ def test_other_architecture_is_refused_before_planning(tmp_path):
     assert "'hyvid'" in _one_line(err) and "wan/transformer" in str(err.value)
     with pytest.raises(SourceError):  # a family no GGUF DiT exists for
         convert("cogvideox/transformer", path)
+
+
+def test_a_gguf_naming_no_architecture_is_refused(tmp_path):
+    import gguf
+
+    writer = gguf.GGUFWriter(tmp_path / "anon.gguf", "wan")
+    del writer.kv_data[0][gguf.Keys.General.ARCHITECTURE]  # as stable-diffusion.cpp's files: no architecture
+    writer.add_tensor("patch_embedding.weight", np.zeros((4, 32), np.float32))
+    writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
+    assert GGUFFile(tmp_path / "anon.gguf").architecture is None
+    with pytest.raises(SourceError) as err:
+        convert("wan/transformer", tmp_path / "anon.gguf")
+    assert "no general.architecture" in _one_line(err)
