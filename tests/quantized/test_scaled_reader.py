@@ -128,3 +128,32 @@ def test_plain_checkpoints_are_read_as_before(tmp_path):
     ckpt = Checkpoint([tmp_path / "plain.safetensors"])
     assert isinstance(ckpt._owner["a.weight"], SafetensorsFile)
     assert ckpt.array("a.weight").dtype == ml_dtypes.bfloat16
+
+
+def test_ltx2_fp8_checkpoint_reads_through_its_spec_as_its_dequantized_weights(tmp_path):
+    """LTX-2's official fp8 single file: `model.diffusion_model.` keys, block matrices F8 E4M3 with a
+    per-tensor `weight_scale` and an `input_scale`, the rest bf16. Through the real spec, the tree equals the
+    tree of the same weights dequantized by torch and saved plain."""
+    import tests.ltx2.ltx2_spec_fixtures as ltx2
+    from vidax.translator import convert
+
+    state = ltx2.official_dit_state({k: v.detach().clone() for k, v in ltx2.dit_reference().state_dict().items()})
+    stored, plain = {}, {}
+    for key, value in state.items():
+        if ".transformer_blocks." in key and key.endswith(".weight") and value.ndim == 2:
+            layer = key[:-len(".weight")]
+            scale = (value.abs().max() / 448).reshape(())
+            q = (value / scale).to(torch.float8_e4m3fn)
+            stored |= {key: q, f"{layer}.weight_scale": scale, f"{layer}.input_scale": torch.tensor(0.5)}
+            plain[key] = q.float() * scale
+        else:
+            stored[key] = value.to(torch.bfloat16)
+            plain[key] = stored[key].float()
+    assert sum(v.dtype == torch.float8_e4m3fn for v in stored.values()) >= 8
+    save_file(stored, tmp_path / "ltx-2-fp8.safetensors")
+    save_file(plain, tmp_path / "plain.safetensors")
+    expected = convert("ltx2/transformer", tmp_path / "plain.safetensors", dtype="float32")
+    got = convert("ltx2/transformer", tmp_path / "ltx-2-fp8.safetensors", dtype="float32")
+    assert set(got) == set(expected)
+    for leaf in expected:
+        np.testing.assert_array_equal(got[leaf], expected[leaf], err_msg=leaf)
