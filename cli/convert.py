@@ -97,6 +97,9 @@ def main_command(
     check: bool = typer.Option(False, "--check", help="plan and verify coverage without writing (Hub: reads only the safetensors headers)"),
     list_: bool = typer.Option(False, "--list", help="list registered models and their default repos"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
+    transformer: Path = typer.Option(None, "--transformer", help="the DiT's weights from this one file (GGUF or "
+                                     "safetensors, quantized or not); the rest from --source / the Hub"),
+    transformer_2: Path = typer.Option(None, "--transformer-2", help="Wan2.2 A14B: the second (low-noise) expert's file"),
 ) -> None:
     """Convert a model's PyTorch checkpoints into vidax's safetensors host trees."""
     if list_:
@@ -105,7 +108,7 @@ def main_command(
         console.print("error: give a MODEL name (see vidax-convert --list)")
         raise typer.Exit(2)
     names = tuple(n for item in components or () for n in item.split(",") if n)  # --components a,b or repeated
-    opts = ConvertOptions(model, source, revision, out, names, dtype, layout, check, variant)
+    opts = ConvertOptions(model, source, revision, out, names, dtype, layout, check, variant, transformer, transformer_2)
     raise typer.Exit(run_guarded(lambda: run(opts), debug=debug))
 
 

@@ -203,6 +203,11 @@ def main_command(
     process_id: int = typer.Option(None, "--process-id", help="multi-process run: this process's index (0 writes)"),
     join_timeout: int = typer.Option(None, "--join-timeout", help="multi-process run: seconds to wait for every "
                                      "process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
+    transformer: Path = typer.Option(None, "--transformer", help="the DiT's weights from this one file (GGUF or "
+                                     "safetensors, quantized or not); the rest from --weights"),
+    transformer_2: Path = typer.Option(None, "--transformer-2", help="Wan2.2 A14B: the second (low-noise) expert's file"),
+    weights_dtype: str = typer.Option(None, "--weights-dtype", help="bf16, fp8 or int8: keep the DiT's block "
+                                      "linear weights 8-bit on the device (one scale per output channel)"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -224,7 +229,8 @@ def main_command(
             height=height, width=width, frames=frames, steps=steps, guidance=guidance, shift=shift, sampler=sampler,
             fps=fps, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
             save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
-            release_stages=release_stages, extra=extra)
+            release_stages=release_stages, extra=extra, transformer=transformer, transformer_2=transformer_2,
+            weights_dtype=weights_dtype)
 
     if plan:
         def planned():

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vidax.translator import scaled_io
 from vidax.translator.errors import FormatError
 from vidax.translator.safetensors_io import SafetensorsFile, TensorInfo, read_index
 
@@ -14,13 +15,18 @@ TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
 
 def open_file(path: Path):
     """Open one checkpoint file by its suffix; both readers expose `tensors`, `array`, `release`."""
-    if path.name.endswith(".safetensors"):
-        return SafetensorsFile(path)
+    if path.name.endswith(".safetensors"):  # fp8/int8 weights with their scales read dequantized
+        return scaled_io.wrap(SafetensorsFile(path))
     if path.suffix in TORCH_SUFFIXES:
         from vidax.translator.torch_zip import TorchZipFile
 
         return TorchZipFile(path)
-    raise FormatError(f"{path}: unsupported checkpoint file type (want .safetensors, index.json, {', '.join(TORCH_SUFFIXES)})")
+    if path.suffix == ".gguf":  # quantized DiTs for ComfyUI (city96's, QuantStack's)
+        from vidax.translator.gguf_io import GGUFFile
+
+        return GGUFFile(path)
+    raise FormatError(f"{path}: unsupported checkpoint file type (want .safetensors, index.json, .gguf, "
+                      f"{', '.join(TORCH_SUFFIXES)})")
 
 
 def expand_files(paths: list[Path]) -> list[Path]:

@@ -38,6 +38,8 @@ class ConvertOptions:
     layout: str | None = None
     check: bool = False
     variant: str | None = None
+    transformer: Path | None = None  # the DiT's weights from this one file (GGUF or safetensors, quantized or not)
+    transformer_2: Path | None = None  # the second expert's (Wan2.2 A14B)
 
 
 MODEL_FILE = "vidax_model.json"  # the converted folder's model, variant and tags (read by vidax-gen)
@@ -99,6 +101,12 @@ def _attempts(entry: ModelEntry, component, opts: ConvertOptions, detected: str 
     return list(dict.fromkeys(tries))
 
 
+def component_file(opts: ConvertOptions, name: str) -> Path | None:
+    """The file `--transformer` / `--transformer-2` names for component `name`, or None."""
+    value = {"transformer": opts.transformer, "transformer_2": opts.transformer_2}.get(name)
+    return None if value is None else Path(value).expanduser()
+
+
 class Attempt(NamedTuple):
     """One place to look for a component. `files`: globs replacing the spec's (None: the component's own
     for that layout, else the spec's). `single`: a single-file checkpoint (a file, or one lying in the
@@ -125,6 +133,9 @@ def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | No
     """A component's planned tree, and whether it came from a single-file checkpoint."""
     component = entry.components[name]
     spec = load_spec(component.spec)
+    own_file = component_file(opts, name)
+    if own_file is not None:  # --transformer FILE: its layout from its keys, its configs from the source
+        return convert(spec, own_file, dtype=opts.dtype or component.dtype, lazy=True), False
     first_error = None
     for layout, source, subfolder, files, single in _all_attempts(entry, component, opts, detected):
         if source.startswith("modelscope:"):
@@ -265,10 +276,12 @@ def convert_model(model: str | ConvertOptions, *, hooks: ConversionHooks | None 
     unknown = [n for n in names if n not in entry.components]
     if unknown:
         raise SourceError(f"model {entry.name} has no component(s) {', '.join(unknown)} (has: {', '.join(entry.components)})")
+    _check_component_files(entry, opts)
     out = Path(opts.out) if opts.out is not None else Path("out") / entry.name
     result = ConvertedModel(entry, out)
-    # components with weights first: the first one found fixes the layout for the others
-    names = sorted(names, key=lambda n: entry.components[n].spec is None)
+    # components with weights first: the first one found fixes the layout for the others (a component
+    # from its own --transformer file last: that file's layout says nothing of the source's)
+    names = sorted(names, key=lambda n: (entry.components[n].spec is None, component_file(opts, n) is not None))
     detected = opts.layout
     came_in = {}  # component -> the registry layout it was read in
     single = _single_file(opts.source)  # a single-file checkpoint holds some components and none of their configs
@@ -298,12 +311,16 @@ def convert_model(model: str | ConvertOptions, *, hooks: ConversionHooks | None 
         single = single or from_file
         result.trees[name] = tree
         hooks.planned(name, tree)
-        layout = detected or _layout_of(entry, tree, opts)
-        detected = detected or (layout if opts.source is not None else None)
+        own_file = component_file(opts, name) is not None
+        layout = detected or (_source_layout(entry, name, opts) if own_file else _layout_of(entry, tree, opts))
+        detected = detected or (layout if opts.source is not None and not own_file else None)
         came_in[name] = tree.source.layout.name if from_file else _read_layout(component, layout, opts)
         if opts.check:
             continue
-        written = save_tree(tree, out / name, _manifest(entry, name, tree, opts),
+        manifest = _manifest(entry, name, tree, opts)
+        if own_file:  # the weights are the file's; the configs are the source's (vidax-gen reads them there)
+            manifest["configs"] = _configs_origin(entry, name, opts, layout)
+        written = save_tree(tree, out / name, manifest,
                             progress=hooks.writing(name, tree.nbytes))
         result.written[name] = bool(written)
         if not from_file:
@@ -318,6 +335,35 @@ def convert_model(model: str | ConvertOptions, *, hooks: ConversionHooks | None 
                   "layout": result.layout, "component_layouts": {**_recorded_layouts(entry, out), **came_in}}
         write_file(out / MODEL_FILE, json.dumps(record, indent=1) + "\n")  # whole, or absent
     return result
+
+
+def _source_layout(entry: ModelEntry, name: str, opts: ConvertOptions) -> str:
+    """The registry layout of the source a component from its own file takes its configs from: that of the
+    source's own copy of the component when it has one (planned from headers), else the pinned or default."""
+    try:
+        tree, _ = _open(entry, name, dataclasses.replace(opts, transformer=None, transformer_2=None, check=True))
+    except SourceError:  # the source holds no weights of it (downloaded without the DiT): configs only
+        return opts.layout or entry.default_layout
+    return _layout_of(entry, tree, opts)
+
+
+def _configs_origin(entry: ModelEntry, name: str, opts: ConvertOptions, layout: str) -> str:
+    """Where the configs of a component converted from its own file are: the source, as a manifest origin."""
+    if opts.source is not None:
+        return str(Path(opts.source).expanduser()) if _local(opts.source) else f"hf://{opts.source}"
+    component = entry.components[name]
+    return f"hf://{component.repo.get(layout) or entry.repos[layout]}"
+
+
+def _check_component_files(entry: ModelEntry, opts: ConvertOptions) -> None:
+    """`--transformer` / `--transformer-2`: the model has that component and the file exists (one line)."""
+    for name in ("transformer", "transformer_2"):
+        path = component_file(opts, name)
+        flag = "--" + name.replace("_", "-")
+        if path is not None and name not in entry.components:
+            raise SourceError(f"{flag}: model {entry.name} has no {name} (has: {', '.join(entry.components)})")
+        if path is not None and not path.is_file():
+            raise SourceError(f"{flag} {path}: no such file")
 
 
 def _open_or_skip(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | None, result: ConvertedModel,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from vidax.translator.checkpoint import Checkpoint
 from vidax.translator.errors import GatedRepoError, SourceError
+from vidax.translator.gguf_io import check_architecture
 from vidax.translator.spec import Layout, Spec
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -55,6 +56,7 @@ def detect_layout(spec: Spec, keys: list[str], where: str) -> Layout:
 
 def _from_files(spec: Spec, files: list[Path], layout: str | None, where: str) -> tuple[Layout, Checkpoint]:
     ckpt = Checkpoint(files)
+    check_architecture(spec.name, ckpt.paths, ckpt.metadata)  # a GGUF names its model: before its keys are read
     if layout is not None:
         return spec.layouts[layout], ckpt
     return detect_layout(spec, ckpt.keys(), where), ckpt

@@ -24,7 +24,8 @@ import numpy as np
 from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
-from vidax.zoo.dit import forward, place_resident
+from vidax.zoo.dit import block_groups, forward, place_resident
+from vidax.zoo.dit_file import dit_file
 from vidax.zoo.pipeline import release
 from vidax.zoo.stages import Params, Run
 
@@ -81,16 +82,19 @@ def place_dit(run: Run, family: Any, part: Any, s: Any, dtype: str | None) -> Lo
     """One denoiser's weights on the devices: resident (on the mesh under its rules) or, with
     `--offload-chunk`, embed/head resident and the blocks streamed from host memory."""
     from vidax.zoo.offload import stream_blocks
-    from vidax.zoo.sharding import place_model
+    from vidax.zoo.quantize import device_specs, device_weights
+    from vidax.zoo.sharding import place
 
     tree = run.load_tree(part.component, part.spec, part.subfolders, dtype)
     dit = family.build_dit(part, tree, s)
+    # --weights-dtype fp8/int8: block kernels 8-bit with their scales (vidax.zoo.quantize)
+    tree = device_weights(tree, tuple(g.name for g in block_groups(dit)), getattr(run.options, "weights_dtype", None))
     rules = family.transformer_rules
     if run.options.offload_chunk is not None:
         params, streamed, host = stream_blocks(dit, tree, run.options.offload_chunk, rules, run.mesh)
         return LoadedDiT(dit, params, streamed, host)
     if run.mesh is not None:
-        return LoadedDiT(dit, place_model(dit, tree, rules, run.mesh))
+        return LoadedDiT(dit, place(tree, device_specs(dit.logical_specs(), tree), rules, run.mesh))
     return LoadedDiT(dit, place_resident(dit, traverse_util.unflatten_dict(dict(tree), sep="/")))
 
 
@@ -110,7 +114,9 @@ class Denoisers:
             return self.placed[expert]
         cache = self.run.cache
         part = self.parts[expert]
-        key = (part.component, part.spec, self.dtype, _layout(self.run))
+        options = self.run.options  # a DiT from its own file (--transformer), 8-bit on device (--weights-dtype)
+        key = (part.component, part.spec, self.dtype, _layout(self.run), dit_file(options, part.component),
+               getattr(options, "weights_dtype", None))
         if cache is not None and key in cache.denoisers:  # placed by an earlier run of this process
             self.placed[expert] = cache.denoisers[key]
             return self.placed[expert]

@@ -42,6 +42,8 @@ import numpy as np
 from vidax.translator import ModelEntry, load_registry
 from vidax.translator import MODEL_FILE
 from vidax.zoo.denoise import Denoisers, Schedule, denoise
+from vidax.zoo.dit_file import check_dit_files, dit_file, load_dit_file
+from vidax.zoo.quantize import check_weights_dtype
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, Progress, WeightsSource, load_latents, seeded_noise
 from vidax.zoo.stages import Run
 
@@ -283,6 +285,8 @@ class Family:
         s = dataclasses.replace(s, **given)
         s = dataclasses.replace(s, **self.derived_settings(s))
         self._check_common(s)
+        check_dit_files(options, self.name, self.entry.components)
+        check_weights_dtype(options, self.entry.family)
         s = self.fit_sizes(s)
         self.check_settings(s)
         self.check_images(s, images or {})
@@ -385,6 +389,8 @@ class Family:
         """A component's host tree (mmapped where possible), not placed (`Run.load` places it)."""
         part = self.entry.components.get(component)
         dtype = dtype or (part.dtype if part is not None else None)
+        if dit_file(self.options, component) is not None:  # --transformer FILE
+            return load_dit_file(dit_file(self.options, component), component, spec, dtype, progress)
         files = part.files(None) if part is not None else None
         return self.source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files)
 

@@ -43,7 +43,10 @@ class Dense(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         dtype = self.dtype or x.dtype
-        kernel = logical_param(self, "kernel", (x.shape[-1], self.features), self.axes).astype(dtype)
+        kernel = logical_param(self, "kernel", (x.shape[-1], self.features), self.axes)
+        if self.has_variable("params", "kernel_scale"):  # 8-bit (--weights-dtype): widened inside the product
+            kernel = kernel.astype(jnp.float32) * self.get_variable("params", "kernel_scale")
+        kernel = kernel.astype(dtype)
         bias = None
         if self.use_bias:
             bias = logical_param(self, "bias", (self.features,), self.axes[-1:], nn.initializers.zeros).astype(dtype)

@@ -70,6 +70,10 @@ class GenerateOptions:
       dtype: weights/compute dtype override ("float32", "bfloat16"); default the specs' policy.
       compile_cache: use jax's persistent compilation cache (None: on unless VIDAX_NO_COMPILE_CACHE=1).
       extra: the family's own settings by field name (its `Family.flags`: `{"guidance_2": 3.0}`).
+      transformer, transformer_2: a checkpoint file (GGUF or safetensors, quantized or not) holding that
+        denoiser's weights in place of `weights`' (Wan2.2 A14B's second expert: transformer_2).
+      weights_dtype: "fp8" or "int8" keeps the DiT's block linear weights 8-bit on the device, one scale
+        per output channel (`vidax.zoo.quantize`); "bf16"/None: as converted.
     """
 
     model: str
@@ -99,6 +103,9 @@ class GenerateOptions:
     dtype: str | None = None
     compile_cache: bool | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    transformer: Path | None = None
+    transformer_2: Path | None = None
+    weights_dtype: str | None = None
 
     def __post_init__(self):
         check_options(self)
@@ -256,7 +263,8 @@ class WeightsSource:
         manifests = [self.root / component / MANIFEST, self.root / MANIFEST, *sorted(self.root.glob(f"*/{MANIFEST}"))]
         for manifest in manifests:
             if manifest.is_file():
-                origin = str(read_manifest(manifest.parent).get("source", {}).get("origin", ""))
+                recorded = read_manifest(manifest.parent)  # "configs": a DiT converted from its own file (--transformer)
+                origin = str(recorded.get("configs") or recorded.get("source", {}).get("origin", ""))
                 found = _origin_root(origin)
                 if found is not None:
                     return found

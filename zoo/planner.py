@@ -88,6 +88,7 @@ class Job:
     blockwise_attention: bool = True  # the CPU / fallback kernel; False for cuDNN or Pallas flash
     q_block: int = BLOCK_Q  # the blockwise kernel's tile
     kv_block: int = BLOCK_KV
+    block_weight_bytes: float | None = None  # bytes per block parameter when it differs (--weights-dtype int8/fp8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +134,8 @@ def dit_weight_bytes(job: Job, layout: Layout) -> int:
         blocks = d.all_blocks
     else:  # two chunks of the largest block kind on device
         blocks = min(d.depth, 2 * layout.offload_chunk) * d.block_params
-    return int(blocks * job.weight_bytes / layout.tp + d.other_params * job.weight_bytes)
+    per_block_param = job.block_weight_bytes if job.block_weight_bytes is not None else job.weight_bytes
+    return int(blocks * per_block_param / layout.tp + d.other_params * job.weight_bytes)
 
 
 def dit_activation_bytes(job: Job, layout: Layout) -> int:

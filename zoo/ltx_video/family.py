@@ -56,6 +56,7 @@ from vidax.translator import MANIFEST, MODEL_FILE, read_manifest, read_metadata
 from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.denoise import Denoisers, Schedule, denoise
+from vidax.zoo.dit_file import dit_file, load_dit_file
 from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings
 from vidax.zoo.stages import Run
 from vidax.zoo.ltx_video import latents as L
@@ -271,6 +272,8 @@ class LTXVideoFamily(Family):
         shared `load_tree` applies one layout's `file` to every layout)."""
         comp = self.entry.components.get(component)
         dtype = dtype or (comp.dtype if comp is not None else None)
+        if dit_file(self.options, component) is not None:  # --transformer FILE
+            return load_dit_file(dit_file(self.options, component), component, spec, dtype, progress)
         source = self._component_source(component)
         if source is None:
             raise PipelineError(f"{self.name}: no {component} in {self.source.label} nor in its own repo")

@@ -39,6 +39,7 @@ from vidax.zoo.stages import Run
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.video_io import vae_image
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.quantize import block_bytes_per_param
 from vidax.zoo.samplers import TwoExperts
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH, wan_text_features
@@ -368,9 +369,10 @@ class WanFamily(Family):
         """What the memory planner needs for this checkpoint at the requested size (abstract shapes only)."""
         s = self.resolve_settings(options)
         cfg, vae_cfg = self.model.transformer, self.model.vae
-        dit = dit_sizes(WanTransformer(cfg).param_shapes(), dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim,
-                        heads=cfg.num_attention_heads, text_dim=cfg.inner_dim)
+        shapes = WanTransformer(cfg).param_shapes()
+        dit = dit_sizes(shapes, dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim, heads=cfg.num_attention_heads, text_dim=cfg.inner_dim)
         width = 4 if options.dtype == "float32" else 2
+        block_bytes = block_bytes_per_param(shapes, ("blocks",), options.weights_dtype, width)  # --weights-dtype
         text = self.model.text_encoder or UMT5_XXL
         ids = jnp.zeros((1, 8), jnp.int32)
         image_tokens = 0 if self.model.image_encoder is None else 257 * (2 if self.model.first_last_frame else 1)
@@ -386,6 +388,7 @@ class WanFamily(Family):
             text_encoder_bytes=width,
             **planner_entries(vae_cfg, s.height, s.width),
             blockwise_attention=jax.default_backend() == "cpu",
+            block_weight_bytes=block_bytes,
         )
 
 

@@ -1,0 +1,106 @@
+"""`--weights-dtype {bf16,fp8,int8}`: a DiT's block linear weights kept in 8 bits on the device.
+
+The block matrices are nearly all of a DiT's bytes. Each stacked block kernel `[layers, in, out]` is
+quantized on the host when the DiT is placed, with one scale per output channel (`amax over in / 127`
+for int8, `/ 448` for fp8 e4m3), and placed as the 8-bit kernel plus a float32 `kernel_scale`
+`[layers, out]` beside it. `vidax.zoo.layers.Dense` finds the scale and dequantizes inside the jitted
+product (the 8-bit values widened to the compute dtype, times the scale), so only one layer's
+kernel is ever wide, transiently. Embeddings, norms, modulation tables and the head stay as converted.
+
+Only DiTs whose every block linear is a `Dense` (which reads the scale) take it: a block reading a
+quantized kernel directly would compute with unscaled values. `bf16` keeps the converted weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import ml_dtypes
+import numpy as np
+from jax.sharding import PartitionSpec
+
+from vidax.zoo.pipeline import PipelineError
+
+STORAGE = {"fp8": np.dtype(ml_dtypes.float8_e4m3fn), "int8": np.dtype(np.int8)}
+LARGEST = {"fp8": 448.0, "int8": 127.0}  # the format's largest finite magnitude (fp8 e4m3: 448)
+WEIGHTS_DTYPES = ("bf16", *STORAGE)
+SCALE = "kernel_scale"
+# families whose block linears are all `Dense`s (checked by tests/quantized/test_weights_dtype.py for Wan)
+FAMILIES = ("wan",)
+
+
+def check_weights_dtype(options, family: str) -> None:
+    """One line before any work: a known choice, a family that reads scales, no streamed blocks."""
+    choice = getattr(options, "weights_dtype", None)
+    if choice is None:
+        return
+    if choice not in WEIGHTS_DTYPES:
+        raise PipelineError(f"unknown --weights-dtype {choice!r} (choose from {', '.join(WEIGHTS_DTYPES)})")
+    if choice in STORAGE and family not in FAMILIES:
+        raise PipelineError(f"--weights-dtype {choice} is not supported for {family} DiTs yet (only {', '.join(FAMILIES)})")
+    if choice in STORAGE and options.offload_chunk is not None:
+        raise PipelineError(f"--weights-dtype {choice} does not combine with --offload-chunk yet")
+
+
+def block_kernel_paths(paths, groups: tuple[str, ...], ndims: Mapping[str, int]) -> list[str]:
+    """The stacked block linear kernels: `GROUP/.../kernel` of rank 3 (`[layers, in, out]`)."""
+    return [p for p in paths if p.split("/", 1)[0] in groups and p.endswith("/kernel") and ndims[p] == 3]
+
+
+def quantize_kernel(kernel: np.ndarray, choice: str) -> tuple[np.ndarray, np.ndarray]:
+    """`[layers, in, out]` -> (8-bit values, float32 scales `[layers, out]`), per output channel."""
+    wide = np.asarray(kernel, np.float32)
+    amax = np.abs(wide).max(axis=-2)
+    scale = np.where(amax > 0, amax / LARGEST[choice], 1.0).astype(np.float32)
+    scaled = wide / scale[..., None, :]
+    if choice == "int8":
+        return np.clip(np.rint(scaled), -127, 127).astype(np.int8), scale
+    return scaled.astype(STORAGE[choice]), scale
+
+
+def device_weights(tree: Mapping[str, np.ndarray], groups: tuple[str, ...], choice: str | None) -> dict[str, np.ndarray]:
+    """The host tree to place: block kernels quantized (with their scales) for an 8-bit choice."""
+    tree = dict(tree)
+    if choice not in STORAGE:
+        return tree
+    for path in block_kernel_paths(list(tree), groups, {p: np.ndim(a) for p, a in tree.items()}):
+        tree[path], tree[path[:-len("kernel")] + SCALE] = quantize_kernel(tree[path], choice)
+    return tree
+
+
+def device_specs(specs: dict, tree: Mapping[str, np.ndarray]) -> dict:
+    """Logical specs for a tree that may hold `kernel_scale`s: a scale `[layers, out]` is split as its
+    kernel's layer and output axes (tensor parallel splits both alike)."""
+    from flax import traverse_util
+
+    if not any(path.endswith("/" + SCALE) for path in tree):  # nothing quantized: the specs as they are
+        return specs
+    flat = dict(traverse_util.flatten_dict(specs, sep="/"))
+    for path in tree:
+        if path.endswith("/" + SCALE):
+            kernel = tuple(flat[path[:-len(SCALE)] + "kernel"])
+            flat[path] = PartitionSpec(kernel[0], kernel[-1])
+    return traverse_util.unflatten_dict(flat, sep="/")
+
+
+def placed_bytes(shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]], groups: tuple[str, ...], choice: str | None) -> int:
+    """Bytes of the placed tree from leaf shapes and converted dtypes alone (`{path: (shape, dtype)}`)."""
+    kernels = set(block_kernel_paths(list(shapes), groups, {p: len(s) for p, (s, _) in shapes.items()})) if choice in STORAGE else set()
+    total = 0
+    for path, (shape, dtype) in shapes.items():
+        count = int(np.prod(shape, dtype=np.int64))
+        if path in kernels:
+            total += count * STORAGE[choice].itemsize + (count // shape[-2]) * 4  # values, then fp32 scales
+        else:
+            total += count * np.dtype(dtype).itemsize
+    return total
+
+
+def block_bytes_per_param(shapes: Mapping[str, tuple[int, ...]], groups: tuple[str, ...], choice: str | None,
+                          width: int) -> float | None:
+    """Placed bytes per block parameter for the memory planner (None: the weights' own `width`): 8-bit
+    kernels with their fp32 scales, the blocks' other leaves at `width`."""
+    if choice not in STORAGE:
+        return None
+    blocks = {p: (s, np.dtype(f"V{width}")) for p, s in shapes.items() if p.split("/", 1)[0] in groups}
+    return placed_bytes(blocks, groups, choice) / sum(int(np.prod(s, dtype=np.int64)) for s, _ in blocks.values())
