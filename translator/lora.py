@@ -1,0 +1,371 @@
+"""LoRA and full-delta adapters merged into a base checkpoint, in the checkpoint's own key space.
+
+    adapters = [resolve_adapter("style.safetensors=0.8"), resolve_adapter("owner/name")]
+    tree = convert("wan/transformer", "/models/Wan2.1-T2V-1.3B-Diffusers", loras=adapters)
+
+An adapter file is read with the translator's own safetensors reader. Each tensor's name says its role
+(`lora_A`/`lora_down`, `lora_B`/`lora_up`, `lora_B.bias`, `alpha`, `diff`, `diff_b`, `diff_m`) and its
+module; the module is found in the base checkpoint under its own name or its other layout's name (the
+pairs of `conversion_specs/<family>/lora.toml`, official and diffusers), kohya's underscored names
+included. Reading a base tensor an adapter touches then yields
+
+    base + Σ scale·(B @ A) + Σ strength·diff            in float32, scale = strength × alpha / rank
+
+tensor by tensor from the memory-mapped base, before the spec's ops (transposes, fusions, splits) and its
+dtype policy run, unchanged. Accounting is strict: every adapter tensor is applied or ignored by name
+(`ignore` patterns), and an adapter for another model or size is one error listing what does not fit.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import re
+import tomllib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vidax.translator.checkpoint import Checkpoint
+from vidax.translator.errors import TranslatorError, brief
+from vidax.translator.safetensors_io import SafetensorsFile
+from vidax.translator.spec import SPECS_ROOT
+
+# tensor-name endings and the role each gives its tensor (longest first, so `.diff_b` is not `.diff`)
+ROLES = (
+    (".lora_A.weight", "down"), (".lora_down.weight", "down"),
+    (".lora_B.weight", "up"), (".lora_up.weight", "up"),
+    (".lora_B.bias", "bias"), (".alpha", "alpha"),
+    (".diff_b", "diff_b"), (".diff_m", "diff_m"), (".diff", "diff"),
+)
+# adapter kinds that are not a plain low-rank product: refused by name rather than merged wrongly
+REFUSED = {".dora_scale": "DoRA", ".lora_mid.weight": "LoCon (mid weight)", ".hada_": "LoHa", ".lokr_": "LoKr"}
+PEFT_METADATA = "lora_adapter_metadata"  # diffusers/PEFT save their LoraConfig (lora_alpha, r) here
+_HUB_FILE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(/[\w./-]+\.safetensors)?")
+
+
+class LoraError(TranslatorError):
+    """A LoRA cannot be used: missing, malformed, of an unsupported kind, or for another model."""
+
+
+# ----------------------------------------------------------------------------- requests and files
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One adapter to merge: where the user named it, the file it resolved to, its strength and content hash."""
+
+    source: str
+    path: Path
+    strength: float
+    sha256: str
+
+    def record(self) -> dict:
+        """What a manifest or a video's sidecar keeps of it."""
+        return {"source": self.source, "strength": self.strength, "sha256": self.sha256, "file": self.path.name}
+
+
+def parse_request(text: str) -> tuple[str, float]:
+    """`SOURCE[=STRENGTH]` -> (source, strength); strength defaults to 1.0 and may be negative."""
+    source, strength = str(text), 1.0
+    if "=" in source:
+        head, tail = source.rsplit("=", 1)
+        try:
+            strength = float(tail)
+        except ValueError:
+            raise LoraError(f"--lora {brief(text)}: the strength after '=' must be a number") from None
+        source = head
+    if not source:
+        raise LoraError(f"--lora {brief(text)}: no LoRA file, folder or Hub repo given")
+    if not math.isfinite(strength):
+        raise LoraError(f"--lora {brief(text)}: the strength must be a finite number")
+    return source, strength
+
+
+def resolve_adapter(text: str) -> Adapter:
+    """An `Adapter` from `SOURCE[=STRENGTH]`: a `.safetensors` file, a folder holding one, or a Hub repo
+    (`owner/name` holding one, or `owner/name/path/file.safetensors`), downloaded into the Hub cache."""
+    source, strength = parse_request(text)
+    path = _local_or_hub(source)
+    return Adapter(source, path, strength, file_sha256(path))
+
+
+def _local_or_hub(source: str) -> Path:
+    path = Path(source).expanduser()
+    if path.is_file():
+        return path
+    if path.is_dir():
+        return _only_safetensors(path, source)
+    if _HUB_FILE.fullmatch(source):
+        from vidax.translator.sources import download
+
+        owner, name, *rest = source.split("/")
+        file = "/".join(rest)
+        root, _ = download(f"{owner}/{name}", [file] if file else ["*.safetensors"])
+        return root / file if file else _only_safetensors(root, source)
+    raise LoraError(f"LoRA {brief(source)}: no such file or folder, and not a Hub repo (owner/name[/file.safetensors])")
+
+
+def _only_safetensors(folder: Path, source: str) -> Path:
+    found = sorted(folder.glob("*.safetensors"))
+    if len(found) != 1:
+        names = ", ".join(p.name for p in found[:6]) or "none"
+        raise LoraError(f"LoRA {brief(source)}: a folder must hold exactly one .safetensors file (found {names}); "
+                        "name the file")
+    return found[0]
+
+
+_HASHES: dict[tuple, str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's content (cached per path, size and modification time)."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHES:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(block)
+        _HASHES[key] = digest.hexdigest()
+    return _HASHES[key]
+
+
+# ----------------------------------------------------------------------------- the family's mapping
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One spec's adapter mapping (`[lora."<spec>"]` of its family's lora.toml)."""
+
+    prefixes: tuple[str, ...]
+    kohya_prefixes: tuple[str, ...]
+    ignore: tuple[re.Pattern, ...]
+    pairs: tuple[tuple[str, str], ...]
+    diff_m: str | None = None
+
+    def other_names(self, module: str) -> list[str]:
+        """`module`'s name in the other layout(s) (official <-> diffusers), from the pairs."""
+        out = []
+        for pair in self.pairs:
+            for mine, theirs in (pair, pair[::-1]):
+                found = _template_regex(mine).fullmatch(module)
+                if found:
+                    out.append(theirs.format(**found.groupdict()))
+        return out
+
+
+@functools.lru_cache(maxsize=None)
+def _template_regex(template: str) -> re.Pattern:
+    return re.compile(re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)"))
+
+
+def load_mapping(spec_name: str) -> Mapping:
+    """The mapping of `spec_name` (`wan/transformer`) from `conversion_specs/<family>/lora.toml`."""
+    family = spec_name.split("/", 1)[0]
+    path = SPECS_ROOT / family / "lora.toml"
+    table = tomllib.loads(path.read_text()).get("lora", {}).get(spec_name) if path.is_file() else None
+    if table is None:
+        raise LoraError(f"LoRAs are not supported for {spec_name} yet (no [lora.\"{spec_name}\"] in "
+                        f"conversion_specs/{family}/lora.toml)")
+    return Mapping(tuple(table.get("prefixes", ())), tuple(table.get("kohya_prefixes", ())),
+                   tuple(re.compile(p) for p in table.get("ignore", ())),
+                   tuple(tuple(p) for p in table.get("modules", ())), table.get("diff_m"))
+
+
+# ----------------------------------------------------------------------------- planning a merge
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One addition to a base tensor: `scale·(up @ down)` (low rank) or `scale·full`, read from `file`."""
+
+    file: SafetensorsFile
+    scale: float
+    full: str | None = None
+    up: str | None = None
+    down: str | None = None
+
+    def add_to(self, out: np.ndarray) -> None:
+        if self.full is not None:
+            out += self.scale * self.file.array(self.full).astype(np.float32).reshape(out.shape)
+            return
+        up = self.file.array(self.up).astype(np.float32)
+        up = up.reshape(up.shape[0], -1)  # a conv LoRA's up is [out, rank, 1, 1, 1]
+        down = self.file.array(self.down).astype(np.float32)
+        out += (up @ down.reshape(down.shape[0], -1)).reshape(out.shape) * np.float32(self.scale)
+
+
+@dataclass
+class Plan:
+    """What one adapter does to the base: deltas by base key, and the adapter tensors it ignores."""
+
+    deltas: dict[str, list[Delta]] = field(default_factory=lambda: defaultdict(list))
+    ignored: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _split_role(key: str) -> tuple[str | None, str]:
+    for suffix, role in ROLES:
+        if key.endswith(suffix):
+            return role, key[: -len(suffix)]
+    return None, key
+
+
+def _aliases(base_keys: list[str], mapping: Mapping) -> dict[str, str]:
+    """Every name a module may have in an adapter (dotted or kohya-underscored, either layout) -> its
+    base module name (a base key less `.weight`/`.bias`, or a parameter's own key)."""
+    out: dict[str, str] = {}
+    for key in base_keys:
+        module = key.rsplit(".", 1)[0] if key.endswith((".weight", ".bias")) else key
+        for name in [module, *mapping.other_names(module)]:
+            out.setdefault(name, module)
+            out.setdefault(name.replace(".", "_"), module)
+    return out
+
+
+def _module_name(key: str, mapping: Mapping) -> str:
+    for prefix in mapping.kohya_prefixes + mapping.prefixes:
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return key
+
+
+def _group(lora: SafetensorsFile, mapping: Mapping, aliases: dict[str, str], plan: Plan) -> dict[str, dict[str, str]]:
+    """Adapter tensors by base module and role; unknown names and refused kinds go to `plan.problems`."""
+    groups: dict[str, dict[str, str]] = defaultdict(dict)
+    for key in lora.tensors:
+        if any(p.fullmatch(key) for p in mapping.ignore):
+            plan.ignored.append(key)
+            continue
+        refused = next((kind for mark, kind in REFUSED.items() if mark in key), None)
+        role, name = _split_role(_module_name(key, mapping))
+        if refused or role is None:
+            plan.problems.append(f"{key} {list(lora.tensors[key].shape)} ({refused + ' is not supported' if refused else 'not a LoRA or delta tensor name'})")
+            continue
+        if role == "diff_m" and mapping.diff_m:
+            role, name = "diff", f"{name}.{mapping.diff_m}"
+        module = aliases.get(name)
+        if module is None:
+            plan.problems.append(f"{key} {list(lora.tensors[key].shape)} (no module {name} in the base)")
+            continue
+        groups[module][role] = key
+    return groups
+
+
+def _target(module: str, what: str, base: set[str]) -> str | None:
+    if f"{module}.{what}" in base:
+        return f"{module}.{what}"
+    return module if what == "weight" and module in base else None
+
+
+def plan_merge(lora: SafetensorsFile, strength: float, base: Checkpoint, mapping: Mapping) -> Plan:
+    """The deltas one adapter adds to `base` (keys of `base`), strictly accounted."""
+    plan = Plan()
+    base_keys = set(base.keys())
+    peft_alpha = _peft_alpha(lora, plan)
+    groups = _group(lora, mapping, _aliases(sorted(base_keys), mapping), plan)
+    for module, roles in groups.items():
+        _plan_module(lora, module, roles, strength, peft_alpha, base, base_keys, plan)
+    return plan
+
+
+def _peft_alpha(lora: SafetensorsFile, plan: Plan) -> float | None:
+    """`lora_alpha` of a diffusers/PEFT file's saved LoraConfig (None: alpha = rank, scale 1)."""
+    raw = lora.metadata.get(PEFT_METADATA)
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw)
+    except ValueError:
+        plan.problems.append(f"metadata {PEFT_METADATA} is not JSON")
+        return None
+    values = {k.rsplit(".", 1)[-1]: v for k, v in config.items()} if isinstance(config, dict) else {}
+    if values.get("use_dora") or values.get("alpha_pattern") or values.get("rank_pattern"):
+        plan.problems.append(f"metadata {PEFT_METADATA}: DoRA or per-module alpha/rank patterns are not supported")
+    alpha = values.get("lora_alpha")
+    return float(alpha) if isinstance(alpha, (int, float)) else None
+
+
+def _plan_module(lora, module, roles, strength, peft_alpha, base, base_keys, plan) -> None:
+    weight, bias = _target(module, "weight", base_keys), _target(module, "bias", base_keys)
+    shape = lambda key: tuple(lora.tensors[key].shape)  # noqa: E731
+    unfit = lambda key, why: plan.problems.append(f"{key} {list(shape(key))} ({why})")  # noqa: E731
+    scale = strength
+    if "down" in roles or "up" in roles:
+        if not ("down" in roles and "up" in roles):
+            for key in roles.values():
+                unfit(key, "a LoRA needs both its down (A) and up (B) tensors")
+            return
+        down, up = roles["down"], roles["up"]
+        rank = shape(down)[0]
+        alpha = float(lora.array(roles["alpha"]).reshape(-1)[0]) if "alpha" in roles else (peft_alpha or rank)
+        fits = weight is not None and shape(up)[1:] in ((rank,), (rank,) + (1,) * (len(shape(down)) - 2)) \
+            and (shape(up)[0], *shape(down)[1:]) == tuple(base.info(weight).shape)
+        if not fits:
+            unfit(down, f"with up {list(shape(up))}: does not fit {weight or module} "
+                        f"{list(base.info(weight).shape) if weight else '(no weight)'}")
+            return
+        plan.deltas[weight].append(Delta(lora, strength * alpha / rank, up=up, down=down))
+        scale = strength * (peft_alpha / rank if peft_alpha and "alpha" not in roles else 1.0)
+    elif "alpha" in roles:
+        unfit(roles["alpha"], "an alpha without its LoRA tensors")
+    for role, target in (("diff", weight), ("diff_b", bias), ("bias", bias)):
+        if role not in roles:
+            continue
+        key = roles[role]
+        if role == "bias" and "up" not in roles:
+            unfit(key, "lora_B.bias without its LoRA tensors")
+        elif target is None or math.prod(shape(key)) != math.prod(base.info(target).shape):
+            unfit(key, f"does not fit {target or module}" + (f" {list(base.info(target).shape)}" if target else ""))
+        else:
+            plan.deltas[target].append(Delta(lora, scale if role == "bias" else strength, full=key))
+
+
+# ----------------------------------------------------------------------------- the merged checkpoint
+
+
+class MergedCheckpoint:
+    """A base checkpoint whose tensors read with every adapter's deltas added (float32 where touched);
+    everything else (keys, headers, files) is the base's."""
+
+    def __init__(self, base: Checkpoint, deltas: dict[str, list[Delta]], records: list[dict]):
+        self.base, self.deltas, self.records = base, deltas, records
+
+    def __getattr__(self, name):  # keys, info, path_of, paths, metadata, nbytes: the base's
+        return getattr(self.base, name)
+
+    def array(self, key: str) -> np.ndarray:
+        deltas = self.deltas.get(key)
+        if not deltas:
+            return self.base.array(key)
+        out = self.base.array(key).astype(np.float32)
+        for delta in deltas:
+            delta.add_to(out)
+        return out
+
+
+def merge(base: Checkpoint, spec_name: str, adapters: list[Adapter]) -> MergedCheckpoint:
+    """`base` with `adapters` merged (planned from headers now, applied when each tensor is read).
+
+    Raises LoraError naming every adapter tensor that fits no module of the base (one line per adapter)."""
+    mapping = load_mapping(spec_name)
+    deltas: dict[str, list[Delta]] = defaultdict(list)
+    records = []
+    for adapter in adapters:
+        lora = SafetensorsFile(adapter.path)
+        plan = plan_merge(lora, adapter.strength, base, mapping)
+        if plan.problems:
+            shown = "; ".join(plan.problems[:12]) + (f"; and {len(plan.problems) - 12} more" if len(plan.problems) > 12 else "")
+            raise LoraError(f"LoRA {adapter.source} does not fit {spec_name} ({len(plan.problems)} tensor(s)): {shown}")
+        if not plan.deltas:
+            raise LoraError(f"LoRA {adapter.source}: no tensor of it applies to {spec_name}")
+        for key, found in plan.deltas.items():
+            deltas[key] += found
+        records.append({**adapter.record(), "applied": sum(len(d) for d in plan.deltas.values()),
+                        "ignored": plan.ignored})
+    return MergedCheckpoint(base, dict(deltas), records)
