@@ -203,6 +203,9 @@ def main_command(
     process_id: int = typer.Option(None, "--process-id", help="multi-process run: this process's index (0 writes)"),
     join_timeout: int = typer.Option(None, "--join-timeout", help="multi-process run: seconds to wait for every "
                                      "process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
+    lora: list[str] = typer.Option(None, "--lora", help="LoRA merged into the DiT: SOURCE[=STRENGTH] (a .safetensors "
+                                   "file, a folder holding one, or Hub owner/name[/file.safetensors]); repeatable"),
+    lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -224,7 +227,7 @@ def main_command(
             height=height, width=width, frames=frames, steps=steps, guidance=guidance, shift=shift, sampler=sampler,
             fps=fps, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
             save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
-            release_stages=release_stages, extra=extra)
+            release_stages=release_stages, extra=extra, lora=tuple(lora or ()), lora_2=tuple(lora_2 or ()))
 
     if plan:
         def planned():

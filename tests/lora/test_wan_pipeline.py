@@ -1,0 +1,97 @@
+"""`vidax-gen --lora/--lora-2` end to end against diffusers' WanPipeline with the same LoRAs.
+
+One tiny Wan2.2 A14B pipeline (two experts) saved with `save_pretrained`; three LoRAs in three formats:
+diffusers/PEFT (alpha in its metadata) at 0.8 and ComfyUI's original keys (lora_down/lora_up + alpha)
+at -0.5 on the high-noise `transformer`, musubi-tuner's kohya keys at 1.2 on `transformer_2`. The
+reference loads them with `pipe.load_lora_weights` (`load_into_transformer_2=True` for the second expert)
+and `pipe.set_adapters`, and runs from the same initial latents; vidax runs `--dtype float32`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tests.lora.formats import biases, low_rank_factors, wan_modules, write_musubi, write_original, write_peft
+from tests.oracle import state_of
+from tests.wan.test_pipeline import FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, STEPS, WIDTH, _latents, _reference_a14b
+from vidax.cli.gen import app
+from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+
+# fp32 on both sides at highest matmul precision (tests/wan/test_pipeline.py measures ~1e-6 without LoRAs)
+FRAME_ATOL = 2e-5
+STRENGTHS = {"peft": 0.8, "original": -0.5, "musubi": 1.2}
+
+
+@pytest.fixture(scope="module")
+def a14b_lora(tmp_path_factory):
+    """(folder, latents .npy, LoRA files, diffusers frames with the LoRAs, diffusers frames without)."""
+    folder = tmp_path_factory.mktemp("wan_a14b_lora")
+    pipe = _reference_a14b(folder / "model")
+    high, low = state_of(pipe.transformer), state_of(pipe.transformer_2)
+    files = {
+        "peft": write_peft(folder / "peft.safetensors", low_rank_factors(high, wan_modules(2, head=True), 4, 11),
+                           alpha=2.0),
+        "original": write_original(folder / "original.safetensors", low_rank_factors(high, wan_modules(2), 8, 12),
+                                   alpha=4.0, diff_b=biases(high, wan_modules(2), 13)),
+        "musubi": write_musubi(folder / "musubi.safetensors", low_rank_factors(low, wan_modules(2), 4, 14), alpha=8.0),
+    }
+    latents = _latents((1, 16, (FRAMES - 1) // 4 + 1, HEIGHT // 8, WIDTH // 8), seed=15)
+    np.save(folder / "latents.npy", latents.numpy())
+    common = dict(negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES, num_inference_steps=STEPS,
+                  guidance_scale=GUIDANCE, guidance_scale_2=3.0, output_type="np")
+    with torch.no_grad():
+        plain = pipe(PROMPT, latents=latents.clone(), **common).frames[0]
+        pipe.load_lora_weights(str(files["peft"]), adapter_name="peft")
+        pipe.load_lora_weights(str(files["original"]), adapter_name="original")
+        pipe.load_lora_weights(str(files["musubi"]), adapter_name="musubi", load_into_transformer_2=True)
+        pipe.set_adapters(list(STRENGTHS), list(STRENGTHS.values()))
+        frames = pipe(PROMPT, latents=latents.clone(), **common).frames[0]
+    return folder, folder / "latents.npy", files, frames, plain
+
+
+def _options(folder, latents, out, **extra) -> GenerateOptions:
+    return GenerateOptions(model="wan2.2-t2v-a14b", prompt=PROMPT, negative_prompt=NEGATIVE, weights=str(folder / "model"),
+                           height=HEIGHT, width=WIDTH, frames=FRAMES, steps=STEPS, guidance=GUIDANCE, latents=latents,
+                           out=out, dtype="float32", compile_cache=False, extra={"guidance_2": 3.0}, **extra)
+
+
+def test_loras_on_both_experts_match_diffusers(a14b_lora, tmp_path):
+    folder, latents, files, expected, plain = a14b_lora
+    assert np.abs(expected - plain).max() > 100 * FRAME_ATOL  # the LoRAs change the video
+    lora = (f"{files['peft']}={STRENGTHS['peft']}", f"{files['original']}={STRENGTHS['original']}")
+    result = generate(_options(folder, latents, tmp_path / "v.npy", lora=lora,
+                               lora_2=(f"{files['musubi']}={STRENGTHS['musubi']}",)))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+    sidecar = json.loads((tmp_path / "v.json").read_text())
+    recorded = sidecar["loras"]
+    assert [r["strength"] for r in recorded["transformer"]] == [0.8, -0.5]
+    assert recorded["transformer_2"][0]["source"] == str(files["musubi"]) and len(recorded["transformer_2"][0]["sha256"]) == 64
+
+
+def test_cli_takes_repeated_lora_flags(a14b_lora, tmp_path):
+    folder, latents, files, expected, _ = a14b_lora
+    out = tmp_path / "c.npy"
+    args = ["wan2.2-t2v-a14b", "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--weights", str(folder / "model"),
+            "--height", str(HEIGHT), "--width", str(WIDTH), "--frames", str(FRAMES), "--steps", str(STEPS),
+            "--guidance", str(GUIDANCE), "--guidance-2", "3.0", "--latents", str(latents), "--dtype", "float32",
+            "--no-compile-cache", "--out", str(out),
+            "--lora", f"{files['peft']}=0.8", "--lora", f"{files['original']}=-0.5", "--lora-2", f"{files['musubi']}=1.2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    np.testing.assert_allclose(np.load(out), expected, atol=FRAME_ATOL, rtol=0)
+
+
+def test_lora_request_errors_are_one_line_before_work(a14b_lora, tmp_path):
+    folder, latents, files, _, _ = a14b_lora
+    with pytest.raises(PipelineError, match="--lora-2 .*: the strength after '=' must be a number"):
+        _options(folder, latents, tmp_path / "x.npy", lora_2=(f"{files['musubi']}=high",))
+    one_expert = GenerateOptions(model="wan2.1-t2v-1.3b", prompt=PROMPT, weights=str(folder / "model"),
+                                 out=tmp_path / "y.npy", lora_2=(str(files["musubi"]),))
+    with pytest.raises(PipelineError, match="--lora-2: wan2.1-t2v-1.3b has no transformer_2"):
+        generate(one_expert)
+    assert not (tmp_path / "y.npy").exists()
