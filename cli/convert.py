@@ -97,6 +97,9 @@ def main_command(
     check: bool = typer.Option(False, "--check", help="plan and verify coverage without writing (Hub: reads only the safetensors headers)"),
     list_: bool = typer.Option(False, "--list", help="list registered models and their default repos"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
+    lora: list[str] = typer.Option(None, "--lora", help="LoRA baked into the DiT: SOURCE[=STRENGTH] (a .safetensors "
+                                   "file, a folder holding one, or Hub owner/name[/file.safetensors]); repeatable"),
+    lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
 ) -> None:
     """Convert a model's PyTorch checkpoints into vidax's safetensors host trees."""
     if list_:
@@ -105,7 +108,8 @@ def main_command(
         console.print("error: give a MODEL name (see vidax-convert --list)")
         raise typer.Exit(2)
     names = tuple(n for item in components or () for n in item.split(",") if n)  # --components a,b or repeated
-    opts = ConvertOptions(model, source, revision, out, names, dtype, layout, check, variant)
+    opts = ConvertOptions(model, source, revision, out, names, dtype, layout, check, variant,
+                          lora=tuple(lora or ()), lora_2=tuple(lora_2 or ()))
     raise typer.Exit(run_guarded(lambda: run(opts), debug=debug))
 
 

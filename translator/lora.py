@@ -45,6 +45,8 @@ ROLES = (
 # adapter kinds that are not a plain low-rank product: refused by name rather than merged wrongly
 REFUSED = {".dora_scale": "DoRA", ".lora_mid.weight": "LoCon (mid weight)", ".hada_": "LoHa", ".lokr_": "LoKr"}
 PEFT_METADATA = "lora_adapter_metadata"  # diffusers/PEFT save their LoraConfig (lora_alpha, r) here
+# the components a LoRA merges into, and the option (`vidax-gen`/`vidax-convert` flag) that names its LoRAs
+DENOISER_OPTIONS = {"transformer": "lora", "transformer_2": "lora_2"}
 _HUB_FILE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(/[\w./-]+\.safetensors)?")
 
 
@@ -92,6 +94,19 @@ def resolve_adapter(text: str) -> Adapter:
     source, strength = parse_request(text)
     path = _local_or_hub(source)
     return Adapter(source, path, strength, file_sha256(path))
+
+
+def resolve_for(model: str, components, requests: dict) -> dict[str, tuple[Adapter, ...]]:
+    """The adapters of each denoiser component of `model` from `requests` (option -> `SOURCE[=STRENGTH]`s:
+    `{"lora": [...], "lora_2": [...]}`); a request for a component the model lacks is an error."""
+    out = {}
+    for component, option in DENOISER_OPTIONS.items():
+        texts = tuple(requests.get(option) or ())
+        if texts and component not in components:
+            raise LoraError(f"--{option.replace('_', '-')}: {model} has no {component} to merge a LoRA into")
+        if texts:
+            out[component] = tuple(resolve_adapter(text) for text in texts)
+    return out
 
 
 def _local_or_hub(source: str) -> Path:

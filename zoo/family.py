@@ -42,7 +42,7 @@ import numpy as np
 from vidax.translator import ModelEntry, load_registry
 from vidax.translator import MODEL_FILE
 from vidax.zoo.denoise import Denoisers, Schedule, denoise
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, Progress, WeightsSource, flag_name, load_latents, seeded_noise
+from vidax.zoo.pipeline import GenerateOptions, PipelineError, Progress, WeightsSource, load_latents, seeded_noise
 from vidax.zoo.stages import Run
 
 # --sampler names -> the diffusers scheduler class each stands for (flow matching)
@@ -391,21 +391,13 @@ class Family:
 
     # --- LoRA adapters -------------------------------------------------------------------------
 
-    lora_options: ClassVar[dict[str, str]] = {"transformer": "lora", "transformer_2": "lora_2"}  # component -> option
-
     @cached_property
     def adapters(self) -> dict[str, tuple]:
         """The LoRAs of each denoiser component (`--lora`, `--lora-2`), resolved and hashed; `prepare` reads it
         first, so a missing file or a second-expert LoRA on a one-expert model is one line before any work."""
-        from vidax.translator.lora import resolve_adapter
+        from vidax.translator.lora import resolve_for
 
-        out = {}
-        for component, option in self.lora_options.items():
-            requests = getattr(self.options, option, ())
-            if requests and component not in self.entry.components:
-                raise PipelineError(f"{flag_name(option)}: {self.name} has no {component} to merge a LoRA into")
-            out[component] = tuple(resolve_adapter(text) for text in requests)
-        return {component: found for component, found in out.items() if found}
+        return resolve_for(self.name, self.entry.components, {"lora": self.options.lora, "lora_2": self.options.lora_2})
 
     def lora_settings(self) -> dict:
         """What a video's sidecar records of the LoRAs: per component, each one's source, strength and sha256."""

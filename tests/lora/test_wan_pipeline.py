@@ -20,6 +20,7 @@ from tests.lora.formats import biases, low_rank_factors, wan_modules, write_musu
 from tests.oracle import state_of
 from tests.wan.test_pipeline import FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, STEPS, WIDTH, _latents, _reference_a14b
 from vidax.cli.gen import app
+from vidax.translator import VidaxError
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
 
 # fp32 on both sides at highest matmul precision (tests/wan/test_pipeline.py measures ~1e-6 without LoRAs)
@@ -55,9 +56,10 @@ def a14b_lora(tmp_path_factory):
 
 
 def _options(folder, latents, out, **extra) -> GenerateOptions:
-    return GenerateOptions(model="wan2.2-t2v-a14b", prompt=PROMPT, negative_prompt=NEGATIVE, weights=str(folder / "model"),
-                           height=HEIGHT, width=WIDTH, frames=FRAMES, steps=STEPS, guidance=GUIDANCE, latents=latents,
-                           out=out, dtype="float32", compile_cache=False, extra={"guidance_2": 3.0}, **extra)
+    base = dict(model="wan2.2-t2v-a14b", prompt=PROMPT, negative_prompt=NEGATIVE, weights=str(folder / "model"),
+                height=HEIGHT, width=WIDTH, frames=FRAMES, steps=STEPS, guidance=GUIDANCE, latents=latents, out=out,
+                dtype="float32", compile_cache=False, extra={"guidance_2": 3.0})
+    return GenerateOptions(**{**base, **extra})
 
 
 def test_loras_on_both_experts_match_diffusers(a14b_lora, tmp_path):
@@ -92,6 +94,25 @@ def test_lora_request_errors_are_one_line_before_work(a14b_lora, tmp_path):
         _options(folder, latents, tmp_path / "x.npy", lora_2=(f"{files['musubi']}=high",))
     one_expert = GenerateOptions(model="wan2.1-t2v-1.3b", prompt=PROMPT, weights=str(folder / "model"),
                                  out=tmp_path / "y.npy", lora_2=(str(files["musubi"]),))
-    with pytest.raises(PipelineError, match="--lora-2: wan2.1-t2v-1.3b has no transformer_2"):
+    with pytest.raises(VidaxError, match="--lora-2: wan2.1-t2v-1.3b has no transformer_2"):
         generate(one_expert)
     assert not (tmp_path / "y.npy").exists()
+
+
+def test_vidax_convert_bakes_the_loras_in(a14b_lora, tmp_path):
+    from vidax.cli.convert import app as convert_app
+
+    folder, latents, files, expected, _ = a14b_lora
+    out = tmp_path / "baked"
+    args = ["wan2.2-t2v-a14b", "--source", str(folder / "model"), "--out", str(out), "--dtype", "float32",
+            "--lora", f"{files['peft']}=0.8", "--lora", f"{files['original']}=-0.5", "--lora-2", f"{files['musubi']}=1.2"]
+    result = CliRunner().invoke(convert_app, args)
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "vidax_model.json").read_text())
+    assert [r["strength"] for r in record["loras"]["transformer"]] == [0.8, -0.5]
+    assert record["loras"]["transformer_2"][0]["sha256"] == json.loads(
+        (out / "transformer_2" / "manifest.json").read_text())["loras"][0]["sha256"]
+    video = generate(_options(out, latents, tmp_path / "b.npy", weights=str(out)))
+    np.testing.assert_allclose(video.frames, expected, atol=FRAME_ATOL, rtol=0)
+    with pytest.raises(VidaxError, match="bake it into the folder with vidax-convert --lora"):
+        generate(_options(out, latents, tmp_path / "c.npy", weights=str(out), lora=(str(files["peft"]),)))
