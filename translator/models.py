@@ -271,7 +271,9 @@ def convert_model(model: str | ConvertOptions, *, hooks: ConversionHooks | None 
     if unknown:
         raise SourceError(f"model {entry.name} has no component(s) {', '.join(unknown)} (has: {', '.join(entry.components)})")
     out = Path(opts.out) if opts.out is not None else Path("out") / entry.name
-    adapters = resolve_for(entry.name, entry.components, {"lora": opts.lora, "lora_2": opts.lora_2})
+    # a preset's LoRAs, then the user's: baked in, and recorded in vidax_model.json
+    adapters = resolve_for(entry.name, entry.components, {option: (*entry.loras.get(option, ()), *getattr(opts, option))
+                                                          for option in ("lora", "lora_2")})
     result = ConvertedModel(entry, out)
     # components with weights first: the first one found fixes the layout for the others
     names = sorted(names, key=lambda n: entry.components[n].spec is None)

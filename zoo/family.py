@@ -265,12 +265,13 @@ class Family:
         cls = self.settings_class
         fields = {f.name for f in dataclasses.fields(cls)}
         native = dict(self.entry.settings)
-        unknown = sorted(set(native) - fields)
+        preset = dict(self.entry.preset_settings)  # a preset's (a distilled LoRA's) settings win over the folder's
+        unknown = sorted((set(native) | set(preset)) - fields)
         if unknown:
             raise PipelineError(f"{self.name}: registry settings {', '.join(unknown)} are not {self.name.split('-')[0]} "
                                 f"settings ({', '.join(sorted(fields))})")
         native.setdefault("negative_prompt", self.default_negative_prompt)
-        s = cls(**{**native, **self.folder_settings()})
+        s = cls(**{**native, **self.folder_settings(), **preset})
         given = {k: getattr(options, k) for k in ("height", "width", "frames", "steps", "guidance", "shift",
                                                    "sampler", "fps", "negative_prompt")
                  if getattr(options, k) is not None}
@@ -397,7 +398,15 @@ class Family:
         first, so a missing file or a second-expert LoRA on a one-expert model is one line before any work."""
         from vidax.translator.lora import resolve_for
 
-        return resolve_for(self.name, self.entry.components, {"lora": self.options.lora, "lora_2": self.options.lora_2})
+        baked = self.source.kind == "converted" and "loras" in self._recorded_model()  # vidax-convert PRESET did
+        preset = {} if baked else self.entry.loras
+        requests = {option: (*preset.get(option, ()), *getattr(self.options, option)) for option in ("lora", "lora_2")}
+        return resolve_for(self.name, self.entry.components, requests)
+
+    def _recorded_model(self) -> dict:
+        """A converted folder's `vidax_model.json` ({} when there is none)."""
+        path = Path(self.source.root) / MODEL_FILE
+        return json.loads(path.read_text()) if path.is_file() else {}
 
     def lora_settings(self) -> dict:
         """What a video's sidecar records of the LoRAs: per component, each one's source, strength and sha256."""

@@ -173,3 +173,15 @@ def test_full_deltas_merge_as_comfyui_applies_them(wan, tmp_path):
     for layout in ("diffusers", "official"):
         ours = convert(SPEC, root / layout, dtype="float32", loras=[resolve_adapter(f"{path}=-0.6")])
         _assert_trees_close(ours, expected, base)
+
+
+def test_the_shipped_lightx2v_preset_and_a_malformed_one(tmp_path, monkeypatch):
+    from vidax.translator import SpecError, get_model, load_registry
+
+    entry = get_model("wan2.1-t2v-14b-lightx2v-4step")
+    assert entry.alias_of == "wan2.1-t2v-14b" and set(entry.components) == {"transformer", "vae", "text_encoder"}
+    assert entry.loras["lora"][0].startswith("lightx2v/Wan2.1-Distill-Loras/") and entry.preset_settings["steps"] == 4
+    (tmp_path / "bad.toml").write_text('[models."p"]\nalias_of = "wan2.1-t2v-14b"\nlora = "x.safetensors"\n')
+    monkeypatch.setenv("VIDAX_MODELS", str(tmp_path / "bad.toml"))
+    with pytest.raises(SpecError, match="preset 'p': lora must be a list"):
+        load_registry()

@@ -116,3 +116,29 @@ def test_vidax_convert_bakes_the_loras_in(a14b_lora, tmp_path):
     np.testing.assert_allclose(video.frames, expected, atol=FRAME_ATOL, rtol=0)
     with pytest.raises(VidaxError, match="bake it into the folder with vidax-convert --lora"):
         generate(_options(out, latents, tmp_path / "c.npy", weights=str(out), lora=(str(files["peft"]),)))
+
+
+def test_a_registry_preset_names_base_model_loras_and_settings(a14b_lora, tmp_path, monkeypatch):
+    """A distilled-LoRA preset is a few lines of TOML: the base model, its LoRAs per expert, and settings that
+    win over the checkpoint folder's (its scheduler config says shift 3)."""
+    from vidax.zoo.registry import make_pipeline
+
+    folder, latents, files, expected, _ = a14b_lora
+    preset = f"""
+[models."my-a14b-lora-preset"]
+alias_of = "wan2.2-t2v-a14b"
+description = "Wan2.2 A14B with three LoRAs, 3 steps"
+lora = ["{files['peft']}=0.8", "{files['original']}=-0.5"]
+lora_2 = ["{files['musubi']}=1.2"]
+settings = {{ height = {HEIGHT}, width = {WIDTH}, frames = {FRAMES}, steps = {STEPS}, guidance = {GUIDANCE}, guidance_2 = 3.0 }}
+"""
+    (tmp_path / "presets.toml").write_text(preset)
+    monkeypatch.setenv("VIDAX_MODELS", str(tmp_path / "presets.toml"))
+    options = GenerateOptions(model="my-a14b-lora-preset", prompt=PROMPT, negative_prompt=NEGATIVE, latents=latents,
+                              weights=str(folder / "model"), out=tmp_path / "p.npy", dtype="float32", compile_cache=False)
+    result = generate(options)
+    assert result.settings["steps"] == STEPS and len(result.settings["loras"]["transformer"]) == 2
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+    (tmp_path / "presets.toml").write_text(preset.replace("guidance_2 = 3.0", "guidance_2 = 3.0, shift = 7.0"))
+    family = make_pipeline("my-a14b-lora-preset", options)
+    assert family.folder_settings().get("shift") == 3.0 and family.resolve_settings(options).shift == 7.0
