@@ -185,3 +185,27 @@ def test_the_shipped_lightx2v_preset_and_a_malformed_one(tmp_path, monkeypatch):
     monkeypatch.setenv("VIDAX_MODELS", str(tmp_path / "bad.toml"))
     with pytest.raises(SpecError, match="preset 'p': lora must be a list"):
         load_registry()
+
+
+def test_what_diffusers_refuses_merges_by_hand(wan, tmp_path):
+    """Pins docs/LORA.md: diffusers 0.42 stops on a head LoRA with an alpha, which vidax merges (alpha / rank
+    as everywhere); a `.diff_b` given for some LoRA'd modules only is zero for the others on both sides."""
+    model, state, root, _ = wan
+    factors = low_rank_factors(state, ["blocks.0.attn1.to_q", "blocks.1.ffn.net.0.proj", "proj_out"], rank=2, seed=8)
+    partial = biases(state, ["blocks.0.attn1.to_q"], 9)
+    path = write_original(tmp_path / "head.safetensors", factors, alpha=3.0, diff_b=partial)
+    pipe = diffusers.WanPipeline(tokenizer=None, text_encoder=None, vae=None, scheduler=None,
+                                 transformer=copy.deepcopy(model))
+    with pytest.raises(ValueError, match="should be empty"):
+        pipe.load_lora_weights(str(path), adapter_name="head")
+    without_head = write_original(tmp_path / "partial.safetensors", {k: v for k, v in factors.items() if k != "proj_out"},
+                                  diff_b=partial)
+    base = convert(SPEC, root / "diffusers", dtype="float32")
+    ours = convert(SPEC, root / "diffusers", dtype="float32", loras=[resolve_adapter(f"{without_head}=0.7")])
+    _assert_trees_close(ours, _fused(model, tmp_path, {"partial": (without_head, 0.7)}), base)
+    hand = formats.hand_merge(state, factors, scale=0.5 * 3.0 / 2)
+    hand["blocks.0.attn1.to_q.bias"] += 0.5 * partial["blocks.0.attn1.to_q"].numpy()
+    expected = convert(SPEC, save_state({k: torch.from_numpy(v) for k, v in hand.items()}, tmp_path / "h" / "transformer").parent,
+                       dtype="float32")
+    _assert_trees_close(convert(SPEC, root / "official", dtype="float32", loras=[resolve_adapter(f"{path}=0.5")]),
+                        expected, base)
