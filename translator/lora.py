@@ -162,6 +162,9 @@ class Mapping:
     ignore: tuple[re.Pattern, ...]
     pairs: tuple[tuple[str, str], ...]
     diff_m: str | None = None
+    # (official fused module, its diffusers parts): the fused output rows are the parts' rows in order, each
+    # part as wide as the fused layer's input, the last one the rest (q, k, v [, mlp])
+    fused: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def other_names(self, module: str) -> list[str]:
         """`module`'s name in the other layout(s) (official <-> diffusers), from the pairs."""
@@ -189,7 +192,8 @@ def load_mapping(spec_name: str) -> Mapping:
                         f"conversion_specs/{family}/lora.toml)")
     return Mapping(tuple(table.get("prefixes", ())), tuple(table.get("kohya_prefixes", ())),
                    tuple(re.compile(p) for p in table.get("ignore", ())),
-                   tuple(tuple(p) for p in table.get("modules", ())), table.get("diff_m"))
+                   tuple(tuple(p) for p in table.get("modules", ())), table.get("diff_m"),
+                   tuple((f, tuple(parts)) for f, parts in table.get("fused", ())))
 
 
 # ----------------------------------------------------------------------------- planning a merge
@@ -204,15 +208,19 @@ class Delta:
     full: str | None = None
     up: str | None = None
     down: str | None = None
+    src: tuple[int, int] | None = None  # the rows of up (or full) that apply (a fused LoRA on split layers)
+    dst: tuple[int, int] | None = None  # the rows of the base they add to (a split LoRA on a fused layer)
 
     def add_to(self, out: np.ndarray) -> None:
+        region = out[slice(*self.dst)] if self.dst else out
+        rows = slice(*self.src) if self.src else slice(None)
         if self.full is not None:
-            out += self.scale * self.file.array(self.full).astype(np.float32).reshape(out.shape)
+            region += self.scale * self.file.array(self.full)[rows].astype(np.float32).reshape(region.shape)
             return
-        up = self.file.array(self.up).astype(np.float32)
+        up = self.file.array(self.up)[rows].astype(np.float32)
         up = up.reshape(up.shape[0], -1)  # a conv LoRA's up is [out, rank, 1, 1, 1]
         down = self.file.array(self.down).astype(np.float32)
-        out += (up @ down.reshape(down.shape[0], -1)).reshape(out.shape) * np.float32(self.scale)
+        region += (up @ down.reshape(down.shape[0], -1)).reshape(region.shape) * np.float32(self.scale)
 
 
 @dataclass
@@ -231,16 +239,37 @@ def _split_role(key: str) -> tuple[str | None, str]:
     return None, key
 
 
-def _aliases(base_keys: list[str], mapping: Mapping) -> dict[str, str]:
-    """Every name a module may have in an adapter (dotted or kohya-underscored, either layout) -> its
-    base module name (a base key less `.weight`/`.bias`, or a parameter's own key)."""
-    out: dict[str, str] = {}
-    for key in base_keys:
-        module = key.rsplit(".", 1)[0] if key.endswith((".weight", ".bias")) else key
+@dataclass(frozen=True)
+class Target:
+    """Where an adapter module lands in the base: `module` itself; or, for a fused adapter module on a base
+    with its parts split, the base `parts` in row order; or part `part` of `count` of a fused base `module`."""
+
+    module: str
+    parts: tuple[str, ...] = ()
+    part: int | None = None
+    count: int = 0
+
+
+def _aliases(base_keys: list[str], mapping: Mapping) -> dict[str, Target]:
+    """Every name a module may have in an adapter (dotted or kohya-underscored, either layout) -> where it
+    lands in the base (base modules: a base key less `.weight`/`.bias`, or a parameter's own key)."""
+    modules = list(dict.fromkeys(k.rsplit(".", 1)[0] if k.endswith((".weight", ".bias")) else k for k in base_keys))
+    found: dict[str, Target] = {}
+    for module in modules:
         for name in [module, *mapping.other_names(module)]:
-            out.setdefault(name, module)
-            out.setdefault(name.replace(".", "_"), module)
-    return out
+            found.setdefault(name, Target(module))
+    present = set(modules)
+    for fused, parts in mapping.fused:
+        for module in modules:
+            whole = _template_regex(fused).fullmatch(module)
+            if whole:  # a fused base layer: each part name lands in its rows
+                for j, part in enumerate(parts):
+                    found.setdefault(part.format(**whole.groupdict()), Target(module, part=j, count=len(parts)))
+            first = _template_regex(parts[0]).fullmatch(module)
+            named = [p.format(**first.groupdict()) for p in parts] if first else []
+            if named and all(p in present for p in named):  # split base layers: the fused name spans them
+                found.setdefault(fused.format(**first.groupdict()), Target(named[0], parts=tuple(named)))
+    return {**found, **{name.replace(".", "_"): t for name, t in found.items()}}
 
 
 def _module_name(key: str, mapping: Mapping) -> str:
@@ -250,9 +279,9 @@ def _module_name(key: str, mapping: Mapping) -> str:
     return key
 
 
-def _group(lora: SafetensorsFile, mapping: Mapping, aliases: dict[str, str], plan: Plan) -> dict[str, dict[str, str]]:
-    """Adapter tensors by base module and role; unknown names and refused kinds go to `plan.problems`."""
-    groups: dict[str, dict[str, str]] = defaultdict(dict)
+def _group(lora: SafetensorsFile, mapping: Mapping, aliases: dict[str, Target], plan: Plan) -> dict[Target, dict[str, str]]:
+    """Adapter tensors by target and role; unknown names and refused kinds go to `plan.problems`."""
+    groups: dict[Target, dict[str, str]] = defaultdict(dict)
     for key in lora.tensors:
         if any(p.fullmatch(key) for p in mapping.ignore):
             plan.ignored.append(key)
@@ -264,11 +293,11 @@ def _group(lora: SafetensorsFile, mapping: Mapping, aliases: dict[str, str], pla
             continue
         if role == "diff_m" and mapping.diff_m:
             role, name = "diff", f"{name}.{mapping.diff_m}"
-        module = aliases.get(name)
-        if module is None:
+        target = aliases.get(name)
+        if target is None:
             plan.problems.append(f"{key} {list(lora.tensors[key].shape)} (no module {name} in the base)")
             continue
-        groups[module][role] = key
+        groups[target][role] = key
     return groups
 
 
@@ -284,9 +313,27 @@ def plan_merge(lora: SafetensorsFile, strength: float, base: Checkpoint, mapping
     base_keys = set(base.keys())
     peft_alpha = _peft_alpha(lora, plan)
     groups = _group(lora, mapping, _aliases(sorted(base_keys), mapping), plan)
-    for module, roles in groups.items():
-        _plan_module(lora, module, roles, strength, peft_alpha, base, base_keys, plan)
+    for target, roles in groups.items():
+        for module, src, dst in _placements(target, base, base_keys):
+            _plan_module(lora, module, roles, strength, peft_alpha, base, base_keys, plan, src, dst)
     return plan
+
+
+def _placements(target: Target, base: Checkpoint, base_keys: set[str]) -> list[tuple[str, tuple | None, tuple | None]]:
+    """(base module, adapter rows, base rows) for each base layer `target` touches."""
+    if target.parts:
+        out, start = [], 0
+        for part in target.parts:
+            rows = base.info(_target(part, "weight", base_keys)).shape[0]
+            out.append((part, (start, start + rows), None))
+            start += rows
+        return out
+    if target.part is not None:
+        rows, width = base.info(_target(target.module, "weight", base_keys)).shape[:2]
+        start = target.part * width
+        stop = rows if target.part == target.count - 1 else start + width
+        return [(target.module, None, (start, stop))]
+    return [(target.module, None, None)]
 
 
 def _peft_alpha(lora: SafetensorsFile, plan: Plan) -> float | None:
@@ -306,10 +353,14 @@ def _peft_alpha(lora: SafetensorsFile, plan: Plan) -> float | None:
     return float(alpha) if isinstance(alpha, (int, float)) else None
 
 
-def _plan_module(lora, module, roles, strength, peft_alpha, base, base_keys, plan) -> None:
+def _plan_module(lora, module, roles, strength, peft_alpha, base, base_keys, plan, src=None, dst=None) -> None:
+    """The deltas of one adapter module's tensors (`roles`) on base `module` (adapter rows `src`, base rows `dst`)."""
     weight, bias = _target(module, "weight", base_keys), _target(module, "bias", base_keys)
     shape = lambda key: tuple(lora.tensors[key].shape)  # noqa: E731
     unfit = lambda key, why: plan.problems.append(f"{key} {list(shape(key))} ({why})")  # noqa: E731
+    rows = lambda key: src[1] - src[0] if src else shape(key)[0]  # noqa: E731
+    fitted = lambda target: (dst[1] - dst[0], *base.info(target).shape[1:]) if dst else tuple(base.info(target).shape)  # noqa: E731
+    where = lambda target: f"{target}" + (f" rows {dst[0]}:{dst[1]}" if dst else "")  # noqa: E731
     scale = strength
     if "down" in roles or "up" in roles:
         if not ("down" in roles and "up" in roles):
@@ -320,12 +371,12 @@ def _plan_module(lora, module, roles, strength, peft_alpha, base, base_keys, pla
         rank = shape(down)[0]
         alpha = float(lora.array(roles["alpha"]).reshape(-1)[0]) if "alpha" in roles else (peft_alpha or rank)
         fits = weight is not None and shape(up)[1:] in ((rank,), (rank,) + (1,) * (len(shape(down)) - 2)) \
-            and (shape(up)[0], *shape(down)[1:]) == tuple(base.info(weight).shape)
+            and (rows(up), *shape(down)[1:]) == fitted(weight) and (not src or src[1] <= shape(up)[0])
         if not fits:
-            unfit(down, f"with up {list(shape(up))}: does not fit {weight or module} "
-                        f"{list(base.info(weight).shape) if weight else '(no weight)'}")
+            unfit(down, f"with up {list(shape(up))}: does not fit {where(weight or module)} "
+                        f"{list(fitted(weight)) if weight else '(no weight)'}")
             return
-        plan.deltas[weight].append(Delta(lora, strength * alpha / rank, up=up, down=down))
+        plan.deltas[weight].append(Delta(lora, strength * alpha / rank, up=up, down=down, src=src, dst=dst))
         scale = strength * (peft_alpha / rank if peft_alpha and "alpha" not in roles else 1.0)
     elif "alpha" in roles:
         unfit(roles["alpha"], "an alpha without its LoRA tensors")
@@ -335,10 +386,11 @@ def _plan_module(lora, module, roles, strength, peft_alpha, base, base_keys, pla
         key = roles[role]
         if role == "bias" and "up" not in roles:
             unfit(key, "lora_B.bias without its LoRA tensors")
-        elif target is None or math.prod(shape(key)) != math.prod(base.info(target).shape):
-            unfit(key, f"does not fit {target or module}" + (f" {list(base.info(target).shape)}" if target else ""))
+        elif target is None or (rows(key), *shape(key)[1:]) != fitted(target) and not (
+                not src and not dst and math.prod(shape(key)) == math.prod(base.info(target).shape)):
+            unfit(key, f"does not fit {where(target or module)}" + (f" {list(fitted(target))}" if target else ""))
         else:
-            plan.deltas[target].append(Delta(lora, scale if role == "bias" else strength, full=key))
+            plan.deltas[target].append(Delta(lora, scale if role == "bias" else strength, full=key, src=src, dst=dst))
 
 
 # ----------------------------------------------------------------------------- the merged checkpoint
