@@ -165,6 +165,11 @@ class Mapping:
     # (official fused module, its diffusers parts): the fused output rows are the parts' rows in order, each
     # part as wide as the fused layer's input, the last one the rest (q, k, v [, mlp])
     fused: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # prefixes some base layouts put before every module (LTX-Video's single files: `model.diffusion_model.`)
+    base_prefixes: tuple[str, ...] = ()
+
+    def unprefixed(self, module: str) -> str:
+        return next((module[len(p):] for p in self.base_prefixes if module.startswith(p)), module)
 
     def other_names(self, module: str) -> list[str]:
         """`module`'s name in the other layout(s) (official <-> diffusers), from the pairs."""
@@ -193,7 +198,7 @@ def load_mapping(spec_name: str) -> Mapping:
     return Mapping(tuple(table.get("prefixes", ())), tuple(table.get("kohya_prefixes", ())),
                    tuple(re.compile(p) for p in table.get("ignore", ())),
                    tuple(tuple(p) for p in table.get("modules", ())), table.get("diff_m"),
-                   tuple((f, tuple(parts)) for f, parts in table.get("fused", ())))
+                   tuple((f, tuple(parts)) for f, parts in table.get("fused", ())), tuple(table.get("base_prefixes", ())))
 
 
 # ----------------------------------------------------------------------------- planning a merge
@@ -256,7 +261,8 @@ def _aliases(base_keys: list[str], mapping: Mapping) -> dict[str, Target]:
     modules = list(dict.fromkeys(k.rsplit(".", 1)[0] if k.endswith((".weight", ".bias")) else k for k in base_keys))
     found: dict[str, Target] = {}
     for module in modules:
-        for name in [module, *mapping.other_names(module)]:
+        bare = mapping.unprefixed(module)
+        for name in [module, bare, *mapping.other_names(bare)]:
             found.setdefault(name, Target(module))
     present = set(modules)
     for fused, parts in mapping.fused:

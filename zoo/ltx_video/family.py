@@ -277,7 +277,8 @@ class LTXVideoFamily(Family):
         files = self._files(component) if source is self.source else None
         if source is not self.source and comp is not None:
             subfolders = (comp.folder(self.layout, False),)
-        return source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files)
+        return source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files,
+                           loras=self.adapters.get(component, ()))
 
     def _find(self, component: str, *relative: str) -> Path | None:
         source = self._component_source(component)
