@@ -1,9 +1,9 @@
-"""CogVideoX and LTX-Video LoRAs merged by the translator against diffusers' loaders, weight by weight.
+"""CogVideoX, LTX-Video and Cosmos-Predict2.5 LoRAs merged by the translator against diffusers' loaders, weight by weight.
 
-diffusers reads CogVideoX LoRAs in its own (PEFT) format only, and LTX-Video's in its own format or with the
+diffusers reads CogVideoX and Cosmos-Predict2.5 LoRAs in its own (PEFT) format only, and LTX-Video's in its own format or with the
 original `diffusion_model.` prefix (stripped); the reference is `load_lora_weights` + `set_adapters` +
 `fuse_lora` on a pipeline holding the tiny perturbed transformer. LTX-Video's official single file (keys under
-`model.diffusion_model.`) takes the same LoRAs.
+`model.diffusion_model.`) and Cosmos' official `.pt` (`net.`, MiniTrainDIT names) take the same LoRAs.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def _write(path: Path, factors: dict, prefix: str) -> Path:
     return path
 
 
-def _fused(pipeline_cls, model, root: Path, spec: str, path: Path, strength: float) -> dict:
+def _fused(pipeline_cls, model, root: Path, spec: str, path: Path, strength: float, **given) -> dict:
     parts = {name: None for name in pipeline_cls._get_signature_keys(pipeline_cls)[0]}
-    pipe = pipeline_cls(**{**parts, "transformer": copy.deepcopy(model)})
+    pipe = pipeline_cls(**{**parts, **given, "transformer": copy.deepcopy(model)})
     pipe.load_lora_weights(str(path), adapter_name="x")
     pipe.set_adapters(["x"], [strength])
     pipe.fuse_lora(components=["transformer"])
@@ -90,3 +90,22 @@ def test_families_without_a_mapping_refuse_a_lora():
 
     with pytest.raises(LoraError, match=r"LoRAs are not supported for cosmos3/transformer yet"):
         load_mapping("cosmos3/transformer")
+
+
+@pytest.mark.parametrize("base", ["diffusers", "official"])
+def test_cosmos_peft_lora_matches_diffusers(tmp_path, base):
+    from tests.cosmos.cosmos_spec_fixtures import dit_reference, save_official
+    from tests.cosmos.reference import NoSafetyChecker
+    from tests.tiny_references import wan_pipeline_vae
+
+    model = dit_reference(0)
+    state = state_of(model)
+    save_state(state, tmp_path / "diffusers" / "transformer", dict(model.config))
+    save_official(state, tmp_path / "official" / "base" / "post-trained" / "tiny_ema_bf16.pt")
+    names = ("attn1.to_q", "attn1.to_out.0", "attn2.to_k", "ff.net.0.proj", "ff.net.2", "norm1.linear_1", "norm3.linear_2")
+    modules = [f"transformer_blocks.{i}.{m}" for i in range(2) for m in names] + ["proj_out", "time_embed.t_embedder.linear_1"]
+    path = _write(tmp_path / "cosmos.safetensors", low_rank_factors(state, modules, 4, 33), "transformer.")
+    expected = _fused(diffusers.Cosmos2_5_PredictBasePipeline, model, tmp_path, "cosmos/transformer", path, 0.6,
+                       safety_checker=NoSafetyChecker(), vae=wan_pipeline_vae())  # the pipeline reads the VAE's config
+    ours = convert("cosmos/transformer", tmp_path / base, dtype="float32", loras=[resolve_adapter(f"{path}=0.6")])
+    _assert_close(ours, expected, convert("cosmos/transformer", tmp_path / "diffusers", dtype="float32"))
