@@ -209,3 +209,29 @@ def test_what_diffusers_refuses_merges_by_hand(wan, tmp_path):
                        dtype="float32")
     _assert_trees_close(convert(SPEC, root / "official", dtype="float32", loras=[resolve_adapter(f"{path}=0.5")]),
                         expected, base)
+
+
+def test_hub_sources_come_from_the_hub_cache(wan, tmp_path, monkeypatch):
+    """`owner/name` (a repo holding one .safetensors at its root) and `owner/name/path/file.safetensors`, read through the
+    Hugging Face cache as any weights are (offline here), hashed by content."""
+    from tests.oracle import hub_cached
+
+    _, _, root, files = wan
+    one, many = tmp_path / "one", tmp_path / "many"
+    (one).mkdir()
+    (many / "loras").mkdir(parents=True)
+    (one / "musubi.safetensors").write_bytes(files["musubi"].read_bytes())
+    (many / "loras" / "peft.safetensors").write_bytes(files["peft"].read_bytes())
+    (many / "other.safetensors").write_bytes(files["musubi"].read_bytes())
+    (many / "third.safetensors").write_bytes(files["original_ab"].read_bytes())
+    hub_cached(monkeypatch, tmp_path / "cache", "someone/wan-style", one)
+    hub_cached(monkeypatch, tmp_path / "cache", "someone/wan-loras", many)
+    single = resolve_adapter("someone/wan-style=0.5")
+    named = resolve_adapter("someone/wan-loras/loras/peft.safetensors")
+    assert single.sha256 == resolve_adapter(str(files["musubi"])).sha256 and single.strength == 0.5
+    assert named.sha256 == resolve_adapter(str(files["peft"])).sha256 and named.source == "someone/wan-loras/loras/peft.safetensors"
+    with pytest.raises(LoraError, match="exactly one .safetensors"):
+        resolve_adapter("someone/wan-loras")
+    local = convert(SPEC, root / "diffusers", dtype="float32", loras=[resolve_adapter(f"{files['musubi']}=0.5")])
+    hub = convert(SPEC, root / "diffusers", dtype="float32", loras=[single])
+    assert all(np.array_equal(local[p], hub[p]) for p in local)
