@@ -402,6 +402,23 @@ def _plan_module(lora, module, roles, strength, peft_alpha, base, base_keys, pla
 # ----------------------------------------------------------------------------- the merged checkpoint
 
 
+class ZeroCheckpoint:
+    """A checkpoint's key space with every tensor read as float32 zeros: merged with adapters, it reads the
+    deltas alone (for a converted folder, whose base tensors are already in the target layout)."""
+
+    def __init__(self, base: Checkpoint):
+        self.base = base
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def array(self, key: str) -> np.ndarray:
+        return np.zeros(self.base.info(key).shape, np.float32)
+
+    def release(self, key: str) -> None:
+        pass
+
+
 class MergedCheckpoint:
     """A base checkpoint whose tensors read with every adapter's deltas added (float32 where touched);
     everything else (keys, headers, files) is the base's."""
@@ -442,3 +459,36 @@ def merge(base: Checkpoint, spec_name: str, adapters: list[Adapter]) -> MergedCh
         records.append({**adapter.record(), "applied": sum(len(d) for d in plan.deltas.values()),
                         "ignored": plan.ignored})
     return MergedCheckpoint(base, dict(deltas), records)
+
+
+def target_deltas(manifest: dict, adapters: list[Adapter]) -> dict[str, np.ndarray]:
+    """The adapters' deltas in a converted component's target layout (float32, by leaf path): the spec's ops
+    are linear (transposes, reshapes, splits, fusions, stacks), so they carry a delta as they carry a weight.
+    The source checkpoint the manifest records is read for its headers only (a Hub repo's by range requests
+    where the Hub answers); only the leaves an adapter touches are computed."""
+    from vidax.translator import executor, sources
+    from vidax.translator.spec import load_spec
+
+    spec = load_spec(manifest["spec"])
+    recorded = manifest.get("source", {})
+    origin = str(recorded.get("origin", "")).removesuffix(" (headers only)")
+    where = recorded.get("repo") or origin.removeprefix("hf://")
+    if not where:
+        raise LoraError(f"a converted {manifest.get('component', 'component')} records no source to plan a LoRA's deltas from")
+    opened = sources.resolve(spec, where, revision=recorded.get("revision"), layout=manifest.get("layout"),
+                             headers_only=True)
+    merged = merge(ZeroCheckpoint(opened.checkpoint), spec.name, adapters)
+    leaves = executor.plan(spec, opened.layout, merged, None, np.dtype(np.float32))
+    touched = [leaf for leaf in leaves if any(piece.key in merged.deltas for piece in leaf.pieces)]
+    return {leaf.path: executor.materialize(leaf, merged) for leaf in touched}
+
+
+def merge_converted(tree, manifest: dict, adapters: list[Adapter]) -> dict[str, np.ndarray]:
+    """A converted component's tree with `adapters` merged: each touched leaf in float32, base + delta, cast
+    back to the leaf's dtype (a bf16 folder merges its bf16 weights: bake with `vidax-convert --lora` to merge
+    before the cast)."""
+    deltas = target_deltas(manifest, adapters)
+    out = dict(tree)
+    for path, delta in deltas.items():
+        out[path] = (np.asarray(out[path], np.float32) + delta).astype(out[path].dtype)
+    return out

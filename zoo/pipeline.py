@@ -31,7 +31,7 @@ from vidax.translator import SourceError, convert, load
 from vidax.translator import VidaxError
 from vidax.translator import MANIFEST, read_manifest
 from vidax.translator import looks_like_repo
-from vidax.translator.lora import LoraError, parse_request
+from vidax.translator.lora import LoraError, merge_converted, parse_request
 from vidax.translator.output import StagedFiles, staged_files
 
 
@@ -313,12 +313,11 @@ class WeightsSource:
         source = self.repo if self.kind == "repo" else self.root
         if self.kind == "converted":
             folder = self.root / component
-            if (folder / MANIFEST).is_file() and loras:
-                raise SourceError(f"{self.root}: a LoRA is merged while converting; bake it into the folder with "
-                                  f"vidax-convert --lora, or pass the checkpoint folder as --weights")
             if (folder / MANIFEST).is_file():
                 tree = load(folder)
-                return tree if dtype is None else {p: _cast(a, dtype) for p, a in tree.items()}
+                tree = tree if dtype is None else {p: _cast(a, dtype) for p, a in tree.items()}
+                # LoRAs merge in the target layout; the recorded source is read for its headers only
+                return merge_converted(tree, read_manifest(folder), list(loras)) if loras else tree
             # a component vidax-convert did not write is converted from the source the others came from
             source = self.config_root(component)
             if source is None:

@@ -126,3 +126,24 @@ def test_fused_linear1_and_refiner_qkv_match_a_hand_merge(hunyuan, tmp_path):
     base = convert(SPEC, root / "official", dtype="float32")
     for layout in ("diffusers", "official"):
         _assert_close(convert(SPEC, root / layout, dtype="float32", loras=[resolve_adapter(f"{path}=1.5")]), expected, base)
+
+
+@pytest.mark.parametrize("layout", ["diffusers", "official"])
+def test_a_converted_folder_takes_a_lora_in_its_target_layout(hunyuan, tmp_path, layout):
+    """The fused and split layers' deltas carried through the spec's splits and stacks into a converted
+    folder equal the merge done while converting."""
+    from vidax.translator import convert_model
+    from vidax.zoo.pipeline import WeightsSource
+
+    _, state, root = hunyuan
+    factors = _factors(_official_shapes(state), FUSED_OFFICIAL + ["single_blocks.1.linear1"], rank=4, seed=25)
+    tensors = {f"diffusion_model.{m}.lora_{n}.weight": t for m, (a, b) in factors.items() for n, t in (("A", a), ("B", b))}
+    path = tmp_path / "fused.safetensors"
+    save_file(tensors, path)
+    adapter = resolve_adapter(f"{path}=1.2")
+    out = tmp_path / "converted"
+    source = root / layout if layout == "diffusers" else root / layout / "transformers" / "mp_rank_00_model_states.pt"
+    convert_model("hunyuanvideo", source=str(source), out=out, components=("transformer",), dtype="float32")
+    ours = WeightsSource("converted", out).load("transformer", SPEC, loras=[adapter])
+    expected = convert(SPEC, root / layout, dtype="float32", loras=[adapter])
+    _assert_close(ours, expected, convert(SPEC, root / layout, dtype="float32"))
