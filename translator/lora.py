@@ -225,7 +225,8 @@ class Delta:
         up = self.file.array(self.up)[rows].astype(np.float32)
         up = up.reshape(up.shape[0], -1)  # a conv LoRA's up is [out, rank, 1, 1, 1]
         down = self.file.array(self.down).astype(np.float32)
-        region += (up @ down.reshape(down.shape[0], -1)).reshape(region.shape) * np.float32(self.scale)
+        up *= np.float32(self.scale)  # on the small factor: one full-size temporary, not two
+        region += (up @ down.reshape(down.shape[0], -1)).reshape(region.shape)
 
 
 @dataclass
