@@ -235,3 +235,23 @@ def test_hub_sources_come_from_the_hub_cache(wan, tmp_path, monkeypatch):
     local = convert(SPEC, root / "diffusers", dtype="float32", loras=[resolve_adapter(f"{files['musubi']}=0.5")])
     hub = convert(SPEC, root / "diffusers", dtype="float32", loras=[single])
     assert all(np.array_equal(local[p], hub[p]) for p in local)
+
+
+@pytest.mark.parametrize("extra, metadata, message", [
+    ({"diffusion_model.blocks.0.self_attn.q.dora_scale": torch.ones(1, 16)}, None, r"dora_scale \[1, 16\] \(DoRA is not supported\)"),
+    ({"lora_unet_blocks_0_ffn_0.hada_w1_a": torch.ones(2, 2)}, None, r"LoHa is not supported"),
+    ({"diffusion_model.blocks.0.self_attn.q.lora_mid.weight": torch.ones(2, 2, 1, 1)}, None, r"LoCon \(mid weight\)"),
+    ({}, {"transformer.use_dora": True}, "DoRA or per-module alpha/rank patterns are not supported"),
+    ({}, {"transformer.alpha_pattern": {"blocks.0.attn1.to_q": 8}}, "per-module alpha/rank patterns"),
+    ({"diffusion_model.blocks.1.ffn.2.alpha": torch.tensor(4.0)}, None, "an alpha without its LoRA tensors"),
+])
+def test_adapter_kinds_it_cannot_merge_are_refused_by_name(wan, tmp_path, extra, metadata, message):
+    import json
+
+    _, state, root, _ = wan
+    factors = low_rank_factors(state, ["blocks.0.attn1.to_q"], rank=2, seed=10)
+    tensors = {f"diffusion_model.blocks.0.self_attn.q.lora_{n}.weight": t for n, t in zip("AB", factors["blocks.0.attn1.to_q"])}
+    path = tmp_path / "kind.safetensors"
+    save_file({**tensors, **extra}, path, metadata={"lora_adapter_metadata": json.dumps(metadata)} if metadata else None)
+    with pytest.raises(LoraError, match=message):
+        convert(SPEC, root / "diffusers", loras=[resolve_adapter(str(path))])
