@@ -255,3 +255,14 @@ def test_adapter_kinds_it_cannot_merge_are_refused_by_name(wan, tmp_path, extra,
     save_file({**tensors, **extra}, path, metadata={"lora_adapter_metadata": json.dumps(metadata)} if metadata else None)
     with pytest.raises(LoraError, match=message):
         convert(SPEC, root / "diffusers", loras=[resolve_adapter(str(path))])
+
+
+def test_a_t2v_lora_on_an_i2v_model_matches_diffusers(tmp_path):
+    """diffusers pads a T2V LoRA with zero LoRAs on the I2V image projections; vidax leaves them untouched."""
+    i2v = build_perturbed(diffusers.WanTransformer3DModel, dict(CONFIG, in_channels=9, image_dim=20, added_kv_proj_dim=16), 0)
+    state = state_of(i2v)
+    root = save_state(state, tmp_path / "i2v" / "transformer").parent
+    path = write_original(tmp_path / "t2v.safetensors", low_rank_factors(state, wan_modules(2), rank=2, seed=11), alpha=1.0)
+    expected = _fused(i2v, tmp_path, {"t2v": (path, 0.9)})
+    base = convert(SPEC, root, dtype="float32")
+    _assert_trees_close(convert(SPEC, root, dtype="float32", loras=[resolve_adapter(f"{path}=0.9")]), expected, base)

@@ -9,6 +9,7 @@ and `pipe.set_adapters`, and runs from the same initial latents; vidax runs `--d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -154,3 +155,10 @@ settings = {{ height = {HEIGHT}, width = {WIDTH}, frames = {FRAMES}, steps = {ST
     (tmp_path / "presets.toml").write_text(preset.replace("guidance_2 = 3.0", "guidance_2 = 3.0, shift = 7.0"))
     family = make_pipeline("my-a14b-lora-preset", options)
     assert family.folder_settings().get("shift") == 3.0 and family.resolve_settings(options).shift == 7.0
+    from vidax.translator import convert_model
+
+    baked = tmp_path / "baked"  # vidax-convert PRESET bakes its LoRAs: a run from that folder does not add them again
+    convert_model("my-a14b-lora-preset", source=str(folder / "model"), out=baked, components=("transformer",))
+    assert len(json.loads((baked / "vidax_model.json").read_text())["loras"]["transformer"]) == 2
+    again = dataclasses.replace(options, weights=str(baked))
+    assert make_pipeline("my-a14b-lora-preset", again).adapters == {}
