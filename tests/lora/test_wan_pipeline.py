@@ -162,3 +162,13 @@ settings = {{ height = {HEIGHT}, width = {WIDTH}, frames = {FRAMES}, steps = {ST
     assert len(json.loads((baked / "vidax_model.json").read_text())["loras"]["transformer"]) == 2
     again = dataclasses.replace(options, weights=str(baked))
     assert make_pipeline("my-a14b-lora-preset", again).adapters == {}
+
+
+def test_loras_on_a_tensor_parallel_mesh(a14b_lora, tmp_path):
+    """The merge happens on the host before placement: a tensor-parallel mesh runs the
+    merged weights too (8 fake CPU devices; offload streams the same host tree)."""
+    folder, latents, files, expected, _ = a14b_lora
+    lora = (f"{files['peft']}={STRENGTHS['peft']}", f"{files['original']}={STRENGTHS['original']}")
+    result = generate(_options(folder, latents, tmp_path / "m.npy", lora=lora, tp=2,
+                               lora_2=(f"{files['musubi']}={STRENGTHS['musubi']}",)))
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
