@@ -304,6 +304,9 @@ def _group(lora: SafetensorsFile, mapping: Mapping, aliases: dict[str, Target], 
         if target is None:
             plan.problems.append(f"{key} {list(lora.tensors[key].shape)} (no module {name} in the base)")
             continue
+        if role in groups[target]:  # the same module named twice (both namings, or two prefixes)
+            plan.problems.append(f"{key} {list(lora.tensors[key].shape)} (the same tensor as {groups[target][role]})")
+            continue
         groups[target][role] = key
     return groups
 
@@ -360,44 +363,83 @@ def _peft_alpha(lora: SafetensorsFile, plan: Plan) -> float | None:
     return float(alpha) if isinstance(alpha, (int, float)) else None
 
 
+@dataclass(frozen=True)
+class Slot:
+    """One base layer an adapter module lands on: its weight and bias keys, the adapter rows that apply
+    (`src`) and the base rows they add to (`dst`)."""
+
+    module: str
+    weight: str | None
+    bias: str | None
+    src: tuple[int, int] | None
+    dst: tuple[int, int] | None
+
+    def fitted(self, base: Checkpoint, key: str) -> tuple[int, ...]:
+        """The shape a delta for base tensor `key` must have here (rows `dst` when given)."""
+        shape = tuple(base.info(key).shape)
+        return (self.dst[1] - self.dst[0], *shape[1:]) if self.dst else shape
+
+    def rows(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """An adapter tensor's shape with only the rows `src` counted."""
+        return (self.src[1] - self.src[0], *shape[1:]) if self.src else shape
+
+    def where(self, key: str | None) -> str:
+        return f"{key or self.module}" + (f" rows {self.dst[0]}:{self.dst[1]}" if self.dst else "")
+
+
 def _plan_module(lora, module, roles, strength, peft_alpha, base, base_keys, plan, src=None, dst=None) -> None:
     """The deltas of one adapter module's tensors (`roles`) on base `module` (adapter rows `src`, base rows `dst`)."""
-    weight, bias = _target(module, "weight", base_keys), _target(module, "bias", base_keys)
-    shape = lambda key: tuple(lora.tensors[key].shape)  # noqa: E731
-    unfit = lambda key, why: plan.problems.append(f"{key} {list(shape(key))} ({why})")  # noqa: E731
-    rows = lambda key: src[1] - src[0] if src else shape(key)[0]  # noqa: E731
-    fitted = lambda target: (dst[1] - dst[0], *base.info(target).shape[1:]) if dst else tuple(base.info(target).shape)  # noqa: E731
-    where = lambda target: f"{target}" + (f" rows {dst[0]}:{dst[1]}" if dst else "")  # noqa: E731
-    scale = strength
+    slot = Slot(module, _target(module, "weight", base_keys), _target(module, "bias", base_keys), src, dst)
+    bias_scale = strength
     if "down" in roles or "up" in roles:
-        if not ("down" in roles and "up" in roles):
-            for key in roles.values():
-                unfit(key, "a LoRA needs both its down (A) and up (B) tensors")
+        bias_scale = _plan_low_rank(lora, slot, roles, strength, peft_alpha, base, plan)
+        if bias_scale is None:
             return
-        down, up = roles["down"], roles["up"]
-        rank = shape(down)[0]
-        alpha = float(lora.array(roles["alpha"]).reshape(-1)[0]) if "alpha" in roles else (peft_alpha or rank)
-        fits = weight is not None and shape(up)[1:] in ((rank,), (rank,) + (1,) * (len(shape(down)) - 2)) \
-            and (rows(up), *shape(down)[1:]) == fitted(weight) and (not src or src[1] <= shape(up)[0])
-        if not fits:
-            unfit(down, f"with up {list(shape(up))}: does not fit {where(weight or module)} "
-                        f"{list(fitted(weight)) if weight else '(no weight)'}")
-            return
-        plan.deltas[weight].append(Delta(lora, strength * alpha / rank, up=up, down=down, src=src, dst=dst))
-        scale = strength * (peft_alpha / rank if peft_alpha and "alpha" not in roles else 1.0)
     elif "alpha" in roles:
-        unfit(roles["alpha"], "an alpha without its LoRA tensors")
-    for role, target in (("diff", weight), ("diff_b", bias), ("bias", bias)):
-        if role not in roles:
-            continue
-        key = roles[role]
-        if role == "bias" and "up" not in roles:
-            unfit(key, "lora_B.bias without its LoRA tensors")
-        elif target is None or (rows(key), *shape(key)[1:]) != fitted(target) and not (
-                not src and not dst and math.prod(shape(key)) == math.prod(base.info(target).shape)):
-            unfit(key, f"does not fit {where(target or module)}" + (f" {list(fitted(target))}" if target else ""))
-        else:
-            plan.deltas[target].append(Delta(lora, scale if role == "bias" else strength, full=key, src=src, dst=dst))
+        _unfit(plan, lora, roles["alpha"], "an alpha without its LoRA tensors")
+    for role, target in (("diff", slot.weight), ("diff_b", slot.bias), ("bias", slot.bias)):
+        if role in roles:
+            _plan_full(lora, slot, roles, role, target, bias_scale if role == "bias" else strength, base, plan)
+
+
+def _unfit(plan: Plan, lora: SafetensorsFile, key: str, why: str) -> None:
+    plan.problems.append(f"{key} {list(lora.tensors[key].shape)} ({why})")
+
+
+def _plan_low_rank(lora, slot: Slot, roles, strength, peft_alpha, base, plan) -> float | None:
+    """`scale·(B @ A)` on the slot's weight; returns the scale of the pair's `lora_B.bias` (None: unfit)."""
+    if not ("down" in roles and "up" in roles):
+        for key in roles.values():
+            _unfit(plan, lora, key, "a LoRA needs both its down (A) and up (B) tensors")
+        return None
+    down, up = roles["down"], roles["up"]
+    down_shape, up_shape = tuple(lora.tensors[down].shape), tuple(lora.tensors[up].shape)
+    rank = down_shape[0]
+    alpha = float(lora.array(roles["alpha"]).reshape(-1)[0]) if "alpha" in roles else (peft_alpha or rank)
+    fits = slot.weight is not None and up_shape[1:] in ((rank,), (rank,) + (1,) * (len(down_shape) - 2)) \
+        and (slot.rows(up_shape)[0], *down_shape[1:]) == slot.fitted(base, slot.weight) \
+        and (not slot.src or slot.src[1] <= up_shape[0])
+    if not fits:
+        shape = list(slot.fitted(base, slot.weight)) if slot.weight else "(no weight)"
+        _unfit(plan, lora, down, f"with up {list(up_shape)}: does not fit {slot.where(slot.weight)} {shape}")
+        return None
+    plan.deltas[slot.weight].append(Delta(lora, strength * alpha / rank, up=up, down=down, src=slot.src, dst=slot.dst))
+    return strength * (peft_alpha / rank if peft_alpha and "alpha" not in roles else 1.0)
+
+
+def _plan_full(lora, slot: Slot, roles, role: str, target: str | None, scale: float, base, plan) -> None:
+    """A full delta (`diff`, `diff_b`, `lora_B.bias`) on `target`, the slot's weight or bias."""
+    key = roles[role]
+    shape = tuple(lora.tensors[key].shape)
+    if role == "bias" and "up" not in roles:
+        _unfit(plan, lora, key, "lora_B.bias without its LoRA tensors")
+        return
+    same_size = target is not None and not slot.src and not slot.dst \
+        and math.prod(shape) == math.prod(base.info(target).shape)  # e.g. a [1, 6, D] table given as [6, D]
+    if target is None or (slot.rows(shape) != slot.fitted(base, target) and not same_size):
+        _unfit(plan, lora, key, f"does not fit {slot.where(target)}" + (f" {list(slot.fitted(base, target))}" if target else ""))
+        return
+    plan.deltas[target].append(Delta(lora, scale, full=key, src=slot.src, dst=slot.dst))
 
 
 # ----------------------------------------------------------------------------- the merged checkpoint
