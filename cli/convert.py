@@ -100,6 +100,9 @@ def main_command(
     transformer: Path = typer.Option(None, "--transformer", help="the DiT's weights from this one file (GGUF or "
                                      "safetensors, quantized or not); the rest from --source / the Hub"),
     transformer_2: Path = typer.Option(None, "--transformer-2", help="Wan2.2 A14B: the second (low-noise) expert's file"),
+    lora: list[str] = typer.Option(None, "--lora", help="LoRA baked into the DiT: SOURCE[=STRENGTH] (a .safetensors "
+                                   "file, a folder holding one, or Hub owner/name[/file.safetensors]); repeatable"),
+    lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
 ) -> None:
     """Convert a model's PyTorch checkpoints into vidax's safetensors host trees."""
     if list_:
@@ -108,7 +111,8 @@ def main_command(
         console.print("error: give a MODEL name (see vidax-convert --list)")
         raise typer.Exit(2)
     names = tuple(n for item in components or () for n in item.split(",") if n)  # --components a,b or repeated
-    opts = ConvertOptions(model, source, revision, out, names, dtype, layout, check, variant, transformer, transformer_2)
+    opts = ConvertOptions(model, source, revision, out, names, dtype, layout, check, variant, transformer, transformer_2,
+                          lora=tuple(lora or ()), lora_2=tuple(lora_2 or ()))
     raise typer.Exit(run_guarded(lambda: run(opts), debug=debug))
 
 

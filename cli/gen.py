@@ -208,6 +208,9 @@ def main_command(
     transformer_2: Path = typer.Option(None, "--transformer-2", help="Wan2.2 A14B: the second (low-noise) expert's file"),
     weights_dtype: str = typer.Option(None, "--weights-dtype", help="bf16, fp8 or int8: keep the DiT's block "
                                       "linear weights 8-bit on the device (one scale per output channel)"),
+    lora: list[str] = typer.Option(None, "--lora", help="LoRA merged into the DiT: SOURCE[=STRENGTH] (a .safetensors "
+                                   "file, a folder holding one, or Hub owner/name[/file.safetensors]); repeatable"),
+    lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -230,7 +233,7 @@ def main_command(
             fps=fps, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
             save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
             release_stages=release_stages, extra=extra, transformer=transformer, transformer_2=transformer_2,
-            weights_dtype=weights_dtype)
+            weights_dtype=weights_dtype, lora=tuple(lora or ()), lora_2=tuple(lora_2 or ()))
 
     if plan:
         def planned():

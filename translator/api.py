@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +46,7 @@ class LazyTree(Mapping):
 def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, tuple[int, ...]] | None = None, *,
             layout: str | None = None, dtype: str | None = None, revision: str | None = None,
             subfolder: str | None = None, lazy: bool = False, headers_only: bool = False,
-            files: tuple[str, ...] | None = None) -> dict[str, np.ndarray] | LazyTree:
+            files: tuple[str, ...] | None = None, loras: Sequence = ()) -> dict[str, np.ndarray] | LazyTree:
     """Convert a PyTorch checkpoint into a flat host tree ``{"a/b/kernel": np.ndarray}``.
 
     Args:
@@ -63,6 +63,8 @@ def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, 
       headers_only: with `lazy`, a Hub repo's safetensors headers are read without downloading the
         weights (when the Hub answers): the tree is planned and accounted, its leaves cannot be read.
       files: globs that replace the spec layouts' own (one release's file in a repo that holds several).
+      loras: `vidax.translator.lora.Adapter`s merged into the checkpoint's tensors (float32) before the
+        spec's ops run (`translator/lora.py`).
 
     Returns:
       The host tree. Leaves whose layout and dtype already match are zero-copy read-only views of
@@ -79,6 +81,10 @@ def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, 
         spec = spec.with_files(tuple(files))
     opened = sources.resolve(spec, source, revision=revision, subfolder=subfolder, layout=layout,
                              headers_only=headers_only)
+    if loras:
+        from vidax.translator.lora import merge
+
+        opened.checkpoint = merge(opened.checkpoint, spec.name, list(loras))
     override = policy_dtype(dtype, "dtype") if dtype is not None else "spec"
     leaves = executor.plan(spec, opened.layout, opened.checkpoint, expected, override)
     tree = LazyTree(spec, opened, leaves)

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from vidax.translator.api import LazyTree, convert
 from vidax.translator.errors import GatedRepoError, SourceError
+from vidax.translator.lora import resolve_for
 from vidax.translator.output import copy_file, save_tree, staged_files, write_file
 from vidax.translator.registry import ModelEntry, get_model
 from vidax.translator.spec import load_spec
@@ -40,6 +41,8 @@ class ConvertOptions:
     variant: str | None = None
     transformer: Path | None = None  # the DiT's weights from this one file (GGUF or safetensors, quantized or not)
     transformer_2: Path | None = None  # the second expert's (Wan2.2 A14B)
+    lora: tuple[str, ...] = ()  # SOURCE[=STRENGTH]s baked into `transformer` (translator/lora.py)
+    lora_2: tuple[str, ...] = ()  # ... into Wan2.2 A14B's `transformer_2`
 
 
 MODEL_FILE = "vidax_model.json"  # the converted folder's model, variant and tags (read by vidax-gen)
@@ -129,13 +132,14 @@ def _all_attempts(entry: ModelEntry, component, opts: ConvertOptions, detected: 
     return tries
 
 
-def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | None = None) -> tuple[LazyTree, bool]:
-    """A component's planned tree, and whether it came from a single-file checkpoint."""
+def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | None = None,
+          loras: tuple = ()) -> tuple[LazyTree, bool]:
+    """A component's planned tree (`loras` merged in), and whether it came from a single-file checkpoint."""
     component = entry.components[name]
     spec = load_spec(component.spec)
     own_file = component_file(opts, name)
     if own_file is not None:  # --transformer FILE: its layout from its keys, its configs from the source
-        return convert(spec, own_file, dtype=opts.dtype or component.dtype, lazy=True), False
+        return convert(spec, own_file, dtype=opts.dtype or component.dtype, lazy=True, loras=loras), False
     first_error = None
     for layout, source, subfolder, files, single in _all_attempts(entry, component, opts, detected):
         if source.startswith("modelscope:"):
@@ -144,7 +148,7 @@ def _open(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | No
             tree = convert(spec, source, layout=layout if layout in spec.layouts else None,
                            dtype=opts.dtype or component.dtype, files=component.files(layout) if files is None else files,
                            revision=opts.revision or entry.revision_of(layout), subfolder=subfolder, lazy=True,
-                           headers_only=opts.check)  # --check on the Hub: headers, no weights downloaded
+                           headers_only=opts.check, loras=loras)  # --check on the Hub: headers, no weights downloaded
             return tree, single
         except SourceError as err:
             if opts.source is None and isinstance(err, GatedRepoError):  # another layout's repo may carry it
@@ -207,7 +211,8 @@ def _copy_files(entry: ModelEntry, component, opts: ConvertOptions, layout: str,
 
 def _manifest(entry: ModelEntry, name: str, tree: LazyTree, opts: ConvertOptions) -> dict:
     source = tree.source
-    return {"model": entry.name, "variant": entry.variant, "component": name, "spec": tree.spec.name, "spec_digest": tree.spec.digest,
+    loras = {"loras": source.checkpoint.records} if hasattr(source.checkpoint, "records") else {}
+    return {**loras, "model": entry.name, "variant": entry.variant, "component": name, "spec": tree.spec.name, "spec_digest": tree.spec.digest,
             "layout": source.layout.name, "dtype": opts.dtype or "spec default",
             "source": {"origin": source.origin, "repo": source.repo, "revision": source.revision,
                        "files": [{"name": p.name, "bytes": p.stat().st_size, "digest": _file_digest(p)} for p in source.files]}}
@@ -278,6 +283,9 @@ def convert_model(model: str | ConvertOptions, *, hooks: ConversionHooks | None 
         raise SourceError(f"model {entry.name} has no component(s) {', '.join(unknown)} (has: {', '.join(entry.components)})")
     _check_component_files(entry, opts)
     out = Path(opts.out) if opts.out is not None else Path("out") / entry.name
+    # a preset's LoRAs, then the user's: baked in, and recorded in vidax_model.json
+    adapters = resolve_for(entry.name, entry.components, {option: (*entry.loras.get(option, ()), *getattr(opts, option))
+                                                          for option in ("lora", "lora_2")})
     result = ConvertedModel(entry, out)
     # components with weights first: the first one found fixes the layout for the others (a component
     # from its own --transformer file last: that file's layout says nothing of the source's)
@@ -304,7 +312,7 @@ def convert_model(model: str | ConvertOptions, *, hooks: ConversionHooks | None 
                 result.copied[name] = copied
                 hooks.done(name, f"copied {', '.join(copied) or 'nothing'} to {out / name}")
             continue
-        opened = _open_or_skip(entry, name, opts, detected, result, hooks, single)
+        opened = _open_or_skip(entry, name, opts, detected, result, hooks, single, adapters)
         if opened is None:
             continue
         tree, from_file = opened
@@ -333,6 +341,8 @@ def convert_model(model: str | ConvertOptions, *, hooks: ConversionHooks | None 
         out.mkdir(parents=True, exist_ok=True)
         record = {"model": entry.name, "family": entry.family, "variant": entry.variant, "tags": list(entry.variants),
                   "layout": result.layout, "component_layouts": {**_recorded_layouts(entry, out), **came_in}}
+        if adapters:  # the LoRAs baked in, per component: source, strength, content hash
+            record["loras"] = {name: [a.record() for a in found] for name, found in adapters.items()}
         write_file(out / MODEL_FILE, json.dumps(record, indent=1) + "\n")  # whole, or absent
     return result
 
@@ -367,13 +377,13 @@ def _check_component_files(entry: ModelEntry, opts: ConvertOptions) -> None:
 
 
 def _open_or_skip(entry: ModelEntry, name: str, opts: ConvertOptions, detected: str | None, result: ConvertedModel,
-                  hooks: ConversionHooks, single: bool) -> tuple[LazyTree, bool] | None:
+                  hooks: ConversionHooks, single: bool, adapters: dict | None = None) -> tuple[LazyTree, bool] | None:
     """`_open`, or None when the component is optional and absent, or not in a single-file source (`single`:
     the source is one, or an earlier component came from one lying in the source folder) that the user did
     not ask it from by name: such a file holds some of a model's components."""
     component = entry.components[name]
     try:
-        tree, from_file = _open(entry, name, opts, detected)
+        tree, from_file = _open(entry, name, opts, detected, (adapters or {}).get(name, ()))
     except SourceError:
         if component.optional:
             hooks.done(name, "not in this checkpoint (optional): skipped")

@@ -94,6 +94,10 @@ class ModelEntry:
     config: dict = field(default_factory=dict)
     # a module that builds the model's weights locally (no checkpoint to fetch or convert: `wan-tiny`)
     embedded: str | None = None
+    # a preset (an alias with its own `settings`, `lora`, `lora_2`): settings that win over the checkpoint
+    # folder's (a distilled LoRA's steps, guidance, shift, sampler), and LoRAs by option ("lora", "lora_2")
+    preset_settings: dict = field(default_factory=dict)
+    loras: dict = field(default_factory=dict)
 
     def repo(self, layout: str | None = None) -> str:
         return self.repos[layout or self.default_layout]
@@ -246,10 +250,14 @@ def _entry(name: str, raw: dict, where: str) -> ModelEntry:
     return entry.select() if choices else entry
 
 
+_PRESET_KEYS = ("settings", "lora", "lora_2")
+
+
 def _alias(name: str, raw: dict, models: dict, where: str) -> ModelEntry:
-    """`alias_of = MODEL` + `variant = NAME`: another name for one variant of a model."""
-    if set(raw) - {"alias_of", "variant", "description"}:
-        raise SpecError(f"{where}: alias {name!r} takes only alias_of, variant and description")
+    """`alias_of = MODEL` + `variant = NAME`: another name for one variant of a model; with `settings`,
+    `lora` and `lora_2` (lists of `SOURCE[=STRENGTH]`), a preset of it (docs/LORA.md, "Presets")."""
+    if set(raw) - {"alias_of", "variant", "description", *_PRESET_KEYS}:
+        raise SpecError(f"{where}: alias {name!r} takes only alias_of, variant, description, {', '.join(_PRESET_KEYS)}")
     base = models.get(raw["alias_of"])
     if base is None:
         raise SpecError(f"{where}: alias {name!r} names unknown model {raw['alias_of']!r}")
@@ -257,7 +265,15 @@ def _alias(name: str, raw: dict, models: dict, where: str) -> ModelEntry:
         chosen = base.select(raw.get("variant"))
     except SourceError as err:
         raise SpecError(f"{where}: alias {name!r}: {err}") from None
-    return replace(chosen, name=name, description=raw.get("description", chosen.description), alias_of=raw["alias_of"])
+    loras = {}
+    for option in ("lora", "lora_2"):
+        texts = raw.get(option, [])
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise SpecError(f"{where}: preset {name!r}: {option} must be a list of \"SOURCE[=STRENGTH]\" strings")
+        if texts:
+            loras[option] = tuple(texts)
+    return replace(chosen, name=name, description=raw.get("description", chosen.description), alias_of=raw["alias_of"],
+                   preset_settings=_table(raw, "settings", f"preset {name!r}", where), loras=loras)
 
 
 def registry_files(root: Path = SPECS_ROOT) -> list[Path]:

@@ -332,6 +332,7 @@ def load_spec(name_or_path: str | Path) -> Spec:
 
 
 def shipped_specs() -> list[str]:
-    """Names of every spec under conversion_specs/ (models.toml files are registry data, not specs)."""
+    """Names of every spec under conversion_specs/ (models.toml files are registry data, lora.toml files
+    adapter mappings: neither is a spec)."""
     return sorted(p.relative_to(SPECS_ROOT).with_suffix("").as_posix()
-                  for p in SPECS_ROOT.rglob("*.toml") if p.name != "models.toml")
+                  for p in SPECS_ROOT.rglob("*.toml") if p.name not in ("models.toml", "lora.toml"))

@@ -45,7 +45,8 @@ def check_dit_files(options, model: str, components: Mapping) -> None:
 
 
 def load_dit_file(path: Path, component: str, spec: str, dtype: str | None,
-                  progress: Progress | None = None) -> dict[str, np.ndarray]:
-    """The component's host tree converted from `path` (layout from its keys, dequantized as read)."""
-    lazy = convert(spec, path, dtype=dtype, lazy=True)
+                  progress: Progress | None = None, loras: tuple = ()) -> dict[str, np.ndarray]:
+    """The component's host tree converted from `path` (layout from its keys, dequantized as read, `loras`
+    merged into the dequantized float32 weights before the spec's dtype policy casts them)."""
+    lazy = convert(spec, path, dtype=dtype, lazy=True, loras=loras)
     return _materialize(lazy, f"convert {component} ({path.name})", progress or Progress())

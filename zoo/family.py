@@ -267,12 +267,13 @@ class Family:
         cls = self.settings_class
         fields = {f.name for f in dataclasses.fields(cls)}
         native = dict(self.entry.settings)
-        unknown = sorted(set(native) - fields)
+        preset = dict(self.entry.preset_settings)  # a preset's (a distilled LoRA's) settings win over the folder's
+        unknown = sorted((set(native) | set(preset)) - fields)
         if unknown:
             raise PipelineError(f"{self.name}: registry settings {', '.join(unknown)} are not {self.name.split('-')[0]} "
                                 f"settings ({', '.join(sorted(fields))})")
         native.setdefault("negative_prompt", self.default_negative_prompt)
-        s = cls(**{**native, **self.folder_settings()})
+        s = cls(**{**native, **self.folder_settings(), **preset})
         given = {k: getattr(options, k) for k in ("height", "width", "frames", "steps", "guidance", "shift",
                                                    "sampler", "fps", "negative_prompt")
                  if getattr(options, k) is not None}
@@ -390,9 +391,36 @@ class Family:
         part = self.entry.components.get(component)
         dtype = dtype or (part.dtype if part is not None else None)
         if dit_file(self.options, component) is not None:  # --transformer FILE
-            return load_dit_file(dit_file(self.options, component), component, spec, dtype, progress)
+            return load_dit_file(dit_file(self.options, component), component, spec, dtype, progress,
+                                 loras=self.adapters.get(component, ()))
         files = part.files(None) if part is not None else None
-        return self.source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files)
+        return self.source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files,
+                                loras=self.adapters.get(component, ()))
+
+    # --- LoRA adapters -------------------------------------------------------------------------
+
+    @cached_property
+    def adapters(self) -> dict[str, tuple]:
+        """The LoRAs of each denoiser component (`--lora`, `--lora-2`), resolved and hashed; `prepare` reads it
+        first, so a missing file or a second-expert LoRA on a one-expert model is one line before any work."""
+        from vidax.translator.lora import resolve_for
+
+        preset = self.entry.loras
+        if any(preset.values()) and self.source.kind == "converted" and "loras" in self._recorded_model():
+            preset = {}  # `vidax-convert PRESET` baked them in already
+        requests = {option: (*preset.get(option, ()), *getattr(self.options, option)) for option in ("lora", "lora_2")}
+        return resolve_for(self.name, self.entry.components, requests)
+
+    def _recorded_model(self) -> dict:
+        """A converted folder's `vidax_model.json` ({} when there is none)."""
+        path = Path(self.source.root) / MODEL_FILE
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def lora_settings(self) -> dict:
+        """What a video's sidecar records of the LoRAs: per component, each one's source, strength and sha256."""
+        if not self.adapters:
+            return {}
+        return {"loras": {component: [a.record() for a in found] for component, found in self.adapters.items()}}
 
     # --- the denoiser (override the hooks) --------------------------------------------------
 

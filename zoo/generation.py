@@ -31,6 +31,7 @@ def prepare(family: Family, options: GenerateOptions) -> Request:
     if options.offload_chunk is not None and options.offload_chunk < 1:
         raise PipelineError(f"--offload-chunk must be at least 1 block, got {options.offload_chunk}")
     family.check_multiprocess_source()
+    family.adapters  # LoRAs found and hashed (one line if not) before any work
     inputs = family.read_inputs(options)
     s = family.resolve_settings(options, inputs.images)
     check_output_room(options, s, family.latent_shape(s))  # room for the outputs, before any work
@@ -67,6 +68,6 @@ def generate_video(family: Family, options: GenerateOptions, progress: Progress 
     final = np.asarray(latents) if decoded.latents is None else decoded.latents
     settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": family.name,
                 "variant": family.entry.variant, "weights_source": family.source.label,
-                "latent_shape": list(family.latent_shape(s)), **decoded.settings}
+                "latent_shape": list(family.latent_shape(s)), **decoded.settings, **family.lora_settings()}
     return GenerateResult(frames=np.asarray(decoded.frames, np.float32), latents=final, fps=s.fps,
                           settings=settings, times=timer.times, audio=decoded.audio, sample_rate=decoded.sample_rate)

@@ -31,6 +31,7 @@ from vidax.translator import SourceError, convert, load
 from vidax.translator import VidaxError
 from vidax.translator import MANIFEST, read_manifest
 from vidax.translator import looks_like_repo
+from vidax.translator.lora import LoraError, merge_converted, parse_request
 from vidax.translator.output import StagedFiles, staged_files
 
 
@@ -74,6 +75,10 @@ class GenerateOptions:
         denoiser's weights in place of `weights`' (Wan2.2 A14B's second expert: transformer_2).
       weights_dtype: "fp8" or "int8" keeps the DiT's block linear weights 8-bit on the device, one scale
         per output channel (`vidax.zoo.quantize`); "bf16"/None: as converted.
+      lora: LoRAs merged into the DiT (`transformer`) as it is loaded, each `SOURCE[=STRENGTH]` (a
+        `.safetensors` file, a folder holding one, or a Hub repo `owner/name[/file.safetensors]`; strength
+        1.0 by default, negative allowed); several add up (docs/LORA.md).
+      lora_2: the same for Wan2.2 A14B's second (low-noise) expert, `transformer_2`.
     """
 
     model: str
@@ -106,6 +111,8 @@ class GenerateOptions:
     transformer: Path | None = None
     transformer_2: Path | None = None
     weights_dtype: str | None = None
+    lora: tuple[str, ...] = ()
+    lora_2: tuple[str, ...] = ()
 
     def __post_init__(self):
         check_options(self)
@@ -133,6 +140,12 @@ def check_options(options: GenerateOptions) -> None:
     check_finite({**{f.name: getattr(options, f.name) for f in dataclasses.fields(options)}, **(options.extra or {})})
     if options.fps is not None and options.fps <= 0:
         raise PipelineError(f"--fps must be positive, got {options.fps:g}")
+    for field in ("lora", "lora_2"):  # SOURCE[=STRENGTH]: a bad strength is one line before any work
+        for text in getattr(options, field):
+            try:
+                parse_request(text)
+            except LoraError as err:
+                raise PipelineError(str(err).replace("--lora ", flag_name(field) + " ", 1)) from None
     for field in PARALLEL_FIELDS:
         value = getattr(options, field)
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
@@ -292,7 +305,7 @@ class WeightsSource:
 
     def load(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,), *,
              dtype: str | None = None, progress: Progress | None = None,
-             files: Sequence[str] | None = None) -> Mapping[str, np.ndarray]:
+             files: Sequence[str] | None = None, loras: Sequence = ()) -> Mapping[str, np.ndarray]:
         """The host tree of one component (mmapped where the source allows).
 
         Args:
@@ -303,13 +316,16 @@ class WeightsSource:
           dtype: override the spec's default dtype.
           progress: reports a "convert COMPONENT" stage in MiB (checkpoints converted on the fly).
           files: globs replacing the spec's (the registry component's own file).
+          loras: `vidax.translator.lora.Adapter`s merged into the checkpoint as it is converted.
         """
         source = self.repo if self.kind == "repo" else self.root
         if self.kind == "converted":
             folder = self.root / component
             if (folder / MANIFEST).is_file():
                 tree = load(folder)
-                return tree if dtype is None else {p: _cast(a, dtype) for p, a in tree.items()}
+                tree = tree if dtype is None else {p: _cast(a, dtype) for p, a in tree.items()}
+                # LoRAs merge in the target layout; the recorded source is read for its headers only
+                return merge_converted(tree, read_manifest(folder), list(loras)) if loras else tree
             # a component vidax-convert did not write is converted from the source the others came from
             source = self.config_root(component)
             if source is None:
@@ -318,7 +334,7 @@ class WeightsSource:
         for subfolder in subfolders:
             try:
                 lazy = convert(spec, source, dtype=dtype, revision=self.revision, subfolder=subfolder, lazy=True,
-                               files=files)
+                               files=files, loras=loras)
             except SourceError as err:
                 first_error = first_error or err
                 continue

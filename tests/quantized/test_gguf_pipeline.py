@@ -187,3 +187,29 @@ def test_weights_dtype_int8_keeps_block_weights_8bit_through_the_pipeline(a14b_g
     tp = generate(_options(folder, tmp_path / "b.npy", transformer=q8, transformer_2=q4, weights_dtype="int8", tp=2))
     assert 0 < np.abs(one.frames - expected).max() < INT8_FRAMES_ATOL
     np.testing.assert_allclose(tp.frames, one.frames, atol=FRAME_ATOL, rtol=0)
+
+
+def test_lora_merges_into_a_gguf_dit(a14b_gguf, tmp_path):
+    """--lora on a --transformer GGUF: merged into the dequantized fp32 weights as they are read, in vidax-gen
+    and vidax-convert alike; the run equals one whose DiT file holds the hand-merged weights."""
+    from safetensors.torch import save_file
+
+    from tests.lora.formats import hand_merge, low_rank_factors, wan_modules, write_peft
+
+    folder, q8, q4, _, q8_state, _ = a14b_gguf
+    factors = low_rank_factors(q8_state, wan_modules(2), rank=4, seed=1)
+    lora = write_peft(tmp_path / "style.safetensors", factors, alpha=8.0)
+    merged = hand_merge(q8_state, factors, 0.5 * 8.0 / 4)
+    save_file({k: torch.from_numpy(v) for k, v in merged.items()}, tmp_path / "merged.safetensors")
+    by_hand = generate(_options(folder, tmp_path / "a.npy", transformer=tmp_path / "merged.safetensors", transformer_2=q4))
+    with_lora = generate(_options(folder, tmp_path / "b.npy", transformer=q8, transformer_2=q4, lora=(f"{lora}=0.5",)))
+    np.testing.assert_allclose(with_lora.frames, by_hand.frames, atol=FRAME_ATOL, rtol=0)
+    plain = generate(_options(folder, tmp_path / "c.npy", transformer=q8, transformer_2=q4))
+    assert np.abs(plain.frames - by_hand.frames).max() > 50 * FRAME_ATOL  # the LoRA moves the frames
+
+    convert_model("wan2.2-t2v-a14b", source=str(folder / "model"), out=tmp_path / "out", components=("transformer",),
+                  dtype="float32", transformer=q8, lora=(f"{lora}=0.5",))
+    expected = convert("wan/transformer", tmp_path / "merged.safetensors", dtype="float32")
+    written = load(tmp_path / "out" / "transformer")
+    for leaf in expected:
+        np.testing.assert_allclose(np.asarray(written[leaf]), expected[leaf], atol=1e-6, rtol=0, err_msg=leaf)

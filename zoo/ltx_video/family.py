@@ -273,14 +273,16 @@ class LTXVideoFamily(Family):
         comp = self.entry.components.get(component)
         dtype = dtype or (comp.dtype if comp is not None else None)
         if dit_file(self.options, component) is not None:  # --transformer FILE
-            return load_dit_file(dit_file(self.options, component), component, spec, dtype, progress)
+            return load_dit_file(dit_file(self.options, component), component, spec, dtype, progress,
+                                 loras=self.adapters.get(component, ()))
         source = self._component_source(component)
         if source is None:
             raise PipelineError(f"{self.name}: no {component} in {self.source.label} nor in its own repo")
         files = self._files(component) if source is self.source else None
         if source is not self.source and comp is not None:
             subfolders = (comp.folder(self.layout, False),)
-        return source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files)
+        return source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files,
+                           loras=self.adapters.get(component, ()))
 
     def _find(self, component: str, *relative: str) -> Path | None:
         source = self._component_source(component)
