@@ -70,6 +70,9 @@ class GenerateOptions:
       dtype: weights/compute dtype override ("float32", "bfloat16"); default the specs' policy.
       compile_cache: use jax's persistent compilation cache (None: on unless VIDAX_NO_COMPILE_CACHE=1).
       extra: the family's own settings by field name (its `Family.flags`: `{"guidance_2": 3.0}`).
+      cache: a step cache (`vidax.zoo.step_cache.METHODS`; docs/CACHING.md); None: every step runs the DiT.
+      cache_interval, cache_warmup, cache_order, cache_stop: TaylorSeer's `cache_interval`,
+        `disable_cache_before_step`, `max_order`, `disable_cache_after_step` (None: diffusers' defaults).
     """
 
     model: str
@@ -99,6 +102,11 @@ class GenerateOptions:
     dtype: str | None = None
     compile_cache: bool | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    cache: str | None = None
+    cache_interval: int | None = None
+    cache_warmup: int | None = None
+    cache_order: int | None = None
+    cache_stop: int | None = None
 
     def __post_init__(self):
         check_options(self)
