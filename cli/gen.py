@@ -203,6 +203,11 @@ def main_command(
     process_id: int = typer.Option(None, "--process-id", help="multi-process run: this process's index (0 writes)"),
     join_timeout: int = typer.Option(None, "--join-timeout", help="multi-process run: seconds to wait for every "
                                      "process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
+    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer (docs/CACHING.md)"),
+    cache_interval: int = typer.Option(None, "--cache-interval", help="taylorseer: one full DiT step in N (default 5)"),
+    cache_warmup: int = typer.Option(None, "--cache-warmup", help="taylorseer: full DiT steps before caching (default 3)"),
+    cache_order: int = typer.Option(None, "--cache-order", help="taylorseer: Taylor series order (default 1)"),
+    cache_stop: int = typer.Option(None, "--cache-stop", help="taylorseer: full DiT from this step on (default: never)"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -224,7 +229,8 @@ def main_command(
             height=height, width=width, frames=frames, steps=steps, guidance=guidance, shift=shift, sampler=sampler,
             fps=fps, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
             save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
-            release_stages=release_stages, extra=extra)
+            release_stages=release_stages, extra=extra, cache=cache, cache_interval=cache_interval,
+            cache_warmup=cache_warmup, cache_order=cache_order, cache_stop=cache_stop)
 
     if plan:
         def planned():

@@ -116,3 +116,25 @@ def test_cache_misuse_is_one_line_before_any_work(reference, tmp_path, extra, me
     with pytest.raises(PipelineError, match=message):
         generate(_options(folder, latents, tmp_path / "v.npy", **extra))
     assert not list(tmp_path.iterdir())
+
+
+def test_vidax_gen_cache_flags(reference, tmp_path):
+    """The flags reach the run: the written frames and sidecar are the library call's; misuse is one line."""
+    from typer.testing import CliRunner
+
+    from vidax.cli.gen import app
+
+    folder, latents, expected, ran = reference
+    common = ["wan2.1-t2v-1.3b", "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--weights", str(folder / "model"),
+              "--height", str(HEIGHT), "--width", str(WIDTH), "--frames", str(FRAMES), "--steps", str(STEPS),
+              "--guidance", str(GUIDANCE), "--latents", str(latents), "--dtype", "float32", "--no-compile-cache"]
+    flags = ["--cache", "taylorseer", "--cache-interval", "3", "--cache-warmup", "2", "--cache-order", "2",
+             "--cache-stop", "7"]
+    result = CliRunner().invoke(app, [*common, *flags, "--out", str(tmp_path / "v.npy")])
+    assert result.exit_code == 0, result.output
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=FRAME_ATOL, rtol=0)
+    log = json.loads((tmp_path / "v.json").read_text())["step_cache_steps"]
+    assert [entry["full_dit"]["uncond"] for entry in log] == ran[:, 1].tolist()
+    bad = CliRunner().invoke(app, [*common, "--cache-order", "2", "--out", str(tmp_path / "w.npy")])
+    lines = [line for line in bad.output.splitlines() if line.strip()]
+    assert bad.exit_code != 0 and len(lines) == 1 and "--cache-order need --cache" in lines[0], bad.output
