@@ -22,6 +22,7 @@ from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
 from vidax.zoo.wan.tiny import build_tokenizer
 
 from tests.oracle import perturb
+from tests.step_cache.oracle_calls import full_dit_calls
 from tests.tiny_references import umt5_encoder, unipc_flow_scheduler, wan_pipeline_vae
 
 PROMPT, NEGATIVE = "a red kite over a grey sea", "blurry, low quality"
@@ -51,14 +52,6 @@ def _reference(folder: Path) -> diffusers.WanPipeline:
     return pipe
 
 
-def full_dit_calls(block: torch.nn.Module) -> tuple[list[bool], callable]:
-    """Per DiT call, whether `block` (a submodule of the first block) ran: a list filled as the pipeline runs,
-    and the hook that marks the current call (register it as a forward pre-hook of the transformer)."""
-    calls: list[bool] = []
-    block.register_forward_hook(lambda *_: calls.__setitem__(-1, True))
-    return calls, lambda *_: calls.append(False)
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """(folder, latents .npy, diffusers frames, per step [cond ran, uncond ran]) of one cached reference run."""
@@ -70,8 +63,7 @@ def reference(tmp_path_factory):
         cache_interval=KNOBS["cache_interval"], disable_cache_before_step=KNOBS["cache_warmup"],
         max_order=KNOBS["cache_order"], disable_cache_after_step=KNOBS["cache_stop"], use_lite_mode=True,
         taylor_factors_dtype=torch.float32))
-    calls, mark = full_dit_calls(pipe.transformer.blocks[0].ffn)
-    pipe.transformer.register_forward_pre_hook(mark)
+    calls = full_dit_calls(pipe.transformer, pipe.transformer.blocks[0].ffn)
     with torch.no_grad():
         frames = pipe(PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
                       num_inference_steps=STEPS, guidance_scale=GUIDANCE, latents=latents.clone(),
