@@ -161,7 +161,8 @@ def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, co
     else:
         latents = jnp.asarray(latents)
     last = [time.perf_counter()]
-    cache = step_cache_for(run.options, denoisers.family.cache_branches(denoisers.settings))  # None: no --cache
+    branches = denoisers.family.cache_branches(denoisers.settings)
+    cache = step_cache_for(run.options, branches, stepper.num_steps)  # None: no --cache
 
     def model_fn(x, i, t):
         expert = schedule.experts[i]
@@ -185,5 +186,5 @@ def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, co
     with run.timer.stage(stage, total=stepper.num_steps), on_mesh:
         out = sample(model_fn, stepper, latents, callback=on_step, step_noise=noise)
         if cache is not None:
-            run.step_cache_log.extend({"stage": stage, **entry} for entry in cache.log)
+            run.step_cache_log.extend(cache.finish(stage))
         return run.gather(out)
