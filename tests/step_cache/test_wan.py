@@ -1,10 +1,11 @@
-"""`--cache first-block` and `--cache magcache` on Wan against diffusers' `FirstBlockCacheConfig` and
-`MagCacheConfig` hooks (`pipe.transformer.enable_cache`), fp32.
+"""Every `--cache` method on Wan against diffusers' hooks (`pipe.transformer.enable_cache`), fp32.
 
 One tiny perturbed `WanPipeline` (two-block DiT) saved with `save_pretrained` runs 8 guided UniPC steps
-under each hook in turn. Which calls ran the blocks after the first is read off the second block's
-feed-forward (both hooks replace a skipped call's blocks); vidax's sidecar must name the same steps per
-CFG branch (Wan calls the DiT once per branch: each has its own statistic), and the frames must agree.
+under `TaylorSeerCacheConfig` (lite mode, fp32 factors), `FirstBlockCacheConfig` and `MagCacheConfig`
+(given ratios, and calibrating) in turn. Which calls ran the full DiT is read off the second block's
+feed-forward (every hook replaces a skipped call's blocks after the first); vidax's sidecar must name the
+same steps per CFG branch (Wan calls the DiT once per branch: each has its own state), and the frames
+must agree within 2e-5. The TaylorSeer and MagCache runs go through `vidax-gen`'s flags.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ FIRST_BLOCK = 0.1  # this run's first-block changes: 0.06-0.13, none within 0.5%
 # first 2 steps (retention 0.25 of 8) the accumulated error skips some steps and not others
 MAG_RATIOS = [1.0, 1.02, 1.01, 0.99, 1.03, 1.0, 0.97, 0.9]
 MAG = dict(cache_threshold=0.08, cache_max_skip=2, cache_retention=0.25)
+# TaylorSeer: interval 3 after a 2-step warm-up, order 2, stop at 7: full runs at 0, 1, 3, 6 (refresh) and
+# 7 (the stop); steps 2, 4, 5 extrapolate at offsets 1, 1, 2 with up to second-order factors
+TAYLOR = dict(cache_interval=3, cache_warmup=2, cache_order=2, cache_stop=7)
 
 
 def _reference(folder: Path) -> diffusers.WanPipeline:
@@ -69,6 +73,13 @@ def _cached_run(pipe, latents, config) -> tuple[np.ndarray, np.ndarray, str]:
     return frames, np.asarray(calls).reshape(STEPS, 2), printed.getvalue()
 
 
+def _uncached_run(pipe, latents) -> np.ndarray:
+    with torch.no_grad():
+        return pipe(PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
+                    num_inference_steps=STEPS, guidance_scale=GUIDANCE, latents=latents.clone(),
+                    output_type="np").frames[0]
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     folder = tmp_path_factory.mktemp("wan_block_caches")
@@ -77,6 +88,11 @@ def reference(tmp_path_factory):
     np.save(folder / "latents.npy", latents.numpy())
     np.save(folder / "ratios.npy", np.asarray(MAG_RATIOS, np.float32))
     runs = {
+        "none": _uncached_run(pipe, latents),
+        "taylorseer": _cached_run(pipe, latents, diffusers.TaylorSeerCacheConfig(
+            cache_interval=TAYLOR["cache_interval"], disable_cache_before_step=TAYLOR["cache_warmup"],
+            max_order=TAYLOR["cache_order"], disable_cache_after_step=TAYLOR["cache_stop"], use_lite_mode=True,
+            taylor_factors_dtype=torch.float32)),
         "first-block": _cached_run(pipe, latents, diffusers.FirstBlockCacheConfig(threshold=FIRST_BLOCK)),
         "magcache": _cached_run(pipe, latents, diffusers.MagCacheConfig(
             threshold=MAG["cache_threshold"], max_skip_steps=MAG["cache_max_skip"],
@@ -95,6 +111,45 @@ def _generate(folder: Path, out: Path, **extra):
     return result, json.loads(out.with_suffix(".json").read_text())["step_cache_steps"]
 
 
+def _cli(folder: Path, out: Path, *flags: str):
+    """`vidax-gen` with the common flags and `flags`: (exit result, sidecar's step log or None)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli.gen import app
+
+    common = ["wan2.1-t2v-1.3b", "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--weights", str(folder / "model"),
+              "--height", str(HEIGHT), "--width", str(WIDTH), "--frames", str(FRAMES), "--steps", str(STEPS),
+              "--guidance", str(GUIDANCE), "--latents", str(folder / "latents.npy"), "--dtype", "float32",
+              "--no-compile-cache", "--out", str(out)]
+    result = CliRunner().invoke(app, [*common, *flags])
+    sidecar = out.with_suffix(".json")
+    return result, json.loads(sidecar.read_text())["step_cache_steps"] if sidecar.exists() else None
+
+
+def _flags(knobs: dict) -> list[str]:
+    return [item for field, value in knobs.items() for item in ("--" + field.replace("_", "-"), str(value))]
+
+
+def test_the_cached_references_differ_from_the_uncached_one(reference):
+    """What the parity tests compare is the cache's doing: each cached reference run is far from the plain one."""
+    _, runs = reference
+    for method in ("taylorseer", "first-block", "magcache"):
+        assert np.abs(runs[method][0] - runs["none"]).max() > 100 * FRAME_ATOL, method
+
+
+def test_taylorseer_matches_diffusers(reference, tmp_path):
+    """`vidax-gen --cache taylorseer --cache-interval 3 --cache-warmup 2 --cache-order 2 --cache-stop 7`."""
+    folder, runs = reference
+    expected, ran, _ = runs["taylorseer"]
+    assert ran[:, 0].tolist() == [True, True, False, True, False, False, True, True] and (ran[:, 0] == ran[:, 1]).all()
+    result, log = _cli(folder, tmp_path / "v.npy", "--cache", "taylorseer", *_flags(TAYLOR))
+    assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal(_ran(log), ran)
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=FRAME_ATOL, rtol=0)
+    sidecar = json.loads((tmp_path / "v.json").read_text())
+    assert sidecar["cache"] == "taylorseer" and sidecar["cache_interval"] == 3 and sidecar["cache_stop"] == 7
+
+
 def _ran(log) -> np.ndarray:
     return np.asarray([[entry["full_dit"]["cond"], entry["full_dit"]["uncond"]] for entry in log])
 
@@ -109,13 +164,16 @@ def test_first_block_cache_matches_diffusers(reference, tmp_path):
 
 
 def test_magcache_matches_diffusers(reference, tmp_path):
+    """`vidax-gen --cache magcache --mag-ratios FILE --cache-threshold .08 --cache-max-skip 2 --cache-retention .25`."""
     folder, runs = reference
     expected, ran, _ = runs["magcache"]
     # steps 0, 1 retained; then the accumulated error skips 2, 3 (max 2), runs 4, skips 5, 6, runs 7 (0.9)
     assert ran[:, 0].tolist() == [True, True, False, False, True, False, False, True] and (ran[:, 0] == ran[:, 1]).all()
-    result, log = _generate(folder, tmp_path / "v.npy", cache="magcache", mag_ratios=folder / "ratios.npy", **MAG)
+    result, log = _cli(folder, tmp_path / "v.npy", "--cache", "magcache", "--mag-ratios", str(folder / "ratios.npy"),
+                       *_flags(MAG))
+    assert result.exit_code == 0, result.output
     np.testing.assert_array_equal(_ran(log), ran)
-    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=FRAME_ATOL, rtol=0)
 
 
 def test_magcache_calibration_writes_the_reference_ratios(reference, tmp_path):
@@ -134,11 +192,23 @@ def test_magcache_calibration_writes_the_reference_ratios(reference, tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
+    (dict(cache="teacache-x"), "unknown --cache 'teacache-x'"),
+    (dict(cache_interval=2), "--cache-interval need --cache"),
+    (dict(cache="taylorseer", cache_warmup=0), "--cache-warmup must be at least 1"),
+    (dict(cache="taylorseer", cache_interval=0), "--cache-interval must be at least 1"),
     (dict(cache="magcache"), "needs --mag-ratios"),
     (dict(cache="first-block", cache_interval=2), "--cache first-block takes no --cache-interval"),
     (dict(cache="magcache", mag_ratios=Path("/nonexistent.npy")), "not a readable .npy"),
 ])
-def test_block_cache_misuse_is_one_line(reference, tmp_path, extra, message):
+def test_cache_misuse_is_one_line_before_any_work(reference, tmp_path, extra, message):
     folder, _ = reference
     with pytest.raises(PipelineError, match=message):
         _generate(folder, tmp_path / "v.npy", **extra)
+    assert not list(tmp_path.iterdir())
+
+
+def test_vidax_gen_cache_misuse_is_one_line(reference, tmp_path):
+    folder, _ = reference
+    result, _ = _cli(folder, tmp_path / "v.npy", "--cache-order", "2")
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code != 0 and len(lines) == 1 and "--cache-order need --cache" in lines[0], result.output
