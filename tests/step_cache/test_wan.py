@@ -212,3 +212,49 @@ def test_vidax_gen_cache_misuse_is_one_line(reference, tmp_path):
     result, _ = _cli(folder, tmp_path / "v.npy", "--cache-order", "2")
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code != 0 and len(lines) == 1 and "--cache-order need --cache" in lines[0], result.output
+
+
+@pytest.fixture(scope="module")
+def a14b(tmp_path_factory):
+    """A tiny Wan2.2 A14B pipeline (boundary 0.875) under TaylorSeer on both experts: (folder, frames, ran)."""
+    folder = tmp_path_factory.mktemp("wan_a14b_taylorseer")
+    pipe = _reference(folder / "model")
+    second = diffusers.WanTransformer3DModel.from_config(pipe.transformer.config).eval()
+    perturb(second, 70)
+    pipe = diffusers.WanPipeline(tokenizer=pipe.tokenizer, text_encoder=pipe.text_encoder, vae=pipe.vae,
+                                 scheduler=pipe.scheduler, transformer=pipe.transformer, transformer_2=second,
+                                 boundary_ratio=0.875)
+    pipe.save_pretrained(folder / "model")
+    latents = torch.randn((1, 16, 2, HEIGHT // 8, WIDTH // 8), generator=torch.Generator().manual_seed(4))
+    np.save(folder / "latents.npy", latents.numpy())
+    config = dict(cache_interval=2, disable_cache_before_step=1, max_order=1, use_lite_mode=True,
+                  taylor_factors_dtype=torch.float32)
+    ran = []
+    for dit in (pipe.transformer, pipe.transformer_2):  # each expert's own hooks: its own step count
+        dit.enable_cache(diffusers.TaylorSeerCacheConfig(**config))
+    with recorded_calls(pipe.transformer, pipe.transformer.blocks[1].ffn) as high, \
+            recorded_calls(pipe.transformer_2, pipe.transformer_2.blocks[1].ffn) as low, torch.no_grad():
+        frames = pipe(PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
+                      num_inference_steps=STEPS, guidance_scale=GUIDANCE, guidance_scale_2=3.0,
+                      latents=latents.clone(), output_type="np").frames[0]
+        ran = np.asarray(high + low).reshape(STEPS, 2)
+    return folder, frames, ran, len(high) // 2
+
+
+def test_taylorseer_starts_afresh_at_the_expert_switch(a14b, tmp_path):
+    """Wan2.2 A14B: the low-noise expert's first step runs the full DiT (its hooks count from 0), as vidax's
+    fresh state at the switch does; decisions and frames match."""
+    folder, expected, ran, high_steps = a14b
+    assert 0 < high_steps < STEPS
+    warm = [True, False, True, False, True, False, True, False]  # warm-up 1, interval 2, per expert
+    assert ran[:, 0].tolist() == warm[:high_steps] + warm[:STEPS - high_steps]
+    options = GenerateOptions(model="wan2.2-t2v-a14b", prompt=PROMPT, negative_prompt=NEGATIVE,
+                              weights=str(folder / "model"), height=HEIGHT, width=WIDTH, frames=FRAMES, steps=STEPS,
+                              guidance=GUIDANCE, latents=folder / "latents.npy", out=tmp_path / "v.npy",
+                              dtype="float32", compile_cache=False, extra={"guidance_2": 3.0}, cache="taylorseer",
+                              cache_interval=2, cache_warmup=1, cache_order=1)
+    result = generate(options)
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+    log = json.loads((tmp_path / "v.json").read_text())["step_cache_steps"]
+    np.testing.assert_array_equal(_ran(log), ran)
+    assert [entry["expert"] for entry in log] == [0] * high_steps + [1] * (STEPS - high_steps)
