@@ -258,3 +258,13 @@ def test_taylorseer_starts_afresh_at_the_expert_switch(a14b, tmp_path):
     log = json.loads((tmp_path / "v.json").read_text())["step_cache_steps"]
     np.testing.assert_array_equal(_ran(log), ran)
     assert [entry["expert"] for entry in log] == [0] * high_steps + [1] * (STEPS - high_steps)
+
+
+def test_first_block_cache_on_a_mesh(reference, tmp_path):
+    """CFG branches split over "data" (dp 2) and the tokens over "seq" (sp 2): each branch's statistic is
+    still its own row's, the decisions and frames those of diffusers' per-branch hooks."""
+    folder, runs = reference
+    expected, ran, _ = runs["first-block"]
+    result, log = _generate(folder, tmp_path / "v.npy", cache="first-block", cache_threshold=FIRST_BLOCK, dp=2, sp=2)
+    np.testing.assert_array_equal(_ran(log), ran)
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
