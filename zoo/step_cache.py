@@ -166,7 +166,12 @@ def first_block_change(residual: jax.Array, previous: jax.Array, per_row: bool) 
 
 def _stream(hidden: Any) -> jax.Array:
     """The video token stream of a block's hidden state (an array, or a joint stream's `video`)."""
-    return hidden if isinstance(hidden, jax.Array) else hidden.video
+    if isinstance(hidden, jax.Array):
+        return hidden
+    if not hasattr(hidden, "video"):  # e.g. LTX-Video's (hidden, block index) under STG
+        raise PipelineError("this --cache reads the DiT's video tokens between blocks: this run's hidden state "
+                            f"({type(hidden).__name__}) is not one (use --cache taylorseer)")
+    return hidden.video
 
 
 def _with_stream(hidden: Any, video: jax.Array) -> Any:

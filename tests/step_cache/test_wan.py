@@ -268,3 +268,18 @@ def test_first_block_cache_on_a_mesh(reference, tmp_path):
     result, log = _generate(folder, tmp_path / "v.npy", cache="first-block", cache_threshold=FIRST_BLOCK, dp=2, sp=2)
     np.testing.assert_array_equal(_ran(log), ran)
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+def test_taylorseer_skipped_steps_stream_no_weights(reference, tmp_path, monkeypatch):
+    """With `--offload-chunk 1` (two chunks per DiT call) the blocks are fetched from host memory on the five
+    full steps only, and the frames are diffusers'."""
+    from vidax.zoo.offload import StreamedDiT
+
+    folder, runs = reference
+    expected, ran, _ = runs["taylorseer"]
+    fetch, fetched = StreamedDiT._fetch, []
+    monkeypatch.setattr(StreamedDiT, "_fetch", lambda self, *a: fetched.append(a[0]) or fetch(self, *a))
+    result, log = _generate(folder, tmp_path / "v.npy", cache="taylorseer", offload_chunk=1, **TAYLOR)
+    np.testing.assert_array_equal(_ran(log), ran)
+    assert len(fetched) == 2 * int(ran[:, 0].sum()) == 10
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
