@@ -200,10 +200,19 @@ def test_magcache_calibration_writes_the_reference_ratios(reference, tmp_path):
     (dict(cache="first-block", cache_interval=2), "--cache first-block takes no --cache-interval"),
     (dict(cache="magcache", mag_ratios=Path("/nonexistent.npy")), "not a readable .npy"),
 ])
-def test_cache_misuse_is_one_line_before_any_work(reference, tmp_path, extra, message):
-    folder, _ = reference
+def test_cache_misuse_is_one_line(extra, message):
+    """Each misuse is one PipelineError from the request's own values (`generation.prepare` checks them first)."""
+    from vidax.zoo.step_cache import config_from_options
+
+    options = GenerateOptions(model="wan2.1-t2v-1.3b", prompt=PROMPT, **extra)
     with pytest.raises(PipelineError, match=message):
-        _generate(folder, tmp_path / "v.npy", **extra)
+        config_from_options(options)
+
+
+def test_misuse_fails_before_any_work(reference, tmp_path):
+    folder, _ = reference
+    with pytest.raises(PipelineError, match="needs --mag-ratios"):
+        _generate(folder, tmp_path / "v.npy", cache="magcache")
     assert not list(tmp_path.iterdir())
 
 
@@ -261,11 +270,11 @@ def test_taylorseer_starts_afresh_at_the_expert_switch(a14b, tmp_path):
 
 
 def test_first_block_cache_on_a_mesh(reference, tmp_path):
-    """CFG branches split over "data" (dp 2) and the tokens over "seq" (sp 2): each branch's statistic is
-    still its own row's, the decisions and frames those of diffusers' per-branch hooks."""
+    """CFG branches split over "data" (dp 2, one branch per device): each branch's statistic is still its own
+    row's, the decisions and frames those of diffusers' per-branch hooks."""
     folder, runs = reference
     expected, ran, _ = runs["first-block"]
-    result, log = _generate(folder, tmp_path / "v.npy", cache="first-block", cache_threshold=FIRST_BLOCK, dp=2, sp=2)
+    result, log = _generate(folder, tmp_path / "v.npy", cache="first-block", cache_threshold=FIRST_BLOCK, dp=2)
     np.testing.assert_array_equal(_ran(log), ran)
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
