@@ -524,7 +524,8 @@ def _flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 # How a GenerateOptions field is compared across processes: by value unless named here (None: not at
 # all, it is each host's own; "weights": the converted folder's manifests and configs; "file": contents).
 _REQUEST_RULES: dict[str, str | None] = {"out": None, "compile_cache": None, "weights": "weights",
-                                         "latents": "file", "image": "file", "images": "files"}
+                                         "latents": "file", "image": "file", "images": "files",
+                                         "mag_ratios": "file", "cache_calibrate": None}
 
 
 def request_record(options: Any) -> dict[str, Any]:

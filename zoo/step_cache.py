@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable
 
 import jax
@@ -400,8 +401,20 @@ class StepCache:
             for entry, ratio in zip(entries, ratios):
                 entry["mag_ratio"] = ratio
             if self.calibrate_to is not None:
-                np.save(self.calibrate_to, np.asarray(ratios, np.float32))
+                _write_ratios(self.calibrate_to, np.asarray(ratios, np.float32))
         return entries
+
+
+def _write_ratios(path: Any, ratios: np.ndarray) -> None:
+    """Calibrated ratios to `path` (process 0 of a multi-process run), whole or not at all."""
+    from vidax.zoo.distributed import is_writer
+
+    if not is_writer():
+        return
+    path = Path(path)
+    partial_file = path.with_name(path.name + ".partial.npy")
+    np.save(partial_file, ratios)
+    partial_file.replace(path)
 
 
 def config_from_options(options: Any):
