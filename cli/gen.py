@@ -203,17 +203,23 @@ def main_command(
     process_id: int = typer.Option(None, "--process-id", help="multi-process run: this process's index (0 writes)"),
     join_timeout: int = typer.Option(None, "--join-timeout", help="multi-process run: seconds to wait for every "
                                      "process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
-    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache (docs/CACHING.md)"),
-    cache_interval: int = typer.Option(None, "--cache-interval", help="taylorseer: one full DiT step in N (default 5)"),
-    cache_warmup: int = typer.Option(None, "--cache-warmup", help="taylorseer: full DiT steps before caching (default 3)"),
+    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache "
+                              "(docs/CACHING.md)"),
+    cache_interval: int = typer.Option(None, "--cache-interval", help="taylorseer: one full DiT step in N "
+                                       "(default 5)"),
+    cache_warmup: int = typer.Option(None, "--cache-warmup", help="taylorseer: full DiT steps before caching "
+                                     "(default 3)"),
     cache_order: int = typer.Option(None, "--cache-order", help="taylorseer: Taylor series order (default 1)"),
-    cache_stop: int = typer.Option(None, "--cache-stop", help="taylorseer: full DiT from this step on (default: never)"),
+    cache_stop: int = typer.Option(None, "--cache-stop", help="taylorseer: full DiT from this step on "
+                                   "(default: never)"),
     cache_threshold: float = typer.Option(None, "--cache-threshold", help="first-block (default 0.05), magcache "
                                           "(default 0.06): the change below which a step reuses the cache"),
-    cache_max_skip: int = typer.Option(None, "--cache-max-skip", help="magcache: most steps skipped in a row (default 3)"),
+    cache_max_skip: int = typer.Option(None, "--cache-max-skip", help="magcache: most steps skipped in a row "
+                                       "(default 3)"),
     cache_retention: float = typer.Option(None, "--cache-retention", help="magcache: fraction of first steps never "
                                           "skipped (default 0.2)"),
-    mag_ratios: Path = typer.Option(None, "--mag-ratios", help="magcache: .npy of the model's per-step magnitude ratios"),
+    mag_ratios: Path = typer.Option(None, "--mag-ratios", help="magcache: .npy of the model's per-step "
+                                    "magnitude ratios"),
     cache_calibrate: Path = typer.Option(None, "--cache-calibrate", help="magcache: skip nothing, write the per-step "
                                          "ratios of this run to this .npy"),
 ) -> None:

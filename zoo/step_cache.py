@@ -107,8 +107,8 @@ def taylor_state_after(config: TaylorSeerConfig, state: TaylorState, outputs: tu
     """The state after a step that ran the full DiT and made `outputs` (one per DiT call)."""
     step = state.calls
     delta = None if state.last_update is None else step - state.last_update
-    factors = tuple(taylor_update(state.factors[i] if delta and i < len(state.factors) else None, out, delta, config.max_order)
-                    for i, out in enumerate(outputs))
+    previous = lambda i: state.factors[i] if delta and i < len(state.factors) else None  # noqa: E731
+    factors = tuple(taylor_update(previous(i), out, delta, config.max_order) for i, out in enumerate(outputs))
     return TaylorState(step + 1, step, factors, tuple(out.dtype for out in outputs))
 
 
@@ -244,7 +244,8 @@ class MagState:
     cached: bool = False
 
 
-def magcache_decide(config: MagCacheConfig, ratios: np.ndarray | None, steps: int, state: MagState) -> tuple[bool, MagState]:
+def magcache_decide(config: MagCacheConfig, ratios: np.ndarray | None, steps: int,
+                    state: MagState) -> tuple[bool, MagState]:
     """(whether this step runs every block, the accumulators after the decision)."""
     if config.calibrate or state.step < int(config.retention_ratio * steps + 0.5):
         return True, state
@@ -430,7 +431,8 @@ def config_from_options(options: Any):
     foreign = [field for field in given if method not in KNOBS[field]]
     if foreign:
         raise PipelineError(f"--cache {method} takes no {', '.join(_flag(f) for f in foreign)}")
-    return {"taylorseer": _taylorseer_config, "first-block": _first_block_config, "magcache": _magcache_config}[method](options)
+    configs = {"taylorseer": _taylorseer_config, "first-block": _first_block_config, "magcache": _magcache_config}
+    return configs[method](options)
 
 
 def _taylorseer_config(options) -> TaylorSeerConfig:
@@ -473,7 +475,8 @@ def _read_ratios(path) -> tuple[float, ...]:
     except (OSError, ValueError) as err:
         raise PipelineError(f"--mag-ratios {path}: not a readable .npy ({err})") from None
     if ratios.ndim != 1 or len(ratios) == 0 or not np.all(np.isfinite(ratios)):
-        raise PipelineError(f"--mag-ratios {path}: want a 1-D array of finite per-step ratios, got shape {ratios.shape}")
+        raise PipelineError(f"--mag-ratios {path}: want a 1-D array of finite per-step ratios, "
+                            f"got shape {ratios.shape}")
     return tuple(float(r) for r in ratios.astype(np.float32))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from vidax.zoo import step_cache as sc
 

@@ -157,7 +157,8 @@ def _ran(log) -> np.ndarray:
 def test_first_block_cache_matches_diffusers(reference, tmp_path):
     folder, runs = reference
     expected, ran, _ = runs["first-block"]
-    assert ran[:, 0].tolist() == [True, False] * 4 and (ran[:, 0] == ran[:, 1]).all()  # the oracle skipped every other step
+    assert ran[:, 0].tolist() == [True, False] * 4  # the oracle skipped every other step
+    assert (ran[:, 0] == ran[:, 1]).all()
     result, log = _generate(folder, tmp_path / "v.npy", cache="first-block", cache_threshold=FIRST_BLOCK)
     np.testing.assert_array_equal(_ran(log), ran)
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
@@ -182,8 +183,8 @@ def test_magcache_calibration_writes_the_reference_ratios(reference, tmp_path):
     folder, runs = reference
     expected, ran, printed = runs["calibrate"]
     assert ran.all()
-    printed_lists = [ast.literal_eval(line) for line in printed.splitlines() if line.startswith("[") and "]" == line[-1:]
-                     and not line.startswith("[MagCache]")]
+    lines = [line for line in printed.splitlines() if line.startswith("[") and line.endswith("]")]
+    printed_lists = [ast.literal_eval(line) for line in lines if not line.startswith("[MagCache]")]
     result, log = _generate(folder, tmp_path / "v.npy", cache="magcache", cache_calibrate=tmp_path / "ratios.npy")
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
     ratios = np.load(tmp_path / "ratios.npy")
