@@ -431,6 +431,9 @@ def config_from_options(options: Any):
     foreign = [field for field in given if method not in KNOBS[field]]
     if foreign:
         raise PipelineError(f"--cache {method} takes no {', '.join(_flag(f) for f in foreign)}")
+    if method != "taylorseer" and getattr(options, "offload_chunk", None) is not None:
+        raise PipelineError(f"--cache {method} runs the DiT's blocks in two parts: it needs resident weights "
+                            f"(no --offload-chunk; --cache taylorseer streams)")
     configs = {"taylorseer": _taylorseer_config, "first-block": _first_block_config, "magcache": _magcache_config}
     return configs[method](options)
 
