@@ -211,6 +211,25 @@ def main_command(
     lora: list[str] = typer.Option(None, "--lora", help="LoRA merged into the DiT: SOURCE[=STRENGTH] (a .safetensors "
                                    "file, a folder holding one, or Hub owner/name[/file.safetensors]); repeatable"),
     lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
+    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache "
+                              "(docs/CACHING.md)"),
+    cache_interval: int = typer.Option(None, "--cache-interval", help="taylorseer: one full DiT step in N "
+                                       "(default 5)"),
+    cache_warmup: int = typer.Option(None, "--cache-warmup", help="taylorseer: full DiT steps before caching "
+                                     "(default 3)"),
+    cache_order: int = typer.Option(None, "--cache-order", help="taylorseer: Taylor series order (default 1)"),
+    cache_stop: int = typer.Option(None, "--cache-stop", help="taylorseer: full DiT from this step on "
+                                   "(default: never)"),
+    cache_threshold: float = typer.Option(None, "--cache-threshold", help="first-block (default 0.05), magcache "
+                                          "(default 0.06): the change below which a step reuses the cache"),
+    cache_max_skip: int = typer.Option(None, "--cache-max-skip", help="magcache: most steps skipped in a row "
+                                       "(default 3)"),
+    cache_retention: float = typer.Option(None, "--cache-retention", help="magcache: fraction of first steps never "
+                                          "skipped (default 0.2)"),
+    mag_ratios: Path = typer.Option(None, "--mag-ratios", help="magcache: .npy of the model's per-step "
+                                    "magnitude ratios"),
+    cache_calibrate: Path = typer.Option(None, "--cache-calibrate", help="magcache: skip nothing, write the per-step "
+                                         "ratios of this run to this .npy"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -233,7 +252,11 @@ def main_command(
             fps=fps, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
             save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
             release_stages=release_stages, extra=extra, transformer=transformer, transformer_2=transformer_2,
-            weights_dtype=weights_dtype, lora=tuple(lora or ()), lora_2=tuple(lora_2 or ()))
+            weights_dtype=weights_dtype, lora=tuple(lora or ()), lora_2=tuple(lora_2 or ()), cache=cache,
+            cache_interval=cache_interval,
+            cache_warmup=cache_warmup, cache_order=cache_order, cache_stop=cache_stop, cache_threshold=cache_threshold,
+            cache_max_skip=cache_max_skip, cache_retention=cache_retention, mag_ratios=mag_ratios,
+            cache_calibrate=cache_calibrate)
 
     if plan:
         def planned():

@@ -158,6 +158,7 @@ def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, co
     """
     from vidax.zoo.runtime import use_mesh
     from vidax.zoo.samplers import sample
+    from vidax.zoo.step_cache import step_cache_for
 
     stepper = schedule.stepper
     if run.mesh is not None:  # small inputs whole on every device; the DiT's constraints split them
@@ -166,11 +167,15 @@ def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, co
     else:
         latents = jnp.asarray(latents)
     last = [time.perf_counter()]
+    branches = denoisers.family.cache_branches(denoisers.settings)
+    cache = step_cache_for(run.options, branches, stepper.num_steps)  # None: no --cache
 
     def model_fn(x, i, t):
         expert = schedule.experts[i]
         denoiser = denoisers.get(expert)
         predict = predictor(expert, denoiser.dit, i)
+        if cache is not None:  # the step's decision first: a skipped step runs no DiT
+            return cache.predict(denoiser, predict, expert, i, x, jnp.float32(t), cond, schedule.knobs(i, expert))
         return denoiser.predict(predict, x, jnp.float32(t), cond, schedule.knobs(i, expert))
 
     def on_step(i, x):
@@ -186,4 +191,6 @@ def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, co
     on_mesh = use_mesh(run.mesh, rules) if run.mesh is not None else contextlib.nullcontext()
     with run.timer.stage(stage, total=stepper.num_steps), on_mesh:
         out = sample(model_fn, stepper, latents, callback=on_step, step_noise=noise)
+        if cache is not None:
+            run.step_cache_log.extend(cache.finish(stage))
         return run.gather(out)

@@ -524,7 +524,10 @@ def _flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 # How a GenerateOptions field is compared across processes: by value unless named here (None: not at
 # all, it is each host's own; "weights": the converted folder's manifests and configs; "file": contents).
 _REQUEST_RULES: dict[str, str | None] = {"out": None, "compile_cache": None, "weights": "weights",
-                                         "latents": "file", "image": "file", "images": "files", "extra": "extra"}
+                                         "latents": "file", "image": "file", "images": "files", "extra": "extra",
+                                         "mag_ratios": "file", "cache_calibrate": None,
+                                         # a DiT's own file (GGUF, fp8): by name and size, as a weights file
+                                         "transformer": "weights", "transformer_2": "weights"}
 
 
 def request_record(options: Any) -> dict[str, Any]:

@@ -171,6 +171,9 @@ class Family:
     size_multiple: ClassVar[int] = 16  # height and width are multiples of this (the reference's check_inputs)
     frame_step: ClassVar[int] = 4  # frames are frame_step * k + 1 (1: any count; see fit_sizes)
     default_negative_prompt: ClassVar[str] = ""
+    # diffusers' `cache_context` names of a guided step's DiT calls (one per CFG branch; one name where
+    # the reference pipeline batches both): the step-cache log's branches
+    cache_contexts: ClassVar[tuple[str, ...]] = ("cond", "uncond")
 
     def __init__(self, entry: ModelEntry, options: GenerateOptions, source: WeightsSource | None = None):
         self.entry = entry
@@ -440,6 +443,10 @@ class Family:
         """A frozen (hashable) callable `predict(run, latents, timestep, cond, knobs) -> model output`
         for the loaded denoiser `dit` at `step` (a per-step branch set is a new configuration)."""
         raise NotImplementedError
+
+    def cache_branches(self, s: Settings) -> tuple[str, ...]:
+        """The `cache_contexts` a step of `s` calls the DiT under (unguided: the first only)."""
+        return self.cache_contexts if self.needs_negative(s) else self.cache_contexts[:1]
 
     def needs_negative(self, s: Settings) -> bool:
         """Whether any step runs the negative prompt's branch (its text is encoded only then)."""

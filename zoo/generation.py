@@ -15,6 +15,7 @@ import numpy as np
 from vidax.zoo.family import Decoded, Family, Inputs, Settings
 from vidax.zoo.pipeline import GenerateOptions, GenerateResult, PipelineError, Progress, StageTimer, check_output_room
 from vidax.zoo.stages import Run, StageCache
+from vidax.zoo.step_cache import config_from_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +31,7 @@ def prepare(family: Family, options: GenerateOptions) -> Request:
     """Validate a request before any work: every one-line error a user can cause is raised here."""
     if options.offload_chunk is not None and options.offload_chunk < 1:
         raise PipelineError(f"--offload-chunk must be at least 1 block, got {options.offload_chunk}")
+    config_from_options(options)  # --cache and its knobs
     family.check_multiprocess_source()
     family.adapters  # LoRAs found and hashed (one line if not) before any work
     inputs = family.read_inputs(options)
@@ -69,5 +71,7 @@ def generate_video(family: Family, options: GenerateOptions, progress: Progress 
     settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": family.name,
                 "variant": family.entry.variant, "weights_source": family.source.label,
                 "latent_shape": list(family.latent_shape(s)), **decoded.settings, **family.lora_settings()}
+    if options.cache is not None:  # per step and CFG branch: whether the full DiT ran
+        settings["step_cache_steps"] = run.step_cache_log
     return GenerateResult(frames=np.asarray(decoded.frames, np.float32), latents=final, fps=s.fps,
                           settings=settings, times=timer.times, audio=decoded.audio, sample_rate=decoded.sample_rate)

@@ -79,6 +79,12 @@ class GenerateOptions:
         `.safetensors` file, a folder holding one, or a Hub repo `owner/name[/file.safetensors]`; strength
         1.0 by default, negative allowed); several add up (docs/LORA.md).
       lora_2: the same for Wan2.2 A14B's second (low-noise) expert, `transformer_2`.
+      cache: a step cache (`vidax.zoo.step_cache.METHODS`; docs/CACHING.md); None: every step runs the DiT.
+      cache_interval, cache_warmup, cache_order, cache_stop: TaylorSeer's `cache_interval`,
+        `disable_cache_before_step`, `max_order`, `disable_cache_after_step` (None: diffusers' defaults).
+      cache_threshold: first-block cache's and MagCache's `threshold`; cache_max_skip, cache_retention:
+        MagCache's `max_skip_steps`, `retention_ratio`; mag_ratios: `.npy` of its per-step ratios;
+        cache_calibrate: run MagCache's calibration (no step skipped) and write the ratios to this `.npy`.
     """
 
     model: str
@@ -113,6 +119,16 @@ class GenerateOptions:
     weights_dtype: str | None = None
     lora: tuple[str, ...] = ()
     lora_2: tuple[str, ...] = ()
+    cache: str | None = None
+    cache_interval: int | None = None
+    cache_warmup: int | None = None
+    cache_order: int | None = None
+    cache_stop: int | None = None
+    cache_threshold: float | None = None
+    cache_max_skip: int | None = None
+    cache_retention: float | None = None
+    mag_ratios: Path | None = None
+    cache_calibrate: Path | None = None
 
     def __post_init__(self):
         check_options(self)

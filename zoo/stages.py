@@ -59,6 +59,7 @@ class Run:
     timer: StageTimer = dataclasses.field(default_factory=StageTimer)
     cache: StageCache | None = None
     resident: dict = dataclasses.field(default_factory=dict)  # stage weights kept by --keep-stages
+    step_cache_log: list = dataclasses.field(default_factory=list)  # --cache: per step, whether the full DiT ran
 
     def __post_init__(self):
         if self.cache is not None:

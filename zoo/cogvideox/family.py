@@ -139,6 +139,7 @@ class CogVideoXFamily(Family):
 
     name = "cogvideox"
     settings_class = CogVideoXSettings
+    cache_contexts = ("cond_uncond",)  # the reference batches both CFG branches in one DiT call
     samplers = tuple(SAMPLERS)
     flags = (
         Flag("--dynamic-cfg", "dynamic_cfg", bool,

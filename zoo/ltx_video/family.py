@@ -177,6 +177,7 @@ class LTXVideoFamily(Family):
 
     name = "ltx_video"
     settings_class = LTXSettings
+    cache_contexts = ("cond_uncond",)  # the reference batches the CFG (and STG) branches in one DiT call
     default_negative_prompt = ""
     flags = (
         Flag("--guidance-rescale", "guidance_rescale", float,

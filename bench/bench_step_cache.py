@@ -1,0 +1,162 @@
+"""Step caches on CPU: a guided sampling loop of the Wan DiT with each `--cache` method, vidax vs diffusers.
+
+Wan2.1-T2V-1.3B layer shapes (hidden 1536 = 12 heads x 128, FFN 8960, text 4096) with a few blocks
+(`VIDAX_BENCH_LAYERS`, default 2), 17 frames 160x288 (5 x 10 x 18 = 900 tokens), 512 text tokens,
+`VIDAX_BENCH_STEPS` (default 50) flow-Euler steps with CFG (two DiT calls per step in diffusers,
+`cache_context("cond")` / `("uncond")`; one batched call in vidax), fp32 at highest precision, random
+weights through the real spec. For no cache and each method with the same settings on both sides:
+the wall seconds of the whole loop (compiles excluded: vidax runs the loop once before timing it),
+its ratio to the same side's uncached loop, the fraction of DiT calls that ran in full, and the
+largest |difference| of the final latents from the uncached ones (random weights: a quality figure
+needs the trained model). Not a test: it prints figures and asserts nothing.
+
+    .venv/bin/python -m bench step_cache
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+FRAMES, HEIGHT, WIDTH, TEXT_LEN = 17, 160, 288, 512
+STEPS = int(os.environ.get("VIDAX_BENCH_STEPS", "50"))
+LAYERS = int(os.environ.get("VIDAX_BENCH_LAYERS", "2"))
+CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
+              text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=LAYERS, cross_attn_norm=True)
+GUIDANCE = 5.0
+# each method at settings that skip a fair share of 50 steps (MagCache with flat made-up ratios)
+METHODS = {
+    "taylorseer": dict(cache_interval=3, cache_warmup=3, cache_order=1),
+    "first-block": dict(cache_threshold=0.05),
+    "magcache": dict(cache_threshold=0.06, cache_max_skip=3, cache_retention=0.2),
+}
+
+
+def _diffusers_config(method: str, torch):
+    import diffusers
+
+    knobs = METHODS[method]
+    if method == "taylorseer":
+        return diffusers.TaylorSeerCacheConfig(
+            cache_interval=knobs["cache_interval"], disable_cache_before_step=knobs["cache_warmup"],
+            max_order=knobs["cache_order"], use_lite_mode=True, taylor_factors_dtype=torch.float32)
+    if method == "first-block":
+        return diffusers.FirstBlockCacheConfig(threshold=knobs["cache_threshold"])
+    return diffusers.MagCacheConfig(threshold=knobs["cache_threshold"], max_skip_steps=knobs["cache_max_skip"],
+                                    retention_ratio=knobs["cache_retention"], num_inference_steps=STEPS,
+                                    mag_ratios=[1.0] + [0.99] * (STEPS - 1))
+
+
+def _sigmas():
+    import numpy as np
+
+    return np.linspace(1.0, 0.0, STEPS + 1, dtype=np.float32)
+
+
+def _diffusers_loop(ref, torch, latents, text, negative, method):
+    """(seconds, final latents, fraction of DiT calls that ran in full) of one guided Euler loop."""
+    full = [0]
+    first_ffn = ref.blocks[-1].ffn.register_forward_hook(lambda *_: full.__setitem__(0, full[0] + 1))
+    if method is not None:
+        ref.enable_cache(_diffusers_config(method, torch))
+    x = torch.from_numpy(latents.copy())
+    sigmas = _sigmas()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for i in range(STEPS):
+            t = torch.tensor([sigmas[i] * 1000.0])
+            with ref.cache_context("cond"):
+                cond = ref(hidden_states=x, timestep=t, encoder_hidden_states=text, return_dict=False)[0]
+            with ref.cache_context("uncond"):
+                uncond = ref(hidden_states=x, timestep=t, encoder_hidden_states=negative, return_dict=False)[0]
+            x = x + (sigmas[i + 1] - sigmas[i]) * (uncond + GUIDANCE * (cond - uncond))
+    seconds = time.perf_counter() - start
+    first_ffn.remove()
+    if method is not None:
+        ref.disable_cache()
+    return seconds, x.numpy(), full[0] / (2 * STEPS)
+
+
+def _vidax_loop(denoiser, latents, cond, method, ratios_file):
+    """(seconds of the second run, final latents, fraction of DiT calls that ran in full)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.step_cache import step_cache_for
+    from vidax.zoo.wan.family import WanPredict
+
+    predict = WanPredict(True, "float32", (2, 2))
+    knobs = dict(METHODS.get(method, {}), **({"mag_ratios": ratios_file} if method == "magcache" else {}))
+    options = GenerateOptions(model="wan2.1-t2v-1.3b", prompt="", cache=method, **knobs)
+    sigmas = _sigmas()
+    scale = {"scale": jnp.float32(GUIDANCE)}
+
+    def loop():
+        cache = step_cache_for(options, ("cond", "uncond"), STEPS)
+        x = jnp.asarray(latents)
+        for i in range(STEPS):
+            t = jnp.float32(sigmas[i] * 1000.0)
+            v = denoiser.predict(predict, x, t, cond, scale) if cache is None else \
+                cache.predict(denoiser, predict, 0, i, x, t, cond, scale)
+            x = x + (sigmas[i + 1] - sigmas[i]) * v
+        x.block_until_ready()
+        log = cache.finish("denoise") if cache is not None else []
+        ran = sum(sum(entry["full_dit"].values()) for entry in log) if log else 2 * STEPS
+        return np.asarray(x), ran / (2 * STEPS)
+
+    loop()  # compiles every variant the loop takes
+    start = time.perf_counter()
+    out, fraction = loop()
+    return time.perf_counter() - start, out, fraction
+
+
+def main() -> None:
+    import jax
+    import numpy as np
+    import torch
+    from diffusers import WanTransformer3DModel
+    from flax.traverse_util import unflatten_dict
+    from safetensors.torch import save_file
+
+    from vidax.translator import convert, load_spec
+    from vidax.zoo.denoise import LoadedDiT
+    from vidax.zoo.dit import place_resident
+    from vidax.zoo.wan.config import WanTransformerConfig
+    from vidax.zoo.wan.family import WanCondition
+    from vidax.zoo.wan.transformer import WanTransformer
+
+    jax.config.update("jax_default_matmul_precision", "highest")
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    torch.manual_seed(0)
+    ref = WanTransformer3DModel(**CONFIG).eval()
+    rng = np.random.default_rng(0)
+    latents = rng.standard_normal((1, 16, (FRAMES - 1) // 4 + 1, HEIGHT // 8, WIDTH // 8), dtype=np.float32)
+    text = rng.standard_normal((2, TEXT_LEN, CONFIG["text_dim"]), dtype=np.float32)
+    model = WanTransformer(WanTransformerConfig.from_hf_config(dict(ref.config)))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "transformer"
+        folder.mkdir()
+        save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, folder / "diffusion_pytorch_model.safetensors")
+        tree = convert(load_spec("wan/transformer"), tmp, model.param_shapes(), dtype="float32")
+        denoiser = LoadedDiT(model, place_resident(model, unflatten_dict(dict(tree), sep="/")))
+        del tree
+        ratios_file = Path(tmp) / "ratios.npy"
+        np.save(ratios_file, np.asarray([1.0] + [0.99] * (STEPS - 1), np.float32))
+        cond = WanCondition(jax.numpy.asarray(text), None, None, None)
+        torch_text = [torch.from_numpy(text[i:i + 1]) for i in range(2)]
+        rows, base = [], {}
+        for method in (None, *METHODS):
+            ours = _vidax_loop(denoiser, latents, cond, method, ratios_file)
+            theirs = _diffusers_loop(ref, torch, latents, *torch_text, method)
+            base = base or {"vidax": ours, "diffusers": theirs}
+            rows.append((method or "none", ours, theirs))
+    print(f"Wan DiT {LAYERS} blocks at 1.3B widths, {STEPS} guided steps, {FRAMES}x{HEIGHT}x{WIDTH}")
+    print(f"{'cache':<12} {'side':<10} {'seconds':>8} {'vs none':>8} {'full DiT':>9} {'max |dx|':>10}")
+    for name, ours, theirs in rows:
+        for side, (seconds, out, fraction) in (("vidax", ours), ("diffusers", theirs)):
+            ratio = base[side][0] / seconds
+            drift = float(np.abs(out - base[side][1]).max())
+            print(f"{name:<12} {side:<10} {seconds:8.1f} {ratio:7.2f}x {fraction:8.0%} {drift:10.2e}")

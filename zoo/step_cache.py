@@ -1,0 +1,508 @@
+"""Step caches: steps that skip DiT work, decided as diffusers' cache hooks decide them.
+
+Each method is a small frozen config plus pure functions of its state; `StepCache` applies one to a
+`denoise` pass (`vidax.zoo.denoise`), keeping one state per DiT call of a step and a log of which
+steps ran the full DiT per CFG branch (the sidecar's `step_cache_steps`).
+
+- TaylorSeer (diffusers `TaylorSeerCacheConfig(use_lite_mode=True, taylor_factors_dtype=float32)`):
+  the whole DiT output of a call is extrapolated from finite differences of the outputs of the steps
+  that ran. The decision is a function of the step index alone.
+- First-block cache (`FirstBlockCacheConfig`): the first block always runs; the relative mean change
+  of its residual against the last full step's decides whether the remaining blocks run or their
+  cached residual is added. The decision is taken on the device (`lax.cond`): no host value.
+- MagCache (`MagCacheConfig`): accumulated magnitude-ratio error of given per-step ratios decides,
+  on the host and ahead of the DiT, whether all blocks run or the last residual is added; no device
+  value at all. `calibrate` runs every step and records the ratios.
+
+Decisions are taken as the family's diffusers pipeline takes them: where it calls the DiT once per
+CFG branch (Wan's `cache_context("cond")` / `("uncond")`) each branch (a row of vidax's batched pair)
+has its own statistic and decision; where it batches both (`"cond_uncond"`) one statistic over the
+pair decides for both. A change of denoiser (Wan2.2 A14B's expert switch) starts from a fresh state,
+as the second expert's own hooks do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+import numpy as np
+
+from vidax.zoo.block_split import forward_split, splittable
+from vidax.zoo.dit import forward
+from vidax.zoo.pipeline import PipelineError
+
+METHODS = ("taylorseer", "first-block", "magcache")
+# GenerateOptions fields of the cache knobs -> the methods that read each (for one-line misuse errors)
+KNOBS = {"cache_interval": ("taylorseer",), "cache_warmup": ("taylorseer",), "cache_order": ("taylorseer",),
+         "cache_stop": ("taylorseer",), "cache_threshold": ("first-block", "magcache"),
+         "cache_max_skip": ("magcache",), "cache_retention": ("magcache",), "mag_ratios": ("magcache",),
+         "cache_calibrate": ("magcache",)}
+
+
+# --- TaylorSeer: the decision and the state, as pure functions --------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TaylorSeerConfig:
+    """diffusers `TaylorSeerCacheConfig` fields (vidax flags: --cache-interval, --cache-warmup,
+    --cache-order, --cache-stop); the defaults are diffusers'."""
+
+    cache_interval: int = 5
+    disable_cache_before_step: int = 3
+    disable_cache_after_step: int | None = None
+    max_order: int = 1
+
+
+def taylorseer_computes(config: TaylorSeerConfig, step: int) -> bool:
+    """Whether call `step` (0-based, counted per denoiser and branch) runs the full DiT: every step
+    before `disable_cache_before_step`, then one step in `cache_interval` (the first one after
+    warm-up + 1, as diffusers counts), and every step from `disable_cache_after_step` on."""
+    before, stop = config.disable_cache_before_step, config.disable_cache_after_step
+    warmup = step < before
+    refresh = (step - before - 1) % config.cache_interval == 0
+    cooldown = stop is not None and step >= stop
+    return warmup or refresh or cooldown
+
+
+def taylor_update(factors: tuple[jax.Array, ...] | None, features: jax.Array, delta_step: int,
+                  max_order: int) -> tuple[jax.Array, ...]:
+    """New Taylor factors (order 0 = `features`, in float32) from the previous ones: divided
+    differences over `delta_step` steps, up to `max_order` (fewer while the history is short)."""
+    new = [features.astype(jnp.float32)]
+    previous = () if factors is None else factors
+    for order in range(min(max_order, len(previous))):
+        if previous[order].shape != new[order].shape:
+            break
+        new.append((new[order] - previous[order]) / delta_step)
+    return tuple(new)
+
+
+def taylor_extrapolate(factors: tuple[jax.Array, ...], offset: int) -> jax.Array:
+    """The Taylor series of `factors` `offset` steps after the last update."""
+    out = jnp.zeros_like(factors[0])
+    for order, factor in enumerate(factors):
+        out = out + factor * (offset**order / math.factorial(order))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TaylorState:
+    """One denoiser's TaylorSeer state: calls seen, the step of the last full run, and per DiT call
+    of a step its factors and output dtype."""
+
+    calls: int = 0
+    last_update: int | None = None
+    factors: tuple[tuple[jax.Array, ...], ...] = ()
+    dtypes: tuple[Any, ...] = ()
+
+
+def taylor_state_after(config: TaylorSeerConfig, state: TaylorState, outputs: tuple[jax.Array, ...]) -> TaylorState:
+    """The state after a step that ran the full DiT and made `outputs` (one per DiT call)."""
+    step = state.calls
+    delta = None if state.last_update is None else step - state.last_update
+    previous = lambda i: state.factors[i] if delta and i < len(state.factors) else None  # noqa: E731
+    factors = tuple(taylor_update(previous(i), out, delta, config.max_order) for i, out in enumerate(outputs))
+    return TaylorState(step + 1, step, factors, tuple(out.dtype for out in outputs))
+
+
+# --- running the denoiser with a recorded or replayed DiT ------------------------------------
+
+
+def _recording(predict: Callable, run: Callable, latents, timestep, cond, knobs):
+    """`predict` with `run` (the DiT), and every DiT output it made, in call order."""
+    outputs = []
+
+    def recorded(*inputs):
+        out = run(*inputs)
+        outputs.append(out)
+        return out
+
+    return predict(recorded, latents, timestep, cond, knobs), tuple(outputs)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _recorded_resident(predict, dit, params, latents, timestep, cond, knobs):
+    return _recording(predict, partial(forward, dit, params), latents, timestep, cond, knobs)
+
+
+@partial(jax.jit, static_argnums=(0,))
+def _replayed(predict, values, latents, timestep, cond, knobs):
+    """`predict` with the DiT's outputs given: its i-th call returns `values[i]` (no weights read)."""
+    calls = iter(values)
+    return predict(lambda *inputs: next(calls), latents, timestep, cond, knobs)
+
+
+def predict_recording(denoiser: Any, predict: Callable, latents, timestep, cond, knobs):
+    """A `LoadedDiT`'s prediction and its DiT outputs (resident: one compiled unit; streamed: host loop)."""
+    if denoiser.streamed is None:
+        return _recorded_resident(predict, denoiser.dit, denoiser.params, latents, timestep, cond, knobs)
+    run = partial(denoiser.streamed, denoiser.params, denoiser.host_blocks)
+    return _recording(predict, run, latents, timestep, cond, knobs)
+
+
+# --- first-block cache: the statistic and one step inside the DiT ---------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstBlockCacheConfig:
+    """diffusers `FirstBlockCacheConfig` (vidax flag: --cache-threshold)."""
+
+    threshold: float = 0.05
+
+
+def first_block_change(residual: jax.Array, previous: jax.Array, per_row: bool) -> jax.Array:
+    """mean |residual - previous| / mean |previous| of the first block's residuals: `[rows]` per batch
+    row (one per CFG branch) or `[1]` over the whole batch."""
+    axes = tuple(range(1, residual.ndim)) if per_row else None
+    change = jnp.mean(jnp.abs(residual - previous), axis=axes) / jnp.mean(jnp.abs(previous), axis=axes)
+    return jnp.reshape(change, (-1,))
+
+
+def _stream(hidden: Any) -> jax.Array:
+    """The video token stream of a block's hidden state (an array, or a joint stream's `video`)."""
+    if isinstance(hidden, jax.Array):
+        return hidden
+    if not hasattr(hidden, "video"):  # e.g. LTX-Video's (hidden, block index) under STG
+        raise PipelineError("this --cache reads the DiT's video tokens between blocks: this run's hidden state "
+                            f"({type(hidden).__name__}) is not one (use --cache taylorseer)")
+    return hidden.video
+
+
+def _with_stream(hidden: Any, video: jax.Array) -> Any:
+    return video if isinstance(hidden, jax.Array) else hidden.replace(video=video)
+
+
+def _rows(flags: jax.Array, leaf: jax.Array) -> jax.Array:
+    """Row flags `[rows]` (or `[1]`) shaped to broadcast over a `[B, ...]` leaf."""
+    return jnp.reshape(flags, (-1,) + (1,) * (leaf.ndim - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstBlockStep:
+    """One call's first-block-cache step inside the DiT (static: one compiled unit per value)."""
+
+    threshold: float
+    per_row: bool
+
+    def __call__(self, state, h0, run_part):
+        h1 = run_part(h0, "first")
+        residual = (_stream(h1) - _stream(h0)).astype(jnp.float32)
+        rows = residual.shape[0] if self.per_row else 1
+        if state is None:  # nothing cached yet: the whole DiT
+            h_n = run_part(h1, "rest")
+            return h_n, (residual, jax.tree.map(jnp.subtract, h_n, h1)), jnp.ones((rows,), bool)
+        previous, tail = state
+        full = first_block_change(residual, previous, self.per_row) > self.threshold
+        cached = jax.tree.map(jnp.add, h1, tail)
+        rest = jax.lax.cond(jnp.any(full), lambda h: run_part(h, "rest"), lambda h: cached, h1)
+        pick = lambda a, b: jnp.where(_rows(full, a), a, b)  # noqa: E731
+        h_n = jax.tree.map(pick, rest, cached)
+        new_tail = jax.tree.map(pick, jax.tree.map(jnp.subtract, rest, h1), tail)
+        return h_n, (pick(residual, previous), new_tail), full
+
+
+# --- MagCache: the decision on the host, one step inside the DiT ------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MagCacheConfig:
+    """diffusers `MagCacheConfig` (vidax flags: --cache-threshold, --cache-max-skip, --cache-retention,
+    --mag-ratios, --cache-calibrate); `num_inference_steps` is the pass's step count."""
+
+    threshold: float = 0.06
+    max_skip_steps: int = 3
+    retention_ratio: float = 0.2
+    mag_ratios: tuple[float, ...] | None = None
+    calibrate: bool = False
+
+
+def nearest_interp(ratios: np.ndarray, length: int) -> np.ndarray:
+    """`ratios` resampled to `length` steps by nearest index (round half to even, float32), as diffusers."""
+    ratios = np.asarray(ratios, np.float32)
+    if length == 1:
+        return ratios[-1:]
+    scale = np.float32((len(ratios) - 1) / (length - 1))
+    return ratios[np.round(np.arange(length, dtype=np.float32) * scale).astype(np.int64)]
+
+
+@dataclasses.dataclass(frozen=True)
+class MagState:
+    """One denoiser's MagCache accumulators (float32, as the reference keeps them) and whether a
+    residual is cached."""
+
+    step: int = 0
+    ratio: np.float32 = np.float32(1.0)
+    error: np.float32 = np.float32(0.0)
+    skipped: int = 0
+    cached: bool = False
+
+
+def magcache_decide(config: MagCacheConfig, ratios: np.ndarray | None, steps: int,
+                    state: MagState) -> tuple[bool, MagState]:
+    """(whether this step runs every block, the accumulators after the decision)."""
+    if config.calibrate or state.step < int(config.retention_ratio * steps + 0.5):
+        return True, state
+    scale = ratios[state.step] if state.step < len(ratios) else np.float32(1.0)
+    ratio = np.float32(state.ratio * scale)
+    error = np.float32(state.error + np.abs(np.float32(1.0) - ratio))
+    skipped = state.skipped + 1
+    if state.cached and error <= config.threshold and skipped <= config.max_skip_steps:
+        return False, dataclasses.replace(state, ratio=ratio, error=error, skipped=skipped)
+    return True, dataclasses.replace(state, ratio=np.float32(1.0), error=np.float32(0.0), skipped=0)
+
+
+def magcache_advance(state: MagState, computed: bool, steps: int) -> MagState:
+    """The state after a step: the next index; a full pass of `steps` starts over."""
+    if state.step + 1 >= steps:
+        return MagState()
+    return dataclasses.replace(state, step=state.step + 1, cached=state.cached or computed)
+
+
+def magnitude_ratio(residual: jax.Array, previous: jax.Array, per_row: bool) -> jax.Array:
+    """Calibration: mean over tokens of |residual| / (|previous| + 1e-8), norms over features."""
+    ratio = jnp.linalg.norm(residual, axis=-1) / (jnp.linalg.norm(previous, axis=-1) + 1e-8)
+    axes = tuple(range(1, ratio.ndim)) if per_row else None
+    return jnp.reshape(jnp.mean(ratio, axis=axes), (-1,))
+
+
+@dataclasses.dataclass(frozen=True)
+class MagStep:
+    """One call's MagCache step inside the DiT: every block (`compute`) or the input plus the last
+    residual of the video stream (other streams pass through, as the reference's skipped blocks)."""
+
+    compute: bool
+    calibrate: bool
+    per_row: bool
+
+    def __call__(self, state, h0, run_part):
+        if not self.compute:
+            return _with_stream(h0, _stream(h0) + state), state, jnp.zeros((1,), bool)
+        h_n = run_part(h0, "all")
+        residual = _stream(h_n) - _stream(h0)
+        if self.calibrate:
+            ratio = jnp.ones((1,)) if state is None else magnitude_ratio(residual, state, self.per_row)
+            return h_n, residual, ratio
+        return h_n, residual, jnp.ones((1,), bool)
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2))
+def _split_prediction(predict, dit, step, params, states, latents, timestep, cond, knobs):
+    """`predict` with each DiT call's blocks run by `step(state, hidden, run_part)`; returns the
+    prediction and, per call, (its new state, its flags)."""
+    made = []
+
+    def run(*inputs):
+        state = states[len(made)] if len(made) < len(states) else None
+
+        def blocks(h0, run_part):
+            h_n, new_state, flags = step(state, h0, run_part)
+            made.append((new_state, flags))
+            return h_n
+
+        return forward_split(dit, params, *inputs, blocks=blocks)
+
+    return predict(run, latents, timestep, cond, knobs), tuple(made)
+
+
+# --- one denoise pass's cache ------------------------------------------------------------------
+
+
+class StepCache:
+    """A cache method applied to one `denoise` pass: the current denoiser's state (fresh when the
+    step's denoiser changes) and, per step, whether the full DiT ran per CFG branch.
+
+    Args:
+      config: the method's config (`TaylorSeerConfig`, `FirstBlockCacheConfig`, `MagCacheConfig`).
+      branches: the diffusers `cache_context` names of a step's DiT calls (Wan guided: "cond",
+        "uncond", one per batch row; a batched pair: "cond_uncond").
+      steps: the pass's step count (MagCache's `num_inference_steps`).
+      calibrate_to: MagCache calibration: where the ratios are written at the pass's end.
+    """
+
+    def __init__(self, config, branches: tuple[str, ...], steps: int, calibrate_to: Any = None):
+        self.config, self.branches, self.steps, self.calibrate_to = config, branches, steps, calibrate_to
+        self.per_row = len(branches) > 1
+        self.ratios = None
+        if isinstance(config, MagCacheConfig) and config.mag_ratios is not None:
+            self.ratios = nearest_interp(np.asarray(config.mag_ratios), steps)
+        self.expert: int | None = None
+        self.log: list[dict] = []
+
+    def _fresh(self):
+        if isinstance(self.config, TaylorSeerConfig):
+            return TaylorState()
+        return MagState(), ()  # inside the DiT: (MagCache accumulators, per-call states)
+
+    def predict(self, denoiser: Any, predict: Callable, expert: int, step: int, latents, timestep, cond, knobs):
+        if expert != self.expert:  # a new denoiser starts from nothing (its own hooks in diffusers)
+            self.expert, self.state = expert, self._fresh()
+        if isinstance(self.config, TaylorSeerConfig):
+            out, full = self._taylorseer(denoiser, predict, latents, timestep, cond, knobs)
+        else:
+            out, full = self._inside(denoiser, predict, latents, timestep, cond, knobs)
+        self.log.append({"step": step, "expert": expert, "full_dit": full})
+        return out
+
+    def _taylorseer(self, denoiser, predict, latents, timestep, cond, knobs):
+        state = self.state
+        full = taylorseer_computes(self.config, state.calls)
+        if full:
+            out, outputs = predict_recording(denoiser, predict, latents, timestep, cond, knobs)
+            self.state = taylor_state_after(self.config, state, outputs)
+        else:
+            offset = state.calls - state.last_update
+            values = tuple(taylor_extrapolate(f, offset).astype(d) for f, d in zip(state.factors, state.dtypes))
+            out = _replayed(predict, values, latents, timestep, cond, knobs)
+            self.state = dataclasses.replace(state, calls=state.calls + 1)
+        return out, full
+
+    def _inside(self, denoiser, predict, latents, timestep, cond, knobs):
+        """First-block cache and MagCache: the DiT's blocks in parts (resident weights, one block group)."""
+        if denoiser.streamed is not None or not splittable(denoiser.dit):
+            raise PipelineError(f"--cache {self._name()} runs the DiT's blocks in two parts: it needs resident "
+                                f"weights (no --offload-chunk) and a DiT with one block group")
+        mag, calls = self.state
+        if isinstance(self.config, MagCacheConfig):
+            compute, mag = magcache_decide(self.config, self.ratios, self.steps, mag)
+            step = MagStep(compute, self.config.calibrate, self.per_row)
+        else:
+            step, compute = FirstBlockStep(self.config.threshold, self.per_row), None
+        out, made = _split_prediction(predict, denoiser.dit, step, denoiser.params, calls, latents, timestep, cond,
+                                      knobs)
+        calls = tuple(new for new, _ in made)
+        if compute is not None:
+            self.state = (magcache_advance(mag, compute, self.steps), calls)
+            return out, (compute, made[0][1] if self.config.calibrate else None)
+        self.state = (mag, calls)
+        return out, made[0][1]
+
+    def _name(self) -> str:
+        return {FirstBlockCacheConfig: "first-block", MagCacheConfig: "magcache"}.get(type(self.config), "taylorseer")
+
+    def finish(self, stage: str) -> list[dict]:
+        """The pass's log for the sidecar (device flags read once, here) and, calibrating, the ratios written."""
+        entries, ratios = [], []
+        for entry in self.log:
+            full = entry["full_dit"]
+            if isinstance(full, tuple):  # MagCache: (decision, calibration ratio or None)
+                full, ratio = full
+                if ratio is not None:
+                    ratios.append(float(np.asarray(ratio)[0]))
+            flags = np.broadcast_to(np.asarray(full), (len(self.branches),))
+            entries.append({"stage": stage, "step": entry["step"], "expert": entry["expert"],
+                            "full_dit": {b: bool(f) for b, f in zip(self.branches, flags)}})
+        if ratios:
+            for entry, ratio in zip(entries, ratios):
+                entry["mag_ratio"] = ratio
+            if self.calibrate_to is not None:
+                _write_ratios(self.calibrate_to, np.asarray(ratios, np.float32))
+        return entries
+
+
+def _write_ratios(path: Any, ratios: np.ndarray) -> None:
+    """Calibrated ratios to `path` (process 0 of a multi-process run), whole or not at all."""
+    from vidax.zoo.distributed import is_writer
+
+    if not is_writer():
+        return
+    path = Path(path)
+    partial_file = path.with_name(path.name + ".partial.npy")
+    np.save(partial_file, ratios)
+    partial_file.replace(path)
+
+
+def config_from_options(options: Any):
+    """The cache config of a request (None without --cache); PipelineError for a misuse, one line."""
+    method = options.cache
+    given = sorted(field for field in KNOBS if getattr(options, field, None) is not None)
+    if method is None:
+        if given:
+            raise PipelineError(f"{', '.join(_flag(f) for f in given)} need --cache (one of {', '.join(METHODS)})")
+        return None
+    if method not in METHODS:
+        raise PipelineError(f"unknown --cache {method!r} (choose from {', '.join(METHODS)})")
+    foreign = [field for field in given if method not in KNOBS[field]]
+    if foreign:
+        raise PipelineError(f"--cache {method} takes no {', '.join(_flag(f) for f in foreign)}")
+    if method != "taylorseer" and getattr(options, "offload_chunk", None) is not None:
+        raise PipelineError(f"--cache {method} runs the DiT's blocks in two parts: it needs resident weights "
+                            f"(no --offload-chunk; --cache taylorseer streams)")
+    configs = {"taylorseer": _taylorseer_config, "first-block": _first_block_config, "magcache": _magcache_config}
+    return configs[method](options)
+
+
+def _taylorseer_config(options) -> TaylorSeerConfig:
+    defaults = TaylorSeerConfig()
+    config = TaylorSeerConfig(
+        cache_interval=_pick(options.cache_interval, defaults.cache_interval),
+        disable_cache_before_step=_pick(options.cache_warmup, defaults.disable_cache_before_step),
+        disable_cache_after_step=options.cache_stop,
+        max_order=_pick(options.cache_order, defaults.max_order))
+    _check_taylorseer(config)
+    return config
+
+
+def _first_block_config(options) -> FirstBlockCacheConfig:
+    config = FirstBlockCacheConfig(_pick(options.cache_threshold, FirstBlockCacheConfig.threshold))
+    if config.threshold < 0:
+        raise PipelineError(f"--cache-threshold must be 0 or more, got {config.threshold}")
+    return config
+
+
+def _magcache_config(options) -> MagCacheConfig:
+    defaults = MagCacheConfig()
+    calibrate = options.cache_calibrate is not None
+    if options.mag_ratios is None and not calibrate:
+        raise PipelineError("--cache magcache needs --mag-ratios FILE.npy (per-step ratios of this model; "
+                            "--cache-calibrate FILE.npy writes them)")
+    ratios = None if options.mag_ratios is None else _read_ratios(options.mag_ratios)
+    config = MagCacheConfig(threshold=_pick(options.cache_threshold, defaults.threshold),
+                            max_skip_steps=_pick(options.cache_max_skip, defaults.max_skip_steps),
+                            retention_ratio=_pick(options.cache_retention, defaults.retention_ratio),
+                            mag_ratios=ratios, calibrate=calibrate)
+    if config.max_skip_steps < 0 or not 0 <= config.retention_ratio <= 1 or config.threshold < 0:
+        raise PipelineError("--cache-max-skip and --cache-threshold must be 0 or more, --cache-retention from 0 to 1")
+    return config
+
+
+def _read_ratios(path) -> tuple[float, ...]:
+    try:
+        ratios = np.load(path)
+    except (OSError, ValueError) as err:
+        raise PipelineError(f"--mag-ratios {path}: not a readable .npy ({err})") from None
+    if ratios.ndim != 1 or len(ratios) == 0 or not np.all(np.isfinite(ratios)):
+        raise PipelineError(f"--mag-ratios {path}: want a 1-D array of finite per-step ratios, "
+                            f"got shape {ratios.shape}")
+    return tuple(float(r) for r in ratios.astype(np.float32))
+
+
+def _check_taylorseer(config: TaylorSeerConfig) -> None:
+    if config.cache_interval < 1:
+        raise PipelineError(f"--cache-interval must be at least 1, got {config.cache_interval}")
+    if config.disable_cache_before_step < 1:  # step 0 would extrapolate from nothing (diffusers raises)
+        raise PipelineError(f"--cache-warmup must be at least 1 step, got {config.disable_cache_before_step}")
+    if config.max_order < 0:
+        raise PipelineError(f"--cache-order must be 0 or more, got {config.max_order}")
+    if config.disable_cache_after_step is not None and config.disable_cache_after_step < 0:
+        raise PipelineError(f"--cache-stop must be 0 or more, got {config.disable_cache_after_step}")
+
+
+def step_cache_for(options: Any, branches: tuple[str, ...], steps: int) -> StepCache | None:
+    """A fresh cache for one denoise pass of `steps` steps (None without --cache)."""
+    config = config_from_options(options)
+    return None if config is None else StepCache(config, branches, steps, options.cache_calibrate)
+
+
+def _pick(value, default):
+    return default if value is None else value
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")

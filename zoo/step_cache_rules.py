@@ -1,0 +1,131 @@
+"""TeaCache's and EasyCache's decision rules as pure functions, their per-model data in `teacache.toml`.
+
+Neither is wired to `--cache` yet (no diffusers hook to test a run against): these are the rules a
+step cache takes each step, tested against hand-computed values and the reference's coefficients.
+
+- TeaCache (the reference algorithm, ali-vilab/TeaCache): the relative L1 change of the modulated
+  input since the previous step, rescaled by a per-model polynomial, accumulates; a step is skipped
+  (the last residual of all blocks added) while the sum stays under the threshold, and a full step
+  resets it. Warm-up and final steps always run. One accumulator per CFG branch.
+- EasyCache (as ComfyUI defines it): the input's mean change since the last full step, times the
+  last measured output/input change rate, over the last output's mean magnitude, accumulates; a
+  step reuses the cached output-minus-input while the sum stays under `reuse_threshold`. Only steps
+  with sigma at or below the `start_percent` point take the rule; from the `end_percent` point on
+  every step runs and nothing is recorded. The prompt branch decides for all branches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+COEFFICIENTS_FILE = Path(__file__).with_name("teacache.toml")
+
+
+# --- TeaCache -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TeaCacheRule:
+    """One model's TeaCache data: the rescaling polynomial (highest power first) and the steps that
+    always run at the start and at the end."""
+
+    coefficients: tuple[float, ...]
+    warmup_steps: int
+    final_steps: int
+
+
+@cache
+def teacache_rules() -> dict:
+    """{model: {modulated input: TeaCacheRule}} from `teacache.toml`."""
+    table = tomllib.loads(COEFFICIENTS_FILE.read_text())["teacache"]
+    return {model: {name: TeaCacheRule(tuple(rule["coefficients"]), rule["warmup_steps"], rule["final_steps"])
+                    for name, rule in inputs.items()} for model, inputs in table.items()}
+
+
+def teacache_rule(model: str, modulated: str) -> TeaCacheRule:
+    """The published rule of `model` for its `modulated` input ("e0", "e", "modulated"); KeyError naming
+    the models and inputs there are."""
+    rules = teacache_rules()
+    if model not in rules or modulated not in rules[model]:
+        have = ", ".join(f"{m} ({'/'.join(r)})" for m, r in rules.items())
+        raise KeyError(f"no TeaCache coefficients for {model} {modulated} (published: {have})")
+    return rules[model][modulated]
+
+
+def relative_l1(current: np.ndarray, previous: np.ndarray) -> float:
+    """mean |current - previous| / mean |previous|."""
+    return float(np.abs(current - previous).mean() / np.abs(previous).mean())
+
+
+def teacache_decide(rule: TeaCacheRule, threshold: float, accumulated: float, change: float | None,
+                    step: int, steps: int) -> tuple[bool, float]:
+    """(whether step `step` of `steps` runs the DiT, the accumulated rescaled change after it)."""
+    if change is None or step < rule.warmup_steps or step >= steps - rule.final_steps:
+        return True, 0.0
+    accumulated = accumulated + float(np.polyval(rule.coefficients, change))
+    if accumulated < threshold:
+        return False, accumulated
+    return True, 0.0
+
+
+# --- EasyCache ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class EasyCacheConfig:
+    """ComfyUI's EasyCache node: `reuse_threshold`, `start_percent`, `end_percent` (its defaults)."""
+
+    reuse_threshold: float = 0.2
+    start_percent: float = 0.15
+    end_percent: float = 0.95
+
+
+@dataclasses.dataclass(frozen=True)
+class EasyState:
+    """The cumulative approximate change, the last output/input change rate, the last output's mean |.|."""
+
+    cumulative: float = 0.0
+    rate: float | None = None
+    output_norm: float | None = None
+
+
+def flow_percent_to_sigma(percent: float, shift: float) -> float:
+    """The sigma at `percent` of a flow schedule shifted by `shift` (ComfyUI's discrete-flow sampling)."""
+    if percent <= 0.0:
+        return 1.0
+    if percent >= 1.0:
+        return 0.0
+    t = 1.0 - percent
+    return t if shift == 1.0 else shift * t / (1 + (shift - 1) * t)
+
+
+def easycache_phase(config: EasyCacheConfig, sigma: float, shift: float) -> str:
+    """"before" (runs, recorded), "active" (the rule decides) or "past_end" (runs, nothing recorded)."""
+    if not sigma > flow_percent_to_sigma(config.end_percent, shift):
+        return "past_end"
+    return "active" if sigma <= flow_percent_to_sigma(config.start_percent, shift) else "before"
+
+
+def easycache_decide(config: EasyCacheConfig, state: EasyState, input_change: float | None) -> tuple[bool, EasyState]:
+    """(whether an active step reuses the cache, the state after the decision)."""
+    if state.output_norm is None or state.rate is None or input_change is None:
+        return False, state
+    cumulative = state.cumulative + state.rate * input_change / state.output_norm
+    if cumulative < config.reuse_threshold:
+        return True, dataclasses.replace(state, cumulative=cumulative)
+    return False, dataclasses.replace(state, cumulative=0.0)
+
+
+def easycache_after_full(state: EasyState, input_change: float | None, output_change: float | None,
+                         output_norm: float) -> EasyState:
+    """The state after a full step: the output/input change rate (when both changes are known) and the
+    new output's mean magnitude."""
+    rate = state.rate
+    if output_change is not None and state.output_norm is not None and input_change is not None:
+        rate = output_change / input_change
+    return dataclasses.replace(state, rate=rate, output_norm=output_norm)
