@@ -1,0 +1,325 @@
+"""Real size without weights: every stage of a registry model compiled on abstract arrays.
+
+`dry_run(family, options, devices, device_bytes)` builds the stages a generation runs from the
+registry's configs alone — the text encoder, the DiT step under the mesh (and layout) the run would
+use, the VAE decode unit — with `jax.ShapeDtypeStruct` weights carrying the shardings placement would
+give them, lowers and compiles each (`jax.jit(...).lower(...).compile()`), and reports per stage what
+XLA's buffer assignment says one device holds (arguments, outputs, temporaries), the memory planner's
+prediction beside it, the compile time and the FLOPs XLA counts. Nothing is downloaded, no weight is
+allocated: compiling is all it does.
+
+What each family contributes is data in `FAMILY_STAGES` (how to build its DiT at a given depth, the
+condition its predictor reads, its VAE decode unit, its text encoder). A family without an entry is
+refused with one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from vidax.zoo.pipeline import PipelineError
+
+
+@dataclasses.dataclass(frozen=True)
+class StageMemory:
+    """One compiled stage: XLA's bytes per device, the planner's prediction, compile time, FLOPs."""
+
+    stage: str
+    argument: int
+    output: int
+    temp: int
+    alias: int  # outputs that reuse a donated argument's buffer (counted once)
+    planned: int | None
+    compile_seconds: float
+    flops: float | None
+
+    @property
+    def total(self) -> int:
+        return self.argument + self.output + self.temp - self.alias
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.planned is None or not self.total else self.planned / self.total
+
+
+@dataclasses.dataclass(frozen=True)
+class DryRun:
+    """The stages of one dry run, the layout they were compiled for, and the devices' memory."""
+
+    model: str
+    size: str
+    layout: Any  # planner.Layout
+    devices: int
+    device_bytes: int
+    stages: tuple[StageMemory, ...]
+
+    @property
+    def fits(self) -> bool:
+        return all(stage.total <= self.device_bytes for stage in self.stages)
+
+
+# --- abstract arrays ----------------------------------------------------------------------------
+
+
+def abstract(tree: Any, shardings: Any = None, dtype: Any = None) -> Any:
+    """ShapeDtypeStructs of `tree`'s leaves (arrays or structs), with `shardings` (a tree or one sharding)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    if shardings is None or isinstance(shardings, jax.sharding.Sharding):
+        shards = [shardings] * len(leaves)
+    else:
+        shards = treedef.flatten_up_to(shardings)
+    return treedef.unflatten([
+        jax.ShapeDtypeStruct(leaf.shape, _dtype_of(leaf, dtype), sharding=sharding)
+        for leaf, sharding in zip(leaves, shards)])
+
+
+def _dtype_of(leaf: Any, dtype: Any) -> Any:
+    """`dtype` for float leaves (the weights' dtype), the leaf's own otherwise."""
+    if dtype is not None and jnp.issubdtype(leaf.dtype, jnp.floating):
+        return jnp.dtype(dtype)
+    return leaf.dtype
+
+
+def compile_stage(stage: str, fn: Callable, args: tuple, *, planned: int | None = None,
+                  donate: tuple[int, ...] = (), static: tuple[int, ...] = ()) -> StageMemory:
+    """Lower and compile `fn(*args)` (abstract args) and read XLA's memory and cost analyses."""
+    start = time.perf_counter()
+    compiled = jax.jit(fn, donate_argnums=donate, static_argnums=static).lower(*args).compile()
+    seconds = time.perf_counter() - start
+    memory = compiled.memory_analysis()
+    return StageMemory(stage, int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
+                       int(memory.temp_size_in_bytes), int(memory.alias_size_in_bytes), planned, seconds,
+                       _flops(compiled))
+
+
+def _flops(compiled: Any) -> float | None:
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):  # older jax: one dict per computation
+        cost = cost[0] if cost else None
+    return None if not cost else float(cost.get("flops", 0.0))
+
+
+# --- the DiT step -------------------------------------------------------------------------------
+
+
+def dit_params(dit: Any, dtype: Any, mesh: Any, rules: Any) -> Any:
+    """The DiT's parameters as abstract arrays, sharded as `sharding.place_model` would place them
+    (one device: each layer its own tree on CPU, as `dit.place_resident` does)."""
+    from vidax.zoo.dit import block_groups
+    from vidax.zoo.sharding import mesh_shardings
+
+    shapes = jax.eval_shape(lambda: dit.init_params(jax.random.key(0)))
+    if mesh is not None:
+        return abstract(shapes, mesh_shardings(dit.logical_specs(), rules, mesh), dtype)
+    params = abstract(shapes, SingleDeviceSharding(jax.devices()[0]), dtype)
+    if jax.default_backend() != "cpu":
+        return params
+    for group in block_groups(dit):
+        stack = params[group.name]
+        depth = jax.tree.leaves(stack)[0].shape[0]
+        layer = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype, sharding=s.sharding), stack)
+        params[group.name] = (layer,) * depth
+    return params
+
+
+def dit_step(predict: Callable, dit: Any) -> Callable:
+    """One sampling step's prediction with the whole DiT resident (what `denoise` compiles per step)."""
+    from vidax.zoo.dit import forward
+
+    def step(params, latents, timestep, cond, knobs):
+        return predict(partial(forward, dit, params), latents, timestep, cond, knobs)
+
+    return step
+
+
+def replicated(mesh: Any) -> jax.sharding.Sharding:
+    """How `denoise` places the latents and the condition: whole on every device of the mesh."""
+    if mesh is None:
+        return SingleDeviceSharding(jax.devices()[0])
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def compile_dit_step(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any,
+                     planned: int | None) -> StageMemory:
+    """The DiT step of `family` at settings `s` on `mesh` (None: one device)."""
+    from vidax.zoo.runtime import use_mesh
+
+    rules = family.transformer_rules
+    inputs = replicated(mesh)
+    latents = jax.ShapeDtypeStruct(family.latent_shape(s), jnp.float32, sharding=inputs)
+    timestep = jax.ShapeDtypeStruct((), jnp.float32, sharding=inputs)
+    knobs = abstract(family.step_knobs(s, family.stepper(s, latents.shape), 0, 0), inputs)
+    predict = family.predictor(s, 0, dit, 0)
+    args = (dit_params(dit, dtype, mesh, rules), latents, timestep, abstract(cond, inputs), knobs)
+    if mesh is None:
+        return compile_stage("dit step", dit_step(predict, dit), args, planned=planned)
+    with use_mesh(mesh, rules):
+        return compile_stage("dit step", dit_step(predict, dit), args, planned=planned)
+
+
+# --- families -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyStages:
+    """What a family gives the dry run, each a function of `(family, s, ...)`:
+
+    dit: `(family, s, depth, dtype) -> DiT module` (depth None: the config's).
+    cond: `(family, s, batch) -> the predictor's condition` as ShapeDtypeStructs.
+    vae_decode: `(family, s) -> [(stage name, fn, abstract args, donate, static)]`, the decode units.
+    text_encoder: `(family, s, dtype) -> (fn, abstract args)` or None.
+    """
+
+    dit: Callable
+    cond: Callable
+    vae_decode: Callable
+    text_encoder: Callable | None = None
+
+
+def _wan_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.wan.transformer import WanTransformer
+
+    cfg = family.model.transformer
+    cfg = cfg if depth is None else dataclasses.replace(cfg, num_layers=depth)
+    return WanTransformer(cfg, dtype=jnp.dtype(dtype))
+
+
+def _wan_cond(family: Any, s: Any, batch: int) -> Any:
+    from vidax.zoo.wan.family import WanCondition
+    from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH
+
+    m = family.model
+    f32 = jnp.float32
+    text = jax.ShapeDtypeStruct((batch, MAX_SEQUENCE_LENGTH, m.transformer.text_dim), f32)
+    image = None
+    if m.image_encoder is not None:
+        rows = 2 if m.first_last_frame else 1
+        image = jax.ShapeDtypeStruct((rows, 257, m.image_encoder.hidden_size), f32)
+    _, z, frames, h, w = family.latent_shape(s)
+    latents = first = None
+    if m.concat_condition:
+        latents = jax.ShapeDtypeStruct((1, 4 + z, frames, h, w), f32)
+    return WanCondition(text, image, latents, first)
+
+
+def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...]) -> list[tuple]:
+    """The Wan VAE's two compiled decode units (the first latent frame, then each next one with the
+    causal cache), as `WanVAE.decode` runs them: `[(name, fn, args, donate, static)]`."""
+    from vidax.zoo.wan_vae import WanVAE, _chunk
+
+    vae = WanVAE(config)
+    device = SingleDeviceSharding(jax.devices()[0])
+    params = abstract(jax.eval_shape(lambda: vae.init_params(jax.random.key(0))), device)
+    _, z, _, h, w = latent_shape
+    chunk = jax.ShapeDtypeStruct((1, 1, h, w, z), jnp.float32, sharding=device)
+    _, cache = jax.eval_shape(lambda p, x: _chunk(vae.module, "decode_chunk", p, None, x, True), params, chunk)
+    cache = abstract(cache, device)
+    return [("vae decode (first frame)", _chunk, (vae.module, "decode_chunk", params, None, chunk, True), (), (0, 1, 5)),
+            ("vae decode (next frames)", _chunk, (vae.module, "decode_chunk", params, cache, chunk, False), (3,), (0, 1, 5))]
+
+
+def _wan_vae(family: Any, s: Any) -> list[tuple]:
+    return wan_vae_decode_units(family.model.vae, family.latent_shape(s))
+
+
+def _wan_text(family: Any, s: Any, dtype: Any):
+    from vidax.zoo.encoders.t5 import T5EncoderModel
+    from vidax.zoo.wan.family import UMT5_XXL
+    from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH, _encode
+
+    model = T5EncoderModel(family.model.text_encoder or UMT5_XXL, dtype=jnp.float32)
+    device = SingleDeviceSharding(jax.devices()[0])
+    ids = jax.ShapeDtypeStruct((2 if s.guided else 1, MAX_SEQUENCE_LENGTH), jnp.int32, sharding=device)
+    params = nn.unbox(jax.eval_shape(lambda i: model.init(jax.random.key(0), i, i), ids))
+    return _encode.__wrapped__, (model, abstract(params, device, dtype), ids, ids), (0,)
+
+
+FAMILY_STAGES: dict[str, FamilyStages] = {
+    "wan": FamilyStages(_wan_dit, _wan_cond, _wan_vae, _wan_text),
+}
+
+
+def stages_of(family: Any) -> FamilyStages:
+    stages = FAMILY_STAGES.get(family.entry.family)
+    if stages is None:
+        have = ", ".join(sorted(FAMILY_STAGES))
+        raise PipelineError(f"{family.name}: --dry-run does not build the {family.entry.family} family's stages yet "
+                            f"(it does: {have})")
+    return stages
+
+
+# --- the planner at the compiled depth ----------------------------------------------------------
+
+
+def job_at_depth(job: Any, depth: int | None) -> Any:
+    """The planner's job with the DiT cut to `depth` blocks (one block group)."""
+    if depth is None:
+        return job
+    dit = dataclasses.replace(job.dit, depth=depth, total_block_params=depth * job.dit.block_params)
+    return dataclasses.replace(job, dit=dit)
+
+
+def planned_dit_bytes(job: Any, layout: Any) -> int:
+    """The planner's per-device figure for one DiT step: resident weights plus one block's activations."""
+    from vidax.zoo.planner import predict
+
+    prediction = predict(job, layout)
+    return prediction.weights + prediction.activations
+
+
+def planned_vae_bytes(job: Any) -> int:
+    from vidax.zoo.planner import predict, Layout
+
+    return predict(job, Layout()).vae
+
+
+def weight_dtype(options: Any) -> Any:
+    """The DiT's weights dtype the run uses: float32 when asked, else bf16 (the specs' default)."""
+    return jnp.float32 if options.dtype == "float32" else jnp.bfloat16
+
+
+# --- the whole model ----------------------------------------------------------------------------
+
+
+def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: int, *,
+            depth: int | None = None, stages: tuple[str, ...] = ("text", "dit", "vae")) -> DryRun:
+    """Compile every stage of `family` for `options` under `layout` (a `planner.Layout`).
+
+    Args:
+      depth: compile the DiT with this many blocks (tests: native sequence length, shallow model).
+      stages: which of "text", "dit", "vae" to compile.
+    """
+    from vidax.zoo.mesh import make_mesh
+
+    if layout.offload_chunk is not None:
+        raise PipelineError("--dry-run compiles resident DiT weights only; streamed offload is not built yet")
+    parts = stages_of(family)
+    s = family.resolve_settings(options)
+    job = job_at_depth(family.memory_job(options), depth)
+    dtype = weight_dtype(options)
+    reports = []
+    if "text" in stages and parts.text_encoder is not None:
+        fn, args, static = parts.text_encoder(family, s, dtype)
+        planned = job.text_encoder_params * job.text_encoder_bytes
+        reports.append(compile_stage("text encoder", fn, args, planned=planned, static=static))
+    if "dit" in stages:
+        mesh = make_mesh(layout.dp, layout.tp, layout.sp, devices=jax.devices()[: layout.devices])
+        mesh = mesh if mesh.size > 1 else None
+        dit = parts.dit(family, s, depth, dtype)
+        cond = parts.cond(family, s, 2 if s.guided else 1)
+        reports.append(compile_dit_step(family, s, dit, dtype, mesh, cond, planned_dit_bytes(job, layout)))
+    if "vae" in stages:
+        for name, fn, args, donate, static in parts.vae_decode(family, s):
+            reports.append(compile_stage(name, fn, args, planned=planned_vae_bytes(job), donate=donate, static=static))
+    return DryRun(family.name, f"{s.width}x{s.height}, {s.frames} frames", layout, devices, device_bytes, tuple(reports))
