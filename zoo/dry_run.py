@@ -113,7 +113,7 @@ def _flops(compiled: Any) -> float | None:
 # --- the DiT step -------------------------------------------------------------------------------
 
 
-def dit_params(dit: Any, dtype: Any, mesh: Any, rules: Any) -> Any:
+def dit_params(dit: Any, dtype: Any, mesh: Any, rules: Any, device: Any = None) -> Any:
     """The DiT's parameters as abstract arrays, sharded as `sharding.place_model` would place them
     (one device: each layer its own tree on CPU, as `dit.place_resident` does)."""
     from vidax.zoo.dit import block_groups
@@ -122,8 +122,9 @@ def dit_params(dit: Any, dtype: Any, mesh: Any, rules: Any) -> Any:
     shapes = jax.eval_shape(lambda: dit.init_params(jax.random.key(0)))
     if mesh is not None:
         return abstract(shapes, mesh_shardings(dit.logical_specs(), rules, mesh), dtype)
-    params = abstract(shapes, SingleDeviceSharding(jax.devices()[0]), dtype)
-    if jax.default_backend() != "cpu":
+    device = device or jax.devices()[0]
+    params = abstract(shapes, SingleDeviceSharding(device), dtype)
+    if device.platform != "cpu":
         return params
     for group in block_groups(dit):
         stack = params[group.name]
@@ -143,25 +144,25 @@ def dit_step(predict: Callable, dit: Any) -> Callable:
     return step
 
 
-def replicated(mesh: Any) -> jax.sharding.Sharding:
+def replicated(mesh: Any, device: Any = None) -> jax.sharding.Sharding:
     """How `denoise` places the latents and the condition: whole on every device of the mesh."""
     if mesh is None:
-        return SingleDeviceSharding(jax.devices()[0])
+        return SingleDeviceSharding(device or jax.devices()[0])
     return NamedSharding(mesh, PartitionSpec())
 
 
 def compile_dit_step(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any,
-                     planned: int | None) -> StageMemory:
-    """The DiT step of `family` at settings `s` on `mesh` (None: one device)."""
+                     planned: int | None, device: Any = None) -> StageMemory:
+    """The DiT step of `family` at settings `s` on `mesh` (None: on `device`, default the first)."""
     from vidax.zoo.runtime import use_mesh
 
     rules = family.transformer_rules
-    inputs = replicated(mesh)
+    inputs = replicated(mesh, device)
     latents = jax.ShapeDtypeStruct(family.latent_shape(s), jnp.float32, sharding=inputs)
     timestep = jax.ShapeDtypeStruct((), jnp.float32, sharding=inputs)
     knobs = abstract(family.step_knobs(s, family.stepper(s, latents.shape), 0, 0), inputs)
     predict = family.predictor(s, 0, dit, 0)
-    args = (dit_params(dit, dtype, mesh, rules), latents, timestep, abstract(cond, inputs), knobs)
+    args = (dit_params(dit, dtype, mesh, rules, device), latents, timestep, abstract(cond, inputs), knobs)
     if mesh is None:
         return compile_stage("dit step", dit_step(predict, dit), args, planned=planned)
     with use_mesh(mesh, rules):
@@ -177,8 +178,8 @@ class FamilyStages:
 
     dit: `(family, s, depth, dtype) -> DiT module` (depth None: the config's).
     cond: `(family, s, batch) -> the predictor's condition` as ShapeDtypeStructs.
-    vae_decode: `(family, s) -> [(stage name, fn, abstract args, donate, static)]`, the decode units.
-    text_encoder: `(family, s, dtype) -> (fn, abstract args)` or None.
+    vae_decode: `(family, s, device) -> [(stage name, fn, abstract args, donate, static)]`, the decode units.
+    text_encoder: `(family, s, dtype, device) -> (fn, abstract args, static)` or None.
     """
 
     dit: Callable
@@ -213,13 +214,13 @@ def _wan_cond(family: Any, s: Any, batch: int) -> Any:
     return WanCondition(text, image, latents, first)
 
 
-def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...]) -> list[tuple]:
+def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...], device: Any = None) -> list[tuple]:
     """The Wan VAE's two compiled decode units (the first latent frame, then each next one with the
     causal cache), as `WanVAE.decode` runs them: `[(name, fn, args, donate, static)]`."""
     from vidax.zoo.wan_vae import WanVAE, _chunk
 
     vae = WanVAE(config)
-    device = SingleDeviceSharding(jax.devices()[0])
+    device = SingleDeviceSharding(device or jax.devices()[0])
     params = abstract(jax.eval_shape(lambda: vae.init_params(jax.random.key(0))), device)
     _, z, _, h, w = latent_shape
     chunk = jax.ShapeDtypeStruct((1, 1, h, w, z), jnp.float32, sharding=device)
@@ -229,17 +230,17 @@ def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...]) -> list[tup
             ("vae decode (next frames)", _chunk, (vae.module, "decode_chunk", params, cache, chunk, False), (3,), (0, 1, 5))]
 
 
-def _wan_vae(family: Any, s: Any) -> list[tuple]:
-    return wan_vae_decode_units(family.model.vae, family.latent_shape(s))
+def _wan_vae(family: Any, s: Any, device: Any) -> list[tuple]:
+    return wan_vae_decode_units(family.model.vae, family.latent_shape(s), device)
 
 
-def _wan_text(family: Any, s: Any, dtype: Any):
+def _wan_text(family: Any, s: Any, dtype: Any, device: Any):
     from vidax.zoo.encoders.t5 import T5EncoderModel
     from vidax.zoo.wan.family import UMT5_XXL
     from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH, _encode
 
     model = T5EncoderModel(family.model.text_encoder or UMT5_XXL, dtype=jnp.float32)
-    device = SingleDeviceSharding(jax.devices()[0])
+    device = SingleDeviceSharding(device)
     ids = jax.ShapeDtypeStruct((2 if s.guided else 1, MAX_SEQUENCE_LENGTH), jnp.int32, sharding=device)
     params = nn.unbox(jax.eval_shape(lambda i: model.init(jax.random.key(0), i, i), ids))
     return _encode.__wrapped__, (model, abstract(params, device, dtype), ids, ids), (0,)
@@ -292,15 +293,30 @@ def weight_dtype(options: Any) -> Any:
 # --- the whole model ----------------------------------------------------------------------------
 
 
+def dry_devices(count: int) -> list:
+    """`count` devices to compile for: the default backend's when it has that many, else the host's (fake
+    CPU devices: `XLA_FLAGS=--xla_force_host_platform_device_count=N` before jax starts; `vidax-gen --dry-run
+    --devices N` sets it)."""
+    for backend in (None, "cpu"):
+        found = jax.devices(backend)
+        if len(found) >= count:
+            return found[:count]
+    raise PipelineError(f"--dry-run for {count} devices: this process has {jax.device_count()} "
+                        f"{jax.default_backend()} device(s) and {len(jax.devices('cpu'))} host device(s); "
+                        f"`vidax-gen MODEL --dry-run --devices {count}` starts with that many host devices")
+
+
 def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: int, *,
             depth: int | None = None, stages: tuple[str, ...] = ("text", "dit", "vae")) -> DryRun:
-    """Compile every stage of `family` for `options` under `layout` (a `planner.Layout`).
+    """Compile every stage of `family` for `options` under `layout` (a `planner.Layout`) on `devices`
+    devices of `device_bytes` each (the DiT's mesh spans `layout.devices` of them; encoders and the VAE
+    run on the first, as the pipelines run them).
 
     Args:
       depth: compile the DiT with this many blocks (tests: native sequence length, shallow model).
       stages: which of "text", "dit", "vae" to compile.
     """
-    from vidax.zoo.mesh import make_mesh
+    from vidax.zoo.mesh import check_heads, make_mesh
 
     if layout.offload_chunk is not None:
         raise PipelineError("--dry-run compiles resident DiT weights only; streamed offload is not built yet")
@@ -308,18 +324,21 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
     s = family.resolve_settings(options)
     job = job_at_depth(family.memory_job(options), depth)
     dtype = weight_dtype(options)
+    found = dry_devices(max(devices, layout.devices))
+    first = found[0]
     reports = []
     if "text" in stages and parts.text_encoder is not None:
-        fn, args, static = parts.text_encoder(family, s, dtype)
+        fn, args, static = parts.text_encoder(family, s, dtype, first)
         planned = job.text_encoder_params * job.text_encoder_bytes
         reports.append(compile_stage("text encoder", fn, args, planned=planned, static=static))
     if "dit" in stages:
-        mesh = make_mesh(layout.dp, layout.tp, layout.sp, devices=jax.devices()[: layout.devices])
+        check_heads(job.dit.heads, layout.tp, layout.sp)
+        mesh = make_mesh(layout.dp, layout.tp, layout.sp, devices=found[: layout.devices])
         mesh = mesh if mesh.size > 1 else None
         dit = parts.dit(family, s, depth, dtype)
         cond = parts.cond(family, s, 2 if s.guided else 1)
-        reports.append(compile_dit_step(family, s, dit, dtype, mesh, cond, planned_dit_bytes(job, layout)))
+        reports.append(compile_dit_step(family, s, dit, dtype, mesh, cond, planned_dit_bytes(job, layout), first))
     if "vae" in stages:
-        for name, fn, args, donate, static in parts.vae_decode(family, s):
+        for name, fn, args, donate, static in parts.vae_decode(family, s, first):
             reports.append(compile_stage(name, fn, args, planned=planned_vae_bytes(job), donate=donate, static=static))
     return DryRun(family.name, f"{s.width}x{s.height}, {s.frames} frames", layout, devices, device_bytes, tuple(reports))
