@@ -191,9 +191,7 @@ class FamilyStages:
 def _wan_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
     from vidax.zoo.wan.transformer import WanTransformer
 
-    cfg = family.model.transformer
-    cfg = cfg if depth is None else dataclasses.replace(cfg, num_layers=depth)
-    return WanTransformer(cfg, dtype=jnp.dtype(dtype))
+    return WanTransformer(_depth(family.model.transformer, depth), dtype=jnp.dtype(dtype))
 
 
 def _wan_cond(family: Any, s: Any, batch: int) -> Any:
@@ -246,8 +244,79 @@ def _wan_text(family: Any, s: Any, dtype: Any, device: Any):
     return _encode.__wrapped__, (model, abstract(params, device, dtype), ids, ids), (0,)
 
 
+def _depth(cfg: Any, depth: int | None, field: str = "num_layers") -> Any:
+    return cfg if depth is None else dataclasses.replace(cfg, **{field: depth})
+
+
+def _cogvideox_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
+
+    return CogVideoXTransformer(_depth(family.dit_config, depth), dtype=jnp.dtype(dtype), residual_dtype=jnp.float32)
+
+
+def _cogvideox_cond(family: Any, s: Any, batch: int) -> Any:
+    from vidax.zoo.cogvideox.family import CogVideoXCondition
+
+    text = jax.ShapeDtypeStruct((batch, s.max_sequence_length, family.dit_config.text_embed_dim), jnp.float32)
+    image = jax.ShapeDtypeStruct(family.latent_shape(s), jnp.float32) if family.i2v else None
+    return CogVideoXCondition(text, image)
+
+
+def _hunyuan15_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
+
+    return HunyuanVideo15Transformer(_depth(family.dit_config, depth), jnp.dtype(dtype).name)
+
+
+def _hunyuan15_cond(family: Any, s: Any, batch: int) -> Any:
+    """Text-to-video's condition (the predictor makes the zero image condition itself); I2V's image part."""
+    from vidax.zoo.hunyuan_video15.family import IMAGE_TOKENS, Condition, ImageCondition
+    from vidax.zoo.hunyuan_video15.text import BYT5_MAX_LENGTH, MLLM_MAX_LENGTH, TextFeatures
+
+    cfg, f32 = family.dit_config, jnp.float32
+    text = TextFeatures(jax.ShapeDtypeStruct((batch, MLLM_MAX_LENGTH, cfg.text_embed_dim), f32),
+                        jax.ShapeDtypeStruct((batch, MLLM_MAX_LENGTH), jnp.bool_),
+                        jax.ShapeDtypeStruct((batch, BYT5_MAX_LENGTH, cfg.text_embed_2_dim), f32),
+                        jax.ShapeDtypeStruct((batch, BYT5_MAX_LENGTH), jnp.bool_))
+    image = None
+    if family.i2v:
+        _, c, *grid = family.latent_shape(s)
+        image = ImageCondition(jax.ShapeDtypeStruct((1, cfg.in_channels - c, *grid), f32),
+                               jax.ShapeDtypeStruct((1, IMAGE_TOKENS, cfg.image_embed_dim), f32))
+    return Condition(text, image)
+
+
+def _cosmos3_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.cosmos3.transformer import Cosmos3Transformer
+
+    return Cosmos3Transformer(_depth(family.dit_config, depth, "num_hidden_layers"), dtype=jnp.dtype(dtype))
+
+
+def _cosmos3_cond(family: Any, s: Any, batch: int) -> Any:
+    """The planned prompt length (`--plan`'s) joined with the video tokens; text-to-video."""
+    from vidax.zoo.cosmos3.family import PLANNED_PROMPT_TOKENS, Cosmos3Condition
+
+    cfg = family.dit_config
+    prompt, video = PLANNED_PROMPT_TOKENS, math.prod(family.grid(s))
+    rope = jax.ShapeDtypeStruct((batch, prompt + video, cfg.head_dim), jnp.float32)
+    return Cosmos3Condition(jax.ShapeDtypeStruct((batch, prompt), jnp.int32),
+                            jax.ShapeDtypeStruct((batch, prompt), jnp.bool_), rope, rope,
+                            jax.ShapeDtypeStruct((batch, family.latent_shape(s)[2]), jnp.float32), None)
+
+
+def _cosmos_vae(family: Any, s: Any, device: Any) -> list[tuple]:
+    return wan_vae_decode_units(family.vae_config, family.latent_shape(s), device)
+
+
+def _no_stages(family: Any, s: Any, device: Any) -> list[tuple]:
+    return []
+
+
 FAMILY_STAGES: dict[str, FamilyStages] = {
     "wan": FamilyStages(_wan_dit, _wan_cond, _wan_vae, _wan_text),
+    "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, _no_stages),
+    "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _no_stages),
+    "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, _cosmos_vae),
 }
 
 

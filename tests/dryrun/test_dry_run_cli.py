@@ -34,10 +34,3 @@ def test_dry_run_exits_one_when_a_stage_does_not_fit():
     result = _gen("wan-tiny", "--dry-run", "--devices", "2", "--device-memory", "0.0001", "--sp", "2")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "dit step" in result.stdout and "dit step" in result.stderr.split("does not fit: ")[1]
-
-
-def test_a_family_without_stages_is_one_line():
-    result = _gen("ltx-video-2b", "--dry-run", "--devices", "1")
-    assert result.returncode == 1
-    assert "--dry-run does not build the ltx_video family's stages yet" in result.stdout + result.stderr
-    assert "Traceback" not in result.stderr
