@@ -15,6 +15,7 @@ refused with one line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -113,7 +114,7 @@ def _flops(compiled: Any) -> float | None:
 # --- the DiT step -------------------------------------------------------------------------------
 
 
-def dit_params(dit: Any, dtype: Any, mesh: Any, rules: Any, device: Any = None) -> Any:
+def dit_params(dit: Any, dtype: Any, mesh: Any, rules: Any, device: Any = None, *, stacked: bool = False) -> Any:
     """The DiT's parameters as abstract arrays, sharded as `sharding.place_model` would place them
     (one device: each layer its own tree on CPU, as `dit.place_resident` does)."""
     from vidax.zoo.dit import block_groups
@@ -124,7 +125,7 @@ def dit_params(dit: Any, dtype: Any, mesh: Any, rules: Any, device: Any = None) 
         return abstract(shapes, mesh_shardings(dit.logical_specs(), rules, mesh), dtype)
     device = device or jax.devices()[0]
     params = abstract(shapes, SingleDeviceSharding(device), dtype)
-    if device.platform != "cpu":
+    if device.platform != "cpu" or stacked:
         return params
     for group in block_groups(dit):
         stack = params[group.name]
@@ -151,22 +152,74 @@ def replicated(mesh: Any, device: Any = None) -> jax.sharding.Sharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def compile_dit_step(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any,
-                     planned: int | None, device: Any = None) -> StageMemory:
-    """The DiT step of `family` at settings `s` on `mesh` (None: on `device`, default the first)."""
-    from vidax.zoo.runtime import use_mesh
-
-    rules = family.transformer_rules
+def step_args(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any, device: Any = None, *,
+              stacked: bool = False) -> tuple[Callable, tuple]:
+    """The family's predictor for step 0 and the step's abstract arguments `(params, latents, t, cond, knobs)`."""
     inputs = replicated(mesh, device)
     latents = jax.ShapeDtypeStruct(family.latent_shape(s), jnp.float32, sharding=inputs)
     timestep = jax.ShapeDtypeStruct((), jnp.float32, sharding=inputs)
     knobs = abstract(family.step_knobs(s, family.stepper(s, latents.shape), 0, 0), inputs)
-    predict = family.predictor(s, 0, dit, 0)
-    args = (dit_params(dit, dtype, mesh, rules, device), latents, timestep, abstract(cond, inputs), knobs)
-    if mesh is None:
+    params = dit_params(dit, dtype, mesh if mesh is not None else None, family.transformer_rules, device,
+                        stacked=stacked)
+    return family.predictor(s, 0, dit, 0), (params, latents, timestep, abstract(cond, inputs), knobs)
+
+
+def _on(mesh: Any, rules: Any):
+    from vidax.zoo.runtime import use_mesh
+
+    return contextlib.nullcontext() if mesh is None else use_mesh(mesh, rules)
+
+
+def compile_dit_step(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any,
+                     planned: int | None, device: Any = None) -> StageMemory:
+    """The DiT step of `family` at settings `s` on `mesh` (None: on `device`, default the first)."""
+    predict, args = step_args(family, s, dit, dtype, mesh, cond, device)
+    with _on(mesh, family.transformer_rules):
         return compile_stage("dit step", dit_step(predict, dit), args, planned=planned)
-    with use_mesh(mesh, rules):
-        return compile_stage("dit step", dit_step(predict, dit), args, planned=planned)
+
+
+def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any, chunk: int,
+                          planned: int | None, device: Any = None) -> StageMemory:
+    """`--offload-chunk`: the compiled chunk of `chunk` blocks (`offload.StreamedDiT`'s unit, hidden state
+    donated), plus what stays on the device beside it: the embed and head weights and the next chunk, whose
+    transfer is issued before this chunk's compute. The hidden state and context are the embed's, traced."""
+    from vidax.zoo.dit import block_groups, forward, scan_blocks
+
+    rules = family.transformer_rules
+    predict, (params, *rest) = step_args(family, s, dit, dtype, mesh, cond, device, stacked=True)
+    entering = []
+
+    def capture(weights, *inputs):  # the DiT's inputs as the predictor builds them (CFG batch and all)
+        entering.append(dit.embed(weights, *inputs))
+        return forward(dit, weights, *inputs)
+
+    with _on(mesh, rules):
+        jax.eval_shape(lambda weights, *a: predict(partial(capture, weights), *a), params, *rest)
+    hidden, ctx = abstract(entering[0], replicated(mesh, device))
+    if mesh is not None and isinstance(hidden, jax.ShapeDtypeStruct) and hidden.ndim == 3:  # split as between blocks
+        from vidax.zoo.sharding import VIDEO_AXES, to_mesh_spec
+
+        hidden = jax.ShapeDtypeStruct(hidden.shape, hidden.dtype,
+                                      sharding=NamedSharding(mesh, to_mesh_spec(VIDEO_AXES, rules)))
+    group = block_groups(dit)[0]  # the first group's chunks (one group in the families the dry run builds)
+    blocks = jax.tree.map(lambda x: jax.ShapeDtypeStruct((min(chunk, x.shape[0]), *x.shape[1:]), x.dtype,
+                                                         sharding=x.sharding), params[group.name])
+    unit = lambda b, h, c: scan_blocks(group.block, b, h, c)  # noqa: E731
+    with _on(mesh, rules):
+        report = compile_stage(f"dit chunk (offload {chunk})", unit, (blocks, hidden, ctx), planned=planned,
+                               donate=(1,))
+    resident = {k: v for k, v in params.items() if k not in {g.name for g in block_groups(dit)}}
+    beside = per_device_bytes(resident) + per_device_bytes(blocks)  # embed/head weights, the next chunk
+    return dataclasses.replace(report, argument=report.argument + beside)
+
+
+def per_device_bytes(tree: Any) -> int:
+    """Bytes one device holds of an abstract tree (its shard of each leaf)."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+        total += math.prod(shape) * leaf.dtype.itemsize
+    return int(total)
 
 
 # --- families -----------------------------------------------------------------------------------
@@ -387,8 +440,6 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
     """
     from vidax.zoo.mesh import check_heads, make_mesh
 
-    if layout.offload_chunk is not None:
-        raise PipelineError("--dry-run compiles resident DiT weights only; streamed offload is not built yet")
     parts = stages_of(family)
     s = family.resolve_settings(options)
     job = job_at_depth(family.memory_job(options), depth)
@@ -406,7 +457,11 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
         mesh = mesh if mesh.size > 1 else None
         dit = parts.dit(family, s, depth, dtype)
         cond = parts.cond(family, s, 2 if s.guided else 1)
-        reports.append(compile_dit_step(family, s, dit, dtype, mesh, cond, planned_dit_bytes(job, layout), first))
+        planned = planned_dit_bytes(job, layout)
+        if layout.offload_chunk is None:
+            reports.append(compile_dit_step(family, s, dit, dtype, mesh, cond, planned, first))
+        else:
+            reports.append(compile_offloaded_dit(family, s, dit, dtype, mesh, cond, layout.offload_chunk, planned, first))
     if "vae" in stages:
         for name, fn, args, donate, static in parts.vae_decode(family, s, first):
             reports.append(compile_stage(name, fn, args, planned=planned_vae_bytes(job), donate=donate, static=static))
