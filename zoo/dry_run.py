@@ -357,6 +357,22 @@ def _cosmos3_cond(family: Any, s: Any, batch: int) -> Any:
                             jax.ShapeDtypeStruct((batch, family.latent_shape(s)[2]), jnp.float32), None)
 
 
+def _cosmos_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.cosmos.transformer import CosmosTransformer
+
+    return CosmosTransformer(_depth(family.dit_config, depth), dtype=jnp.dtype(dtype))
+
+
+def _cosmos_cond(family: Any, s: Any, batch: int) -> Any:
+    """Text-to-world: the conditioning latents are zeros of the latents' shape, no frame marked."""
+    from vidax.zoo.cosmos.family import CosmosCondition
+
+    shape, f32 = family.latent_shape(s), jnp.float32
+    text = jax.ShapeDtypeStruct((batch, s.max_sequence_length, family.dit_config.text_in_dim), f32)
+    latents = jax.ShapeDtypeStruct(shape, f32)
+    return CosmosCondition(text, latents, jax.ShapeDtypeStruct((1, 1, shape[2], 1, 1), f32), latents)
+
+
 def _cosmos_vae(family: Any, s: Any, device: Any) -> list[tuple]:
     return wan_vae_decode_units(family.vae_config, family.latent_shape(s), device)
 
@@ -370,6 +386,7 @@ FAMILY_STAGES: dict[str, FamilyStages] = {
     "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, _no_stages),
     "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _no_stages),
     "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, _cosmos_vae),
+    "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
 }
 
 
