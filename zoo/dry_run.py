@@ -373,6 +373,25 @@ def _cosmos_cond(family: Any, s: Any, batch: int) -> Any:
     return CosmosCondition(text, latents, jax.ShapeDtypeStruct((1, 1, shape[2], 1, 1), f32), latents)
 
 
+def _hunyuan_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    """HunyuanVideo 1.0: `depth` cuts both block groups (dual-stream, then single-stream)."""
+    from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
+
+    cfg = _depth(_depth(family.dit_config, depth), depth, "num_single_layers")
+    return HunyuanVideoTransformer(cfg, jnp.dtype(dtype).name)
+
+
+def _hunyuan_cond(family: Any, s: Any, batch: int) -> Any:
+    """Text-to-video: the prompt's tokens as the planner counts them (`hunyuan_video.family.text_tokens`)."""
+    from vidax.zoo.hunyuan_video.family import Condition, text_tokens
+
+    cfg, f32 = family.dit_config, jnp.float32
+    tokens = text_tokens(s, False)
+    return Condition(jax.ShapeDtypeStruct((batch, tokens, cfg.text_embed_dim), f32),
+                     jax.ShapeDtypeStruct((batch, tokens), jnp.bool_),
+                     jax.ShapeDtypeStruct((batch, cfg.pooled_projection_dim), f32), None)
+
+
 def _cosmos_vae(family: Any, s: Any, device: Any) -> list[tuple]:
     return wan_vae_decode_units(family.vae_config, family.latent_shape(s), device)
 
@@ -387,6 +406,7 @@ FAMILY_STAGES: dict[str, FamilyStages] = {
     "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _no_stages),
     "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, _cosmos_vae),
     "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
+    "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _no_stages),
 }
 
 
@@ -402,12 +422,17 @@ def stages_of(family: Any) -> FamilyStages:
 # --- the planner at the compiled depth ----------------------------------------------------------
 
 
-def job_at_depth(job: Any, depth: int | None) -> Any:
-    """The planner's job with the DiT cut to `depth` blocks (one block group)."""
+def job_at_depth(job: Any, dit: Any, depth: int | None) -> Any:
+    """The planner's job with the DiT's sizes read off the (cut) module that is compiled."""
+    from vidax.zoo.dit import block_groups
+    from vidax.zoo.planner import dit_sizes
+
     if depth is None:
         return job
-    dit = dataclasses.replace(job.dit, depth=depth, total_block_params=depth * job.dit.block_params)
-    return dataclasses.replace(job, dit=dit)
+    d = job.dit
+    groups = tuple(group.name for group in block_groups(dit))
+    sizes = dit_sizes(dit.param_shapes(), dim=d.dim, ffn_dim=d.ffn_dim, heads=d.heads, text_dim=d.text_dim, groups=groups)
+    return dataclasses.replace(job, dit=sizes)
 
 
 def planned_dit_bytes(job: Any, layout: Any) -> int:
@@ -459,8 +484,9 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
 
     parts = stages_of(family)
     s = family.resolve_settings(options)
-    job = job_at_depth(family.memory_job(options), depth)
     dtype = weight_dtype(options)
+    dit = parts.dit(family, s, depth, dtype) if "dit" in stages else None
+    job = job_at_depth(family.memory_job(options), dit, depth)
     found = dry_devices(max(devices, layout.devices))
     first = found[0]
     reports = []
@@ -472,7 +498,6 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
         check_heads(job.dit.heads, layout.tp, layout.sp)
         mesh = make_mesh(layout.dp, layout.tp, layout.sp, devices=found[: layout.devices])
         mesh = mesh if mesh.size > 1 else None
-        dit = parts.dit(family, s, depth, dtype)
         cond = parts.cond(family, s, 2 if s.guided else 1)
         planned = planned_dit_bytes(job, layout)
         if layout.offload_chunk is None:
