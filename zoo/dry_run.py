@@ -19,14 +19,13 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from vidax.zoo.pipeline import PipelineError
@@ -277,8 +276,11 @@ def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...], device: Any
     chunk = jax.ShapeDtypeStruct((1, 1, h, w, z), jnp.float32, sharding=device)
     _, cache = jax.eval_shape(lambda p, x: _chunk(vae.module, "decode_chunk", p, None, x, True), params, chunk)
     cache = abstract(cache, device)
-    return [("vae decode (first frame)", _chunk, (vae.module, "decode_chunk", params, None, chunk, True), (), (0, 1, 5)),
-            ("vae decode (next frames)", _chunk, (vae.module, "decode_chunk", params, cache, chunk, False), (3,), (0, 1, 5))]
+    static = (0, 1, 5)  # the module, the method, `first`
+    first = (vae.module, "decode_chunk", params, None, chunk, True)
+    steady = (vae.module, "decode_chunk", params, cache, chunk, False)  # the cache in, donated
+    return [("vae decode (first frame)", _chunk, first, (), static),
+            ("vae decode (next frames)", _chunk, steady, (3,), static)]
 
 
 def _wan_vae(family: Any, s: Any, device: Any) -> list[tuple]:
@@ -431,7 +433,8 @@ def job_at_depth(job: Any, dit: Any, depth: int | None) -> Any:
         return job
     d = job.dit
     groups = tuple(group.name for group in block_groups(dit))
-    sizes = dit_sizes(dit.param_shapes(), dim=d.dim, ffn_dim=d.ffn_dim, heads=d.heads, text_dim=d.text_dim, groups=groups)
+    sizes = dit_sizes(dit.param_shapes(), dim=d.dim, ffn_dim=d.ffn_dim, heads=d.heads, text_dim=d.text_dim,
+                      groups=groups)
     return dataclasses.replace(job, dit=sizes)
 
 
@@ -503,8 +506,11 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
         if layout.offload_chunk is None:
             reports.append(compile_dit_step(family, s, dit, dtype, mesh, cond, planned, first))
         else:
-            reports.append(compile_offloaded_dit(family, s, dit, dtype, mesh, cond, layout.offload_chunk, planned, first))
+            reports.append(compile_offloaded_dit(family, s, dit, dtype, mesh, cond, layout.offload_chunk, planned,
+                                                 first))
     if "vae" in stages:
         for name, fn, args, donate, static in parts.vae_decode(family, s, first):
-            reports.append(compile_stage(name, fn, args, planned=planned_vae_bytes(job), donate=donate, static=static))
-    return DryRun(family.name, f"{s.width}x{s.height}, {s.frames} frames", layout, devices, device_bytes, tuple(reports))
+            reports.append(compile_stage(name, fn, args, planned=planned_vae_bytes(job), donate=donate,
+                                         static=static))
+    size = f"{s.width}x{s.height}, {s.frames} frames"
+    return DryRun(family.name, size, layout, devices, device_bytes, tuple(reports))

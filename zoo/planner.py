@@ -70,7 +70,8 @@ def dit_sizes(param_shapes: dict[str, tuple[int, ...]], *, dim: int, ffn_dim: in
     others = [shape for path, shape in param_shapes.items() if path not in stacked]
     block = [param_shapes[path][1:] for path in stacked]
     inputs, outputs = block.count((dim, ffn_dim)), block.count((ffn_dim, dim))
-    return DiTSizes(depth, dim, ffn_dim, heads, largest, count(others), text_dim, total, max(inputs, 1), max(outputs, 1))
+    return DiTSizes(depth, dim, ffn_dim, heads, largest, count(others), text_dim, total, max(inputs, 1),
+                    max(outputs, 1))
 
 
 @dataclasses.dataclass(frozen=True)
