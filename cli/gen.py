@@ -192,8 +192,8 @@ def main_command(
     release_stages: bool = typer.Option(True, "--release-stages/--keep-stages",
                                         help="free each stage's weights from the devices when it ends"),
     plan: bool = typer.Option(False, "--plan", help="print the predicted memory per device of each layout, then exit"),
-    devices: int = typer.Option(None, "--devices", help="with --plan: number of devices to plan for"),
-    device_memory: float = typer.Option(None, "--device-memory", help="with --plan: GiB per device"),
+    devices: int = typer.Option(None, "--devices", help="with --plan or --dry-run: number of devices to plan for"),
+    device_memory: float = typer.Option(None, "--device-memory", help="with --plan or --dry-run: GiB per device"),
     list_: bool = typer.Option(False, "--list", help="list the models vidax-gen can run and their own flags"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
     no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="do not use the persistent compile cache"),
@@ -230,11 +230,14 @@ def main_command(
                                     "magnitude ratios"),
     cache_calibrate: Path = typer.Option(None, "--cache-calibrate", help="magcache: skip nothing, write the per-step "
                                          "ratios of this run to this .npy"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="compile every stage at its real size on abstract weights "
+                                 "(N fake CPU devices with --devices N) and print XLA's bytes per device beside the "
+                                 "planner's; exit 1 if a stage would not fit. Nothing is downloaded or allocated"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
         raise typer.Exit(run_guarded(list_models, debug=debug))
-    if plan and model is not None:
+    if (plan or dry_run) and model is not None:
         prompt = prompt or ""
     if model is None or prompt is None:
         console.print("[red]error:[/red] give a MODEL name and --prompt (see vidax-gen --list)")
@@ -258,6 +261,20 @@ def main_command(
             cache_max_skip=cache_max_skip, cache_retention=cache_retention, mag_ratios=mag_ratios,
             cache_calibrate=cache_calibrate)
 
+    if dry_run:
+        from vidax.cli.dry_run import use_host_devices
+
+        use_host_devices(devices)  # before jax starts
+
+        def compiled():
+            from vidax.cli.dry_run import print_dry_run
+            from vidax.zoo.pipeline import check_finite
+
+            check_finite({"device_memory": device_memory})
+            memory = None if device_memory is None else int(device_memory * 2**30)
+            return print_dry_run(options(), devices, memory)
+
+        raise typer.Exit(run_guarded(compiled, debug=debug))
     if plan:
         def planned():
             from vidax.zoo.pipeline import check_finite

@@ -31,6 +31,8 @@ class DiTSizes:
     other_params: int  # embeddings, head, everything outside the blocks
     text_dim: int = 0  # width of the text tokens the blocks cross-attend to (0 = joint or none)
     total_block_params: int | None = None  # every block of every group (None: depth x block_params)
+    mlp_inputs: int = 1  # [dim, ffn] matrices of one block (gated MLPs: 2; a second pathway doubles it)
+    mlp_outputs: int = 1  # [ffn, dim] matrices of one block
 
     @property
     def all_blocks(self) -> int:
@@ -66,7 +68,10 @@ def dit_sizes(param_shapes: dict[str, tuple[int, ...]], *, dim: int, ffn_dim: in
         largest = max(largest, group_params // layers)
         stacked.update(paths)
     others = [shape for path, shape in param_shapes.items() if path not in stacked]
-    return DiTSizes(depth, dim, ffn_dim, heads, largest, count(others), text_dim, total)
+    block = [param_shapes[path][1:] for path in stacked]
+    inputs, outputs = block.count((dim, ffn_dim)), block.count((ffn_dim, dim))
+    return DiTSizes(depth, dim, ffn_dim, heads, largest, count(others), text_dim, total, max(inputs, 1),
+                    max(outputs, 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,10 +166,24 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     if job.blockwise_attention:  # one head per step where it runs (the CPU): its logits and probabilities
         tile = min(job.q_block, job.tokens) * min(job.kv_block, job.tokens)
         attention += 2 * batch * tile * 4
-    mlp = unit * (d.ffn_dim / d.dim) * 2 * act / layout.tp
+    mlp = unit * (d.ffn_dim / d.dim) * mlp_hidden_buffers(d) * act / layout.tp
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4
-    return int(residual + max(attention, mlp) + text + modulation)
+    return int(residual + max(attention, mlp) + text + modulation + scanned_mlp_bytes(job, layout))
+
+
+def mlp_hidden_buffers(d: DiTSizes) -> float:
+    """ffn-wide buffers live in the MLP: before and after the nonlinearity, and a gated MLP's second input
+    (gate, up, their product: 3). A block with two pathways runs them one after the other."""
+    return d.mlp_inputs / d.mlp_outputs + 1
+
+
+def scanned_mlp_bytes(job: Job, layout: Layout) -> int:
+    """The MLP weights of the block being run, sliced out of the layer stack into buffers of their own: XLA
+    copies a scanned layer's [dim, ffn] and [ffn, dim] matrices before its dots (`vidax-gen --dry-run`'s
+    buffer report shows them beside the activations; attention's square matrices are read in place)."""
+    d = job.dit
+    return int((d.mlp_inputs + d.mlp_outputs) * d.dim * d.ffn_dim * job.weight_bytes / layout.tp)
 
 
 def predict(job: Job, layout: Layout, release_stages: bool = True) -> Prediction:

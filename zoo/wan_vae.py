@@ -18,6 +18,7 @@ reference's bare parameter name `gamma`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from functools import partial
@@ -619,11 +620,35 @@ class WanVAE:
 
 
 def planner_entries(cfg: WanVAEConfig, height: int, width: int) -> dict:
-    """The VAE's `planner.Job` fields: its fp32 weights and its decode peak. Decode works one latent
-    frame (4 video frames) at a time; its widest live tensors are a few fp32 [4, H, W, decoder_dim]
-    maps at full resolution."""
+    """The VAE's `planner.Job` fields: its fp32 weights and its decode peak, the steady-state decode unit
+    (one latent frame into 4 video frames, after the first): the causal cache it reads and writes (exact, from
+    its shapes), the frames it makes, and its working set, `DECODE_WORKING_MAPS` fp32 maps of the widest decoder
+    stage (channels x pixels x frames at the last up block). The counts were read off XLA's compiled memory
+    analysis of that unit (`vidax-gen --dry-run`, `tests/dryrun`): the former estimate (four full-resolution
+    maps, no cache) was a third of it for the Wan2.1 VAE at 480p."""
+    frames = cfg.scale_factor_temporal
+    maps = DECODE_WORKING_MAPS + (DECODE_RESIDUAL_MAPS if cfg.is_residual else 0)
+    widest = frames * (height // cfg.patch) * (width // cfg.patch) * cfg.decoder_dim * cfg.dim_mult[0] * 4
+    out = frames * height * width * cfg.out_channels // cfg.patch**2 * 4
     return dict(
         vae_params=sum(math.prod(shape) for shape in WanVAE(cfg).param_shapes().values()),
         vae_weight_bytes=4,
-        vae_peak_activation_bytes=4 * cfg.scale_factor_temporal * height * width * cfg.decoder_dim * 4,
+        vae_peak_activation_bytes=decode_cache_bytes(cfg, height, width) + out + maps * widest,
     )
+
+
+# fp32 maps of the widest decoder stage live at the steady decode unit's peak (XLA's buffer assignment, CPU):
+# 9 for the Wan2.1 VAE, 12 for the Wan2.2 VAE, whose residual up blocks keep their shortcuts
+DECODE_WORKING_MAPS = 9
+DECODE_RESIDUAL_MAPS = 3
+
+
+@functools.lru_cache(maxsize=64)
+def decode_cache_bytes(cfg: WanVAEConfig, height: int, width: int) -> int:
+    """Bytes of the decoder's causal cache at this size, from the shapes an abstract first chunk makes."""
+    vae = WanVAE(cfg)
+    params = jax.eval_shape(lambda: vae.init_params(jax.random.key(0)))
+    s = cfg.scale_factor_spatial
+    chunk = jax.ShapeDtypeStruct((1, 1, height // s, width // s, cfg.z_dim), jnp.float32)
+    _, cache = jax.eval_shape(lambda p, z: _chunk(vae.module, "decode_chunk", p, None, z, True), params, chunk)
+    return int(sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(cache)))

@@ -1,0 +1,109 @@
+"""`vidax.zoo.dry_run`: stages compiled at their native size on abstract weights, XLA's figures beside the planner's.
+
+Each family's DiT step is compiled at a reduced depth (2 blocks) that keeps the native sequence length, so what
+the planner models per block (activations, attention tiles, the scanned layer's weights) is measured at real
+size while the compile stays short; the planner's job is cut to the same depth. The layout is the one the
+planner picks for the full model (default dtype) on 4 devices of 30.75 GiB (the seeds' TPU v4 chip); 8 devices
+of 80 GiB are in `python -m bench dry_run`. Weights are fp32 here: XLA's CPU backend runs bf16 dots in fp32
+with fp32 copies of weights and activations, which accelerators do not (docs/DRY_RUN.md), so a bf16 compile on
+CPU would measure the CPU's conversions rather than the model.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vidax.zoo.dry_run import compile_stage, dry_run, wan_vae_decode_units
+from vidax.zoo.pipeline import GenerateOptions, PipelineError
+from vidax.zoo.planner import GIB, Layout, plan, predict
+from vidax.zoo.registry import make_pipeline
+
+DEPTH = 2
+TOLERANCE = 0.10
+DEVICES, CHIP = 4, 30.75
+# one model per family the dry run builds, at its native size; and the frames of a shorter video (fewer tokens)
+MODELS = {"wan2.1-t2v-1.3b": 41, "cogvideox1.5-5b": 41, "hunyuanvideo-1.5-480p-t2v": 61, "cosmos3-nano": 45}
+
+
+def _dit(model: str, frames: int | None = None):
+    options = GenerateOptions(model=model, prompt="", dtype="float32", frames=frames)
+    family = make_pipeline(model, options)
+    native = GenerateOptions(model=model, prompt="")  # the layout a default (bf16) run gets
+    _, chosen = plan(make_pipeline(model, native).memory_job(native), DEVICES, int(CHIP * GIB))
+    (step,) = dry_run(family, options, chosen[0], DEVICES, int(CHIP * GIB), depth=DEPTH, stages=("dit",)).stages
+    return chosen[0], step, family.memory_job(options).tokens
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def steps(request):
+    model = request.param
+    return model, _dit(model), _dit(model, MODELS[model])
+
+
+def test_dit_step_planner_within_ten_percent_of_xla(steps):
+    model, (layout, step, _), _ = steps
+    assert layout.devices > 1  # a sharded layout is what is being checked
+    assert step.temp > 0 and step.flops > 0
+    assert abs(step.planned - step.total) <= TOLERANCE * step.total, (model, layout.describe(), step.planned / 2**20,
+                                                                        step.total / 2**20)
+
+
+def test_dit_temp_memory_is_linear_in_the_sequence(steps):
+    """Attention never materialises S x S: r times the tokens, at most ~r times the temporaries (r^2 if quadratic)."""
+    model, (_, long, long_tokens), (_, short, short_tokens) = steps
+    ratio = long_tokens / short_tokens
+    assert ratio > 1.4, (model, long_tokens, short_tokens)
+    assert long.temp / short.temp < 1.25 * ratio, (model, ratio, short.temp / 2**20, long.temp / 2**20)
+
+
+def test_offloaded_dit_chunk_within_ten_percent_of_the_planner():
+    """Wan2.1 14B at 720p with its blocks streamed one at a time under sp=4 (the seeds ran it with offload on
+    4 x 30.75 GiB): the compiled chunk plus the embed/head weights and the next chunk, against the planner's
+    offload figure."""
+    model = "wan2.1-t2v-14b"
+    options = GenerateOptions(model=model, prompt="", dtype="float32")
+    layout = Layout(sp=4, offload_chunk=1)
+    (chunk,) = dry_run(make_pipeline(model, options), options, layout, DEVICES, int(CHIP * GIB), depth=4,
+                       stages=("dit",)).stages
+    assert chunk.stage == "dit chunk (offload 1)" and chunk.alias > 0  # the hidden state is donated
+    assert abs(chunk.planned - chunk.total) <= TOLERANCE * chunk.total, (chunk.planned / 2**20, chunk.total / 2**20)
+
+
+# (model, height, width): the Wan2.1 VAE at 480p and 720p (Wan2.1 1.3B and 14B native), the Wan2.2 VAE at 704p
+VAE_SIZES = (("wan2.1-t2v-1.3b", 480, 832), ("wan2.1-t2v-1.3b", 704, 1280), ("cosmos3-nano", 704, 1280))
+
+
+@pytest.fixture(scope="module")
+def vae_units():
+    """XLA's figures for the steady decode unit (one latent frame after the first, with the causal cache) and
+    the planner's VAE figure, per size."""
+    out = {}
+    for model, height, width in VAE_SIZES:
+        options = GenerateOptions(model=model, prompt="", height=height, width=width)
+        family = make_pipeline(model, options)
+        s = family.resolve_settings(options)
+        config = family.model.vae if model.startswith("wan") else family.vae_config
+        name, fn, args, donate, static = wan_vae_decode_units(config, family.latent_shape(s))[1]
+        step = compile_stage(name, fn, args, donate=donate, static=static)
+        out[(model, height, width)] = step, predict(family.memory_job(options), Layout()).vae
+    return out
+
+
+@pytest.mark.parametrize("size", VAE_SIZES, ids=lambda s: f"{s[0]}-{s[1]}p")
+def test_wan_vae_decode_planner_within_ten_percent_of_xla(vae_units, size):
+    step, planned = vae_units[size]
+    assert abs(planned - step.total) <= TOLERANCE * step.total, (size, planned / 2**20, step.total / 2**20)
+
+
+def test_wan_vae_decode_temp_memory_is_linear_in_pixels(vae_units):
+    """The VAE's frame attention (over one latent frame at its smallest scale) stays far from S x S at these sizes:
+    2.26 times the pixels, at most ~2.26 times the temporaries."""
+    small, large = vae_units[VAE_SIZES[0]][0].temp, vae_units[VAE_SIZES[1]][0].temp
+    ratio = (704 * 1280) / (480 * 832)
+    assert large / small < 1.25 * ratio, (small / 2**20, large / 2**20)
+
+
+def test_a_family_without_stages_is_refused_in_one_line():
+    options = GenerateOptions(model="ltx-video-2b", prompt="")
+    with pytest.raises(PipelineError, match="--dry-run does not build the ltx_video family's stages yet"):
+        dry_run(make_pipeline(options.model, options), options, Layout(), 1, GIB)

@@ -1,0 +1,36 @@
+"""`vidax-gen MODEL --dry-run`: a fresh process (no XLA_FLAGS) compiles on the fake host devices it asks for."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+GEN = [sys.executable, "-c", "from vidax.cli import gen_main; gen_main()"]
+
+
+def _gen(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the command alone asks for its devices
+    env.update(VIDAX_NO_COMPILE_CACHE="1", COLUMNS="200")
+    return subprocess.run([*GEN, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def fits():
+    return _gen("wan-tiny", "--dry-run", "--devices", "4", "--device-memory", "1", "--sp", "4")
+
+
+def test_dry_run_prints_every_stage_on_four_fake_devices(fits):
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    for stage in ("text encoder", "dit step", "vae decode (first frame)", "vae decode (next frames)"):
+        assert stage in fits.stdout
+    assert "dp=1 tp=1 sp=4 resident" in fits.stdout and "on 4 x 1.00 GiB" in fits.stdout
+    assert fits.stdout.rstrip().endswith("fits")
+
+
+def test_dry_run_exits_one_when_a_stage_does_not_fit():
+    result = _gen("wan-tiny", "--dry-run", "--devices", "2", "--device-memory", "0.0001", "--sp", "2")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "dit step" in result.stdout and "dit step" in result.stderr.split("does not fit: ")[1]

@@ -1,0 +1,516 @@
+"""Real size without weights: every stage of a registry model compiled on abstract arrays.
+
+`dry_run(family, options, devices, device_bytes)` builds the stages a generation runs from the
+registry's configs alone — the text encoder, the DiT step under the mesh (and layout) the run would
+use, the VAE decode unit — with `jax.ShapeDtypeStruct` weights carrying the shardings placement would
+give them, lowers and compiles each (`jax.jit(...).lower(...).compile()`), and reports per stage what
+XLA's buffer assignment says one device holds (arguments, outputs, temporaries), the memory planner's
+prediction beside it, the compile time and the FLOPs XLA counts. Nothing is downloaded, no weight is
+allocated: compiling is all it does.
+
+What each family contributes is data in `FAMILY_STAGES` (how to build its DiT at a given depth, the
+condition its predictor reads, its VAE decode unit, its text encoder). A family without an entry is
+refused with one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from vidax.zoo.pipeline import PipelineError
+
+
+@dataclasses.dataclass(frozen=True)
+class StageMemory:
+    """One compiled stage: XLA's bytes per device, the planner's prediction, compile time, FLOPs."""
+
+    stage: str
+    argument: int
+    output: int
+    temp: int
+    alias: int  # outputs that reuse a donated argument's buffer (counted once)
+    planned: int | None
+    compile_seconds: float
+    flops: float | None
+
+    @property
+    def total(self) -> int:
+        return self.argument + self.output + self.temp - self.alias
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.planned is None or not self.total else self.planned / self.total
+
+
+@dataclasses.dataclass(frozen=True)
+class DryRun:
+    """The stages of one dry run, the layout they were compiled for, and the devices' memory."""
+
+    model: str
+    size: str
+    layout: Any  # planner.Layout
+    devices: int
+    device_bytes: int
+    stages: tuple[StageMemory, ...]
+
+    @property
+    def fits(self) -> bool:
+        return all(stage.total <= self.device_bytes for stage in self.stages)
+
+
+# --- abstract arrays ----------------------------------------------------------------------------
+
+
+def abstract(tree: Any, shardings: Any = None, dtype: Any = None) -> Any:
+    """ShapeDtypeStructs of `tree`'s leaves (arrays or structs), with `shardings` (a tree or one sharding)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    if shardings is None or isinstance(shardings, jax.sharding.Sharding):
+        shards = [shardings] * len(leaves)
+    else:
+        shards = treedef.flatten_up_to(shardings)
+    return treedef.unflatten([
+        jax.ShapeDtypeStruct(leaf.shape, _dtype_of(leaf, dtype), sharding=sharding)
+        for leaf, sharding in zip(leaves, shards)])
+
+
+def _dtype_of(leaf: Any, dtype: Any) -> Any:
+    """`dtype` for float leaves (the weights' dtype), the leaf's own otherwise."""
+    if dtype is not None and jnp.issubdtype(leaf.dtype, jnp.floating):
+        return jnp.dtype(dtype)
+    return leaf.dtype
+
+
+def compile_stage(stage: str, fn: Callable, args: tuple, *, planned: int | None = None,
+                  donate: tuple[int, ...] = (), static: tuple[int, ...] = ()) -> StageMemory:
+    """Lower and compile `fn(*args)` (abstract args) and read XLA's memory and cost analyses."""
+    start = time.perf_counter()
+    compiled = jax.jit(fn, donate_argnums=donate, static_argnums=static).lower(*args).compile()
+    seconds = time.perf_counter() - start
+    memory = compiled.memory_analysis()
+    return StageMemory(stage, int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
+                       int(memory.temp_size_in_bytes), int(memory.alias_size_in_bytes), planned, seconds,
+                       _flops(compiled))
+
+
+def _flops(compiled: Any) -> float | None:
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):  # older jax: one dict per computation
+        cost = cost[0] if cost else None
+    return None if not cost else float(cost.get("flops", 0.0))
+
+
+# --- the DiT step -------------------------------------------------------------------------------
+
+
+def dit_params(dit: Any, dtype: Any, mesh: Any, rules: Any, device: Any = None, *, stacked: bool = False) -> Any:
+    """The DiT's parameters as abstract arrays, sharded as `sharding.place_model` would place them
+    (one device: each layer its own tree on CPU, as `dit.place_resident` does)."""
+    from vidax.zoo.dit import block_groups
+    from vidax.zoo.sharding import mesh_shardings
+
+    shapes = jax.eval_shape(lambda: dit.init_params(jax.random.key(0)))
+    if mesh is not None:
+        return abstract(shapes, mesh_shardings(dit.logical_specs(), rules, mesh), dtype)
+    device = device or jax.devices()[0]
+    params = abstract(shapes, SingleDeviceSharding(device), dtype)
+    if device.platform != "cpu" or stacked:
+        return params
+    for group in block_groups(dit):
+        stack = params[group.name]
+        depth = jax.tree.leaves(stack)[0].shape[0]
+        layer = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype, sharding=s.sharding), stack)
+        params[group.name] = (layer,) * depth
+    return params
+
+
+def dit_step(predict: Callable, dit: Any) -> Callable:
+    """One sampling step's prediction with the whole DiT resident (what `denoise` compiles per step)."""
+    from vidax.zoo.dit import forward
+
+    def step(params, latents, timestep, cond, knobs):
+        return predict(partial(forward, dit, params), latents, timestep, cond, knobs)
+
+    return step
+
+
+def replicated(mesh: Any, device: Any = None) -> jax.sharding.Sharding:
+    """How `denoise` places the latents and the condition: whole on every device of the mesh."""
+    if mesh is None:
+        return SingleDeviceSharding(device or jax.devices()[0])
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def step_args(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any, device: Any = None, *,
+              stacked: bool = False) -> tuple[Callable, tuple]:
+    """The family's predictor for step 0 and the step's abstract arguments `(params, latents, t, cond, knobs)`."""
+    inputs = replicated(mesh, device)
+    latents = jax.ShapeDtypeStruct(family.latent_shape(s), jnp.float32, sharding=inputs)
+    timestep = jax.ShapeDtypeStruct((), jnp.float32, sharding=inputs)
+    knobs = abstract(family.step_knobs(s, family.stepper(s, latents.shape), 0, 0), inputs)
+    params = dit_params(dit, dtype, mesh if mesh is not None else None, family.transformer_rules, device,
+                        stacked=stacked)
+    return family.predictor(s, 0, dit, 0), (params, latents, timestep, abstract(cond, inputs), knobs)
+
+
+def _on(mesh: Any, rules: Any):
+    from vidax.zoo.runtime import use_mesh
+
+    return contextlib.nullcontext() if mesh is None else use_mesh(mesh, rules)
+
+
+def compile_dit_step(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any,
+                     planned: int | None, device: Any = None) -> StageMemory:
+    """The DiT step of `family` at settings `s` on `mesh` (None: on `device`, default the first)."""
+    predict, args = step_args(family, s, dit, dtype, mesh, cond, device)
+    with _on(mesh, family.transformer_rules):
+        return compile_stage("dit step", dit_step(predict, dit), args, planned=planned)
+
+
+def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any, chunk: int,
+                          planned: int | None, device: Any = None) -> StageMemory:
+    """`--offload-chunk`: the compiled chunk of `chunk` blocks (`offload.StreamedDiT`'s unit, hidden state
+    donated), plus what stays on the device beside it: the embed and head weights and the next chunk, whose
+    transfer is issued before this chunk's compute. The hidden state and context are the embed's, traced."""
+    from vidax.zoo.dit import block_groups, forward, scan_blocks
+
+    rules = family.transformer_rules
+    predict, (params, *rest) = step_args(family, s, dit, dtype, mesh, cond, device, stacked=True)
+    entering = []
+
+    def capture(weights, *inputs):  # the DiT's inputs as the predictor builds them (CFG batch and all)
+        entering.append(dit.embed(weights, *inputs))
+        return forward(dit, weights, *inputs)
+
+    with _on(mesh, rules):
+        jax.eval_shape(lambda weights, *a: predict(partial(capture, weights), *a), params, *rest)
+    hidden, ctx = abstract(entering[0], replicated(mesh, device))
+    if mesh is not None and isinstance(hidden, jax.ShapeDtypeStruct) and hidden.ndim == 3:  # split as between blocks
+        from vidax.zoo.sharding import VIDEO_AXES, to_mesh_spec
+
+        hidden = jax.ShapeDtypeStruct(hidden.shape, hidden.dtype,
+                                      sharding=NamedSharding(mesh, to_mesh_spec(VIDEO_AXES, rules)))
+    group = block_groups(dit)[0]  # the first group's chunks (one group in the families the dry run builds)
+    blocks = jax.tree.map(lambda x: jax.ShapeDtypeStruct((min(chunk, x.shape[0]), *x.shape[1:]), x.dtype,
+                                                         sharding=x.sharding), params[group.name])
+    unit = lambda b, h, c: scan_blocks(group.block, b, h, c)  # noqa: E731
+    with _on(mesh, rules):
+        report = compile_stage(f"dit chunk (offload {chunk})", unit, (blocks, hidden, ctx), planned=planned,
+                               donate=(1,))
+    resident = {k: v for k, v in params.items() if k not in {g.name for g in block_groups(dit)}}
+    beside = per_device_bytes(resident) + per_device_bytes(blocks)  # embed/head weights, the next chunk
+    return dataclasses.replace(report, argument=report.argument + beside)
+
+
+def per_device_bytes(tree: Any) -> int:
+    """Bytes one device holds of an abstract tree (its shard of each leaf)."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+        total += math.prod(shape) * leaf.dtype.itemsize
+    return int(total)
+
+
+# --- families -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyStages:
+    """What a family gives the dry run, each a function of `(family, s, ...)`:
+
+    dit: `(family, s, depth, dtype) -> DiT module` (depth None: the config's).
+    cond: `(family, s, batch) -> the predictor's condition` as ShapeDtypeStructs.
+    vae_decode: `(family, s, device) -> [(stage name, fn, abstract args, donate, static)]`, the decode units.
+    text_encoder: `(family, s, dtype, device) -> (fn, abstract args, static)` or None.
+    """
+
+    dit: Callable
+    cond: Callable
+    vae_decode: Callable
+    text_encoder: Callable | None = None
+
+
+def _wan_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.wan.transformer import WanTransformer
+
+    return WanTransformer(_depth(family.model.transformer, depth), dtype=jnp.dtype(dtype))
+
+
+def _wan_cond(family: Any, s: Any, batch: int) -> Any:
+    from vidax.zoo.wan.family import WanCondition
+    from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH
+
+    m = family.model
+    f32 = jnp.float32
+    text = jax.ShapeDtypeStruct((batch, MAX_SEQUENCE_LENGTH, m.transformer.text_dim), f32)
+    image = None
+    if m.image_encoder is not None:
+        rows = 2 if m.first_last_frame else 1
+        image = jax.ShapeDtypeStruct((rows, 257, m.image_encoder.hidden_size), f32)
+    _, z, frames, h, w = family.latent_shape(s)
+    latents = first = None
+    if m.concat_condition:
+        latents = jax.ShapeDtypeStruct((1, 4 + z, frames, h, w), f32)
+    return WanCondition(text, image, latents, first)
+
+
+def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...], device: Any = None) -> list[tuple]:
+    """The Wan VAE's two compiled decode units (the first latent frame, then each next one with the
+    causal cache), as `WanVAE.decode` runs them: `[(name, fn, args, donate, static)]`."""
+    from vidax.zoo.wan_vae import WanVAE, _chunk
+
+    vae = WanVAE(config)
+    device = SingleDeviceSharding(device or jax.devices()[0])
+    params = abstract(jax.eval_shape(lambda: vae.init_params(jax.random.key(0))), device)
+    _, z, _, h, w = latent_shape
+    chunk = jax.ShapeDtypeStruct((1, 1, h, w, z), jnp.float32, sharding=device)
+    _, cache = jax.eval_shape(lambda p, x: _chunk(vae.module, "decode_chunk", p, None, x, True), params, chunk)
+    cache = abstract(cache, device)
+    static = (0, 1, 5)  # the module, the method, `first`
+    first = (vae.module, "decode_chunk", params, None, chunk, True)
+    steady = (vae.module, "decode_chunk", params, cache, chunk, False)  # the cache in, donated
+    return [("vae decode (first frame)", _chunk, first, (), static),
+            ("vae decode (next frames)", _chunk, steady, (3,), static)]
+
+
+def _wan_vae(family: Any, s: Any, device: Any) -> list[tuple]:
+    return wan_vae_decode_units(family.model.vae, family.latent_shape(s), device)
+
+
+def _wan_text(family: Any, s: Any, dtype: Any, device: Any):
+    from vidax.zoo.encoders.t5 import T5EncoderModel
+    from vidax.zoo.wan.family import UMT5_XXL
+    from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH, _encode
+
+    model = T5EncoderModel(family.model.text_encoder or UMT5_XXL, dtype=jnp.float32)
+    device = SingleDeviceSharding(device)
+    ids = jax.ShapeDtypeStruct((2 if s.guided else 1, MAX_SEQUENCE_LENGTH), jnp.int32, sharding=device)
+    params = nn.unbox(jax.eval_shape(lambda i: model.init(jax.random.key(0), i, i), ids))
+    return _encode.__wrapped__, (model, abstract(params, device, dtype), ids, ids), (0,)
+
+
+def _depth(cfg: Any, depth: int | None, field: str = "num_layers") -> Any:
+    return cfg if depth is None else dataclasses.replace(cfg, **{field: depth})
+
+
+def _cogvideox_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
+
+    return CogVideoXTransformer(_depth(family.dit_config, depth), dtype=jnp.dtype(dtype), residual_dtype=jnp.float32)
+
+
+def _cogvideox_cond(family: Any, s: Any, batch: int) -> Any:
+    from vidax.zoo.cogvideox.family import CogVideoXCondition
+
+    text = jax.ShapeDtypeStruct((batch, s.max_sequence_length, family.dit_config.text_embed_dim), jnp.float32)
+    image = jax.ShapeDtypeStruct(family.latent_shape(s), jnp.float32) if family.i2v else None
+    return CogVideoXCondition(text, image)
+
+
+def _hunyuan15_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
+
+    return HunyuanVideo15Transformer(_depth(family.dit_config, depth), jnp.dtype(dtype).name)
+
+
+def _hunyuan15_cond(family: Any, s: Any, batch: int) -> Any:
+    """Text-to-video's condition (the predictor makes the zero image condition itself); I2V's image part."""
+    from vidax.zoo.hunyuan_video15.family import IMAGE_TOKENS, Condition, ImageCondition
+    from vidax.zoo.hunyuan_video15.text import BYT5_MAX_LENGTH, MLLM_MAX_LENGTH, TextFeatures
+
+    cfg, f32 = family.dit_config, jnp.float32
+    text = TextFeatures(jax.ShapeDtypeStruct((batch, MLLM_MAX_LENGTH, cfg.text_embed_dim), f32),
+                        jax.ShapeDtypeStruct((batch, MLLM_MAX_LENGTH), jnp.bool_),
+                        jax.ShapeDtypeStruct((batch, BYT5_MAX_LENGTH, cfg.text_embed_2_dim), f32),
+                        jax.ShapeDtypeStruct((batch, BYT5_MAX_LENGTH), jnp.bool_))
+    image = None
+    if family.i2v:
+        _, c, *grid = family.latent_shape(s)
+        image = ImageCondition(jax.ShapeDtypeStruct((1, cfg.in_channels - c, *grid), f32),
+                               jax.ShapeDtypeStruct((1, IMAGE_TOKENS, cfg.image_embed_dim), f32))
+    return Condition(text, image)
+
+
+def _cosmos3_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.cosmos3.transformer import Cosmos3Transformer
+
+    return Cosmos3Transformer(_depth(family.dit_config, depth, "num_hidden_layers"), dtype=jnp.dtype(dtype))
+
+
+def _cosmos3_cond(family: Any, s: Any, batch: int) -> Any:
+    """The planned prompt length (`--plan`'s) joined with the video tokens; text-to-video."""
+    from vidax.zoo.cosmos3.family import PLANNED_PROMPT_TOKENS, Cosmos3Condition
+
+    cfg = family.dit_config
+    prompt, video = PLANNED_PROMPT_TOKENS, math.prod(family.grid(s))
+    rope = jax.ShapeDtypeStruct((batch, prompt + video, cfg.head_dim), jnp.float32)
+    return Cosmos3Condition(jax.ShapeDtypeStruct((batch, prompt), jnp.int32),
+                            jax.ShapeDtypeStruct((batch, prompt), jnp.bool_), rope, rope,
+                            jax.ShapeDtypeStruct((batch, family.latent_shape(s)[2]), jnp.float32), None)
+
+
+def _cosmos_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.cosmos.transformer import CosmosTransformer
+
+    return CosmosTransformer(_depth(family.dit_config, depth), dtype=jnp.dtype(dtype))
+
+
+def _cosmos_cond(family: Any, s: Any, batch: int) -> Any:
+    """Text-to-world: the conditioning latents are zeros of the latents' shape, no frame marked."""
+    from vidax.zoo.cosmos.family import CosmosCondition
+
+    shape, f32 = family.latent_shape(s), jnp.float32
+    text = jax.ShapeDtypeStruct((batch, s.max_sequence_length, family.dit_config.text_in_dim), f32)
+    latents = jax.ShapeDtypeStruct(shape, f32)
+    return CosmosCondition(text, latents, jax.ShapeDtypeStruct((1, 1, shape[2], 1, 1), f32), latents)
+
+
+def _hunyuan_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    """HunyuanVideo 1.0: `depth` cuts both block groups (dual-stream, then single-stream)."""
+    from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
+
+    cfg = _depth(_depth(family.dit_config, depth), depth, "num_single_layers")
+    return HunyuanVideoTransformer(cfg, jnp.dtype(dtype).name)
+
+
+def _hunyuan_cond(family: Any, s: Any, batch: int) -> Any:
+    """Text-to-video: the prompt's tokens as the planner counts them (`hunyuan_video.family.text_tokens`)."""
+    from vidax.zoo.hunyuan_video.family import Condition, text_tokens
+
+    cfg, f32 = family.dit_config, jnp.float32
+    tokens = text_tokens(s, False)
+    return Condition(jax.ShapeDtypeStruct((batch, tokens, cfg.text_embed_dim), f32),
+                     jax.ShapeDtypeStruct((batch, tokens), jnp.bool_),
+                     jax.ShapeDtypeStruct((batch, cfg.pooled_projection_dim), f32), None)
+
+
+def _cosmos_vae(family: Any, s: Any, device: Any) -> list[tuple]:
+    return wan_vae_decode_units(family.vae_config, family.latent_shape(s), device)
+
+
+def _no_stages(family: Any, s: Any, device: Any) -> list[tuple]:
+    return []
+
+
+FAMILY_STAGES: dict[str, FamilyStages] = {
+    "wan": FamilyStages(_wan_dit, _wan_cond, _wan_vae, _wan_text),
+    "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, _no_stages),
+    "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _no_stages),
+    "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, _cosmos_vae),
+    "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
+    "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _no_stages),
+}
+
+
+def stages_of(family: Any) -> FamilyStages:
+    stages = FAMILY_STAGES.get(family.entry.family)
+    if stages is None:
+        have = ", ".join(sorted(FAMILY_STAGES))
+        raise PipelineError(f"{family.name}: --dry-run does not build the {family.entry.family} family's stages yet "
+                            f"(it does: {have})")
+    return stages
+
+
+# --- the planner at the compiled depth ----------------------------------------------------------
+
+
+def job_at_depth(job: Any, dit: Any, depth: int | None) -> Any:
+    """The planner's job with the DiT's sizes read off the (cut) module that is compiled."""
+    from vidax.zoo.dit import block_groups
+    from vidax.zoo.planner import dit_sizes
+
+    if depth is None:
+        return job
+    d = job.dit
+    groups = tuple(group.name for group in block_groups(dit))
+    sizes = dit_sizes(dit.param_shapes(), dim=d.dim, ffn_dim=d.ffn_dim, heads=d.heads, text_dim=d.text_dim,
+                      groups=groups)
+    return dataclasses.replace(job, dit=sizes)
+
+
+def planned_dit_bytes(job: Any, layout: Any) -> int:
+    """The planner's per-device figure for one DiT step: resident weights plus one block's activations."""
+    from vidax.zoo.planner import predict
+
+    prediction = predict(job, layout)
+    return prediction.weights + prediction.activations
+
+
+def planned_vae_bytes(job: Any) -> int:
+    from vidax.zoo.planner import predict, Layout
+
+    return predict(job, Layout()).vae
+
+
+def weight_dtype(options: Any) -> Any:
+    """The DiT's weights dtype the run uses: float32 when asked, else bf16 (the specs' default)."""
+    return jnp.float32 if options.dtype == "float32" else jnp.bfloat16
+
+
+# --- the whole model ----------------------------------------------------------------------------
+
+
+def dry_devices(count: int) -> list:
+    """`count` devices to compile for: the default backend's when it has that many, else the host's (fake
+    CPU devices: `XLA_FLAGS=--xla_force_host_platform_device_count=N` before jax starts; `vidax-gen --dry-run
+    --devices N` sets it)."""
+    for backend in (None, "cpu"):
+        found = jax.devices(backend)
+        if len(found) >= count:
+            return found[:count]
+    raise PipelineError(f"--dry-run for {count} devices: this process has {jax.device_count()} "
+                        f"{jax.default_backend()} device(s) and {len(jax.devices('cpu'))} host device(s); "
+                        f"`vidax-gen MODEL --dry-run --devices {count}` starts with that many host devices")
+
+
+def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: int, *,
+            depth: int | None = None, stages: tuple[str, ...] = ("text", "dit", "vae")) -> DryRun:
+    """Compile every stage of `family` for `options` under `layout` (a `planner.Layout`) on `devices`
+    devices of `device_bytes` each (the DiT's mesh spans `layout.devices` of them; encoders and the VAE
+    run on the first, as the pipelines run them).
+
+    Args:
+      depth: compile the DiT with this many blocks (tests: native sequence length, shallow model).
+      stages: which of "text", "dit", "vae" to compile.
+    """
+    from vidax.zoo.mesh import check_heads, make_mesh
+
+    parts = stages_of(family)
+    s = family.resolve_settings(options)
+    dtype = weight_dtype(options)
+    dit = parts.dit(family, s, depth, dtype) if "dit" in stages else None
+    job = job_at_depth(family.memory_job(options), dit, depth)
+    found = dry_devices(max(devices, layout.devices))
+    first = found[0]
+    reports = []
+    if "text" in stages and parts.text_encoder is not None:
+        fn, args, static = parts.text_encoder(family, s, dtype, first)
+        planned = job.text_encoder_params * job.text_encoder_bytes
+        reports.append(compile_stage("text encoder", fn, args, planned=planned, static=static))
+    if "dit" in stages:
+        check_heads(job.dit.heads, layout.tp, layout.sp)
+        mesh = make_mesh(layout.dp, layout.tp, layout.sp, devices=found[: layout.devices])
+        mesh = mesh if mesh.size > 1 else None
+        cond = parts.cond(family, s, 2 if s.guided else 1)
+        planned = planned_dit_bytes(job, layout)
+        if layout.offload_chunk is None:
+            reports.append(compile_dit_step(family, s, dit, dtype, mesh, cond, planned, first))
+        else:
+            reports.append(compile_offloaded_dit(family, s, dit, dtype, mesh, cond, layout.offload_chunk, planned,
+                                                 first))
+    if "vae" in stages:
+        for name, fn, args, donate, static in parts.vae_decode(family, s, first):
+            reports.append(compile_stage(name, fn, args, planned=planned_vae_bytes(job), donate=donate,
+                                         static=static))
+    size = f"{s.width}x{s.height}, {s.frames} frames"
+    return DryRun(family.name, size, layout, devices, device_bytes, tuple(reports))
