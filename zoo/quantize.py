@@ -26,7 +26,7 @@ LARGEST = {"fp8": 448.0, "int8": 127.0}  # the format's largest finite magnitude
 WEIGHTS_DTYPES = ("bf16", *STORAGE)
 SCALE = "kernel_scale"
 # families whose block linears are all `Dense`s (checked by tests/quantized/test_weights_dtype.py for Wan)
-FAMILIES = ("wan",)
+FAMILIES = ("wan", "hunyuan_video", "hunyuan_video15", "ltx_video", "ltx2", "cosmos", "cosmos3", "cogvideox")
 
 
 def check_weights_dtype(options, family: str) -> None:
@@ -104,3 +104,17 @@ def block_bytes_per_param(shapes: Mapping[str, tuple[int, ...]], groups: tuple[s
         return None
     blocks = {p: (s, np.dtype(f"V{width}")) for p, s in shapes.items() if p.split("/", 1)[0] in groups}
     return placed_bytes(blocks, groups, choice) / sum(int(np.prod(s, dtype=np.int64)) for s, _ in blocks.values())
+
+
+def quantized_job(job, dit, choice: str | None):
+    """The planner's `job` for `dit` (a DiT module built from the config) with its block weights counted as
+    `--weights-dtype` places them (8-bit kernels with their scales); unchanged for bf16 or no choice."""
+    import dataclasses
+
+    from vidax.zoo.dit import block_groups
+
+    if choice not in STORAGE:
+        return job
+    groups = tuple(g.name for g in block_groups(dit))
+    return dataclasses.replace(job, block_weight_bytes=block_bytes_per_param(dit.param_shapes(), groups, choice,
+                                                                             job.weight_bytes))
