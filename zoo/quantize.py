@@ -30,7 +30,7 @@ FAMILIES = ("wan", "hunyuan_video", "hunyuan_video15", "ltx_video", "ltx2", "cos
 
 
 def check_weights_dtype(options, family: str) -> None:
-    """One line before any work: a known choice, a family that reads scales, no streamed blocks."""
+    """One line before any work: a known choice, a family that reads scales."""
     choice = getattr(options, "weights_dtype", None)
     if choice is None:
         return
@@ -38,8 +38,6 @@ def check_weights_dtype(options, family: str) -> None:
         raise PipelineError(f"unknown --weights-dtype {choice!r} (choose from {', '.join(WEIGHTS_DTYPES)})")
     if choice in STORAGE and family not in FAMILIES:
         raise PipelineError(f"--weights-dtype {choice} is not supported for {family} DiTs yet (only {', '.join(FAMILIES)})")
-    if choice in STORAGE and options.offload_chunk is not None:
-        raise PipelineError(f"--weights-dtype {choice} does not combine with --offload-chunk yet")
 
 
 def block_kernel_paths(paths, groups: tuple[str, ...], ndims: Mapping[str, int]) -> list[str]:
