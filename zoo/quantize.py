@@ -56,14 +56,57 @@ def quantize_kernel(kernel: np.ndarray, choice: str) -> tuple[np.ndarray, np.nda
     return scaled.astype(STORAGE[choice]), scale
 
 
-def device_weights(tree: Mapping[str, np.ndarray], groups: tuple[str, ...], choice: str | None) -> dict[str, np.ndarray]:
-    """The host tree to place: block kernels quantized (with their scales) for an 8-bit choice."""
+def device_weights(tree: Mapping[str, np.ndarray], groups: tuple[str, ...], choice: str | None,
+                   stored: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
+    """The host tree to place: block kernels quantized (with their scales) for an 8-bit choice; those in
+    `stored` (`file_kernels`: the file's own 8-bit values and scales) placed as the file has them."""
     tree = dict(tree)
     if choice not in STORAGE:
         return tree
     for path in block_kernel_paths(list(tree), groups, {p: np.ndim(a) for p, a in tree.items()}):
-        tree[path], tree[path[:-len("kernel")] + SCALE] = quantize_kernel(tree[path], choice)
+        kept = (stored or {}).get(path)
+        tree[path], tree[path[:-len("kernel")] + SCALE] = kept if kept is not None else quantize_kernel(tree[path], choice)
     return tree
+
+
+def file_kernels(path, spec: str, tree: Mapping[str, np.ndarray], groups: tuple[str, ...],
+                 choice: str | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Block kernels an 8-bit `--transformer` safetensors file already holds in `choice`'s format, with one
+    scale per tensor or per output channel: `{path: (8-bit values as stored, float32 scales [layers, out])}`,
+    placed as they are (no round trip through bf16, no fresh scale). The spec converts the file twice more,
+    reading values and scales apart (`scaled_io.reading`); a kernel is kept only if its scales are one per
+    output channel, its values fit `choice` exactly and their product is the dequantized kernel in `tree`
+    (the spec only moved them). Empty for any other file or choice."""
+    from vidax.translator import convert, scaled_io
+    from vidax.translator.safetensors_io import SafetensorsFile
+
+    if choice not in STORAGE or path is None or not str(path).endswith(".safetensors"):
+        return {}
+    if not scaled_io.is_scaled(SafetensorsFile(path)):
+        return {}
+    with scaled_io.reading("values"):
+        values = convert(spec, path, dtype="float32")
+    with scaled_io.reading("scales"):
+        scales = convert(spec, path, dtype="float32")
+    kept = {}
+    for kernel in block_kernel_paths(list(tree), groups, {p: np.ndim(a) for p, a in tree.items()}):
+        stored = _as_stored(values[kernel], scales[kernel], choice)
+        if stored is not None and np.array_equal(
+                (stored[0].astype(np.float32) * stored[1][..., None, :]).astype(tree[kernel].dtype), tree[kernel]):
+            kept[kernel] = stored
+    return kept
+
+
+def _as_stored(values: np.ndarray, scales: np.ndarray, choice: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values in `choice`'s storage, scales `[..., out]`) when the scales are one per output channel and the
+    values are exactly representable; None otherwise."""
+    scale = scales[..., 0, :]
+    if not np.all(np.isfinite(scale)) or not np.array_equal(scales, np.broadcast_to(scale[..., None, :], scales.shape)):
+        return None  # a weight without a scale, or a scale that varies along the input axis
+    stored = np.clip(values, -128, 127).astype(np.int8) if choice == "int8" else values.astype(STORAGE[choice])
+    if not np.array_equal(stored.astype(np.float32), values):
+        return None  # e5m2 or int8 values asked as fp8 e4m3, fp8 asked as int8: requantized instead
+    return stored, np.ascontiguousarray(scale, np.float32)
 
 
 def device_specs(specs: dict, tree: Mapping[str, np.ndarray]) -> dict:
