@@ -25,7 +25,7 @@ STORAGE = {"fp8": np.dtype(ml_dtypes.float8_e4m3fn), "int8": np.dtype(np.int8)}
 LARGEST = {"fp8": 448.0, "int8": 127.0}  # the format's largest finite magnitude (fp8 e4m3: 448)
 WEIGHTS_DTYPES = ("bf16", *STORAGE)
 SCALE = "kernel_scale"
-# families whose block linears are all `Dense`s (checked by tests/quantized/test_weights_dtype.py for Wan)
+# families whose block linears are all `Dense`s (checked: tests/quantized/test_weights_dtype.py, test_weights_dtype_families.py)
 FAMILIES = ("wan", "hunyuan_video", "hunyuan_video15", "ltx_video", "ltx2", "cosmos", "cosmos3", "cogvideox")
 
 
