@@ -20,6 +20,8 @@ A file with none of these marks is returned as it was.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import math
 
@@ -43,6 +45,25 @@ BLOCK_FORMAT_TENSORS = (".weight_scale_2", ".pre_quant_scale")  # only block for
 SIDE_SUFFIXES = WEIGHT_SCALES + INPUT_SCALES + BLOCK_FORMAT_TENSORS + (FORMAT_TENSOR,)
 FLOAT32 = np.dtype("<f4")
 SUPPORTED_LINE = "float8_e4m3fn, float8_e5m2 and int8_tensorwise, scaled per tensor or per output channel"
+
+
+# What a scaled 8-bit weight reads as: "dequantized" (float(w) x scale), or one factor alone (`reading`).
+READ_AS = contextvars.ContextVar("vidax_scaled_read_as", default="dequantized")
+
+
+@contextlib.contextmanager
+def reading(part: str):
+    """Within it, scaled files' 8-bit weights read as one factor: "values" (float(w), no scale) or "scales"
+    (the weight's scale broadcast to its shape; NaN for a tensor that has none). A conversion through a spec
+    then carries each factor where the weight goes (transposed, stacked, fused), so the two trees give the
+    converted kernel's 8-bit values and its scales."""
+    if part not in ("values", "scales"):
+        raise ValueError(f"reading {part!r}: want 'values' or 'scales'")
+    token = READ_AS.set(part)
+    try:
+        yield
+    finally:
+        READ_AS.reset(token)
 
 
 def _eight_bit(dtype: np.dtype) -> bool:
@@ -153,13 +174,20 @@ class ScaledFile:
 
     def array(self, name: str) -> np.ndarray:
         raw = self._reader.array(name)
+        part = READ_AS.get()
         if name not in self._weights:
+            if part == "scales":
+                return np.full(raw.shape, np.nan, FLOAT32)
             return raw.astype(FLOAT32) if _eight_bit(raw.dtype) else raw
         scale, storage, fmt = self._weights[name]
         if storage == "uint8":  # fp8 bytes in a uint8 container
             raw = raw.view(getattr(ml_dtypes, fmt))
         values = raw.astype(FLOAT32)
-        if scale is not None:
+        if part == "scales":
+            factor = np.ones((), FLOAT32) if scale is None else self._reader.array(scale).astype(FLOAT32)
+            factor = factor.reshape(()) if factor.size == 1 else factor.reshape((-1,) + (1,) * (values.ndim - 1))
+            return np.broadcast_to(factor, values.shape).astype(FLOAT32)
+        if scale is not None and part == "dequantized":
             factor = self._reader.array(scale).astype(FLOAT32)
             factor = factor.reshape(()) if factor.size == 1 else factor.reshape((-1,) + (1,) * (values.ndim - 1))
             np.multiply(values, factor, out=values)

@@ -82,13 +82,15 @@ def place_dit(run: Run, family: Any, part: Any, s: Any, dtype: str | None) -> Lo
     """One denoiser's weights on the devices: resident (on the mesh under its rules) or, with
     `--offload-chunk`, embed/head resident and the blocks streamed from host memory."""
     from vidax.zoo.offload import stream_blocks
-    from vidax.zoo.quantize import device_specs, device_weights
+    from vidax.zoo.quantize import device_specs, device_weights, file_kernels
     from vidax.zoo.sharding import place
 
     tree = run.load_tree(part.component, part.spec, part.subfolders, dtype)
     dit = family.build_dit(part, tree, s)
-    # --weights-dtype fp8/int8: block kernels 8-bit with their scales (vidax.zoo.quantize)
-    tree = device_weights(tree, tuple(g.name for g in block_groups(dit)), getattr(run.options, "weights_dtype", None))
+    # --weights-dtype fp8/int8: block kernels 8-bit with their scales (vidax.zoo.quantize), an 8-bit file's own kept
+    choice, groups = getattr(run.options, "weights_dtype", None), tuple(g.name for g in block_groups(dit))
+    stored = file_kernels(dit_file(run.options, part.component), part.spec, tree, groups, choice)
+    tree = device_weights(tree, groups, choice, stored)
     rules = family.transformer_rules
     if run.options.offload_chunk is not None:
         params, streamed, host = stream_blocks(dit, tree, run.options.offload_chunk, rules, run.mesh)

@@ -167,7 +167,9 @@ def stream_blocks(model: StackedDiT, tree: Mapping[str, np.ndarray], chunk: int,
     blocks = {group.name: nested.pop(group.name) for group in block_groups(model)}
     shardings = None
     if mesh is not None:
-        specs = model.logical_specs()
+        from vidax.zoo.quantize import device_specs
+
+        specs = device_specs(model.logical_specs(), tree)  # 8-bit kernels' scales too (--weights-dtype)
         params = place(nested, {k: specs[k] for k in nested}, rules, mesh)
         shardings = {name: mesh_shardings(specs[name], rules, mesh) for name in blocks}
     else:

@@ -112,6 +112,7 @@ class DitCase:
     run_depth: int
     batch: int = 2  # the CFG pair, as a guided sampling step runs it
     text: Any = None  # text sizes, as the family's row reads them (Wan: tokens; HunyuanVideo-1.5: HV_TEXT-like)
+    weights_dtype: str | None = None  # "fp8" / "int8": block kernels 8-bit on the device (--weights-dtype)
 
     @property
     def row(self) -> families.FamilyRow:
@@ -211,6 +212,15 @@ def _dit(key, family, config, frames, height, width, run_depth, text):
                    text=text)
 
 
+def _eight_bit(case: DitCase, choice: str) -> DitCase:
+    """The same DiT with its block kernels 8-bit (`--weights-dtype choice`); the diffusers side has none."""
+    return dataclasses.replace(case, key=f"{case.key}-{choice}", label=f"{case.label} {choice} weights",
+                               weights_dtype=choice)
+
+
+WEIGHTS_DTYPES = ("fp8", "int8")  # the 8-bit entries, of the first (Wan) case
+
+
 def _vae(key, family, config, latent_frames, height, width):
     label = families.row(family).vae_label if config in (WAN_VAE, HV15_VAE) else f"toy {key.split('-')[0]} VAE"
     return VaeCase(key, family, f"{label} {height}x{width}", config, latent_frames, height, width)
@@ -235,6 +245,7 @@ def _real() -> Profile:
         _dit("hv15-720p", "hunyuan_video15", HV15, 121, 720, 1280, 2, HV_TEXT),  # 31x45x80 = 111600 tokens
         _dit("wan-720p", "wan", WAN14B, 81, 720, 1280, 2, WAN_TEXT),  # 21x45x80 = 75600 tokens
     )
+    dits += tuple(_eight_bit(dits[0], choice) for choice in WEIGHTS_DTYPES)  # Wan 480p with fp8 / int8 weights
     vaes = (
         _vae("wan-vae-480p", "wan", WAN_VAE, 5, 480, 832),
         _vae("hv15-vae-480p", "hunyuan_video15", HV15_VAE, 5, 480, 848),

@@ -138,6 +138,23 @@ def _unused(case: cases.DitCase) -> tuple:
     return (None,) * (len(model.dummy_inputs()) - len(case.row.inputs))
 
 
+def eight_bit_layout(layout: dict[str, tuple[tuple[int, ...], Any]], model, choice: str | None) -> dict:
+    """The layout `--weights-dtype choice` places (vidax.zoo.quantize): each stacked block kernel 8-bit, a
+    float32 `kernel_scale` `[layers, out]` beside it; the layout itself for bf16 / None."""
+    from vidax.zoo.dit import block_groups
+    from vidax.zoo.quantize import SCALE, STORAGE, block_kernel_paths
+
+    if choice not in STORAGE:
+        return layout
+    groups = tuple(g.name for g in block_groups(model))
+    out = dict(layout)
+    for path in block_kernel_paths(list(layout), groups, {p: len(s) for p, (s, _) in layout.items()}):
+        shape = layout[path][0]
+        out[path] = (shape, STORAGE[choice])
+        out[path[:-len("kernel")] + SCALE] = ((shape[0], shape[-1]), np.dtype(np.float32))
+    return out
+
+
 POOL = 1 << 20  # random values tiled over every weight: varied, never zeros, and fast at 14B scale
 
 
@@ -153,11 +170,22 @@ def random_tree(layout: dict[str, tuple[tuple[int, ...], Any]], seed: int = 0) -
     host = {}
     for index, (path, (shape, dtype)) in enumerate(sorted(layout.items())):
         base = 1.0 if path.endswith(("/scale", "/gamma")) else 0.0
-        pool = pools.setdefault((base, np.dtype(dtype)), (noise + base).astype(dtype))
+        kind = "8-bit" if np.dtype(dtype).itemsize == 1 else "scale" if path.endswith("kernel_scale") else base
+        pool = pools.setdefault((kind, np.dtype(dtype)), _pool(noise, kind).astype(dtype))
         size = int(np.prod(shape))
         start = (index * 7919) % POOL  # each leaf starts elsewhere in the pool
         host[path] = np.resize(np.roll(pool, -start) if size < POOL else pool, size).reshape(shape)
     return traverse_util.unflatten_dict(jax.device_put(host), sep="/")
+
+
+def _pool(noise: np.ndarray, kind) -> np.ndarray:
+    """Values for a kind of leaf: 8-bit kernels across their range (N(0, 0.02) would round to zero),
+    positive kernel scales, else N(0, 0.02) around `kind` (0, or 1 for norm scales)."""
+    if kind == "8-bit":
+        return np.clip(np.rint(noise * 2000.0), -127, 127)
+    if kind == "scale":
+        return np.abs(noise) * 0.5 + 1e-4
+    return noise + kind
 
 
 class DitHarness:
@@ -166,7 +194,7 @@ class DitHarness:
     def __init__(self, case: cases.DitCase):
         self.case = case
         self.model, spec = build_model(case)
-        self.layout = param_dtypes(self.model, spec)
+        self.layout = eight_bit_layout(param_dtypes(self.model, spec), self.model, case.weights_dtype)
         self.params = random_tree(self.layout)
         self.inputs = concrete_inputs(case)
         self.compiled: dict[bool, Any] = {}

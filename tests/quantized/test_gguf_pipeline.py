@@ -187,6 +187,10 @@ def test_weights_dtype_int8_keeps_block_weights_8bit_through_the_pipeline(a14b_g
     tp = generate(_options(folder, tmp_path / "b.npy", transformer=q8, transformer_2=q4, weights_dtype="int8", tp=2))
     assert 0 < np.abs(one.frames - expected).max() < INT8_FRAMES_ATOL
     np.testing.assert_allclose(tp.frames, one.frames, atol=FRAME_ATOL, rtol=0)
+    # --offload-chunk: the blocks streamed from host memory carry their 8-bit kernels and scales
+    streamed = generate(_options(folder, tmp_path / "c.npy", transformer=q8, transformer_2=q4, weights_dtype="int8",
+                                 offload_chunk=1, tp=2))
+    np.testing.assert_allclose(streamed.frames, one.frames, atol=FRAME_ATOL, rtol=0)
 
 
 def test_lora_merges_into_a_gguf_dit(a14b_gguf, tmp_path):

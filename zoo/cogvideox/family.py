@@ -58,6 +58,7 @@ from vidax.zoo.stages import Run
 from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.quantize import quantized_job
 from vidax.zoo.video_io import vae_image
 
 # --sampler names -> the diffusers scheduler class each stands for
@@ -329,10 +330,11 @@ class CogVideoXFamily(Family):
         stream fp32; T5 in the registry's dtype (fp32); the VAE in fp32.
         """
         s = self.resolve_settings(options)
-        return memory_job(self.dit_config, self.vae_config, s, t5=self.t5_config,
-                          weight_bytes=4 if options.dtype == "float32" else 2,
-                          t5_bytes=_dtype_bytes(options.dtype or self.component("text_encoder").dtype or "bfloat16"),
-                          blockwise_attention=jax.default_backend() == "cpu")
+        job = memory_job(self.dit_config, self.vae_config, s, t5=self.t5_config,
+                         weight_bytes=4 if options.dtype == "float32" else 2,
+                         t5_bytes=_dtype_bytes(options.dtype or self.component("text_encoder").dtype or "bfloat16"),
+                         blockwise_attention=jax.default_backend() == "cpu")
+        return quantized_job(job, CogVideoXTransformer(self.dit_config), options.weights_dtype)  # --weights-dtype
 
 
 def _dtype_bytes(dtype: str) -> int:

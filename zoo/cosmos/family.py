@@ -44,6 +44,7 @@ from vidax.zoo.stages import Run
 from vidax.zoo.family import Flag, Inputs, Settings
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.quantize import quantized_job
 
 REASON1_PARAMS = 7_070_000_000  # Qwen2.5-VL-7B's language tower, when no config says otherwise
 
@@ -261,7 +262,7 @@ class CosmosFamily(CosmosBase):
             text_params = abstract_param_count(DecoderTextModel(self.text_config), ids)
         except PipelineError:
             text_params = REASON1_PARAMS
-        return Job(
+        return quantized_job(Job(  # --weights-dtype counted
             dit,
             tokens=self.tokens(s),
             text_tokens=s.max_sequence_length,
@@ -273,7 +274,7 @@ class CosmosFamily(CosmosBase):
             text_encoder_bytes=width,
             **planner_entries(vae, s.height, s.width),
             blockwise_attention=jax.default_backend() == "cpu",
-        )
+        ), CosmosTransformer(cfg), options.weights_dtype)
 
 
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]]) -> CosmosTransformerConfig:

@@ -41,6 +41,7 @@ from vidax.zoo.stages import Run
 from vidax.zoo.family import Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, dit_sizes
+from vidax.zoo.quantize import quantized_job
 from vidax.zoo.wan_vae import WanVAEConfig
 
 PLANNED_PROMPT_TOKENS = 256  # the joint sequence's text part for --plan (system prompt, prompt, sentences)
@@ -217,8 +218,9 @@ class Cosmos3Family(CosmosBase):
     def memory_job(self, options) -> Job:
         """What the memory planner needs (configs only): the video tokens join the prompt's in every layer."""
         s = self.resolve_settings(options)
-        return memory_job(self.dit_config, self.vae_config, s, dtype_bytes=4 if options.dtype == "float32" else 2,
-                          blockwise_attention=jax.default_backend() == "cpu")
+        job = memory_job(self.dit_config, self.vae_config, s, dtype_bytes=4 if options.dtype == "float32" else 2,
+                         blockwise_attention=jax.default_backend() == "cpu")
+        return quantized_job(job, Cosmos3Transformer(self.dit_config), options.weights_dtype)  # --weights-dtype
 
 
 def memory_job(cfg: Cosmos3TransformerConfig, vae: WanVAEConfig, s: Settings, *, dtype_bytes: int = 2,

@@ -56,6 +56,7 @@ from vidax.zoo.hunyuan_video.vae import HunyuanVideoVAE
 from vidax.zoo.hunyuan_base import HunyuanBase, joint_job, size_bucket, video_frames
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count
+from vidax.zoo.quantize import quantized_job
 from vidax.zoo.video_io import vae_image
 
 # The Llama-3-8B tower (llava-llama-3's language model, as the official preprocess extracts it) and CLIP-L's
@@ -394,10 +395,11 @@ class HunyuanVideoFamily(HunyuanBase):
     def memory_job(self, options) -> Job:
         """What the planner needs at the requested size (`--plan`, the automatic layout): configs only."""
         s = self.planned_settings(options)
-        return memory_job(self.dit_config, self.vae_config, s, i2v=self.i2v,
-                          dtype_bytes=4 if options.dtype == "float32" else 2,
-                          text_encoder_params=self._text_encoder_params(),
-                          blockwise_attention=jax.default_backend() == "cpu")
+        job = memory_job(self.dit_config, self.vae_config, s, i2v=self.i2v,
+                         dtype_bytes=4 if options.dtype == "float32" else 2,
+                         text_encoder_params=self._text_encoder_params(),
+                         blockwise_attention=jax.default_backend() == "cpu")
+        return quantized_job(job, HunyuanVideoTransformer(self.dit_config), options.weights_dtype)  # --weights-dtype
 
     def _text_encoder_params(self) -> int:
         """The text towers resident together while the prompt is encoded (Llama or Llava, and CLIP-L)."""

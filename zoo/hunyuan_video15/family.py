@@ -38,6 +38,7 @@ from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE, decode_peak_bytes
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.planner import Job, abstract_param_count
+from vidax.zoo.quantize import quantized_job
 
 IMAGE_TOKENS = 729  # SigLIP semantic tokens (all zeros for text-to-video)
 DEFAULT_ASPECT = (16, 9)  # width : height when the user gives no size
@@ -335,9 +336,10 @@ class HunyuanVideo15Family(HunyuanBase):
         """What the memory planner needs at the requested size (`--plan`, and the automatic layout when no
         mesh flag is given); configs only, no weights."""
         s = self.planned_settings(options)
-        return memory_job(self.dit_config, self.vae_config, s, dtype_bytes=4 if options.dtype == "float32" else 2,
-                          text_encoder_params=self._text_encoder_params(),
-                          blockwise_attention=jax.default_backend() == "cpu")
+        job = memory_job(self.dit_config, self.vae_config, s, dtype_bytes=4 if options.dtype == "float32" else 2,
+                         text_encoder_params=self._text_encoder_params(),
+                         blockwise_attention=jax.default_backend() == "cpu")
+        return quantized_job(job, HunyuanVideo15Transformer(self.dit_config), options.weights_dtype)  # --weights-dtype
 
     def _text_encoder_params(self) -> int:
         """Both text towers' parameters from their configs (abstractly), else the published sizes."""

@@ -59,6 +59,7 @@ from vidax.zoo.ltx2.vae import LTX2VideoVAE, decode_peak_bytes, encode_peak_byte
 from vidax.zoo.vae_tiling import TileSizes, tiles_for
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, load_latents
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.quantize import quantized_job
 
 ANCESTRAL = "euler-ancestral"  # LTXEulerAncestralRFScheduler on the same (shifted) sigma grid
 SAMPLER_CLASSES = {**FLOW_SAMPLERS, ANCESTRAL: "LTXEulerAncestralRFScheduler"}
@@ -618,9 +619,10 @@ class LTX2Family(Family):
     def memory_job(self, options: GenerateOptions) -> Job:
         """What the memory planner needs at the requested size (configs only, nothing loaded)."""
         s = self.resolve_settings(options)
-        return memory_job(self.model, s, len(s.scales.passes), dtype_bytes=4 if options.dtype == "float32" else 2,
-                          text_encoder_params=self._text_encoder_params(),
-                          blockwise_attention=jax.default_backend() == "cpu")
+        job = memory_job(self.model, s, len(s.scales.passes), dtype_bytes=4 if options.dtype == "float32" else 2,
+                         text_encoder_params=self._text_encoder_params(),
+                         blockwise_attention=jax.default_backend() == "cpu")
+        return quantized_job(job, LTX2Transformer(self.model.transformer), options.weights_dtype)  # --weights-dtype
 
     def _text_encoder_params(self) -> int:
         cfg = self.model.text_encoder

@@ -79,6 +79,7 @@ from vidax.zoo.vae_tiling import TileSizes, tiles_for
 from vidax.zoo.video_io import vae_image
 from vidax.zoo.pipeline import PipelineError, Progress, WeightsSource
 from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.quantize import quantized_job
 
 CONDITION_PIPELINES = ("LTXConditionPipeline",)
 LTX_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline")
@@ -822,7 +823,7 @@ class LTXVideoFamily(Family):
         last = passes[-1]
         whole = decode_peak_bytes(vae_cfg, pad.frames, last.height, last.width)
         tiles = tiles_for(s.vae_tiling, vae_params * width + whole)
-        return Job(
+        return quantized_job(Job(  # --weights-dtype counted
             sizes,
             tokens=tokens,
             text_tokens=s.max_sequence_length or TEXT[self.reference(s)][0],
@@ -836,7 +837,7 @@ class LTXVideoFamily(Family):
             vae_weight_bytes=4 if options.dtype == "float32" else None,
             vae_peak_activation_bytes=decode_peak_bytes(vae_cfg, pad.frames, last.height, last.width, tiles),
             blockwise_attention=jax.default_backend() == "cpu",
-        )
+        ), dit, options.weights_dtype)
 
 
 @partial(jax.jit, static_argnums=1)
