@@ -335,6 +335,8 @@ REQUEST_SCHEMA = {"requestBody": {"required": True, "content": {
         "width": {"type": "integer"}, "frames": {"type": "integer"}, "steps": {"type": "integer"},
         "guidance": {"type": "number"}, "shift": {"type": "number"}, "sampler": {"type": "string"},
         "fps": {"type": "number"}, "seed": {"type": "integer"},
+        "lora_strength": {"oneOf": [{"type": "number"}, {"type": "array", "items": {"type": "number"}}],
+                          "description": "strengths of the server's --lora LoRAs (one for all, or one each); 0: off"},
         "format": {"type": "string", "enum": ["mp4", "npy"], "description": "npy: float32 frames [F, H, W, 3]"}},
         "additionalProperties": True, "description": "the model's own fields too (GET /v1/models)"}},
     "multipart/form-data": {"schema": {"type": "object", "properties": {
