@@ -182,11 +182,20 @@ INT8_FRAMES_ATOL = 0.01
 def test_loras_on_an_int8_device_base(a14b_lora, tmp_path):
     """The LoRAs merge into the float32 host weights, and the merged kernels are quantized as they are placed
     (a fresh per-channel scale from the merged values): the int8 run with the LoRAs stays within the int8 bound
-    of the fp32 LoRA run, and is farther from the int8 run without them than that bound."""
+    of the fp32 LoRA run, and is farther from the int8 run without them than that bound. Both runs share one
+    `StageCache` (as vidax-serve's jobs do), base first: 8-bit weights are not switched in place, so the cache
+    must key the placed experts by their LoRAs and place them again."""
+    from vidax.zoo.stages import StageCache
+
     folder, latents, files, expected, _ = a14b_lora
     lora = (f"{files['peft']}={STRENGTHS['peft']}", f"{files['original']}={STRENGTHS['original']}")
     lora_2 = (f"{files['musubi']}={STRENGTHS['musubi']}",)
-    merged = generate(_options(folder, latents, tmp_path / "q.npy", lora=lora, lora_2=lora_2, weights_dtype="int8"))
-    base = generate(_options(folder, latents, tmp_path / "p.npy", weights_dtype="int8"))
+    cache = StageCache()
+    try:
+        base = generate(_options(folder, latents, tmp_path / "p.npy", weights_dtype="int8"), cache=cache)
+        merged = generate(_options(folder, latents, tmp_path / "q.npy", lora=lora, lora_2=lora_2,
+                                   weights_dtype="int8"), cache=cache)
+    finally:
+        cache.release()
     assert 0 < np.abs(merged.frames - expected).max() < INT8_FRAMES_ATOL
     assert np.abs(merged.frames - base.frames).max() > 3 * INT8_FRAMES_ATOL
