@@ -317,7 +317,7 @@ def _check_upload(path: Path, kind: str) -> None:
 
 def describe_model(service: Service) -> dict:
     """The served model: its defaults, the request fields it takes (its family's too) and its uploads."""
-    from vidax.serve.requests import COMMON_FIELDS, build_options, check
+    from vidax.serve.requests import COMMON_FIELDS, LORA_FIELD, build_options, check
     from vidax.zoo.registry import lookup
 
     model = service.server.model
@@ -326,7 +326,7 @@ def describe_model(service: Service) -> dict:
     flags = [{"field": flag.field, "flag": flag.name, "kind": flag.kind.__name__, "help": flag.help,
               "multiple": flag.multiple} for flag in family_flags(model) if flag.kind is not Path]
     return {"id": model, "family": entry.family, "description": entry.description, "defaults": defaults,
-            "fields": list(COMMON_FIELDS), "family_fields": flags, "uploads": upload_roles(service.server)}
+            "fields": list(COMMON_FIELDS) + ([LORA_FIELD] if service.server.lora else []), "family_fields": flags, "uploads": upload_roles(service.server)}
 
 
 REQUEST_SCHEMA = {"requestBody": {"required": True, "content": {

@@ -71,6 +71,7 @@ def test_strength_changes_and_switching_off_restore_the_base(lora_server, serve_
 
 def test_bad_strengths_are_400(lora_server):
     server, _ = lora_server
+    assert "lora_strength" in httpx.get(server.url + "/v1/models").json()["data"][0]["fields"]
     for value in ([1.0, 2.0], "strong", True):
         message = error(httpx.post(server.url + "/v1/videos", json={**JOB, "lora_strength": value}), 400)
         assert "lora_strength must be a number or a list of 1 numbers" in message
