@@ -326,7 +326,8 @@ def describe_model(service: Service) -> dict:
     flags = [{"field": flag.field, "flag": flag.name, "kind": flag.kind.__name__, "help": flag.help,
               "multiple": flag.multiple} for flag in family_flags(model) if flag.kind is not Path]
     return {"id": model, "family": entry.family, "description": entry.description, "defaults": defaults,
-            "fields": list(COMMON_FIELDS) + ([LORA_FIELD] if service.server.lora else []), "family_fields": flags, "uploads": upload_roles(service.server)}
+            "fields": list(COMMON_FIELDS) + ([LORA_FIELD] if service.server.lora else []), "family_fields": flags,
+            "uploads": upload_roles(service.server)}
 
 
 REQUEST_SCHEMA = {"requestBody": {"required": True, "content": {

@@ -43,9 +43,11 @@ def test_a_bf16_checkpoint_merges_as_the_float32_merge_cast(tmp_path):
 
     import diffusers
 
-    state = {k: v.to(torch.bfloat16) for k, v in state_of(build_perturbed(diffusers.WanTransformer3DModel, CONFIG, 0)).items()}
+    model = build_perturbed(diffusers.WanTransformer3DModel, CONFIG, 0)
+    state = {k: v.to(torch.bfloat16) for k, v in state_of(model).items()}
     spec_fixtures_save(state, tmp_path)
-    adapter = resolve_adapter(f"{write_peft(tmp_path / 'peft.safetensors', low_rank_factors(state, wan_modules(2), 4, 5))}=0.7")
+    lora = write_peft(tmp_path / "peft.safetensors", low_rank_factors(state, wan_modules(2), 4, 5))
+    adapter = resolve_adapter(f"{lora}=0.7")
     ours = convert("wan/transformer", tmp_path / "diffusers", loras=[adapter])
     wide = convert("wan/transformer", tmp_path / "diffusers", loras=[adapter], dtype="float32")
     plain = convert("wan/transformer", tmp_path / "diffusers")
@@ -53,4 +55,5 @@ def test_a_bf16_checkpoint_merges_as_the_float32_merge_cast(tmp_path):
     assert len(narrowed) >= 10  # the LoRA'd kernels took the bf16 path
     for path in ours:
         expected = wide[path].astype(ours[path].dtype)
-        assert _same_bits(ours[path], expected) if ours[path].dtype == BF16 else np.array_equal(ours[path], expected), path
+        same = _same_bits(ours[path], expected) if ours[path].dtype == BF16 else np.array_equal(ours[path], expected)
+        assert same, path

@@ -61,7 +61,8 @@ def cogvideox(tmp_path_factory):
     latents = torch.randn(1, 3, 4, tiny.HEIGHT // 8, tiny.WIDTH // 8, generator=torch.Generator().manual_seed(12))
     np.save(root / "latents.npy", latents.numpy().transpose(0, 2, 1, 3, 4))
     common = dict(prompt=tiny.PROMPT, negative_prompt=tiny.NEGATIVE, height=tiny.HEIGHT, width=tiny.WIDTH,
-                  num_frames=tiny.FRAMES, num_inference_steps=tiny.STEPS, guidance_scale=tiny.GUIDANCE, output_type="np")
+                  num_frames=tiny.FRAMES, num_inference_steps=tiny.STEPS, guidance_scale=tiny.GUIDANCE,
+                  output_type="np")
     expected, plain = _with_and_without(pipe, lora, 0.8, lambda p: p(latents=latents.clone(), **common).frames[0])
     options = GenerateOptions(model="cogvideox-5b", prompt=tiny.PROMPT, negative_prompt=tiny.NEGATIVE,
                               weights=str(root / "model"), height=tiny.HEIGHT, width=tiny.WIDTH, frames=tiny.FRAMES,
