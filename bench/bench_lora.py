@@ -13,11 +13,10 @@ seconds, peak RSS of that process, as bench_translator measures them):
 Targets (issue #29): merge <= 1.2x the plain conversion's wall time and <= 0.5x diffusers'. Set
 VIDAX_BENCH_LAYERS (default 30) and VIDAX_BENCH_REPEATS (default 3) for a smaller or shorter run.
 
-One short run so far, on this project's shared 2-core VM under load (load avg 4.4, 4 layers, one round; not a
-figure to quote): merge 2.35x the plain conversion's wall time (CPU 4.2 s vs 1.7 s), 0.44x diffusers'. The
-merge reads each touched bf16 tensor into float32, adds B @ A and casts back; the plain conversion of the same
-tensor is a raw-bits copy, so the first target is not met yet (a blocked merge fused into the executor's
-cast copy is the next step).
+The merge path measured here: each touched tensor's low-rank product (float32 BLAS, the scale on the small
+factor) is the output array; the base is added into it and, where every leaf it feeds is bf16, the sum is
+narrowed to bf16 by the bits in cache-sized blocks, so the executor copies raw bits as for an untouched tensor.
+Figures from the project's shared, loaded 2-core VM are not recorded here: run it on a quiet machine.
 """
 
 from __future__ import annotations

@@ -106,6 +106,8 @@ def main_command(
     process_id: int = typer.Option(None, "--process-id", help="several hosts: this process's index (0 serves)"),
     join_timeout: int = typer.Option(None, "--join-timeout", help="several hosts: seconds to wait for every "
                                      "process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
+    lora: list[str] = typer.Option(None, "--lora", help="LoRA merged into the DiT, as vidax-gen's: SOURCE[=STRENGTH], "
+                                   "repeatable; a request's lora_strength changes the strengths without reloading"),
 ) -> None:
     """Serve MODEL: an HTTP API (/v1/videos) and a web page (/) over one warm model and a durable queue."""
 
@@ -114,7 +116,7 @@ def main_command(
 
         server = ServerOptions(model=model, weights=weights, dtype=dtype, tp=tp, sp=sp, dp=dp,
                                offload_chunk=offload_chunk, release_stages=release_stages,
-                               compile_cache=False if no_compile_cache else None)
+                               compile_cache=False if no_compile_cache else None, lora=tuple(lora or ()))
         processes = dict(coordinator=coordinator, num_processes=num_processes, process_id=process_id,
                          join_timeout=join_timeout)
         return serve(server, host, port, data, token, max_queue, max_upload_mb, warmup, processes)

@@ -317,7 +317,7 @@ def _check_upload(path: Path, kind: str) -> None:
 
 def describe_model(service: Service) -> dict:
     """The served model: its defaults, the request fields it takes (its family's too) and its uploads."""
-    from vidax.serve.requests import COMMON_FIELDS, build_options, check
+    from vidax.serve.requests import COMMON_FIELDS, LORA_FIELD, build_options, check
     from vidax.zoo.registry import lookup
 
     model = service.server.model
@@ -326,7 +326,8 @@ def describe_model(service: Service) -> dict:
     flags = [{"field": flag.field, "flag": flag.name, "kind": flag.kind.__name__, "help": flag.help,
               "multiple": flag.multiple} for flag in family_flags(model) if flag.kind is not Path]
     return {"id": model, "family": entry.family, "description": entry.description, "defaults": defaults,
-            "fields": list(COMMON_FIELDS), "family_fields": flags, "uploads": upload_roles(service.server)}
+            "fields": list(COMMON_FIELDS) + ([LORA_FIELD] if service.server.lora else []), "family_fields": flags,
+            "uploads": upload_roles(service.server)}
 
 
 REQUEST_SCHEMA = {"requestBody": {"required": True, "content": {
@@ -335,6 +336,8 @@ REQUEST_SCHEMA = {"requestBody": {"required": True, "content": {
         "width": {"type": "integer"}, "frames": {"type": "integer"}, "steps": {"type": "integer"},
         "guidance": {"type": "number"}, "shift": {"type": "number"}, "sampler": {"type": "string"},
         "fps": {"type": "number"}, "seed": {"type": "integer"},
+        "lora_strength": {"oneOf": [{"type": "number"}, {"type": "array", "items": {"type": "number"}}],
+                          "description": "strengths of the server's --lora LoRAs (one for all, or one each); 0: off"},
         "format": {"type": "string", "enum": ["mp4", "npy"], "description": "npy: float32 frames [F, H, W, 3]"}},
         "additionalProperties": True, "description": "the model's own fields too (GET /v1/models)"}},
     "multipart/form-data": {"schema": {"type": "object", "properties": {

@@ -23,6 +23,9 @@ COMMON_FIELDS: dict[str, tuple[type, ...]] = {
     "steps": (int,), "guidance": (int, float), "shift": (int, float), "sampler": (str,), "fps": (int, float),
     "seed": (int,),
 }
+# A request's strengths for the server's --lora LoRAs: a number (all of them) or one number per LoRA, in
+# order; 0 switches a LoRA off. Absent: the strengths the server was started with.
+LORA_FIELD = "lora_strength"
 FORMATS = {"mp4": ".mp4", "npy": ".npy"}  # "format": the MP4 (H.264), or the float32 frames (vidax-gen --out x.npy)
 MAX_PROMPT_CHARS = 4000
 
@@ -44,9 +47,13 @@ class ServerOptions:
     offload_chunk: int | None = None
     release_stages: bool = True
     compile_cache: bool | None = None
+    lora: tuple[str, ...] = ()  # `--lora SOURCE[=STRENGTH]`s; a request may change their strengths
 
-    def cli_flags(self) -> list[str]:
+    def cli_flags(self, lora: tuple[str, ...] | None = None) -> list[str]:
+        """vidax-gen's flags for these settings (`lora`: the LoRAs at a request's strengths)."""
         flags = []
+        for text in self.lora if lora is None else lora:
+            flags += ["--lora", text]
         for name in ("weights", "dtype", "tp", "sp", "dp", "offload_chunk"):
             value = getattr(self, name)
             if value is not None:
@@ -84,7 +91,7 @@ def split_request(model: str, fields: Mapping[str, Any]) -> tuple[dict, list[str
     flags = {flag.field: flag for flag in family_flags(model)}
     common, args = {}, []
     for name, value in fields.items():
-        if value is None or name in ("model", "format"):
+        if value is None or name in ("model", "format", LORA_FIELD):
             continue
         if name in COMMON_FIELDS:
             common[name] = _checked(name, value, COMMON_FIELDS[name])
@@ -102,6 +109,21 @@ def split_request(model: str, fields: Mapping[str, Any]) -> tuple[dict, list[str
     if len(common["prompt"]) > MAX_PROMPT_CHARS:
         raise RequestError(f"prompt is longer than {MAX_PROMPT_CHARS} characters")
     return common, args
+
+
+def job_loras(server: ServerOptions, strengths: Any) -> tuple[str, ...]:
+    """The server's LoRAs (`SOURCE=STRENGTH`) at the strengths a request's `lora_strength` gives."""
+    from vidax.translator.lora import parse_request
+
+    if strengths is None:
+        return server.lora
+    if not server.lora:
+        raise RequestError(f"{LORA_FIELD}: the server was started without --lora")
+    values = strengths if isinstance(strengths, list) else [strengths] * len(server.lora)
+    if len(values) != len(server.lora) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+        raise RequestError(f"{LORA_FIELD} must be a number or a list of {len(server.lora)} numbers (one per --lora, "
+                           f"in order), got {strengths!r}")
+    return tuple(f"{parse_request(text)[0]}={float(value)}" for text, value in zip(server.lora, values))
 
 
 def output_suffix(fields: Mapping[str, Any]) -> str:
@@ -147,8 +169,8 @@ def build_options(server: ServerOptions, fields: Mapping[str, Any], uploads: Map
             extra[role] = path
         elif role != "image":
             images[role] = path
-    return GenerateOptions(**dataclasses.asdict(server), **common, image=uploads.get("image"), images=images,
-                           extra=extra, out=out)
+    settings = {**dataclasses.asdict(server), "lora": job_loras(server, fields.get(LORA_FIELD))}
+    return GenerateOptions(**settings, **common, image=uploads.get("image"), images=images, extra=extra, out=out)
 
 
 def check(options) -> dict:
@@ -166,7 +188,7 @@ def command_line(server: ServerOptions, request: Mapping[str, Any], uploads: Map
     flags = {flag.field: flag for flag in family_flags(server.model)}
     words = ["vidax-gen", server.model]
     for name, value in request.items():
-        if value is None or name in ("model", "format"):
+        if value is None or name in ("model", "format", LORA_FIELD):
             continue
         if name in flags:
             words += _as_args(flags[name], value)
@@ -174,5 +196,5 @@ def command_line(server: ServerOptions, request: Mapping[str, Any], uploads: Map
             words += [f"--{name.replace('_', '-')}", str(value)]
     for role, filename in uploads.items():
         words += [f"--{role.replace('_', '-')}", filename]
-    words += server.cli_flags() + ["--out", f"video{output_suffix(request)}"]
+    words += server.cli_flags(job_loras(server, request.get(LORA_FIELD))) + ["--out", f"video{output_suffix(request)}"]
     return shlex.join(words)

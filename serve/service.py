@@ -310,8 +310,15 @@ def public(settings: dict) -> dict:
     shown = {k: v for k, v in settings.items() if k not in PRIVATE_SETTINGS}
     source = settings.get("weights_source")
     if source is not None:
-        shown["weights_source"] = source if not str(source).startswith("/") else Path(source).name
+        shown["weights_source"] = _no_path(source)
+    if settings.get("loras"):  # component -> LoRA records: their sources by file name
+        shown["loras"] = {component: [{**record, "source": _no_path(record["source"])} for record in records]
+                          for component, records in settings["loras"].items()}
     return shown
+
+
+def _no_path(source) -> str:
+    return source if not str(source).startswith("/") else Path(source).name
 
 
 def _one_line(err: BaseException) -> str:

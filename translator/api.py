@@ -87,6 +87,8 @@ def convert(spec: Spec | str | Path, source: str | Path, expected: Mapping[str, 
         opened.checkpoint = merge(opened.checkpoint, spec.name, list(loras))
     override = policy_dtype(dtype, "dtype") if dtype is not None else "spec"
     leaves = executor.plan(spec, opened.layout, opened.checkpoint, expected, override)
+    if loras:  # merged tensors that only feed bf16 leaves come back bf16: raw-bit copies, as without LoRAs
+        opened.checkpoint.narrow_for(leaves)
     tree = LazyTree(spec, opened, leaves)
     return tree if lazy else {path: tree[path] for path in tree}
 

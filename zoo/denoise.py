@@ -67,6 +67,8 @@ class LoadedDiT:
     params: Params
     streamed: Any = None
     host_blocks: Any = None
+    loras: tuple = ()  # in a cache: the LoRAs switched onto `params` (`vidax.zoo.lora_switch.switch`)
+    applied: Any = None  # ... and the base arrays they replaced
 
     def predict(self, predict, latents, timestep, cond, knobs):
         if self.streamed is None:
@@ -78,14 +80,15 @@ class LoadedDiT:
         release((self.params, self.host_blocks))
 
 
-def place_dit(run: Run, family: Any, part: Any, s: Any, dtype: str | None) -> LoadedDiT:
+def place_dit(run: Run, family: Any, part: Any, s: Any, dtype: str | None, loras: tuple | None = None) -> LoadedDiT:
     """One denoiser's weights on the devices: resident (on the mesh under its rules) or, with
-    `--offload-chunk`, embed/head resident and the blocks streamed from host memory."""
+    `--offload-chunk`, embed/head resident and the blocks streamed from host memory (`loras`: see
+    `family.load_tree`)."""
     from vidax.zoo.offload import stream_blocks
     from vidax.zoo.quantize import device_specs, device_weights, file_kernels
     from vidax.zoo.sharding import place
 
-    tree = run.load_tree(part.component, part.spec, part.subfolders, dtype)
+    tree = run.load_tree(part.component, part.spec, part.subfolders, dtype, loras=loras)
     dit = family.build_dit(part, tree, s)
     # --weights-dtype fp8/int8: block kernels 8-bit with their scales (vidax.zoo.quantize), an 8-bit file's own kept
     choice, groups = getattr(run.options, "weights_dtype", None), tuple(g.name for g in block_groups(dit))
@@ -119,14 +122,33 @@ class Denoisers:
         options = self.run.options  # a DiT from its own file (--transformer), 8-bit on device (--weights-dtype)
         key = (part.component, part.spec, self.dtype, _layout(self.run), dit_file(options, part.component),
                getattr(options, "weights_dtype", None))
-        if cache is not None and key in cache.denoisers:  # placed by an earlier run of this process
-            self.placed[expert] = cache.denoisers[key]
+        if cache is not None:
+            self.placed[expert] = self._cached(cache, key, part)
             return self.placed[expert]
         self.release()  # one denoiser's weights at a time
         self.placed[expert] = place_dit(self.run, self.family, part, self.settings, self.dtype)
-        if cache is not None:
-            cache.denoisers[key] = self.placed[expert]
         return self.placed[expert]
+
+    def _cached(self, cache, key: tuple, part) -> LoadedDiT:
+        """The denoiser kept in `cache` (placed by an earlier run of this process, or now) carrying this run's
+        LoRAs: switched on its placed weights where `lora_switch` can, else placed merged under its own key
+        (a base with other LoRAs merged in is freed first)."""
+        from vidax.zoo import lora_switch
+
+        adapters = self.family.adapters.get(part.component, ())
+        switch = lora_switch.switchable(self.run.options)
+        key = key if switch else (*key, lora_switch.identity(adapters))
+        if key not in cache.denoisers:
+            self.release()  # one denoiser's weights at a time
+            for other in [k for k in cache.denoisers if k[:6] == key[:6]]:  # the same base, other LoRAs
+                cache.denoisers.pop(other).release()
+            cache.denoisers[key] = place_dit(self.run, self.family, part, self.settings, self.dtype,
+                                             loras=() if switch else None)
+        loaded = cache.denoisers[key]
+        if switch:
+            lora_switch.switch(loaded, adapters, lambda active: lora_switch.host_leaves(
+                self.run, part, self.dtype, active))
+        return loaded
 
     def release(self) -> None:
         """Free the placed denoisers (a cache keeps its own for later runs)."""

@@ -389,16 +389,17 @@ class Family:
         return DiTPart(name, comp.spec, self.folders(name), comp.dtype, comp.files(None))
 
     def load_tree(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
-                  dtype: str | None = None, *, progress: Progress | None = None):
-        """A component's host tree (mmapped where possible), not placed (`Run.load` places it)."""
+                  dtype: str | None = None, *, progress: Progress | None = None, loras: tuple | None = None):
+        """A component's host tree (mmapped where possible), not placed (`Run.load` places it); `loras`
+        replaces the component's own adapters (`()`: the base, for a LoRA switched on the placed weights)."""
         part = self.entry.components.get(component)
         dtype = dtype or (part.dtype if part is not None else None)
+        loras = self.adapters.get(component, ()) if loras is None else loras
         if dit_file(self.options, component) is not None:  # --transformer FILE
-            return load_dit_file(dit_file(self.options, component), component, spec, dtype, progress,
-                                 loras=self.adapters.get(component, ()))
+            return load_dit_file(dit_file(self.options, component), component, spec, dtype, progress, loras=loras)
         files = part.files(None) if part is not None else None
         return self.source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files,
-                                loras=self.adapters.get(component, ()))
+                                loras=loras)
 
     # --- LoRA adapters -------------------------------------------------------------------------
 

@@ -25,8 +25,9 @@ Params = dict[str, Any]
 @dataclasses.dataclass
 class StageCache:
     """Placed weights that outlive one generation, for a long-lived process (the server): each stage's by
-    (component, spec, dtype), each denoiser's by (component, spec, dtype, layout). A run given a cache
-    keeps every weight it places there and releases none; `release` frees them all."""
+    (component, spec, dtype), each denoiser's by (component, spec, dtype, layout, file, weights dtype) plus,
+    where LoRAs cannot be switched on its placed weights, the LoRAs merged in (`vidax.zoo.lora_switch`). A run
+    given a cache keeps every weight it places there and releases none; `release` frees them all."""
 
     weights: dict = dataclasses.field(default_factory=dict)
     denoisers: dict = dataclasses.field(default_factory=dict)
@@ -78,9 +79,9 @@ class Run:
     # --- stage weights ------------------------------------------------------------------------
 
     def load_tree(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
-                  dtype: str | None = None) -> Mapping[str, np.ndarray]:
-        """A component's host tree (mmapped where possible), not placed."""
-        return self.family.load_tree(component, spec, subfolders, dtype, progress=self.progress)
+                  dtype: str | None = None, loras: tuple | None = None) -> Mapping[str, np.ndarray]:
+        """A component's host tree (mmapped where possible), not placed (`loras`: see `family.load_tree`)."""
+        return self.family.load_tree(component, spec, subfolders, dtype, progress=self.progress, loras=loras)
 
     def load(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
              dtype: str | None = None) -> Params:

@@ -172,3 +172,30 @@ def test_loras_on_a_tensor_parallel_mesh(a14b_lora, tmp_path):
     result = generate(_options(folder, latents, tmp_path / "m.npy", lora=lora, tp=2,
                                lora_2=(f"{files['musubi']}={STRENGTHS['musubi']}",)))
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+# --weights-dtype int8: tests/quantized/test_gguf_pipeline.py measures int8 frames 0.0032 from full precision
+# and bounds them at 0.01; a missing scale or wrong axis moves frames by > 0.1.
+INT8_FRAMES_ATOL = 0.01
+
+
+def test_loras_on_an_int8_device_base(a14b_lora, tmp_path):
+    """The LoRAs merge into the float32 host weights, and the merged kernels are quantized as they are placed
+    (a fresh per-channel scale from the merged values): the int8 run with the LoRAs stays within the int8 bound
+    of the fp32 LoRA run, and is farther from the int8 run without them than that bound. Both runs share one
+    `StageCache` (as vidax-serve's jobs do), base first: 8-bit weights are not switched in place, so the cache
+    must key the placed experts by their LoRAs and place them again."""
+    from vidax.zoo.stages import StageCache
+
+    folder, latents, files, expected, _ = a14b_lora
+    lora = (f"{files['peft']}={STRENGTHS['peft']}", f"{files['original']}={STRENGTHS['original']}")
+    lora_2 = (f"{files['musubi']}={STRENGTHS['musubi']}",)
+    cache = StageCache()
+    try:
+        base = generate(_options(folder, latents, tmp_path / "p.npy", weights_dtype="int8"), cache=cache)
+        merged = generate(_options(folder, latents, tmp_path / "q.npy", lora=lora, lora_2=lora_2,
+                                   weights_dtype="int8"), cache=cache)
+    finally:
+        cache.release()
+    assert 0 < np.abs(merged.frames - expected).max() < INT8_FRAMES_ATOL
+    assert np.abs(merged.frames - base.frames).max() > 3 * INT8_FRAMES_ATOL
