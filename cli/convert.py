@@ -101,7 +101,7 @@ def main_command(
                                      "safetensors, quantized or not); the rest from --source / the Hub"),
     transformer_2: Path = typer.Option(None, "--transformer-2", help="Wan2.2 A14B: the second (low-noise) expert's file"),
     lora: list[str] = typer.Option(None, "--lora", help="LoRA baked into the DiT: SOURCE[=STRENGTH] (a .safetensors "
-                                   "file, a folder holding one, or Hub owner/name[/file.safetensors]); repeatable"),
+                                   "file, a folder holding one, or a Hub owner/name, or owner/name/file.safetensors); repeatable"),
     lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
 ) -> None:
     """Convert a model's PyTorch checkpoints into vidax's safetensors host trees."""

@@ -209,7 +209,7 @@ def main_command(
     weights_dtype: str = typer.Option(None, "--weights-dtype", help="bf16, fp8 or int8: keep the DiT's block "
                                       "linear weights 8-bit on the device (one scale per output channel)"),
     lora: list[str] = typer.Option(None, "--lora", help="LoRA merged into the DiT: SOURCE[=STRENGTH] (a .safetensors "
-                                   "file, a folder holding one, or Hub owner/name[/file.safetensors]); repeatable"),
+                                   "file, a folder holding one, or a Hub owner/name, or owner/name/file.safetensors); repeatable"),
     lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
     cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache "
                               "(docs/CACHING.md)"),

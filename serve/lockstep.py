@@ -175,7 +175,7 @@ def _options(make, message: dict[str, Any], folder: Path):
         path = folder / name.replace("/", "_")
         path.write_bytes(base64.b64decode(data))
         paths[name] = path
-    fields = dict(message["options"])
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in message["options"].items()}  # JSON's lists
     suffix = fields.pop("suffix")
     extra = {**fields.pop("extra"), **{n[6:]: p for n, p in paths.items() if n.startswith("extra/")}}
     images = {n[7:]: p for n, p in paths.items() if n.startswith("images/")}

@@ -269,14 +269,14 @@ class LTXVideoFamily(Family):
             raise
 
     def load_tree(self, component: str, spec: str, subfolders: Sequence[str | None] = (None,),
-                  dtype: str | None = None, *, progress: Progress | None = None):
+                  dtype: str | None = None, *, progress: Progress | None = None, loras: tuple | None = None):
         """A component's host tree, from its own source and file (this layout's; see the report: the
         shared `load_tree` applies one layout's `file` to every layout)."""
         comp = self.entry.components.get(component)
         dtype = dtype or (comp.dtype if comp is not None else None)
+        loras = self.adapters.get(component, ()) if loras is None else loras  # as the shared load_tree
         if dit_file(self.options, component) is not None:  # --transformer FILE
-            return load_dit_file(dit_file(self.options, component), component, spec, dtype, progress,
-                                 loras=self.adapters.get(component, ()))
+            return load_dit_file(dit_file(self.options, component), component, spec, dtype, progress, loras=loras)
         source = self._component_source(component)
         if source is None:
             raise PipelineError(f"{self.name}: no {component} in {self.source.label} nor in its own repo")
@@ -284,7 +284,7 @@ class LTXVideoFamily(Family):
         if source is not self.source and comp is not None:
             subfolders = (comp.folder(self.layout, False),)
         return source.load(component, spec, subfolders, dtype=dtype, progress=progress or Progress(), files=files,
-                           loras=self.adapters.get(component, ()))
+                           loras=loras)
 
     def _find(self, component: str, *relative: str) -> Path | None:
         source = self._component_source(component)
