@@ -211,7 +211,7 @@ def main_command(
     lora: list[str] = typer.Option(None, "--lora", help="LoRA merged into the DiT: SOURCE[=STRENGTH] (a .safetensors "
                                    "file, a folder holding one, or Hub owner/name[/file.safetensors]); repeatable"),
     lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
-    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache "
+    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache, teacache "
                               "(docs/CACHING.md)"),
     cache_interval: int = typer.Option(None, "--cache-interval", help="taylorseer: one full DiT step in N "
                                        "(default 5)"),
@@ -230,6 +230,10 @@ def main_command(
                                     "magnitude ratios"),
     cache_calibrate: Path = typer.Option(None, "--cache-calibrate", help="magcache: skip nothing, write the per-step "
                                          "ratios of this run to this .npy"),
+    cache_coefficients: str = typer.Option(None, "--cache-coefficients", help="teacache: the published "
+                                           "coefficient set to use (default: this model's)"),
+    cache_use_ret_steps: bool = typer.Option(False, "--cache-use-ret-steps", help="teacache: the reference's "
+                                             "use_ret_steps (Wan: the time projection e0, 5 warm-up steps)"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -256,7 +260,8 @@ def main_command(
             cache_interval=cache_interval,
             cache_warmup=cache_warmup, cache_order=cache_order, cache_stop=cache_stop, cache_threshold=cache_threshold,
             cache_max_skip=cache_max_skip, cache_retention=cache_retention, mag_ratios=mag_ratios,
-            cache_calibrate=cache_calibrate)
+            cache_calibrate=cache_calibrate, cache_coefficients=cache_coefficients,
+            cache_use_ret_steps=True if cache_use_ret_steps else None)
 
     if plan:
         def planned():

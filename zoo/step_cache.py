@@ -38,12 +38,13 @@ from vidax.zoo.block_split import forward_split, splittable
 from vidax.zoo.dit import forward
 from vidax.zoo.pipeline import PipelineError
 
-METHODS = ("taylorseer", "first-block", "magcache")
+METHODS = ("taylorseer", "first-block", "magcache", "teacache")
 # GenerateOptions fields of the cache knobs -> the methods that read each (for one-line misuse errors)
 KNOBS = {"cache_interval": ("taylorseer",), "cache_warmup": ("taylorseer",), "cache_order": ("taylorseer",),
-         "cache_stop": ("taylorseer",), "cache_threshold": ("first-block", "magcache"),
+         "cache_stop": ("taylorseer",), "cache_threshold": ("first-block", "magcache", "teacache"),
          "cache_max_skip": ("magcache",), "cache_retention": ("magcache",), "mag_ratios": ("magcache",),
-         "cache_calibrate": ("magcache",)}
+         "cache_calibrate": ("magcache",), "cache_coefficients": ("teacache",),
+         "cache_use_ret_steps": ("teacache",)}
 
 
 # --- TaylorSeer: the decision and the state, as pure functions --------------------------------
@@ -336,6 +337,10 @@ class StepCache:
         self.log: list[dict] = []
 
     def _fresh(self):
+        from vidax.zoo.step_cache_tea import TeaCacheConfig, TeaState
+
+        if isinstance(self.config, TeaCacheConfig):
+            return TeaState()
         if isinstance(self.config, TaylorSeerConfig):
             return TaylorState()
         return MagState(), ()  # inside the DiT: (MagCache accumulators, per-call states)
@@ -345,6 +350,13 @@ class StepCache:
             self.expert, self.state = expert, self._fresh()
         if isinstance(self.config, TaylorSeerConfig):
             out, full = self._taylorseer(denoiser, predict, latents, timestep, cond, knobs)
+        elif not isinstance(self.config, (FirstBlockCacheConfig, MagCacheConfig)):  # TeaCache
+            from vidax.zoo.step_cache_tea import tea_step
+
+            out, self.state, full, change = tea_step(self.config, self.state, denoiser, predict, self.per_row,
+                                                     self.steps, latents, timestep, cond, knobs)
+            self.log.append({"step": step, "expert": expert, "full_dit": full, "change": change})
+            return out
         else:
             out, full = self._inside(denoiser, predict, latents, timestep, cond, knobs)
         self.log.append({"step": step, "expert": expert, "full_dit": full})
@@ -384,7 +396,8 @@ class StepCache:
         return out, made[0][1]
 
     def _name(self) -> str:
-        return {FirstBlockCacheConfig: "first-block", MagCacheConfig: "magcache"}.get(type(self.config), "taylorseer")
+        names = {FirstBlockCacheConfig: "first-block", MagCacheConfig: "magcache", TaylorSeerConfig: "taylorseer"}
+        return names.get(type(self.config), "teacache")
 
     def finish(self, stage: str) -> list[dict]:
         """The pass's log for the sidecar (device flags read once, here) and, calibrating, the ratios written."""
@@ -398,6 +411,9 @@ class StepCache:
             flags = np.broadcast_to(np.asarray(full), (len(self.branches),))
             entries.append({"stage": stage, "step": entry["step"], "expert": entry["expert"],
                             "full_dit": {b: bool(f) for b, f in zip(self.branches, flags)}})
+            if "change" in entry:  # TeaCache: the measured relative L1 change (null on a first step)
+                changes = np.broadcast_to(entry["change"], (len(self.branches),))
+                entries[-1]["change"] = {b: None if np.isnan(c) else float(c) for b, c in zip(self.branches, changes)}
         if ratios:
             for entry, ratio in zip(entries, ratios):
                 entry["mag_ratio"] = ratio
@@ -434,7 +450,8 @@ def config_from_options(options: Any):
     if method != "taylorseer" and getattr(options, "offload_chunk", None) is not None:
         raise PipelineError(f"--cache {method} runs the DiT's blocks in two parts: it needs resident weights "
                             f"(no --offload-chunk; --cache taylorseer streams)")
-    configs = {"taylorseer": _taylorseer_config, "first-block": _first_block_config, "magcache": _magcache_config}
+    configs = {"taylorseer": _taylorseer_config, "first-block": _first_block_config, "magcache": _magcache_config,
+               "teacache": _teacache_config}
     return configs[method](options)
 
 
@@ -470,6 +487,18 @@ def _magcache_config(options) -> MagCacheConfig:
     if config.max_skip_steps < 0 or not 0 <= config.retention_ratio <= 1 or config.threshold < 0:
         raise PipelineError("--cache-max-skip and --cache-threshold must be 0 or more, --cache-retention from 0 to 1")
     return config
+
+
+def _teacache_config(options):
+    from vidax.zoo.step_cache_tea import teacache_config
+
+    if options.cache_threshold is None or options.cache_threshold < 0:
+        raise PipelineError("--cache teacache needs --cache-threshold T, 0 or more (the reference's rel_l1_thresh)")
+    try:
+        return teacache_config(options.cache_threshold, options.cache_coefficients or options.model,
+                               bool(options.cache_use_ret_steps))
+    except ValueError as err:
+        raise PipelineError(f"--cache teacache: {err}") from None
 
 
 def _read_ratios(path) -> tuple[float, ...]:
