@@ -87,6 +87,8 @@ class GenerateOptions:
         cache_calibrate: run MagCache's calibration (no step skipped) and write the ratios to this `.npy`.
       cache_coefficients, cache_use_ret_steps: TeaCache's published coefficient set (None: the model's)
         and the reference's `use_ret_steps` (Wan's time projection `e0`); its `rel_l1_thresh` is cache_threshold.
+      cache_start_percent, cache_end_percent: EasyCache's `start_percent`, `end_percent` (ComfyUI's node;
+        its `reuse_threshold` is cache_threshold).
     """
 
     model: str
@@ -133,6 +135,8 @@ class GenerateOptions:
     cache_calibrate: Path | None = None
     cache_coefficients: str | None = None
     cache_use_ret_steps: bool | None = None
+    cache_start_percent: float | None = None
+    cache_end_percent: float | None = None
 
     def __post_init__(self):
         check_options(self)

@@ -1,4 +1,6 @@
-"""`--cache teacache` against the TeaCache reference algorithm run on diffusers' DiTs (fp32).
+"""`--cache teacache` against the TeaCache reference algorithm run on diffusers' DiTs (fp32), and
+`--cache easycache` against ComfyUI's EasyCache rule written in torch (tests/step_cache/easycache_reference.py)
+on the same Wan pipeline.
 
 diffusers has no TeaCache hook: tests/step_cache/teacache_reference.py runs the reference's loop (written
 there in torch, independently of vidax) around the tiny pipelines' block lists, deciding from the
@@ -68,7 +70,15 @@ def wan(tmp_path_factory):
                      output_type="np").frames[0]
     runs = {mode: _wan_reference_run(pipe, latents, mode, knobs["threshold"])
             for mode, knobs in (("e", WAN_E), ("e0", WAN_E0))}
+    PIPES[folder] = pipe
     return folder, plain, runs
+
+
+PIPES = {}  # the module's reference pipeline, by folder
+
+
+def wan_pipe(folder):
+    return PIPES[folder]
 
 
 def _log_arrays(log, branches=("cond", "uncond")):
@@ -119,9 +129,48 @@ def test_wan_teacache_use_ret_steps(wan, tmp_path):
     (dict(cache="teacache", cache_threshold=0.1, cache_coefficients="ltx-video-2b", cache_use_ret_steps=True),
      "no use_ret_steps"),
     (dict(cache="first-block", cache_coefficients="ltx-video-2b"), "takes no --cache-coefficients"),
+    (dict(cache="easycache", cache_start_percent=0.5, cache_end_percent=0.4), "--cache-start-percent <="),
+    (dict(cache="teacache", cache_threshold=0.1, cache_start_percent=0.5), "takes no --cache-start-percent"),
 ])
 def test_teacache_misuse_is_one_line(extra, message):
     from vidax.zoo.step_cache import config_from_options
 
     with pytest.raises(PipelineError, match=message):
         config_from_options(GenerateOptions(model="wan2.1-t2v-1.3b", prompt=PROMPT, **extra))
+
+
+# --- EasyCache (ComfyUI's node) on the same pipeline --------------------------------------------------
+
+# ComfyUI's defaults; at shift 3 steps 0-1 lie before the window, 2 and 3 run to measure the rate, then the
+# cumulative change is .150 at step 4 (skips), .459 at 5 (runs), .189 at 6 (skips), .562 at 7 (runs)
+EASY = dict(threshold=0.2, start=0.15, end=0.95)
+EASY_EXPECTED = [[True, True]] * 4 + [[False, False], [True, True], [False, False], [True, True]]
+
+
+def test_wan_easycache_matches_the_comfyui_rule(wan, tmp_path):
+    """`--cache easycache --cache-threshold T --cache-start-percent S --cache-end-percent E` against
+    tests/step_cache/easycache_reference.py on diffusers' Wan (calls per branch; the prompt branch decides)."""
+    from tests.step_cache import easycache_reference
+
+    folder, plain, _ = wan
+    pipe = wan_pipe(folder)
+    latents = torch.from_numpy(np.load(folder / "latents.npy"))
+    forward = pipe.transformer.forward
+    try:
+        record = easycache_reference.install(pipe.transformer, EASY["threshold"], EASY["start"], EASY["end"],
+                                             shift=float(pipe.scheduler.config.flow_shift), branches=2)
+        with torch.no_grad():
+            expected = pipe(PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
+                            num_inference_steps=STEPS, guidance_scale=GUIDANCE, latents=latents,
+                            output_type="np").frames[0]
+    finally:
+        pipe.transformer.forward = forward
+    ran = np.asarray(record["full"]).reshape(STEPS, 2)
+    assert all(abs(total - EASY["threshold"]) > 0.01 for total in record["sums"])
+    assert ran.tolist() == EASY_EXPECTED
+    assert np.abs(expected - plain).max() > 100 * FRAME_ATOL
+    result, log = _cli(folder, tmp_path / "v.npy", "--cache", "easycache", "--cache-threshold", str(EASY["threshold"]),
+                       "--cache-start-percent", str(EASY["start"]), "--cache-end-percent", str(EASY["end"]))
+    assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal([[entry["full_dit"]["cond"], entry["full_dit"]["uncond"]] for entry in log], ran)
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=FRAME_ATOL, rtol=0)
