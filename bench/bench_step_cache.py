@@ -175,6 +175,7 @@ QUALITY = {
     "first-block": dict(cache_threshold=0.05),
     "magcache": dict(cache_threshold=0.06, cache_max_skip=3, cache_retention=0.2),  # ratios calibrated first
     "teacache": dict(cache_threshold=0.08, cache_coefficients="wan2.1-t2v-1.3b"),
+    "easycache": dict(cache_threshold=0.2),  # ComfyUI's defaults
 }
 
 
