@@ -211,8 +211,8 @@ def main_command(
     lora: list[str] = typer.Option(None, "--lora", help="LoRA merged into the DiT: SOURCE[=STRENGTH] (a .safetensors "
                                    "file, a folder holding one, or Hub owner/name[/file.safetensors]); repeatable"),
     lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
-    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache, teacache, easycache "
-                              "(docs/CACHING.md)"),
+    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache, teacache, "
+                              "easycache (docs/CACHING.md)"),
     cache_interval: int = typer.Option(None, "--cache-interval", help="taylorseer: one full DiT step in N "
                                        "(default 5)"),
     cache_warmup: int = typer.Option(None, "--cache-warmup", help="taylorseer: full DiT steps before caching "

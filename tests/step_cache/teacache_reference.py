@@ -38,7 +38,8 @@ class TeaCacheBlocks(torch.nn.ModuleList):
             else:
                 hidden, rest = args[0], args[1:]
             if index == 0:
-                box["full"], box["input"] = self._decide(state, step, self.modulated(blocks[0], hidden, rest, kwargs)), hidden
+                modulated = self.modulated(blocks[0], hidden, rest, kwargs)
+                box["full"], box["input"] = self._decide(state, step, modulated), hidden
                 if not box["full"]:
                     return hidden + state["residual"]
             if not box["full"]:

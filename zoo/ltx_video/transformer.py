@@ -258,7 +258,8 @@ class LTXVideoTransformer(StackedTransformer):
     embed_modules = ("proj_in", "time_embed", "caption_projection")
     head_modules = ("scale_shift_table", "proj_out")
     # TeaCache's statistic (vidax.zoo.block_split.modulated_input): block 0's normed, modulated input
-    modulated_inputs = {"modulated": lambda model, first, hidden, ctx: first_block_modulated(model.cfg, first, hidden, ctx)}
+    modulated_inputs = {
+        "modulated": lambda model, first, hidden, ctx: first_block_modulated(model.cfg, first, hidden, ctx)}
 
     @classmethod
     def with_precision(cls, cfg: TransformerConfig, precision: Precision) -> "LTXVideoTransformer":
