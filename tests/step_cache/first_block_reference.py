@@ -47,3 +47,29 @@ class FirstBlockBlocks(torch.nn.ModuleList):
             return out
 
         return iter([run])
+
+
+class ScheduledResidualBlocks(torch.nn.ModuleList):
+    """MagCache's step in torch with its decisions given (typed by hand in the test): a call on a full step
+    runs every block and keeps the video residual (output minus input of the block stack); a skipped call
+    returns its input plus that branch's kept residual."""
+
+    def __init__(self, blocks, schedule: list[bool], branches: int):
+        super().__init__(list(blocks))
+        self.schedule, self.branches, self.calls, self.residuals = schedule, branches, 0, {}
+
+    def __iter__(self):
+        blocks = list(self._modules.values())
+        branch, step = self.calls % self.branches, self.calls // self.branches
+        self.calls += 1
+
+        def run(hidden, *rest):
+            if not self.schedule[step]:
+                return hidden + self.residuals[branch]
+            out = hidden
+            for block in blocks:
+                out = block(out, *rest)
+            self.residuals[branch] = out - hidden
+            return out
+
+        return iter([run])

@@ -5,6 +5,8 @@ tiny pipeline of tests/cosmos; the reference pipeline calls the DiT once per CFG
   `Cosmos2_5_PredictBasePipeline` with the whole DiT output extrapolated by taylorseer_reference.py.
 - `--cache first-block`: decisions and frames against the pipeline with its block list run by
   first_block_reference.py (each branch its own state).
+- `--cache magcache`: decisions against the hand-computed ones of tests/step_cache/batched.py's ratios, frames
+  against the pipeline with those decisions applied to its block list.
 """
 
 from __future__ import annotations
@@ -91,4 +93,26 @@ def test_cosmos_first_block_matches_a_torch_first_block_cache(reference, tmp_pat
     assert np.abs(expected - plain).max() > 10 * FRAME_ATOL  # the skips' effect (5.7e-4): small residual changes
     result, ours = _generate(root, tmp_path, cache="first-block", cache_threshold=FIRST_BLOCK)
     assert ours == ran
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+def test_cosmos_magcache_takes_the_hand_computed_decisions(reference, tmp_path):
+    """`--cache magcache` with tests/step_cache/batched.py's made-up ratios: its hand-computed decisions
+    (full at 0, 3, 4), each branch its own state; frames against the pipeline with those decisions applied
+    by first_block_reference.ScheduledResidualBlocks."""
+    from tests.step_cache import batched
+
+    assert batched.STEPS == STEPS
+    pipe, root, noise, plain = reference
+    blocks = pipe.transformer.transformer_blocks
+    pipe.transformer.transformer_blocks = first_block_reference.ScheduledResidualBlocks(blocks, batched.MAG_STEPS, 2)
+    try:
+        with torch.no_grad():
+            expected = pipe(latents=noise.clone(), **_common()).frames[0]
+    finally:
+        pipe.transformer.transformer_blocks = blocks
+    assert np.abs(expected - plain).max() > 10 * FRAME_ATOL
+    batched.save_ratios(tmp_path / "ratios.npy")
+    result, ran = _generate(root, tmp_path, cache="magcache", **batched.knobs("magcache", tmp_path / "ratios.npy"))
+    assert ran == [[full, full] for full in batched.MAG_STEPS]
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
