@@ -8,7 +8,9 @@ weights through the real spec. For no cache and each method with the same settin
 the wall seconds of the whole loop (compiles excluded: vidax runs the loop once before timing it),
 its ratio to the same side's uncached loop, the fraction of DiT calls that ran in full, and the
 largest |difference| of the final latents from the uncached ones (random weights: a quality figure
-needs the trained model). Not a test: it prints figures and asserts nothing.
+needs the trained model). Then, on the trained embedded `wan-tiny` (`VIDAX_BENCH_QUALITY_STEPS`, default
+30), each method's PSNR and SSIM against the uncached frames of the same seed. Not a test: it prints
+figures and asserts nothing.
 
     .venv/bin/python -m bench step_cache
 """
@@ -160,3 +162,86 @@ def main() -> None:
             ratio = base[side][0] / seconds
             drift = float(np.abs(out - base[side][1]).max())
             print(f"{name:<12} {side:<10} {seconds:8.1f} {ratio:7.2f}x {fraction:8.0%} {drift:10.2e}")
+    quality()
+
+
+# --- quality on the trained embedded model ---------------------------------------------------------
+
+QUALITY_PROMPT = "a red circle moves left on a blue background"
+QUALITY_STEPS = int(os.environ.get("VIDAX_BENCH_QUALITY_STEPS", "30"))
+# per method the settings of the quality runs (wan-tiny has no published TeaCache set: Wan2.1 1.3B's is used)
+QUALITY = {
+    "taylorseer": dict(cache_interval=3, cache_warmup=3, cache_order=1),
+    "first-block": dict(cache_threshold=0.05),
+    "magcache": dict(cache_threshold=0.06, cache_max_skip=3, cache_retention=0.2),  # ratios calibrated first
+    "teacache": dict(cache_threshold=0.08, cache_coefficients="wan2.1-t2v-1.3b"),
+    "easycache": dict(cache_threshold=0.2),  # ComfyUI's defaults
+}
+
+
+def psnr(a, b) -> float:
+    """Peak signal-to-noise ratio in dB of frames in [0, 1]."""
+    import numpy as np
+
+    mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10.0 * np.log10(1.0 / mse)
+
+
+def _gaussian_blur(image, size: int = 11, sigma: float = 1.5):
+    """`image` [..., H, W] filtered by a separable Gaussian window (valid positions only)."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    offsets = np.arange(size) - (size - 1) / 2
+    window = np.exp(-(offsets**2) / (2 * sigma**2))
+    window /= window.sum()
+    rows = sliding_window_view(image, size, axis=-2) @ window
+    return sliding_window_view(rows, size, axis=-2) @ window
+
+
+def ssim(a, b) -> float:
+    """Mean structural similarity (Wang et al. 2004: Gaussian window 11, sigma 1.5, K1 .01, K2 .03) of frames
+    `[F, H, W, C]` in [0, 1], each frame and channel on its own, averaged."""
+    import numpy as np
+
+    x = np.moveaxis(np.asarray(a, np.float64), -1, 1)  # [F, C, H, W]
+    y = np.moveaxis(np.asarray(b, np.float64), -1, 1)
+    c1, c2 = 0.01**2, 0.03**2
+    mx, my = _gaussian_blur(x), _gaussian_blur(y)
+    sxx = _gaussian_blur(x * x) - mx**2
+    syy = _gaussian_blur(y * y) - my**2
+    sxy = _gaussian_blur(x * y) - mx * my
+    index = ((2 * mx * my + c1) * (2 * sxy + c2)) / ((mx**2 + my**2 + c1) * (sxx + syy + c2))
+    return float(index.mean())
+
+
+def _tiny_frames(folder: Path, **cache):
+    """(frames, fraction of DiT calls that ran in full) of one wan-tiny run with the given cache options."""
+    import json
+
+    from vidax.zoo.pipeline import GenerateOptions, generate
+
+    out = folder / f"{cache.get('cache') or 'none'}.npy"
+    options = GenerateOptions(model="wan-tiny", prompt=QUALITY_PROMPT, steps=QUALITY_STEPS, seed=0, out=out,
+                              dtype="float32", **cache)
+    frames = generate(options).frames
+    if not cache:
+        return frames, 1.0
+    log = json.loads(out.with_suffix(".json").read_text())["step_cache_steps"]
+    flags = [ran for entry in log for ran in entry["full_dit"].values()]
+    return frames, sum(flags) / len(flags)
+
+
+def quality() -> None:
+    """PSNR and SSIM of each method's wan-tiny frames against the uncached frames of the same seed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        plain, _ = _tiny_frames(folder)
+        ratios = folder / "ratios.npy"
+        _tiny_frames(folder, cache="magcache", cache_calibrate=ratios)
+        print(f"wan-tiny, {QUALITY_STEPS} steps, {QUALITY_PROMPT!r}: cached vs uncached frames")
+        print(f"{'cache':<12} {'full DiT':>9} {'PSNR dB':>8} {'SSIM':>7}")
+        for method, knobs in QUALITY.items():
+            extra = {"mag_ratios": ratios} if method == "magcache" else {}
+            frames, fraction = _tiny_frames(folder, cache=method, **knobs, **extra)
+            print(f"{method:<12} {fraction:8.0%} {psnr(frames, plain):8.2f} {ssim(frames, plain):7.4f}")

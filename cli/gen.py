@@ -211,8 +211,8 @@ def main_command(
     lora: list[str] = typer.Option(None, "--lora", help="LoRA merged into the DiT: SOURCE[=STRENGTH] (a .safetensors "
                                    "file, a folder holding one, or a Hub owner/name, or owner/name/file.safetensors); repeatable"),
     lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
-    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache "
-                              "(docs/CACHING.md)"),
+    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache, teacache, "
+                              "easycache (docs/CACHING.md)"),
     cache_interval: int = typer.Option(None, "--cache-interval", help="taylorseer: one full DiT step in N "
                                        "(default 5)"),
     cache_warmup: int = typer.Option(None, "--cache-warmup", help="taylorseer: full DiT steps before caching "
@@ -233,6 +233,14 @@ def main_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="compile every stage at its real size on abstract weights "
                                  "(N fake CPU devices with --devices N) and print XLA's bytes per device beside the "
                                  "planner's; exit 1 if a stage would not fit. Nothing is downloaded or allocated"),
+    cache_coefficients: str = typer.Option(None, "--cache-coefficients", help="teacache: the published "
+                                           "coefficient set to use (default: this model's)"),
+    cache_use_ret_steps: bool = typer.Option(False, "--cache-use-ret-steps", help="teacache: the reference's "
+                                             "use_ret_steps (Wan: the time projection e0, 5 warm-up steps)"),
+    cache_start_percent: float = typer.Option(None, "--cache-start-percent", help="easycache: start_percent "
+                                              "(default 0.15)"),
+    cache_end_percent: float = typer.Option(None, "--cache-end-percent", help="easycache: end_percent "
+                                            "(default 0.95)"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -259,7 +267,9 @@ def main_command(
             cache_interval=cache_interval,
             cache_warmup=cache_warmup, cache_order=cache_order, cache_stop=cache_stop, cache_threshold=cache_threshold,
             cache_max_skip=cache_max_skip, cache_retention=cache_retention, mag_ratios=mag_ratios,
-            cache_calibrate=cache_calibrate)
+            cache_calibrate=cache_calibrate, cache_coefficients=cache_coefficients,
+            cache_use_ret_steps=True if cache_use_ret_steps else None, cache_start_percent=cache_start_percent,
+            cache_end_percent=cache_end_percent)
 
     if dry_run:
         from vidax.cli.dry_run import use_host_devices

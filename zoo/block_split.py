@@ -46,3 +46,27 @@ def forward_split(model: Any, params: Params, *inputs: Any, blocks: Callable) ->
     if hasattr(model, "between_groups"):
         hidden = model.between_groups(group.name, hidden, ctx)
     return model.head(params, hidden, ctx)
+
+
+# --- the modulated input of the first block (TeaCache's statistic) ------------------------------
+
+
+def context_field(name: str) -> Callable:
+    """A `modulated_inputs` entry that reads one field of the DiT's context (a time embedding)."""
+    return lambda model, first, hidden, ctx: getattr(ctx, name)
+
+
+def modulated_input(model: Any, params: Params, hidden: Any, ctx: Any, name: str) -> jax.Array:
+    """The DiT's modulated input `name` before its first block, from `model.modulated_inputs[name]`
+    (`(model, block 0's params, hidden, ctx) -> array`): the one hook a family declares for TeaCache."""
+    from vidax.zoo.pipeline import PipelineError
+
+    how = getattr(model, "modulated_inputs", {}).get(name)
+    if how is None or not splittable(model):
+        have = ", ".join(getattr(model, "modulated_inputs", {})) or "none"
+        raise PipelineError(f"--cache teacache reads the modulated input {name!r} of the DiT's first block: "
+                            f"{type(model).__name__} exposes {have} (use --cache taylorseer)")
+    (group,) = block_groups(model)
+    first, _ = split_stack(params[group.name])
+    first = first[0] if isinstance(first, tuple) else jax.tree.map(lambda leaf: leaf[0], first)
+    return how(model, first, hidden, ctx)

@@ -192,7 +192,8 @@ def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, co
         latents = jnp.asarray(latents)
     last = [time.perf_counter()]
     branches = denoisers.family.cache_branches(denoisers.settings)
-    cache = step_cache_for(run.options, branches, stepper.num_steps)  # None: no --cache
+    cache = step_cache_for(run.options, branches, stepper.num_steps,  # None: no --cache
+                           shift=getattr(denoisers.settings, "shift", None))
 
     def model_fn(x, i, t):
         expert = schedule.experts[i]

@@ -85,6 +85,10 @@ class GenerateOptions:
       cache_threshold: first-block cache's and MagCache's `threshold`; cache_max_skip, cache_retention:
         MagCache's `max_skip_steps`, `retention_ratio`; mag_ratios: `.npy` of its per-step ratios;
         cache_calibrate: run MagCache's calibration (no step skipped) and write the ratios to this `.npy`.
+      cache_coefficients, cache_use_ret_steps: TeaCache's published coefficient set (None: the model's)
+        and the reference's `use_ret_steps` (Wan's time projection `e0`); its `rel_l1_thresh` is cache_threshold.
+      cache_start_percent, cache_end_percent: EasyCache's `start_percent`, `end_percent` (ComfyUI's node;
+        its `reuse_threshold` is cache_threshold).
     """
 
     model: str
@@ -129,6 +133,10 @@ class GenerateOptions:
     cache_retention: float | None = None
     mag_ratios: Path | None = None
     cache_calibrate: Path | None = None
+    cache_coefficients: str | None = None
+    cache_use_ret_steps: bool | None = None
+    cache_start_percent: float | None = None
+    cache_end_percent: float | None = None
 
     def __post_init__(self):
         check_options(self)

@@ -38,12 +38,14 @@ from vidax.zoo.block_split import forward_split, splittable
 from vidax.zoo.dit import forward
 from vidax.zoo.pipeline import PipelineError
 
-METHODS = ("taylorseer", "first-block", "magcache")
+METHODS = ("taylorseer", "first-block", "magcache", "teacache", "easycache")
 # GenerateOptions fields of the cache knobs -> the methods that read each (for one-line misuse errors)
 KNOBS = {"cache_interval": ("taylorseer",), "cache_warmup": ("taylorseer",), "cache_order": ("taylorseer",),
-         "cache_stop": ("taylorseer",), "cache_threshold": ("first-block", "magcache"),
+         "cache_stop": ("taylorseer",), "cache_threshold": ("first-block", "magcache", "teacache", "easycache"),
          "cache_max_skip": ("magcache",), "cache_retention": ("magcache",), "mag_ratios": ("magcache",),
-         "cache_calibrate": ("magcache",)}
+         "cache_calibrate": ("magcache",), "cache_coefficients": ("teacache",),
+         "cache_use_ret_steps": ("teacache",), "cache_start_percent": ("easycache",),
+         "cache_end_percent": ("easycache",)}
 
 
 # --- TaylorSeer: the decision and the state, as pure functions --------------------------------
@@ -326,8 +328,10 @@ class StepCache:
       calibrate_to: MagCache calibration: where the ratios are written at the pass's end.
     """
 
-    def __init__(self, config, branches: tuple[str, ...], steps: int, calibrate_to: Any = None):
+    def __init__(self, config, branches: tuple[str, ...], steps: int, calibrate_to: Any = None,
+                 shift: float | None = None):
         self.config, self.branches, self.steps, self.calibrate_to = config, branches, steps, calibrate_to
+        self.shift = shift  # the pass's flow shift (EasyCache maps its percents to sigmas with it)
         self.per_row = len(branches) > 1
         self.ratios = None
         if isinstance(config, MagCacheConfig) and config.mag_ratios is not None:
@@ -336,6 +340,15 @@ class StepCache:
         self.log: list[dict] = []
 
     def _fresh(self):
+        from vidax.zoo.step_cache_tea import TeaCacheConfig, TeaState
+
+        from vidax.zoo.step_cache_easy import EasyTrack
+        from vidax.zoo.step_cache_rules import EasyCacheConfig
+
+        if isinstance(self.config, TeaCacheConfig):
+            return TeaState()
+        if isinstance(self.config, EasyCacheConfig):
+            return EasyTrack()
         if isinstance(self.config, TaylorSeerConfig):
             return TaylorState()
         return MagState(), ()  # inside the DiT: (MagCache accumulators, per-call states)
@@ -345,10 +358,29 @@ class StepCache:
             self.expert, self.state = expert, self._fresh()
         if isinstance(self.config, TaylorSeerConfig):
             out, full = self._taylorseer(denoiser, predict, latents, timestep, cond, knobs)
+        elif self._name() == "easycache":
+            out, full = self._easycache(denoiser, predict, latents, timestep, cond, knobs)
+        elif self._name() == "teacache":
+            from vidax.zoo.step_cache_tea import tea_step
+
+            out, self.state, full, change = tea_step(self.config, self.state, denoiser, predict, self.per_row,
+                                                     self.steps, latents, timestep, cond, knobs)
+            self.log.append({"step": step, "expert": expert, "full_dit": full, "change": change})
+            return out
         else:
             out, full = self._inside(denoiser, predict, latents, timestep, cond, knobs)
         self.log.append({"step": step, "expert": expert, "full_dit": full})
         return out
+
+    def _easycache(self, denoiser, predict, latents, timestep, cond, knobs):
+        from vidax.zoo.step_cache_easy import EasyCacheRun, easy_step
+
+        if self.shift is None:
+            raise PipelineError("--cache easycache maps its percents to sigmas with the model's flow shift: "
+                                "this model has none (use --cache taylorseer)")
+        sigma = float(timestep) / 1000.0  # flow-matching timesteps are sigma * 1000
+        return easy_step(EasyCacheRun(self.config, self.shift), self.state, denoiser, predict, sigma, latents,
+                         timestep, cond, knobs)
 
     def _taylorseer(self, denoiser, predict, latents, timestep, cond, knobs):
         state = self.state
@@ -384,7 +416,11 @@ class StepCache:
         return out, made[0][1]
 
     def _name(self) -> str:
-        return {FirstBlockCacheConfig: "first-block", MagCacheConfig: "magcache"}.get(type(self.config), "taylorseer")
+        from vidax.zoo.step_cache_rules import EasyCacheConfig
+
+        names = {FirstBlockCacheConfig: "first-block", MagCacheConfig: "magcache", TaylorSeerConfig: "taylorseer",
+                 EasyCacheConfig: "easycache"}
+        return names.get(type(self.config), "teacache")
 
     def finish(self, stage: str) -> list[dict]:
         """The pass's log for the sidecar (device flags read once, here) and, calibrating, the ratios written."""
@@ -398,6 +434,9 @@ class StepCache:
             flags = np.broadcast_to(np.asarray(full), (len(self.branches),))
             entries.append({"stage": stage, "step": entry["step"], "expert": entry["expert"],
                             "full_dit": {b: bool(f) for b, f in zip(self.branches, flags)}})
+            if "change" in entry:  # TeaCache: the measured relative L1 change (null on a first step)
+                changes = np.broadcast_to(entry["change"], (len(self.branches),))
+                entries[-1]["change"] = {b: None if np.isnan(c) else float(c) for b, c in zip(self.branches, changes)}
         if ratios:
             for entry, ratio in zip(entries, ratios):
                 entry["mag_ratio"] = ratio
@@ -434,7 +473,8 @@ def config_from_options(options: Any):
     if method != "taylorseer" and getattr(options, "offload_chunk", None) is not None:
         raise PipelineError(f"--cache {method} runs the DiT's blocks in two parts: it needs resident weights "
                             f"(no --offload-chunk; --cache taylorseer streams)")
-    configs = {"taylorseer": _taylorseer_config, "first-block": _first_block_config, "magcache": _magcache_config}
+    configs = {"taylorseer": _taylorseer_config, "first-block": _first_block_config, "magcache": _magcache_config,
+               "teacache": _teacache_config, "easycache": _easycache_config}
     return configs[method](options)
 
 
@@ -472,6 +512,33 @@ def _magcache_config(options) -> MagCacheConfig:
     return config
 
 
+def _teacache_config(options):
+    from vidax.zoo.step_cache_tea import teacache_config
+
+    if options.cache_threshold is None or options.cache_threshold < 0:
+        raise PipelineError("--cache teacache needs --cache-threshold T, 0 or more (the reference's rel_l1_thresh)")
+    try:
+        return teacache_config(options.cache_threshold, options.cache_coefficients or options.model,
+                               bool(options.cache_use_ret_steps))
+    except ValueError as err:
+        raise PipelineError(f"--cache teacache: {err}") from None
+
+
+def _easycache_config(options):
+    from vidax.zoo.step_cache_rules import EasyCacheConfig
+
+    defaults = EasyCacheConfig()
+    config = EasyCacheConfig(reuse_threshold=_pick(options.cache_threshold, defaults.reuse_threshold),
+                             start_percent=_pick(options.cache_start_percent, defaults.start_percent),
+                             end_percent=_pick(options.cache_end_percent, defaults.end_percent))
+    if config.reuse_threshold < 0 or not 0 <= config.start_percent <= config.end_percent <= 1:
+        raise PipelineError("--cache-threshold must be 0 or more, 0 <= --cache-start-percent <= "
+                            "--cache-end-percent <= 1")
+    if options.offload_chunk is not None:
+        raise PipelineError("--cache easycache runs without --offload-chunk for now")
+    return config
+
+
 def _read_ratios(path) -> tuple[float, ...]:
     try:
         ratios = np.load(path)
@@ -494,10 +561,11 @@ def _check_taylorseer(config: TaylorSeerConfig) -> None:
         raise PipelineError(f"--cache-stop must be 0 or more, got {config.disable_cache_after_step}")
 
 
-def step_cache_for(options: Any, branches: tuple[str, ...], steps: int) -> StepCache | None:
-    """A fresh cache for one denoise pass of `steps` steps (None without --cache)."""
+def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, shift: float | None = None) -> StepCache | None:
+    """A fresh cache for one denoise pass of `steps` steps (None without --cache); `shift`: the pass's
+    flow shift (EasyCache's sigma window)."""
     config = config_from_options(options)
-    return None if config is None else StepCache(config, branches, steps, options.cache_calibrate)
+    return None if config is None else StepCache(config, branches, steps, options.cache_calibrate, shift)
 
 
 def _pick(value, default):

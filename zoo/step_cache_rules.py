@@ -1,7 +1,7 @@
 """TeaCache's and EasyCache's decision rules as pure functions, their per-model data in `teacache.toml`.
 
-Neither is wired to `--cache` yet (no diffusers hook to test a run against): these are the rules a
-step cache takes each step, tested against hand-computed values and the reference's coefficients.
+These are the rules a step cache takes each step (wired by `step_cache_tea` and `step_cache_easy`),
+tested against hand-computed values and the reference's coefficients.
 
 - TeaCache (the reference algorithm, ali-vilab/TeaCache): the relative L1 change of the modulated
   input since the previous step, rescaled by a per-model polynomial, accumulates; a step is skipped

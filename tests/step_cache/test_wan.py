@@ -294,3 +294,21 @@ def test_taylorseer_skipped_steps_stream_no_weights(reference, tmp_path, monkeyp
     np.testing.assert_array_equal(_ran(log), ran)
     assert len(fetched) == 2 * int(ran[:, 0].sum()) == 10
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["taylorseer", "first-block"])
+def test_sequence_parallel_takes_the_same_decisions(reference, tmp_path, monkeypatch, method):
+    """sp 2 (the video tokens split over two devices): the first-block statistic is a mean over the split
+    tokens; decisions and frames are those of diffusers' hooks, as on one device."""
+    from vidax.zoo import generation
+
+    folder, runs = reference
+    expected, ran, _ = runs[method]
+    meshes, make_run = [], generation.Run
+    monkeypatch.setattr(generation, "Run", lambda family, options, mesh, *rest: meshes.append(mesh) or make_run(
+        family, options, mesh, *rest))
+    knobs = TAYLOR if method == "taylorseer" else dict(cache_threshold=FIRST_BLOCK)
+    result, log = _generate(folder, tmp_path / "v.npy", cache=method, sp=2, **knobs)
+    assert dict(meshes[0].shape) == {"data": 1, "tensor": 1, "sequence": 2}, meshes[0].shape
+    np.testing.assert_array_equal(_ran(log), ran)
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)

@@ -229,6 +229,15 @@ class Head(nn.Module):
 # The model
 
 
+def first_block_modulated(cfg: TransformerConfig, first: Params, hidden: jax.Array, ctx: Context) -> jax.Array:
+    """Block 0's self-attention input before its attention: RMS-normed `hidden` under the block's
+    shift and scale (what the TeaCache reference compares between steps)."""
+    b, t = ctx.modulation.shape[:2]
+    mod = first["scale_shift_table"].astype(jnp.float32) + ctx.modulation.reshape(b, t, 6, cfg.inner_dim)
+    normed = RMSNorm(eps=cfg.norm_eps, use_scale=False).apply({}, hidden.astype(jnp.float32))
+    return modulate(normed, mod[:, :, 0], mod[:, :, 1])
+
+
 class LTXVideoTransformer(StackedTransformer):
     """The LTX-Video DiT in the `vidax.zoo.dit.StackedDiT` shape.
 
@@ -248,6 +257,9 @@ class LTXVideoTransformer(StackedTransformer):
 
     embed_modules = ("proj_in", "time_embed", "caption_projection")
     head_modules = ("scale_shift_table", "proj_out")
+    # TeaCache's statistic (vidax.zoo.block_split.modulated_input): block 0's normed, modulated input
+    modulated_inputs = {
+        "modulated": lambda model, first, hidden, ctx: first_block_modulated(model.cfg, first, hidden, ctx)}
 
     @classmethod
     def with_precision(cls, cfg: TransformerConfig, precision: Precision) -> "LTXVideoTransformer":

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from vidax.zoo.attention import attention
+from vidax.zoo.block_split import context_field
 from vidax.zoo.dit import Params, StackedTransformer
 from vidax.zoo.layers import (
     Dense,
@@ -221,6 +222,9 @@ class WanTransformer(StackedTransformer):
 
     embed_modules = ("patch_embedding", "condition_embedder")
     head_modules = ("scale_shift_table", "proj_out")
+    # TeaCache's statistic (vidax.zoo.block_split.modulated_input): the reference's time embedding `e`
+    # and, with use_ret_steps, the time projection `e0`
+    modulated_inputs = {"e": context_field("temb"), "e0": context_field("modulation")}
 
     @classmethod
     def with_precision(cls, cfg: WanTransformerConfig, precision: Precision) -> "WanTransformer":

@@ -1,0 +1,75 @@
+"""The first-block cache around a diffusers DiT's block list, written here in torch independently of vidax:
+the oracle for the families diffusers' hooks do not reach.
+
+Per DiT call (calls alternate over `branches`, each with its own state): block 0 always runs; the relative
+mean change `mean |r - r_prev| / mean |r_prev|` of its video residual `r` against the last call that ran the
+remaining blocks decides: above `threshold` (or with nothing cached) they run and their residuals (every
+stream a block returns) are kept; otherwise the kept residuals are added to block 0's output.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class FirstBlockBlocks(torch.nn.ModuleList):
+    def __init__(self, blocks, threshold: float, branches: int):
+        super().__init__(list(blocks))
+        self.threshold, self.branches = threshold, branches
+        self.calls, self.decisions, self.changes = 0, [], []
+        self.states = [{} for _ in range(branches)]
+
+    def __iter__(self):
+        blocks = list(self._modules.values())
+        state = self.states[self.calls % self.branches]
+        self.calls += 1
+
+        def run(*args):
+            first = blocks[0](*args)
+            streams = first if isinstance(first, tuple) else (first,)
+            residual = (streams[0] - args[0]).float()
+            full = "residual" not in state
+            change = None
+            if not full:
+                previous = state["residual"]
+                change = ((residual - previous).abs().mean() / previous.abs().mean()).item()
+                full = change > self.threshold
+            self.decisions.append(full)
+            self.changes.append(change)
+            if not full:
+                out = tuple(s + t for s, t in zip(streams, state["tail"]))
+                return out if isinstance(first, tuple) else out[0]
+            out = first
+            for block in blocks[1:]:
+                out = block(*out, *args[len(streams):]) if isinstance(out, tuple) else block(out, *args[1:])
+            outs = out if isinstance(out, tuple) else (out,)
+            state["residual"], state["tail"] = residual, tuple(o - s for o, s in zip(outs, streams))
+            return out
+
+        return iter([run])
+
+
+class ScheduledResidualBlocks(torch.nn.ModuleList):
+    """MagCache's step in torch with its decisions given (typed by hand in the test): a call on a full step
+    runs every block and keeps the video residual (output minus input of the block stack); a skipped call
+    returns its input plus that branch's kept residual."""
+
+    def __init__(self, blocks, schedule: list[bool], branches: int):
+        super().__init__(list(blocks))
+        self.schedule, self.branches, self.calls, self.residuals = schedule, branches, 0, {}
+
+    def __iter__(self):
+        blocks = list(self._modules.values())
+        branch, step = self.calls % self.branches, self.calls // self.branches
+        self.calls += 1
+
+        def run(hidden, *rest):
+            if not self.schedule[step]:
+                return hidden + self.residuals[branch]
+            out = hidden
+            for block in blocks:
+                out = block(out, *rest)
+            self.residuals[branch] = out - hidden
+            return out
+
+        return iter([run])

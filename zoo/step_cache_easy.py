@@ -1,0 +1,110 @@
+"""EasyCache applied to a denoise pass, as ComfyUI's EasyCache node takes it, on the whole DiT call.
+
+The DiT's input `x` (its first output-channels) and output are compared between steps on the prompt
+branch (batch row 0 of a call, spatially subsampled by 8 as ComfyUI does); the steps between the
+`start_percent` and `end_percent` sigmas take the rule of `step_cache_rules` (the cumulative
+approximate output change against `reuse_threshold`); a skipped step returns, per call and batch
+row, its input plus the cached output-minus-input of the last full step. Steps before
+`start_percent` run and keep the cached difference only; from `end_percent` on every step runs and
+nothing is recorded. The prompt branch decides for every branch (ComfyUI's first cond). Statistics
+are taken as ComfyUI takes them when the reference pipeline calls the DiT once per branch (the
+output's mean magnitude over the prompt branch's output).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.zoo.step_cache_rules import EasyCacheConfig, EasyState, easycache_after_full, easycache_decide, \
+    easycache_phase
+
+SUBSAMPLE = 8  # ComfyUI's EasyCache node: every 8th position of the last two axes
+
+
+@dataclasses.dataclass(frozen=True)
+class EasyCacheRun:
+    """The node's knobs and the flow shift its percents are mapped to sigmas with."""
+
+    config: EasyCacheConfig
+    shift: float
+
+
+@dataclasses.dataclass
+class EasyTrack:
+    """The pass's EasyCache values: the rule's state, the prompt branch's last full input and output
+    (subsampled), and per DiT call the cached output minus input."""
+
+    rule: EasyState = dataclasses.field(default_factory=EasyState)
+    active: bool = False  # ComfyUI's first cond is set at the first step inside the window
+    x_prev: Any = None
+    out_prev: Any = None
+    diffs: tuple = ()
+
+
+def _prompt_sub(x: jax.Array) -> jax.Array:
+    return x[:1, ..., ::SUBSAMPLE, ::SUBSAMPLE].astype(jnp.float32)
+
+
+@partial(jax.jit, static_argnums=(0,))
+def _dit_inputs(predict, latents, timestep, cond, knobs):
+    """Each DiT call's first input (the DiT does not run)."""
+    seen = []
+
+    def run(*inputs):
+        seen.append(inputs[0])
+        return jnp.zeros_like(inputs[0])
+
+    predict(run, latents, timestep, cond, knobs)
+    return tuple(seen)
+
+
+@partial(jax.jit, static_argnums=(0,))
+def _from_diffs(predict, diffs, latents, timestep, cond, knobs):
+    """`predict` with call i's DiT output its input's first channels plus `diffs[i]`."""
+    calls = iter(diffs)
+
+    def run(*inputs):
+        diff = next(calls)
+        return (inputs[0][:, :diff.shape[1]] + diff).astype(diff.dtype)
+
+    return predict(run, latents, timestep, cond, knobs)
+
+
+def _mean_abs_change(a, b) -> float:
+    return float(jnp.mean(jnp.abs(a - b)))
+
+
+def easy_step(run: EasyCacheRun, track: EasyTrack, denoiser: Any, predict: Callable, sigma: float,
+              latents, timestep, cond, knobs):
+    """One step: (prediction, whether the DiT ran)."""
+    from vidax.zoo.step_cache import predict_recording
+
+    phase = easycache_phase(run.config, sigma, run.shift)
+    if phase == "past_end":
+        return denoiser.predict(predict, latents, timestep, cond, knobs), True
+    inputs = _dit_inputs(predict, latents, timestep, cond, knobs)
+    input_change = None
+    if phase == "active":
+        track.active = True
+        if track.x_prev is not None:
+            channels = track.diffs[0].shape[1]
+            input_change = _mean_abs_change(_prompt_sub(inputs[0][:, :channels]), track.x_prev)
+        skip, track.rule = easycache_decide(run.config, track.rule, input_change)
+        if skip and len(track.diffs) == len(inputs):
+            return _from_diffs(predict, track.diffs, latents, timestep, cond, knobs), False
+    out, outputs = predict_recording(denoiser, predict, latents, timestep, cond, knobs)
+    channels = outputs[0].shape[1]
+    track.diffs = tuple(o - i[:, :channels].astype(o.dtype) for o, i in zip(outputs, inputs))
+    if track.active:
+        output = _prompt_sub(outputs[0])
+        output_change = None if track.out_prev is None else _mean_abs_change(output, track.out_prev)
+        norm = float(jnp.mean(jnp.abs(outputs[0][:1].astype(jnp.float32))))
+        track.rule = easycache_after_full(track.rule, input_change, output_change, norm)
+        track.x_prev, track.out_prev = _prompt_sub(inputs[0][:, :channels]), output
+    return out, True
