@@ -22,7 +22,8 @@ DEPTH = 2
 TOLERANCE = 0.10
 DEVICES, CHIP = 4, 30.75
 # one model per family the dry run builds, at its native size; and the frames of a shorter video (fewer tokens)
-MODELS = {"wan2.1-t2v-1.3b": 41, "cogvideox1.5-5b": 41, "hunyuanvideo-1.5-480p-t2v": 61, "cosmos3-nano": 45}
+MODELS = {"wan2.1-t2v-1.3b": 41, "cogvideox1.5-5b": 41, "hunyuanvideo-1.5-480p-t2v": 61, "cosmos3-nano": 45,
+          "ltx-video-13b": 81}
 
 
 def _dit(model: str, frames: int | None = None):
@@ -104,6 +105,6 @@ def test_wan_vae_decode_temp_memory_is_linear_in_pixels(vae_units):
 
 
 def test_a_family_without_stages_is_refused_in_one_line():
-    options = GenerateOptions(model="ltx-video-2b", prompt="")
-    with pytest.raises(PipelineError, match="--dry-run does not build the ltx_video family's stages yet"):
+    options = GenerateOptions(model="ltx-2", prompt="")
+    with pytest.raises(PipelineError, match="--dry-run does not build the ltx2 family's stages yet"):
         dry_run(make_pipeline(options.model, options), options, Layout(), 1, GIB)
