@@ -409,9 +409,13 @@ def _ltx_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
 
 
 def _ltx_first_pass(family: Any, s: Any) -> tuple[Any, list]:
-    """The largest pass (the planner's tokens) and its step guides."""
-    largest = max(family._passes(s), key=lambda p: p.height * p.width)
-    return largest, family._guides(s, largest)
+    """The largest pass (the planner's tokens) and the step guides of every pass, the step with the most
+    branch rows (CFG, and STG with blocks to skip: the planner's batch, the widest of any pass) first."""
+    passes = family._passes(s)
+    largest = max(passes, key=lambda p: p.height * p.width)
+    guides = [guide for p in passes for guide in family._guides(s, p)]
+    rows = lambda g: (g.guidance > 1.0) + (g.stg > 0.0 and bool(g.skip))  # noqa: E731
+    return largest, sorted(guides, key=rows, reverse=True)
 
 
 def _ltx_tokens(family: Any, s: Any) -> int:
@@ -434,7 +438,7 @@ def _ltx_cond(family: Any, s: Any, batch: int) -> Any:
 
 
 def _ltx_step(family: Any, s: Any, dit: Any) -> tuple[Any, tuple, dict]:
-    """The first step's branch set of the largest pass (CFG, STG rows as its guides say), packed tokens."""
+    """The widest step's branch set of the largest pass (CFG, STG rows as its guides say), packed tokens."""
     from types import SimpleNamespace
 
     _, guides = _ltx_first_pass(family, s)

@@ -11,6 +11,8 @@ CPU would measure the CPU's conversions rather than the model.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from vidax.zoo.dry_run import compile_stage, dry_run, wan_vae_decode_units
@@ -108,3 +110,16 @@ def test_a_family_without_stages_is_refused_in_one_line():
     options = GenerateOptions(model="ltx-2", prompt="")
     with pytest.raises(PipelineError, match="--dry-run does not build the ltx2 family's stages yet"):
         dry_run(make_pipeline(options.model, options), options, Layout(), 1, GIB)
+
+
+def test_an_odd_branch_batch_is_not_split_over_the_data_axis():
+    """CFG + STG's three rows: `cfg_batch` splits a batch over dp=2 only when it divides it (LTX-Video's dry run:
+    XLA's figure is the same at dp=2 as at dp=1), so the planner counts every row on every device and offers no
+    dp=2 layout for it."""
+    from vidax.zoo.planner import DiTSizes, Job, candidate_layouts
+
+    job = Job(DiTSizes(depth=4, dim=256, ffn_dim=1024, heads=8, block_params=10, other_params=10), tokens=4096, batch=3)
+    assert predict(job, Layout(dp=2)).activations == predict(job, Layout()).activations
+    assert all(layout.dp == 1 for layout in candidate_layouts(4, 8, 4, batch=3))
+    even = dataclasses.replace(job, batch=4)
+    assert predict(even, Layout(dp=2)).activations < predict(even, Layout()).activations
