@@ -451,6 +451,40 @@ def _ltx_step(family: Any, s: Any, dit: Any) -> tuple[Any, tuple, dict]:
     return predict, (1, _ltx_tokens(family, s), family.dit_config.in_channels), knobs
 
 
+def _ltx2_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    """As `build_dit` builds it (STG's perturbation honoured)."""
+    from vidax.zoo.ltx2.transformer import LTX2Transformer
+
+    cfg = dataclasses.replace(_depth(family.model.transformer, depth), perturbed_attn=True)
+    return LTX2Transformer(cfg, use_cross_timestep=s.use_cross_timestep, dtype=jnp.dtype(dtype))
+
+
+def _ltx2_cond(family: Any, s: Any, batch: int) -> Any:
+    """Text-to-video: the connectors' outputs for the prompt (and negative prompt) rows, the host-built RoPE."""
+    from vidax.zoo.ltx2.family import Condition
+    from vidax.zoo.ltx2.rope import default_dit_rope_tables
+
+    cfg, f32 = family.model.transformer, jnp.float32
+    width = (cfg.caption_channels,) * 2 if cfg.use_prompt_embeddings else (cfg.inner_dim, cfg.audio_inner_dim)
+    rows, tokens = 2 if s.guided else 1, s.max_sequence_length
+    _, _, f, h, w = family.latent_shape(s)
+    rope = jax.eval_shape(lambda: default_dit_rope_tables(cfg, f, h, w, family.audio_shape(s)[2],
+                                                          fps=s.conditioning_fps))
+    return Condition(jax.ShapeDtypeStruct((rows, tokens, width[0]), f32),
+                     jax.ShapeDtypeStruct((rows, tokens, width[1]), f32),
+                     jax.ShapeDtypeStruct((rows, tokens), jnp.bool_), rope)
+
+
+def _ltx2_step(family: Any, s: Any, dit: Any) -> tuple[Any, tuple, dict]:
+    """The sampler's state: packed video and audio tokens joined (`initial_latents`)."""
+    video, audio = family.latent_shape(s), family.audio_shape(s)
+    state = (1, math.prod(video[1:]) + math.prod(audio[1:]))
+    predict = family.predictor(s, 0, dit, 0)
+    depth = dit.cfg.num_layers  # STG's blocks among those a cut depth keeps (the perturbed row costs the same)
+    predict = dataclasses.replace(predict, stg_blocks=tuple(b for b in predict.stg_blocks if b < depth) or (0,))
+    return predict, state, family.step_knobs(s, family.stepper(s, state), 0, 0)
+
+
 def _cosmos_vae(family: Any, s: Any, device: Any) -> list[tuple]:
     return wan_vae_decode_units(family.vae_config, family.latent_shape(s), device)
 
@@ -467,6 +501,7 @@ FAMILY_STAGES: dict[str, FamilyStages] = {
     "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
     "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _no_stages),
     "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, _no_stages, step=_ltx_step),
+    "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, _no_stages, step=_ltx2_step),
 }
 
 
