@@ -157,9 +157,14 @@ def step_args(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any, d
     inputs = replicated(mesh, device)
     latents = jax.ShapeDtypeStruct(family.latent_shape(s), jnp.float32, sharding=inputs)
     timestep = jax.ShapeDtypeStruct((), jnp.float32, sharding=inputs)
-    knobs = abstract(family.step_knobs(s, family.stepper(s, latents.shape), 0, 0), inputs)
     params = dit_params(dit, dtype, mesh if mesh is not None else None, family.transformer_rules, device,
                         stacked=stacked)
+    step = stages_of(family).step
+    if step is not None:  # a family whose passes build their own predictor (LTX-Video)
+        predict, shape, knobs = step(family, s, dit)
+        latents = jax.ShapeDtypeStruct(shape, jnp.float32, sharding=inputs)
+        return predict, (params, latents, timestep, abstract(cond, inputs), abstract(knobs, inputs))
+    knobs = abstract(family.step_knobs(s, family.stepper(s, latents.shape), 0, 0), inputs)
     return family.predictor(s, 0, dit, 0), (params, latents, timestep, abstract(cond, inputs), knobs)
 
 
@@ -232,12 +237,15 @@ class FamilyStages:
     cond: `(family, s, batch) -> the predictor's condition` as ShapeDtypeStructs.
     vae_decode: `(family, s, device) -> [(stage name, fn, abstract args, donate, static)]`, the decode units.
     text_encoder: `(family, s, dtype, device) -> (fn, abstract args, static)` or None.
+    step: `(family, s, dit) -> (predictor, latents shape, knobs)` for a family whose predictor is not
+      `family.predictor` over `family.latent_shape` (None: those).
     """
 
     dit: Callable
     cond: Callable
     vae_decode: Callable
     text_encoder: Callable | None = None
+    step: Callable | None = None
 
 
 def _wan_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
@@ -394,6 +402,89 @@ def _hunyuan_cond(family: Any, s: Any, batch: int) -> Any:
                      jax.ShapeDtypeStruct((batch, cfg.pooled_projection_dim), f32), None)
 
 
+def _ltx_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
+
+    return LTXVideoTransformer(_depth(family.dit_config, depth), dtype=jnp.dtype(dtype))
+
+
+def _ltx_first_pass(family: Any, s: Any) -> tuple[Any, list]:
+    """The largest pass (the planner's tokens) and the step guides of every pass, the step with the most
+    branch rows (CFG, and STG with blocks to skip: the planner's batch, the widest of any pass) first."""
+    passes = family._passes(s)
+    largest = max(passes, key=lambda p: p.height * p.width)
+    guides = [guide for p in passes for guide in family._guides(s, p)]
+    rows = lambda g: (g.guidance > 1.0) + (g.stg > 0.0 and bool(g.skip))  # noqa: E731
+    return largest, sorted(guides, key=rows, reverse=True)
+
+
+def _ltx_tokens(family: Any, s: Any) -> int:
+    largest, _ = _ltx_first_pass(family, s)
+    return math.prod(family._grid(family.padding(s).frames, largest.height, largest.width))
+
+
+def _ltx_cond(family: Any, s: Any, batch: int) -> Any:
+    """Text-to-video at the largest pass: the prompt rows (and the negative prompt's under CFG), RoPE tables."""
+    from vidax.zoo.ltx_video.family import TEXT
+    from vidax.zoo.ltx_video.predict import LTXCondition
+
+    cfg, f32 = family.dit_config, jnp.float32
+    _, guides = _ltx_first_pass(family, s)
+    rows = 2 if guides[0].guidance > 1.0 else 1
+    text_tokens = s.max_sequence_length or TEXT[family.reference(s)][0]
+    rope = jax.ShapeDtypeStruct((1, _ltx_tokens(family, s), cfg.inner_dim), f32)
+    return LTXCondition(jax.ShapeDtypeStruct((rows, text_tokens, cfg.caption_channels), f32),
+                        jax.ShapeDtypeStruct((rows, text_tokens), jnp.bool_), rope, rope, None, None)
+
+
+def _ltx_step(family: Any, s: Any, dit: Any) -> tuple[Any, tuple, dict]:
+    """The widest step's branch set of the largest pass (CFG, STG rows as its guides say), packed tokens."""
+    from types import SimpleNamespace
+
+    _, guides = _ltx_first_pass(family, s)
+    plan = SimpleNamespace(guides=tuple(guides), reference=family.reference(s), noisy=False)
+    knobs = {"scale": jnp.float32(0), "stg": jnp.float32(0), "rescale": jnp.float32(0)}
+    predict = family.pass_predictor(plan, 0, dit, 0)
+    if predict.stg_row:  # the blocks STG skips, among those a cut depth keeps (the row's cost is the same)
+        depth = dit.cfg.num_layers
+        predict = dataclasses.replace(predict, skip=tuple(b for b in predict.skip if b < depth) or (0,))
+    return predict, (1, _ltx_tokens(family, s), family.dit_config.in_channels), knobs
+
+
+def _ltx2_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
+    """As `build_dit` builds it (STG's perturbation honoured)."""
+    from vidax.zoo.ltx2.transformer import LTX2Transformer
+
+    cfg = dataclasses.replace(_depth(family.model.transformer, depth), perturbed_attn=True)
+    return LTX2Transformer(cfg, use_cross_timestep=s.use_cross_timestep, dtype=jnp.dtype(dtype))
+
+
+def _ltx2_cond(family: Any, s: Any, batch: int) -> Any:
+    """Text-to-video: the connectors' outputs for the prompt (and negative prompt) rows, the host-built RoPE."""
+    from vidax.zoo.ltx2.family import Condition
+    from vidax.zoo.ltx2.rope import default_dit_rope_tables
+
+    cfg, f32 = family.model.transformer, jnp.float32
+    width = (cfg.caption_channels,) * 2 if cfg.use_prompt_embeddings else (cfg.inner_dim, cfg.audio_inner_dim)
+    rows, tokens = 2 if s.guided else 1, s.max_sequence_length
+    _, _, f, h, w = family.latent_shape(s)
+    rope = jax.eval_shape(lambda: default_dit_rope_tables(cfg, f, h, w, family.audio_shape(s)[2],
+                                                          fps=s.conditioning_fps))
+    return Condition(jax.ShapeDtypeStruct((rows, tokens, width[0]), f32),
+                     jax.ShapeDtypeStruct((rows, tokens, width[1]), f32),
+                     jax.ShapeDtypeStruct((rows, tokens), jnp.bool_), rope)
+
+
+def _ltx2_step(family: Any, s: Any, dit: Any) -> tuple[Any, tuple, dict]:
+    """The sampler's state: packed video and audio tokens joined (`initial_latents`)."""
+    video, audio = family.latent_shape(s), family.audio_shape(s)
+    state = (1, math.prod(video[1:]) + math.prod(audio[1:]))
+    predict = family.predictor(s, 0, dit, 0)
+    depth = dit.cfg.num_layers  # STG's blocks among those a cut depth keeps (the perturbed row costs the same)
+    predict = dataclasses.replace(predict, stg_blocks=tuple(b for b in predict.stg_blocks if b < depth) or (0,))
+    return predict, state, family.step_knobs(s, family.stepper(s, state), 0, 0)
+
+
 def _cosmos_vae(family: Any, s: Any, device: Any) -> list[tuple]:
     return wan_vae_decode_units(family.vae_config, family.latent_shape(s), device)
 
@@ -409,6 +500,8 @@ FAMILY_STAGES: dict[str, FamilyStages] = {
     "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, _cosmos_vae),
     "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
     "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _no_stages),
+    "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, _no_stages, step=_ltx_step),
+    "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, _no_stages, step=_ltx2_step),
 }
 
 

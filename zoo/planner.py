@@ -94,6 +94,7 @@ class Job:
     q_block: int = BLOCK_Q  # the blockwise kernel's tile
     kv_block: int = BLOCK_KV
     block_weight_bytes: float | None = None  # bytes per block parameter when it differs (--weights-dtype int8/fp8)
+    step_input_bytes: int = 0  # inputs every device holds whole besides the latents (LTX-Video's RoPE tables)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +158,7 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     in on-chip memory.
     """
     d = job.dit
-    batch = math.ceil(job.batch / layout.dp)
+    batch = rows_per_device(job.batch, layout.dp)
     seq = math.ceil(job.tokens / layout.sp)
     act, res = job.activation_bytes, job.residual_bytes
     unit = batch * seq * d.dim
@@ -169,7 +170,14 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     mlp = unit * (d.ffn_dim / d.dim) * mlp_hidden_buffers(d) * act / layout.tp
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4
-    return int(residual + max(attention, mlp) + text + modulation + scanned_mlp_bytes(job, layout))
+    return int(residual + max(attention, mlp) + text + modulation + scanned_mlp_bytes(job, layout)
+               + job.step_input_bytes)
+
+
+def rows_per_device(batch: int, dp: int) -> int:
+    """The branch rows one device runs: `sharding.cfg_batch` splits the batch over the data axis only when
+    the axis divides it (CFG + STG's three rows stay whole on every device under dp=2)."""
+    return batch // dp if batch % dp == 0 else batch
 
 
 def mlp_hidden_buffers(d: DiTSizes) -> float:
@@ -197,7 +205,7 @@ def candidate_layouts(devices: int, heads: int, depth: int, *, all_devices: bool
     """Every (dp, tp, sp, offload) whose mesh fits `devices` and whose tp divides the heads;
     `all_devices` keeps only meshes of exactly `devices` (a multi-process run spans every process)."""
     out = []
-    for dp in (1, 2) if batch > 1 else (1,):  # the data axis carries CFG's two branches: idle at batch 1
+    for dp in (1, 2) if batch % 2 == 0 else (1,):  # the data axis splits CFG's branches: idle at an odd batch
         for tp in _powers_of_two(devices):
             for sp in _powers_of_two(devices):
                 if dp * tp * sp > devices or heads % tp or (all_devices and dp * tp * sp != devices):

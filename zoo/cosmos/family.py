@@ -274,7 +274,15 @@ class CosmosFamily(CosmosBase):
             text_encoder_bytes=width,
             **planner_entries(vae, s.height, s.width),
             blockwise_attention=jax.default_backend() == "cpu",
+            step_input_bytes=self._step_input_bytes(s),
         ), CosmosTransformer(cfg), options.weights_dtype)
+
+    def _step_input_bytes(self, s) -> int:
+        """The step's inputs every device holds whole, fp32: the Reason1 features of each branch row
+        (100,352 wide) and the conditioning latents with their clean copy (`CosmosCondition`)."""
+        rows = 2 if s.guided else 1
+        text = rows * s.max_sequence_length * self.dit_config.text_in_dim
+        return 4 * (text + 2 * math.prod(self.latent_shape(s)))
 
 
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]]) -> CosmosTransformerConfig:

@@ -622,6 +622,10 @@ class LTX2Family(Family):
         job = memory_job(self.model, s, len(s.scales.passes), dtype_bytes=4 if options.dtype == "float32" else 2,
                          text_encoder_params=self._text_encoder_params(),
                          blockwise_attention=jax.default_backend() == "cpu")
+        _, _, f, h, w = self.latent_shape(s)  # the RoPE tables every device holds whole, fp32 as the DiT reads them
+        tables = jax.eval_shape(lambda: default_dit_rope_tables(self.model.transformer, f, h, w, self.audio_shape(s)[2],
+                                                                fps=s.conditioning_fps))
+        job = dataclasses.replace(job, step_input_bytes=sum(leaf.size * 4 for leaf in jax.tree.leaves(tables)))
         return quantized_job(job, LTX2Transformer(self.model.transformer), options.weights_dtype)  # --weights-dtype
 
     def _text_encoder_params(self) -> int:

@@ -837,6 +837,7 @@ class LTXVideoFamily(Family):
             vae_weight_bytes=4 if options.dtype == "float32" else None,
             vae_peak_activation_bytes=decode_peak_bytes(vae_cfg, pad.frames, last.height, last.width, tiles),
             blockwise_attention=jax.default_backend() == "cpu",
+            step_input_bytes=2 * tokens * cfg.inner_dim * 4,  # RoPE cos and sin, [1, S, inner_dim] fp32, whole
         ), dit, options.weights_dtype)
 
 
