@@ -1,7 +1,10 @@
 """`--weights-dtype`: a DiT projection with its kernel in bf16 against the same kernel kept 8-bit (int8, fp8
 e4m3) with per-output-channel scales and widened inside the product, as `vidax.zoo.layers.Dense` runs it.
 
-Wan2.1-14B's layer shapes (width 5120, FFN 13824) at 1560 tokens (480x832, 21 frames), computing in bf16.
+Wan2.1-14B's layer shapes (width 5120, FFN 13824) at 1560 tokens (480x832, 21 frames), computing in bf16;
+then the Wan DiT's whole forward at Wan2.1-14B's widths with `VIDAX_BENCH_LAYERS` blocks (default 1) over
+one latent frame of 480x832 (1560 tokens) and 512 text tokens, its block kernels bf16 / int8 / fp8 as
+`--weights-dtype` places them (`vidax.zoo.quantize.device_weights`).
 Each contender is one compiled `Dense` apply; they run interleaved (bench/protocol.py). On CPU the
 widening is extra work per call, so no speed target here: the figure is what it costs. The table also
 prints each contender's weight bytes and its output's distance from the bf16 one.
@@ -43,10 +46,66 @@ def _contenders(rows: int, k: int, n: int):
     return {name: (lambda p=p: apply(p, x)) for name, p in params.items()}, params
 
 
+# Wan2.1-14B's DiT widths (SMOKE: tiny) and the forward's input sizes: latent frames, latent height, width, text
+DIT = (dict(num_attention_heads=2, attention_head_dim=16, ffn_dim=64, text_dim=32, freq_dim=32), (1, 8, 8), 8) if SMOKE \
+    else (dict(num_attention_heads=40, attention_head_dim=128, ffn_dim=13824, text_dim=4096, freq_dim=256), (1, 60, 104), 512)
+LAYERS = int(os.environ.get("VIDAX_BENCH_LAYERS", "1"))
+
+
+def _dit_contenders():
+    """The Wan DiT forward with its block kernels bf16, int8 and fp8 (random weights, placed once each)."""
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+    import numpy as np
+    from flax import traverse_util
+
+    from vidax.zoo.dit import place_resident
+    from vidax.zoo.quantize import device_weights
+    from vidax.zoo.wan.config import WanTransformerConfig
+    from vidax.zoo.wan.transformer import WanTransformer
+
+    widths, (frames, height, width), text_len = DIT
+    config = dict(patch_size=[1, 2, 2], in_channels=16, out_channels=16, num_layers=LAYERS, cross_attn_norm=True,
+                  qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024, **widths)
+    model = WanTransformer(WanTransformerConfig.from_hf_config(config), dtype=jnp.bfloat16)
+    init = jax.jit(model.init_params)(jax.random.key(0))
+    tree = {p: np.asarray(a).astype(ml_dtypes.bfloat16) if p.endswith("kernel") else np.asarray(a)
+            for p, a in traverse_util.flatten_dict(init, sep="/").items()}
+    del init
+    rng = np.random.default_rng(0)
+    inputs = (jnp.asarray(rng.standard_normal((1, 16, frames, height, width), dtype=np.float32)), jnp.asarray([700.0]),
+              jnp.asarray(rng.standard_normal((1, text_len, widths["text_dim"]), dtype=np.float32)), None)
+    forward = jax.jit(lambda params, *x: model(params, *x))
+    contenders, sizes = {}, {}
+    for choice in ("bf16", "int8", "fp8"):
+        placed = tree if choice == "bf16" else device_weights(tree, ("blocks",), choice)
+        sizes[choice] = sum(a.nbytes for p, a in placed.items() if p.startswith("blocks/"))
+        params = place_resident(model, traverse_util.unflatten_dict(placed, sep="/"))
+        contenders[choice] = lambda params=params: forward(params, *inputs)
+    return contenders, sizes
+
+
+def dit() -> None:
+    import numpy as np
+
+    contenders, sizes = _dit_contenders()
+    timings = interleaved(contenders, REPEATS)
+    reference = np.asarray(timings.outputs["bf16"], np.float32)
+    notes = [f"{name}: blocks {sizes[name] / 2**20:.1f} MiB, output "
+             f"{np.linalg.norm(np.asarray(timings.outputs[name], np.float32) - reference) / np.linalg.norm(reference):.4f}"
+             f" from bf16" for name in contenders]
+    widths, (frames, height, width), text_len = DIT
+    title = (f"Wan DiT forward, {LAYERS} block(s) at {widths['num_attention_heads'] * widths['attention_head_dim']} "
+             f"wide, {frames * height * width // 4} tokens, {text_len} text tokens, bf16 compute")
+    print_table(title, timings, reference="bf16", note="; ".join(notes))
+
+
 def main() -> None:
     import jax
     import numpy as np
 
+    dit()
     for rows, k, n in SHAPES:
         contenders, params = _contenders(rows, k, n)
         timings = interleaved(contenders, REPEATS)
