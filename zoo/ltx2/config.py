@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
-from vidax.zoo.configs import pick_fields
+from vidax.zoo.configs import ConfigError, check_known, pick_fields
 
 ROPE_TYPES = ("interleaved", "split")
 
@@ -136,39 +136,93 @@ class TransformerConfig:
     def from_official_config(cls, hf: Mapping[str, Any]) -> "TransformerConfig":
         """From the `config` metadata of Lightricks' single-file checkpoint (its `transformer` entry).
 
-        Names per ltx_core's `LTXModelConfigurator`; what it does not carry keeps diffusers' default.
+        As strict as `from_hf_config`: every key of the table is one the reader takes (`OFFICIAL_KEYS`),
+        one ltx_core builds the DiT for only at one value (`OFFICIAL_FIXED`: any other value is refused,
+        as ltx_core refuses it) or one that does not change the DiT (`OFFICIAL_IGNORED`, with why).
+        Names per ltx_core's `LTXModelConfigurator`; what the table does not carry keeps its default.
         Checkpoints whose caption projection sits before the connectors (LTX-2.3+) set
         `caption_proj_before_connector`.
         """
         t = dict(hf.get("transformer", hf))
-        max_pos = list(t.get("positional_embedding_max_pos", [20, 2048, 2048]))
-        gated = bool(t.get("apply_gated_attention", False))
-        adaln = bool(t.get("cross_attention_adaln", False))
-        sizes = dict(
-            in_channels=t.get("in_channels", 128), out_channels=t.get("out_channels", 128),
-            num_attention_heads=t.get("num_attention_heads", 32), attention_head_dim=t.get("attention_head_dim", 128),
-            cross_attention_dim=t.get("cross_attention_dim", 4096), num_layers=t.get("num_layers", 48),
-            norm_eps=t.get("norm_eps", 1e-6), rope_theta=t.get("positional_embedding_theta", 10000.0),
-            pos_embed_max_pos=max_pos[0], base_height=max_pos[1], base_width=max_pos[2],
-            audio_num_attention_heads=t.get("audio_num_attention_heads", 32),
-            audio_attention_head_dim=t.get("audio_attention_head_dim", 64),
-            audio_in_channels=t.get("audio_in_channels", 128), audio_out_channels=t.get("audio_out_channels", 128),
-            audio_cross_attention_dim=t.get("audio_cross_attention_dim", 2048),
-            audio_pos_embed_max_pos=list(t.get("audio_positional_embedding_max_pos", [20]))[0],
-            timestep_scale_multiplier=t.get("timestep_scale_multiplier", 1000),
-            cross_attn_timestep_scale_multiplier=t.get("av_ca_timestep_scale_multiplier", 1),
-            rope_type=t.get("rope_type", "split"),
-            rope_double_precision=t.get("frequencies_precision") == "float64",
-            caption_channels=t.get("caption_channels", 3840),
-            gated_attn=gated, audio_gated_attn=gated, cross_attn_mod=adaln, audio_cross_attn_mod=adaln,
-            use_prompt_embeddings=not t.get("caption_proj_before_connector", False),
-            # the official blocks always honour STG's perturbation mask
-            perturbed_attn=True,
-            use_prompt_adaln_single=t.get("use_prompt_adaln_single", True),
-            ff_bias=t.get("ff_bias", True), audio_ff_bias=t.get("audio_ff_bias", True),
-            use_keyframes_abs_pos_embedding=t.get("use_keyframes_abs_pos_embedding", False),
-        )
-        return cls(**sizes)
+        check_known("LTXModel", t, cls.OFFICIAL_KEYS | set(cls.OFFICIAL_FIXED), cls.OFFICIAL_IGNORED)
+        for key, only in cls.OFFICIAL_FIXED.items():
+            if key in t and t[key] != only:
+                raise ConfigError(f"LTX-2 transformer: official {key}={t[key]!r} is not supported "
+                                  f"(ltx_core builds the DiT only for {only!r})")
+        return cls(**_official_transformer_fields(t))
+
+    # the keys of the header's `transformer` table that ltx_core's `LTXModelConfigurator` (and its
+    # caption projection) reads, and `from_official_config` with it
+    OFFICIAL_KEYS: ClassVar[frozenset[str]] = frozenset({
+        "in_channels", "out_channels", "num_attention_heads", "attention_head_dim", "cross_attention_dim",
+        "num_layers", "norm_eps", "positional_embedding_theta", "positional_embedding_max_pos",
+        "timestep_scale_multiplier", "audio_num_attention_heads", "audio_attention_head_dim", "audio_in_channels",
+        "audio_out_channels", "audio_cross_attention_dim", "audio_positional_embedding_max_pos",
+        "av_ca_timestep_scale_multiplier", "rope_type", "frequencies_precision", "apply_gated_attention",
+        "cross_attention_adaln", "use_prompt_adaln_single", "ff_bias", "audio_ff_bias",
+        "use_keyframes_abs_pos_embedding", "caption_channels", "caption_proj_before_connector"})
+    # keys ltx_core checks (`check_config_value`, and the text encoder's exact caption-projection markers)
+    # and builds for at this one value only; vidax implements that value and refuses any other
+    OFFICIAL_FIXED: ClassVar[Mapping[str, Any]] = {
+        "dropout": 0.0, "attention_bias": True, "num_vector_embeds": None, "activation_fn": "gelu-approximate",
+        "num_embeds_ada_norm": 1000, "use_linear_projection": False, "only_cross_attention": False,
+        "cross_attention_norm": True, "double_self_attention": False, "upcast_attention": False,
+        "standardization_norm": "rms_norm", "norm_elementwise_affine": False, "qk_norm": "rms_norm",
+        "positional_embedding_type": "rope", "use_audio_video_cross_attention": True, "share_ff": False,
+        "av_cross_ada_norm": True, "use_middle_indices_grid": True, "caption_projection_first_linear": False,
+        "caption_projection_second_linear": False, "caption_proj_input_norm": False}
+    # keys the same table carries that do not change the DiT
+    OFFICIAL_IGNORED: ClassVar[Mapping[str, str]] = {
+        **dict.fromkeys((
+            "connector_num_attention_heads", "connector_attention_head_dim", "connector_num_layers",
+            "connector_positional_embedding_max_pos", "connector_apply_gated_attention", "connector_ff_bias",
+            "audio_connector_num_attention_heads", "audio_connector_attention_head_dim",
+            "audio_connector_num_layers"),
+            "the text connectors' setting (ltx_core's connector configurators read it from this same table); "
+            "it shapes the connectors, not the DiT"),
+        **dict.fromkeys(("connector_num_learnable_registers", "connector_learnable_registers_std",
+                         "connector_norm_output"),
+                        "a text connector's training setting that no ltx_core code reads (the registers are "
+                        "weights of the file)"),
+        "use_embeddings_connector": "no ltx_core code reads it: every LTX-2 text encoder runs the connectors",
+        "text_encoder_norm_type": "no ltx_core code reads it: the text encoder's feature extractor follows "
+                                  "caption_proj_before_connector",
+        "causal_temporal_positioning": "no ltx_core code reads it from the header: the frames' positions come "
+                                       "from the pipeline, not from this key",
+        "attention_type": "no ltx_core code reads it: the DiT's blocks have one attention kind",
+        "norm_num_groups": "no ltx_core DiT code reads it: the DiT has no group norm (an argument kept from PixArt)",
+    }
+
+
+def _official_transformer_fields(t: Mapping[str, Any]) -> dict[str, Any]:
+    """`TransformerConfig` fields from the official `transformer` table (ltx_core's defaults where absent)."""
+    max_pos = list(t.get("positional_embedding_max_pos", [20, 2048, 2048]))
+    gated = bool(t.get("apply_gated_attention", False))
+    adaln = bool(t.get("cross_attention_adaln", False))
+    return dict(
+        in_channels=t.get("in_channels", 128), out_channels=t.get("out_channels", 128),
+        num_attention_heads=t.get("num_attention_heads", 32), attention_head_dim=t.get("attention_head_dim", 128),
+        cross_attention_dim=t.get("cross_attention_dim", 4096), num_layers=t.get("num_layers", 48),
+        norm_eps=t.get("norm_eps", 1e-6), rope_theta=t.get("positional_embedding_theta", 10000.0),
+        pos_embed_max_pos=max_pos[0], base_height=max_pos[1], base_width=max_pos[2],
+        audio_num_attention_heads=t.get("audio_num_attention_heads", 32),
+        audio_attention_head_dim=t.get("audio_attention_head_dim", 64),
+        audio_in_channels=t.get("audio_in_channels", 128), audio_out_channels=t.get("audio_out_channels", 128),
+        audio_cross_attention_dim=t.get("audio_cross_attention_dim", 2048),
+        audio_pos_embed_max_pos=list(t.get("audio_positional_embedding_max_pos", [20]))[0],
+        timestep_scale_multiplier=t.get("timestep_scale_multiplier", 1000),
+        cross_attn_timestep_scale_multiplier=t.get("av_ca_timestep_scale_multiplier", 1),
+        rope_type=t.get("rope_type", "split"),
+        rope_double_precision=t.get("frequencies_precision") == "float64",
+        caption_channels=t.get("caption_channels", 3840),
+        gated_attn=gated, audio_gated_attn=gated, cross_attn_mod=adaln, audio_cross_attn_mod=adaln,
+        use_prompt_embeddings=not t.get("caption_proj_before_connector", False),
+        # the official blocks always honour STG's perturbation mask
+        perturbed_attn=True,
+        use_prompt_adaln_single=t.get("use_prompt_adaln_single", True),
+        ff_bias=t.get("ff_bias", True), audio_ff_bias=t.get("audio_ff_bias", True),
+        use_keyframes_abs_pos_embedding=t.get("use_keyframes_abs_pos_embedding", False),
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
