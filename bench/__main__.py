@@ -2,8 +2,12 @@
 
     .venv/bin/python -m bench            # all of them
     .venv/bin/python -m bench translator # only bench/bench_translator.py (names match substrings)
-    .venv/bin/python -m bench wan        # a family's benches: every family name selects its DiT bench
+    .venv/bin/python -m bench wan        # a family's benches (bench_wan_*): a family name selects exactly its own
     .venv/bin/python -m bench --list ltx # the names a run would take, without running them
+    .venv/bin/python -m bench --help     # this, and every family with its benches
+
+Each family has a `bench_<family>_dit.py` (its DiT forward against the reference); benches reach a family's
+pieces only through `bench/families.py` (the registry), never by importing its folder.
 
 Each `bench/bench_*.py` defines `main()` that prints its own table (alternatives side by side in the
 same run). Benchmarks are not tests: they print figures and never assert timings.
@@ -16,6 +20,7 @@ import pkgutil
 import platform
 import sys
 import time
+from collections.abc import Collection
 
 import bench
 
@@ -25,16 +30,40 @@ def bench_names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_"))
 
 
-def select(names: list[str], patterns: list[str]) -> list[str]:
-    """The names containing any of `patterns` (all of them when none is given)."""
-    return [n for n in names if not patterns or any(p in n for p in patterns)]
+def family_names() -> list[str]:
+    """Every family with a generator, as the registry names them."""
+    from vidax.zoo.registry import registered_models
+
+    return sorted({m.family for m in registered_models().values()})
+
+
+def matches(name: str, pattern: str, families: Collection[str] = ()) -> bool:
+    """A family name matches its own benches only (`bench_<family>_*`: `cosmos` not `bench_cosmos3_dit`);
+    any other pattern is a substring of the name."""
+    if pattern in families:
+        return name.startswith(f"bench_{pattern}_")
+    return pattern in name
+
+
+def select(names: list[str], patterns: list[str], families: Collection[str] = ()) -> list[str]:
+    """The names matching any of `patterns` (all of them when none is given)."""
+    return [n for n in names if not patterns or any(matches(n, p, families) for p in patterns)]
+
+
+def usage(names: list[str], families: list[str]) -> str:
+    """The docstring, then each family's benches."""
+    rows = [f"  {family:16} {' '.join(select(names, [family], families))}" for family in families]
+    return __doc__ + "\nfamilies (python -m bench <family>):\n" + "\n".join(rows)
 
 
 def main(argv: list[str]) -> int:
+    names, families = bench_names(), family_names()
+    if "--help" in argv or "-h" in argv:
+        print(usage(names, families))
+        return 0
     listing = "--list" in argv
     patterns = [a for a in argv if a != "--list"]
-    names = bench_names()
-    wanted = select(names, patterns)
+    wanted = select(names, patterns, families)
     if not wanted:
         print(f"no benchmark matches {patterns}; have: {', '.join(names)}", file=sys.stderr)
         return 2

@@ -41,8 +41,10 @@ def main() -> None:
     from vidax.translator import convert, load_spec
 
     from vidax.zoo.dit import place_resident
-    from vidax.zoo.cogvideox.config import CogVideoXTransformerConfig
-    from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
+    from bench.families import pieces
+
+    CogVideoXTransformer, CogVideoXTransformerConfig = pieces("cogvideox", "CogVideoXTransformer",
+                                                              "CogVideoXTransformerConfig")
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
     torch.manual_seed(0)

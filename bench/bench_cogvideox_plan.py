@@ -22,11 +22,12 @@ MODEL = "cogvideox1.5-5b"
 
 def predictions() -> dict:
     """{"release stages": Prediction, "keep stages": Prediction} at SP=4 for the native request."""
-    from vidax.zoo.cogvideox.family import memory_job
+    from bench.families import piece
     from vidax.zoo.pipeline import GenerateOptions
     from vidax.zoo.planner import Layout, predict
     from vidax.zoo.registry import make_pipeline
 
+    memory_job = piece("cogvideox", "memory_job")
     os.environ["HF_HUB_OFFLINE"] = "1"
     with tempfile.TemporaryDirectory() as empty:
         import huggingface_hub.constants

@@ -79,8 +79,10 @@ def main() -> None:
     from safetensors.torch import save_file
     from vidax.translator import convert, load_spec
     from vidax.zoo.dit import place_resident
-    from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
-    from vidax.zoo.cosmos3 import rope as cosmos3_rope
+    from bench.families import pieces
+
+    Cosmos3Transformer, Cosmos3TransformerConfig, cosmos3_rope = pieces(
+        "cosmos3", "Cosmos3Transformer", "Cosmos3TransformerConfig", "rope")
 
     from bench.protocol import interleaved, print_table, reference_flops
 

@@ -89,7 +89,9 @@ def main() -> None:
     from safetensors.torch import save_file
     from vidax.translator import convert, load_spec
     from vidax.zoo.dit import place_resident
-    from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
+    from bench.families import pieces
+
+    CosmosTransformer, CosmosTransformerConfig = pieces("cosmos", "CosmosTransformer", "CosmosTransformerConfig")
 
     from bench.protocol import interleaved, print_table, reference_flops
 

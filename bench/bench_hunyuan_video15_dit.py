@@ -54,7 +54,10 @@ def main() -> None:
     from vidax.translator import convert, load_spec
 
     from vidax.zoo.dit import place_resident
-    from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
+    from bench.families import pieces
+
+    HunyuanVideo15Transformer, TransformerConfig = pieces("hunyuan_video15", "HunyuanVideo15Transformer",
+                                                          "TransformerConfig")
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
     torch.set_num_threads(len(os.sched_getaffinity(0)))

@@ -58,9 +58,10 @@ def main() -> None:
     from vidax.translator import convert
 
     from vidax.zoo.dit import place_resident
-    from vidax.zoo.hunyuan_video.config import TransformerConfig
-    from vidax.zoo.hunyuan_video.family import trim_text_padding
-    from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
+    from bench.families import pieces
+
+    TransformerConfig, trim_text_padding, HunyuanVideoTransformer = pieces(
+        "hunyuan_video", "TransformerConfig", "trim_text_padding", "HunyuanVideoTransformer")
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
     torch.set_num_threads(os.cpu_count() or 1)

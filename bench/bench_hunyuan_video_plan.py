@@ -20,10 +20,12 @@ CHIP = 30.75e9
 
 def main() -> None:
     from vidax.translator.registry import get_model
-    from vidax.zoo.hunyuan_video.config import TransformerConfig, VAEConfig
-    from vidax.zoo.hunyuan_video.family import HunyuanVideoSettings, memory_job
-    from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
+    from bench.families import pieces
     from vidax.zoo.planner import Layout, plan, predict
+
+    TransformerConfig, VAEConfig, HunyuanVideoSettings, memory_job, HunyuanVideoTransformer = pieces(
+        "hunyuan_video", "TransformerConfig", "VAEConfig", "HunyuanVideoSettings", "memory_job",
+        "HunyuanVideoTransformer")
 
     entry = get_model("hunyuanvideo")
     settings = HunyuanVideoSettings(**{k: v for k, v in entry.settings.items()

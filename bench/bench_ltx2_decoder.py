@@ -33,9 +33,10 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from vidax.zoo.ltx2.config import DiffusionDecoderConfig
-    from vidax.zoo.ltx2.diffusion_decoder import LTX2DiffusionDecoder
+    from bench.families import pieces
     from vidax.zoo.runtime import configure_compile_cache
+
+    DiffusionDecoderConfig, LTX2DiffusionDecoder = pieces("ltx2", "DiffusionDecoderConfig", "LTX2DiffusionDecoder")
 
     configure_compile_cache(enabled=False)  # the compile column must be real compiles, not cache hits
 

@@ -34,9 +34,12 @@ def main() -> None:
     from bench.protocol import interleaved, print_table, reference_flops
     from vidax.translator import convert, load_spec
     from vidax.zoo.dit import place_resident
-    from vidax.zoo.ltx2.config import TransformerConfig
-    from vidax.zoo.ltx2.rope import audio_coords, dit_rope_tables, video_coords
-    from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer
+    from bench.families import pieces
+
+    TransformerConfig, ltx2_rope, DiTInputs, LTX2Transformer = pieces("ltx2", "TransformerConfig", "rope",
+                                                                      "DiTInputs", "LTX2Transformer")
+    audio_coords, dit_rope_tables, video_coords = (ltx2_rope.audio_coords, ltx2_rope.dit_rope_tables,
+                                                   ltx2_rope.video_coords)
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
     torch.set_num_threads(os.cpu_count() or 1)

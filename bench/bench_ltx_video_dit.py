@@ -34,9 +34,10 @@ def main() -> None:
     from bench.protocol import interleaved, print_table, reference_flops
     from vidax.translator import convert
     from vidax.zoo.dit import place_resident
-    from vidax.zoo.ltx_video import rope
-    from vidax.zoo.ltx_video.config import TransformerConfig
-    from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
+    from bench.families import pieces
+
+    rope, TransformerConfig, LTXVideoTransformer = pieces("ltx_video", "rope", "TransformerConfig",
+                                                          "LTXVideoTransformer")
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
     torch.set_num_threads(os.cpu_count() or 1)

@@ -10,13 +10,13 @@ XLA's memory analysis of the widest decoder stage).
 
 from __future__ import annotations
 
-from vidax.zoo.hunyuan_video15.config import TransformerConfig as HunyuanConfig
-from vidax.zoo.hunyuan_video15.config import VAEConfig as HunyuanVAEConfig
+from bench.families import pieces
 from vidax.zoo.family import Settings
-from vidax.zoo.hunyuan_video15.family import memory_job as hunyuan_memory_job
 from vidax.zoo.planner import GIB, Job, Layout, dit_sizes, plan, predict
-from vidax.zoo.wan.config import WanTransformerConfig
-from vidax.zoo.wan.transformer import WanTransformer
+
+HunyuanConfig, HunyuanVAEConfig, hunyuan_memory_job = pieces("hunyuan_video15", "TransformerConfig", "VAEConfig",
+                                                             "memory_job")
+WanTransformer, WanTransformerConfig = pieces("wan", "WanTransformer", "WanTransformerConfig")
 
 V4_CHIP = 30.75 * GIB
 H200 = 141 * GIB

@@ -62,8 +62,9 @@ def _dit_contenders():
 
     from vidax.zoo.dit import place_resident
     from vidax.zoo.quantize import device_weights
-    from vidax.zoo.wan.config import WanTransformerConfig
-    from vidax.zoo.wan.transformer import WanTransformer
+    from bench.families import pieces
+
+    WanTransformer, WanTransformerConfig = pieces("wan", "WanTransformer", "WanTransformerConfig")
 
     widths, (frames, height, width), text_len = DIT
     config = dict(patch_size=[1, 2, 2], in_channels=16, out_channels=16, num_layers=LAYERS, cross_attn_norm=True,

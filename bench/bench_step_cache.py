@@ -88,9 +88,9 @@ def _vidax_loop(denoiser, latents, cond, method, ratios_file):
 
     from vidax.zoo.pipeline import GenerateOptions
     from vidax.zoo.step_cache import step_cache_for
-    from vidax.zoo.wan.family import WanPredict
+    from bench.families import piece
 
-    predict = WanPredict(True, "float32", (2, 2))
+    predict = piece("wan", "WanPredict")(True, "float32", (2, 2))
     knobs = dict(METHODS.get(method, {}), **({"mag_ratios": ratios_file} if method == "magcache" else {}))
     options = GenerateOptions(model="wan2.1-t2v-1.3b", prompt="", cache=method, **knobs)
     sigmas = _sigmas()
@@ -126,9 +126,10 @@ def main() -> None:
     from vidax.translator import convert, load_spec
     from vidax.zoo.denoise import LoadedDiT
     from vidax.zoo.dit import place_resident
-    from vidax.zoo.wan.config import WanTransformerConfig
-    from vidax.zoo.wan.family import WanCondition
-    from vidax.zoo.wan.transformer import WanTransformer
+    from bench.families import pieces
+
+    WanTransformerConfig, WanCondition, WanTransformer = pieces("wan", "WanTransformerConfig", "WanCondition",
+                                                                "WanTransformer")
 
     jax.config.update("jax_default_matmul_precision", "highest")
     torch.set_num_threads(len(os.sched_getaffinity(0)))

@@ -51,8 +51,9 @@ def main() -> None:
     from vidax.translator import convert, load_spec
 
     from vidax.zoo.dit import place_resident
-    from vidax.zoo.wan.config import WanTransformerConfig
-    from vidax.zoo.wan.transformer import WanTransformer
+    from bench.families import pieces
+
+    WanTransformer, WanTransformerConfig = pieces("wan", "WanTransformer", "WanTransformerConfig")
 
     jax.config.update("jax_default_matmul_precision", "highest")  # fp32 like torch's default
     torch.set_num_threads(len(os.sched_getaffinity(0)))

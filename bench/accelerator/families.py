@@ -42,7 +42,8 @@ class Tensor:
 class FamilyRow:
     """One family's facts: its zoo classes, its diffusers classes, its geometry, inputs and FLOPs.
 
-    Class names are `"module:attribute"` (vidax) or attributes of `diffusers` (the reference).
+    Class names are `"family:piece"` (vidax: `bench.families`), `"module:attribute"` (a shared vidax
+    module) or attributes of `diffusers` (the reference).
     """
 
     zoo: str  # the family folder under zoo/
@@ -69,9 +70,12 @@ class FamilyRow:
 
 
 def resolve(path: str):
-    """`"module:attribute"` -> the attribute."""
+    """`"family:piece"` -> that piece of the family (`bench.families`, through the registry), or
+    `"module:attribute"` of a shared module (the Wan VAE) -> the attribute."""
+    from bench.families import PIECES, piece
+
     module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return piece(module, name) if module in PIECES else getattr(importlib.import_module(module), name)
 
 
 # --- FLOPs from shapes (a matmul is 2*m*n*k, attention 4*B*H*Sq*Skv*D) -----------------------
@@ -155,7 +159,7 @@ _LATENTS = Tensor("hidden_states", lambda case: case.latent_shape, "bfloat16")
 FAMILIES: dict[str, FamilyRow] = {
     "wan": FamilyRow(
         zoo="wan", label="Wan2.1-14B", vae_label="Wan2.1 VAE",
-        dit="vidax.zoo.wan.transformer:WanTransformer", dit_config="vidax.zoo.wan.config:WanTransformerConfig",
+        dit="wan:WanTransformer", dit_config="wan:WanTransformerConfig",
         dit_kwargs={"dtype": "bfloat16"}, spec="wan/transformer",
         vae="vidax.zoo.wan_vae:WanVAE", vae_config="vidax.zoo.wan_vae:WanVAEConfig", decode_kwargs={},
         diffusers_dit="WanTransformer3DModel", diffusers_blocks="blocks", diffusers_vae="AutoencoderKLWan",
@@ -171,9 +175,9 @@ FAMILIES: dict[str, FamilyRow] = {
     ),
     "hunyuan_video15": FamilyRow(
         zoo="hunyuan_video15", label="HunyuanVideo-1.5", vae_label="HunyuanVideo-1.5 VAE (tiling on)",
-        dit="vidax.zoo.hunyuan_video15:HunyuanVideo15Transformer",
-        dit_config="vidax.zoo.hunyuan_video15:TransformerConfig", dit_kwargs={}, spec="hunyuan_video15/transformer",
-        vae="vidax.zoo.hunyuan_video15.vae:HunyuanVideo15VAE", vae_config="vidax.zoo.hunyuan_video15:VAEConfig",
+        dit="hunyuan_video15:HunyuanVideo15Transformer",
+        dit_config="hunyuan_video15:TransformerConfig", dit_kwargs={}, spec="hunyuan_video15/transformer",
+        vae="hunyuan_video15:HunyuanVideo15VAE", vae_config="hunyuan_video15:VAEConfig",
         decode_kwargs={"tiling": True},
         diffusers_dit="HunyuanVideo15Transformer3DModel", diffusers_blocks="transformer_blocks",
         diffusers_vae="AutoencoderKLHunyuanVideo15", vae_tiling=True, vae_spatial=16,
