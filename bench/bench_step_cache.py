@@ -4,27 +4,37 @@ Wan2.1-T2V-1.3B layer shapes (hidden 1536 = 12 heads x 128, FFN 8960, text 4096)
 (`VIDAX_BENCH_LAYERS`, default 2), 17 frames 160x288 (5 x 10 x 18 = 900 tokens), 512 text tokens,
 `VIDAX_BENCH_STEPS` (default 50) flow-Euler steps with CFG (two DiT calls per step in diffusers,
 `cache_context("cond")` / `("uncond")`; one batched call in vidax), fp32 at highest precision, random
-weights through the real spec. For no cache and each method with the same settings on both sides:
-the wall seconds of the whole loop (compiles excluded: vidax runs the loop once before timing it),
-its ratio to the same side's uncached loop, the fraction of DiT calls that ran in full, and the
-largest |difference| of the final latents from the uncached ones (random weights: a quality figure
-needs the trained model). Then, on the trained embedded `wan-tiny` (`VIDAX_BENCH_QUALITY_STEPS`, default
-30), each method's PSNR and SSIM against the uncached frames of the same seed. Not a test: it prints
-figures and asserts nothing.
+weights through the real spec. No cache and each method with the same settings on both sides are the
+contenders of one `bench.protocol.interleaved` run: each whole loop once untimed (vidax compiles there),
+then `VIDAX_BENCH_REPEATS` (default 3) rounds in which every contender runs once in turn, so a change in
+the machine's load hits all alike; the load is printed at start and the table says whether the run was
+quiet enough to quote. Per contender: best and median seconds of the loop, its ratio to the same side's
+uncached loop (best against best), the fraction of DiT calls that ran in full, and the largest
+|difference| of the final latents from the uncached ones (random weights: a quality figure needs the
+trained model). Then, on the trained embedded `wan-tiny` (`VIDAX_BENCH_QUALITY_STEPS`, default 30), each
+method's PSNR and SSIM against the uncached frames of the same seed. Not a test: it prints figures and
+asserts nothing.
 
     .venv/bin/python -m bench step_cache
+    VIDAX_BENCH_STEPS=2 VIDAX_BENCH_LAYERS=1 VIDAX_BENCH_REPEATS=1 VIDAX_BENCH_QUALITY_STEPS=2 \
+        VIDAX_BENCH_SETTLE_S=0 .venv/bin/python -m bench step_cache   # a quick functional run (no figures)
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-import time
 from pathlib import Path
+
+from bench.protocol import announce_load, interleaved, print_table
+from bench.quality import PROMPT as QUALITY_PROMPT
+from bench.quality import STEPS as QUALITY_STEPS
+from bench.quality import psnr, ssim, tiny_run
 
 FRAMES, HEIGHT, WIDTH, TEXT_LEN = 17, 160, 288, 512
 STEPS = int(os.environ.get("VIDAX_BENCH_STEPS", "50"))
 LAYERS = int(os.environ.get("VIDAX_BENCH_LAYERS", "2"))
+REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "3"))
 CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
               text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=LAYERS, cross_attn_norm=True)
 GUIDANCE = 5.0
@@ -58,37 +68,44 @@ def _sigmas():
 
 
 def _diffusers_loop(ref, torch, latents, text, negative, method):
-    """(seconds, final latents, fraction of DiT calls that ran in full) of one guided Euler loop."""
-    full = [0]
-    first_ffn = ref.blocks[-1].ffn.register_forward_hook(lambda *_: full.__setitem__(0, full[0] + 1))
-    if method is not None:
-        ref.enable_cache(_diffusers_config(method, torch))
-    x = torch.from_numpy(latents.copy())
+    """A zero-argument guided Euler loop of the diffusers model with `method`'s cache (enabled for the
+    loop only: one model serves every contender), returning (final latents, fraction of DiT calls that
+    ran in full)."""
     sigmas = _sigmas()
-    start = time.perf_counter()
-    with torch.inference_mode():
-        for i in range(STEPS):
-            t = torch.tensor([sigmas[i] * 1000.0])
-            with ref.cache_context("cond"):
-                cond = ref(hidden_states=x, timestep=t, encoder_hidden_states=text, return_dict=False)[0]
-            with ref.cache_context("uncond"):
-                uncond = ref(hidden_states=x, timestep=t, encoder_hidden_states=negative, return_dict=False)[0]
-            x = x + (sigmas[i + 1] - sigmas[i]) * (uncond + GUIDANCE * (cond - uncond))
-    seconds = time.perf_counter() - start
-    first_ffn.remove()
-    if method is not None:
-        ref.disable_cache()
-    return seconds, x.numpy(), full[0] / (2 * STEPS)
+
+    def loop():
+        full = [0]
+        last_ffn = ref.blocks[-1].ffn.register_forward_hook(lambda *_: full.__setitem__(0, full[0] + 1))
+        if method is not None:
+            ref.enable_cache(_diffusers_config(method, torch))
+        x = torch.from_numpy(latents.copy())
+        try:
+            with torch.inference_mode():
+                for i in range(STEPS):
+                    t = torch.tensor([sigmas[i] * 1000.0])
+                    with ref.cache_context("cond"):
+                        cond = ref(hidden_states=x, timestep=t, encoder_hidden_states=text, return_dict=False)[0]
+                    with ref.cache_context("uncond"):
+                        uncond = ref(hidden_states=x, timestep=t, encoder_hidden_states=negative, return_dict=False)[0]
+                    x = x + (sigmas[i + 1] - sigmas[i]) * (uncond + GUIDANCE * (cond - uncond))
+        finally:
+            last_ffn.remove()
+            if method is not None:
+                ref.disable_cache()
+        return x.numpy(), full[0] / (2 * STEPS)
+
+    return loop
 
 
 def _vidax_loop(denoiser, latents, cond, method, ratios_file):
-    """(seconds of the second run, final latents, fraction of DiT calls that ran in full)."""
+    """A zero-argument guided loop of the vidax DiT with `method`'s cache, returning (final latents,
+    fraction of DiT calls that ran in full); its first call compiles every variant the loop takes."""
     import jax.numpy as jnp
     import numpy as np
 
+    from bench.families import piece
     from vidax.zoo.pipeline import GenerateOptions
     from vidax.zoo.step_cache import step_cache_for
-    from bench.families import piece
 
     predict = piece("wan", "WanPredict")(True, "float32", (2, 2))
     knobs = dict(METHODS.get(method, {}), **({"mag_ratios": ratios_file} if method == "magcache" else {}))
@@ -109,10 +126,7 @@ def _vidax_loop(denoiser, latents, cond, method, ratios_file):
         ran = sum(sum(entry["full_dit"].values()) for entry in log) if log else 2 * STEPS
         return np.asarray(x), ran / (2 * STEPS)
 
-    loop()  # compiles every variant the loop takes
-    start = time.perf_counter()
-    out, fraction = loop()
-    return time.perf_counter() - start, out, fraction
+    return loop
 
 
 def main() -> None:
@@ -125,12 +139,12 @@ def main() -> None:
 
     from vidax.translator import convert, load_spec
     from vidax.zoo.denoise import LoadedDiT
-    from vidax.zoo.dit import place_resident
     from bench.families import pieces
+    from vidax.zoo.dit import place_resident
 
     WanTransformerConfig, WanCondition, WanTransformer = pieces("wan", "WanTransformerConfig", "WanCondition",
                                                                 "WanTransformer")
-
+    announce_load("bench step_cache")
     jax.config.update("jax_default_matmul_precision", "highest")
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     torch.manual_seed(0)
@@ -150,26 +164,25 @@ def main() -> None:
         np.save(ratios_file, np.asarray([1.0] + [0.99] * (STEPS - 1), np.float32))
         cond = WanCondition(jax.numpy.asarray(text), None, None, None)
         torch_text = [torch.from_numpy(text[i:i + 1]) for i in range(2)]
-        rows, base = [], {}
+        contenders = {}
         for method in (None, *METHODS):
-            ours = _vidax_loop(denoiser, latents, cond, method, ratios_file)
-            theirs = _diffusers_loop(ref, torch, latents, *torch_text, method)
-            base = base or {"vidax": ours, "diffusers": theirs}
-            rows.append((method or "none", ours, theirs))
-    print(f"Wan DiT {LAYERS} blocks at 1.3B widths, {STEPS} guided steps, {FRAMES}x{HEIGHT}x{WIDTH}")
-    print(f"{'cache':<12} {'side':<10} {'seconds':>8} {'vs none':>8} {'full DiT':>9} {'max |dx|':>10}")
-    for name, ours, theirs in rows:
-        for side, (seconds, out, fraction) in (("vidax", ours), ("diffusers", theirs)):
-            ratio = base[side][0] / seconds
-            drift = float(np.abs(out - base[side][1]).max())
-            print(f"{name:<12} {side:<10} {seconds:8.1f} {ratio:7.2f}x {fraction:8.0%} {drift:10.2e}")
+            contenders[f"vidax {method or 'none'}"] = _vidax_loop(denoiser, latents, cond, method, ratios_file)
+            contenders[f"diffusers {method or 'none'}"] = _diffusers_loop(ref, torch, latents, *torch_text, method)
+        timings = interleaved(contenders, repeats=REPEATS)
+    title = f"Wan DiT {LAYERS} blocks at 1.3B widths, {STEPS} guided steps, {FRAMES}x{HEIGHT}x{WIDTH}"
+    print_table(title, timings, reference="diffusers none")
+    print(f"{'cache':<12} {'side':<10} {'best s':>8} {'vs none':>8} {'full DiT':>9} {'max |dx|':>10}")
+    for method in ("none", *METHODS):
+        for side in ("vidax", "diffusers"):
+            seconds, (out, fraction) = timings.results[f"{side} {method}"].best, timings.outputs[f"{side} {method}"]
+            base_seconds, (base_out, _) = timings.results[f"{side} none"].best, timings.outputs[f"{side} none"]
+            drift = float(np.abs(out - base_out).max())
+            print(f"{method:<12} {side:<10} {seconds:8.1f} {base_seconds / seconds:7.2f}x {fraction:8.0%} {drift:10.2e}")
     quality()
 
 
 # --- quality on the trained embedded model ---------------------------------------------------------
 
-QUALITY_PROMPT = "a red circle moves left on a blue background"
-QUALITY_STEPS = int(os.environ.get("VIDAX_BENCH_QUALITY_STEPS", "30"))
 # per method the settings of the quality runs (wan-tiny has no published TeaCache set: Wan2.1 1.3B's is used)
 QUALITY = {
     "taylorseer": dict(cache_interval=3, cache_warmup=3, cache_order=1),
@@ -180,56 +193,12 @@ QUALITY = {
 }
 
 
-def psnr(a, b) -> float:
-    """Peak signal-to-noise ratio in dB of frames in [0, 1]."""
-    import numpy as np
-
-    mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10.0 * np.log10(1.0 / mse)
-
-
-def _gaussian_blur(image, size: int = 11, sigma: float = 1.5):
-    """`image` [..., H, W] filtered by a separable Gaussian window (valid positions only)."""
-    import numpy as np
-    from numpy.lib.stride_tricks import sliding_window_view
-
-    offsets = np.arange(size) - (size - 1) / 2
-    window = np.exp(-(offsets**2) / (2 * sigma**2))
-    window /= window.sum()
-    rows = sliding_window_view(image, size, axis=-2) @ window
-    return sliding_window_view(rows, size, axis=-2) @ window
-
-
-def ssim(a, b) -> float:
-    """Mean structural similarity (Wang et al. 2004: Gaussian window 11, sigma 1.5, K1 .01, K2 .03) of frames
-    `[F, H, W, C]` in [0, 1], each frame and channel on its own, averaged."""
-    import numpy as np
-
-    x = np.moveaxis(np.asarray(a, np.float64), -1, 1)  # [F, C, H, W]
-    y = np.moveaxis(np.asarray(b, np.float64), -1, 1)
-    c1, c2 = 0.01**2, 0.03**2
-    mx, my = _gaussian_blur(x), _gaussian_blur(y)
-    sxx = _gaussian_blur(x * x) - mx**2
-    syy = _gaussian_blur(y * y) - my**2
-    sxy = _gaussian_blur(x * y) - mx * my
-    index = ((2 * mx * my + c1) * (2 * sxy + c2)) / ((mx**2 + my**2 + c1) * (sxx + syy + c2))
-    return float(index.mean())
-
-
 def _tiny_frames(folder: Path, **cache):
     """(frames, fraction of DiT calls that ran in full) of one wan-tiny run with the given cache options."""
-    import json
-
-    from vidax.zoo.pipeline import GenerateOptions, generate
-
-    out = folder / f"{cache.get('cache') or 'none'}.npy"
-    options = GenerateOptions(model="wan-tiny", prompt=QUALITY_PROMPT, steps=QUALITY_STEPS, seed=0, out=out,
-                              dtype="float32", **cache)
-    frames = generate(options).frames
+    frames, sidecar = tiny_run(folder / f"{cache.get('cache') or 'none'}.npy", **cache)
     if not cache:
         return frames, 1.0
-    log = json.loads(out.with_suffix(".json").read_text())["step_cache_steps"]
-    flags = [ran for entry in log for ran in entry["full_dit"].values()]
+    flags = [ran for entry in sidecar["step_cache_steps"] for ran in entry["full_dit"].values()]
     return frames, sum(flags) / len(flags)
 
 

@@ -34,6 +34,8 @@ from typing import Any
 
 QUIET_LOAD = 1.5
 QUIET_OTHERS = 0.25  # cores other processes may use, on average, during a quotable run
+# the longest wait for the load to settle before timing (VIDAX_BENCH_SETTLE_S: 0 for a quick functional run)
+SETTLE_S = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,12 +96,25 @@ def own_cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def settle(target: float = 1.0, limit_s: float = 120.0) -> float:
-    """Wait (at most `limit_s`) until the 1-minute load average, raised by the warm-up and the
-    previous comparison's own threads, falls under `target`; returns it."""
+def settle(target: float = 1.0, limit_s: float | None = None) -> float:
+    """Wait (at most `limit_s`: `VIDAX_BENCH_SETTLE_S`, else 120 s) until the 1-minute load average,
+    raised by the warm-up and the previous comparison's own threads, falls under `target`; returns it."""
+    limit_s = float(os.environ.get("VIDAX_BENCH_SETTLE_S", SETTLE_S)) if limit_s is None else limit_s
     deadline = time.monotonic() + limit_s
     while (load := load_average()) >= target and time.monotonic() < deadline:
         time.sleep(2.0)
+    return load
+
+
+def announce_load(what: str) -> float:
+    """Print the 1-minute load average as `what` starts, with a warning when it is not quiet (the tables'
+    verdict then says NOT quiet too; with VIDAX_BENCH_QUIET_ONLY=1 the bench refuses to run); returns it."""
+    load = load_average()
+    verdict = "quiet" if load < QUIET_LOAD else (f"NOT quiet (>= {QUIET_LOAD}): no figure of this run is "
+                                                 "quotable; run it on a quiet machine")
+    print(f"{what}: load average {load:.2f} at start ({verdict})", flush=True)
+    if load >= QUIET_LOAD and os.environ.get("VIDAX_BENCH_QUIET_ONLY") == "1":
+        raise SystemExit(f"{what}: refused, the load average {load:.2f} is >= {QUIET_LOAD} (VIDAX_BENCH_QUIET_ONLY=1)")
     return load
 
 
@@ -189,8 +204,20 @@ def reference_flops(fn: Callable[[], Any]) -> float:
     return float(counter.get_total_flops())
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds a running process (all its threads, and its children that have ended) has used, from
+    /proc (0.0 where there is none): the share of a helper process, such as a server the bench talks to."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, warmup: int = 1,
-                flops: float | None = None, work: Mapping[str, float] | None = None) -> Timings:
+                flops: float | None = None, work: Mapping[str, float] | None = None,
+                helper_cpu: Callable[[], float] | None = None) -> Timings:
     """Time each contender `repeats` times, interleaved, after `warmup` untimed calls each.
 
     Args:
@@ -201,6 +228,8 @@ def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, w
         once the load settles, and the table prints FLOP/s and the floor.
       work: contender -> the work one of its calls does where it does less than the reference (it skips
         computation whose results are discarded), counted the same way; its FLOP/s use that count.
+      helper_cpu: CPU seconds so far of processes that work for the contenders but are not this process's
+        ended children (a running server): their share counts as the bench's own, not as other processes'.
     """
     outputs = {}
     for name, fn in contenders.items():
@@ -208,7 +237,8 @@ def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, w
             outputs[name] = _block(fn())
     load_before = settle()
     peak = gemm_peak() if flops else None
-    busy_start, own_start, clock_start = busy_cpu_seconds(), own_cpu_seconds(), time.perf_counter()
+    own_cpu = (lambda: own_cpu_seconds() + helper_cpu()) if helper_cpu else own_cpu_seconds
+    busy_start, own_start, clock_start = busy_cpu_seconds(), own_cpu(), time.perf_counter()
     wall: dict[str, list[float]] = {name: [] for name in contenders}
     cpu: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
@@ -220,7 +250,7 @@ def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, w
     results = {name: Timing(tuple(wall[name]), tuple(cpu[name])) for name in contenders}
     busy_end, others = busy_cpu_seconds(), None
     if busy_start is not None and busy_end is not None:
-        own = own_cpu_seconds() - own_start
+        own = own_cpu() - own_start
         others = max(busy_end - busy_start - own, 0.0) / (time.perf_counter() - clock_start)
     return Timings(results, load_before, load_average(), outputs, others, flops, peak, dict(work or {}))
 
@@ -255,3 +285,4 @@ def print_table(title: str, timings: Timings, reference: str | None = None, note
     quiet += others
     print(f"{repeats} interleaved calls each; load average {timings.load_before:.2f} before, "
           f"{timings.load_after:.2f} after ({quiet}){'; ' + note if note else ''}")
+

@@ -1,0 +1,65 @@
+"""Picture quality beside the times: frames of a faster or smaller run against the exact run's.
+
+The yardstick is the trained embedded `wan-tiny` (it draws its prompt, so a difference is one a viewer
+would see): `tiny_run` generates one clip of the fixed prompt and seed with the options under test, and
+`psnr` / `ssim` compare its frames with the exact run's. The step-cache and quantization benches print them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+PROMPT = "a red circle moves left on a blue background"
+STEPS = int(os.environ.get("VIDAX_BENCH_QUALITY_STEPS", "30"))
+
+
+def tiny_run(out: Path, **options: Any) -> tuple[Any, dict]:
+    """(frames [F, H, W, 3] in [0, 1], the run's sidecar) of one fp32 wan-tiny run of `PROMPT`, seed 0,
+    `STEPS` steps, with `options` (`GenerateOptions` fields: `cache=...`, `weights_dtype=...`), written to
+    `out` (`.npy`)."""
+    from vidax.zoo.pipeline import GenerateOptions, generate
+
+    settings = GenerateOptions(model="wan-tiny", prompt=PROMPT, steps=STEPS, seed=0, out=out, dtype="float32",
+                               **options)
+    frames = generate(settings).frames
+    return frames, json.loads(out.with_suffix(".json").read_text())
+
+
+
+def psnr(a, b) -> float:
+    """Peak signal-to-noise ratio in dB of frames in [0, 1]."""
+    import numpy as np
+
+    mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10.0 * np.log10(1.0 / mse)
+
+
+def _gaussian_blur(image, size: int = 11, sigma: float = 1.5):
+    """`image` [..., H, W] filtered by a separable Gaussian window (valid positions only)."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    offsets = np.arange(size) - (size - 1) / 2
+    window = np.exp(-(offsets**2) / (2 * sigma**2))
+    window /= window.sum()
+    rows = sliding_window_view(image, size, axis=-2) @ window
+    return sliding_window_view(rows, size, axis=-2) @ window
+
+
+def ssim(a, b) -> float:
+    """Mean structural similarity (Wang et al. 2004: Gaussian window 11, sigma 1.5, K1 .01, K2 .03) of frames
+    `[F, H, W, C]` in [0, 1], each frame and channel on its own, averaged."""
+    import numpy as np
+
+    x = np.moveaxis(np.asarray(a, np.float64), -1, 1)  # [F, C, H, W]
+    y = np.moveaxis(np.asarray(b, np.float64), -1, 1)
+    c1, c2 = 0.01**2, 0.03**2
+    mx, my = _gaussian_blur(x), _gaussian_blur(y)
+    sxx = _gaussian_blur(x * x) - mx**2
+    syy = _gaussian_blur(y * y) - my**2
+    sxy = _gaussian_blur(x * y) - mx * my
+    index = ((2 * mx * my + c1) * (2 * sxy + c2)) / ((mx**2 + my**2 + c1) * (sxx + syy + c2))
+    return float(index.mean())
