@@ -3,14 +3,22 @@
     .venv/bin/python -m bench serve                    # the embedded wan-tiny
     VIDAX_BENCH_SERVE_MODEL=wan2.1-t2v-1.3b VIDAX_BENCH_SERVE_ARGS="--weights out/wan" .venv/bin/python -m bench serve
 
-Same run, same job (the model's default size, seed 0): the server's first and second request (POST to
-succeeded), then a fresh `vidax-gen` process with no compile cache and with the server's warm compile
-cache on disk. Then load: 5 clients on 127.0.0.1, each submitting 10 jobs one after another (closed loop,
-bounded); every job must succeed once; queue latency (created -> started) and end-to-end p50/p95.
+Same run, same job (the model's default size, seed 0): the server's first request (POST to succeeded,
+once), then three contenders of one `bench.protocol.interleaved` run: a request to the warm server, a
+fresh `vidax-gen` process with no compile cache, and one with the server's warm compile cache on disk,
+each once untimed and then `VIDAX_BENCH_REPEATS` (default 3) rounds in which each runs once in turn, so
+a change in the machine's load hits all alike (the load is printed at start; the table says whether the
+run was quiet enough to quote, counting the server's CPU as the bench's own). Then load: 5 clients on
+127.0.0.1, each submitting 10 jobs one after another (closed loop, bounded); every job must succeed once;
+queue latency (created -> started) and end-to-end p50/p95.
+
+    VIDAX_BENCH_REPEATS=1 VIDAX_BENCH_SERVE_CLIENTS=1 VIDAX_BENCH_SERVE_REQUESTS=1 VIDAX_BENCH_SETTLE_S=0 \
+        .venv/bin/python -m bench serve                # a quick functional run (no figures)
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shlex
@@ -24,11 +32,16 @@ from pathlib import Path
 
 import httpx
 
+from bench.protocol import announce_load, interleaved, print_table, process_cpu_seconds
 from vidax.serve.launch import ServerProcess
 
 MODEL = os.environ.get("VIDAX_BENCH_SERVE_MODEL", "wan-tiny")
 SERVER_ARGS = shlex.split(os.environ.get("VIDAX_BENCH_SERVE_ARGS", ""))
-CLIENTS, REQUESTS = 5, 10
+CLIENTS = int(os.environ.get("VIDAX_BENCH_SERVE_CLIENTS", "5"))
+REQUESTS = int(os.environ.get("VIDAX_BENCH_SERVE_REQUESTS", "10"))
+REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "3"))
+WARM, COLD, CACHED = ("server, warm request", "fresh vidax-gen, no cache",
+                      "fresh vidax-gen, disk cache")  # no compile cache; the server's warm one on disk
 JOB_TIMEOUT = 600.0
 
 
@@ -44,12 +57,25 @@ def run_job(url: str, body: dict) -> dict:
     return {**final, "wall": time.perf_counter() - start}
 
 
-def fresh_vidax_gen(env: dict, out: Path, compile_cache: bool) -> float:
+def fresh_vidax_gen(env: dict, out: Path, compile_cache: bool) -> None:
+    """One `vidax-gen` process for the bench's job (fails loudly if it does)."""
     command = [sys.executable, "-m", "vidax.cli.gen", MODEL, "--prompt", "bench", "--seed", "0", "--out", str(out),
                *SERVER_ARGS, *([] if compile_cache else ["--no-compile-cache"])]
-    start = time.perf_counter()
     subprocess.run(command, env=env, check=True, capture_output=True, timeout=JOB_TIMEOUT)
-    return time.perf_counter() - start
+
+
+def contenders(server: ServerProcess, env: dict, root: Path, statuses: list[str]) -> dict:
+    """The warm server's request and the two fresh processes, as zero-argument calls (each fresh process
+    writes its own file; every server request's final status is kept in `statuses`)."""
+    outputs = itertools.count()
+
+    def warm_request() -> None:
+        statuses.append(run_job(server.url, {"prompt": "bench", "seed": 0})["status"])
+
+    def fresh(compile_cache: bool):
+        return lambda: fresh_vidax_gen(env, root / f"fresh_{next(outputs)}.mp4", compile_cache)
+
+    return {WARM: warm_request, COLD: fresh(False), CACHED: fresh(True)}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -80,7 +106,7 @@ def load(url: str) -> list[dict]:
 
 
 def main() -> None:
-    print(f"load average at start {os.getloadavg()[0]:.2f} (figures under load are not comparable across runs)")
+    announce_load("bench serve")
     with tempfile.TemporaryDirectory(prefix="bench_serve_") as folder:
         root = Path(folder)
         env = {**os.environ, "VIDAX_CACHE_DIR": str(root / "jax_cache"), "JAX_PLATFORMS": os.environ.get(
@@ -92,23 +118,21 @@ def main() -> None:
         ready = time.perf_counter() - start
         try:
             first = run_job(server.url, {"prompt": "bench", "seed": 0})
-            second = run_job(server.url, {"prompt": "bench", "seed": 0})
-            cold = fresh_vidax_gen(env, root / "cold.mp4", compile_cache=False)
-            cached = fresh_vidax_gen(env, root / "cached.mp4", compile_cache=True)
+            statuses = [first["status"]]
+            timings = interleaved(contenders(server, env, root, statuses), repeats=REPEATS,
+                                  helper_cpu=lambda: process_cpu_seconds(server.process.pid))
             start = time.perf_counter()
             results = load(server.url)
             load_wall = time.perf_counter() - start
         finally:
             server.stop()
     print(f"model {MODEL}, default size; server start to ready (load, place, warm-up compile): {ready:.1f} s")
-    print(f"{'job':<44}{'seconds':>10}")
-    for label, seconds in (("server, first request (after warm-up)", first["wall"]),
-                           ("server, second request", second["wall"]),
-                           ("fresh vidax-gen, no compile cache", cold),
-                           ("fresh vidax-gen, warm compile cache on disk", cached)):
-        print(f"{label:<44}{seconds:>10.2f}")
-    print(f"second request vs fresh vidax-gen: {cold / second['wall']:.1f}x faster (no cache), "
-          f"{cached / second['wall']:.1f}x faster (warm disk cache)")
+    print(f"server, first request (after warm-up, once): {first['wall']:.2f} s")
+    print_table(f"{MODEL}: one job, warm server vs fresh vidax-gen", timings, reference=WARM)
+    warm = timings.results[WARM].best
+    print(f"warm server request vs fresh vidax-gen (best against best): {timings.results[COLD].best / warm:.1f}x "
+          f"faster (no cache), {timings.results[CACHED].best / warm:.1f}x faster (warm disk cache); "
+          f"{statuses.count('succeeded')}/{len(statuses)} server requests succeeded")
     succeeded = sum(r["status"] == "succeeded" for r in results)
     queue = [r["started"] - r["created"] for r in results]
     walls = [r["wall"] for r in results]
