@@ -7,17 +7,26 @@ one latent frame of 480x832 (1560 tokens) and 512 text tokens, its block kernels
 `--weights-dtype` places them (`vidax.zoo.quantize.device_weights`).
 Each contender is one compiled `Dense` apply; they run interleaved (bench/protocol.py). On CPU the
 widening is extra work per call, so no speed target here: the figure is what it costs. The table also
-prints each contender's weight bytes and its output's distance from the bf16 one.
+prints each contender's weight bytes and its output's distance from the bf16 one. Last, what the 8-bit
+weights do to a picture: the trained embedded `wan-tiny` (`VIDAX_BENCH_QUALITY_STEPS`, default 30) with
+`--weights-dtype int8` and `fp8`, and its DiT as a Q8_0 GGUF file (`--transformer`), each run's PSNR and
+SSIM against the exact run (fp32 weights, same seed; bench/quality.py, as the step-cache bench compares
+its caches).
 
     .venv/bin/python -m bench quantized
-    VIDAX_BENCH_SMOKE=1 ...   # small shapes: checks that the benchmark runs, no figures
+    VIDAX_BENCH_SMOKE=1 VIDAX_BENCH_QUALITY_STEPS=2 ...   # small shapes: checks that the benchmark runs, no figures
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
-from bench.protocol import interleaved, print_table
+from bench.protocol import announce_load, interleaved, print_table
+from bench.quality import PROMPT as QUALITY_PROMPT
+from bench.quality import STEPS as QUALITY_STEPS
+from bench.quality import psnr, ssim, tiny_folder, tiny_run
 
 SMOKE = os.environ.get("VIDAX_BENCH_SMOKE") == "1"
 SHAPES = ((64, 64, 96),) if SMOKE else ((1560, 5120, 5120), (1560, 5120, 13824), (1560, 13824, 5120))
@@ -102,10 +111,53 @@ def dit() -> None:
     print_table(title, timings, reference="bf16", note="; ".join(notes))
 
 
+def q8_0_gguf(path: Path) -> Path | None:
+    """wan-tiny's DiT as a GGUF file: the blocks' weight matrices in ggml's Q8_0 (32 values share an fp16
+    scale), every other tensor F32, diffusers key names (None where the `gguf` package, a test extra, is
+    missing)."""
+    try:
+        import gguf
+    except ImportError:
+        return None
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    writer = gguf.GGUFWriter(path, "wan")
+    for key, value in load_file(tiny_folder() / "transformer" / "diffusion_pytorch_model.safetensors").items():
+        value = value.astype(np.float32)
+        kind = "Q8_0" if key.startswith("blocks.") and value.ndim == 2 and value.shape[-1] % 32 == 0 else "F32"
+        qtype = gguf.GGMLQuantizationType[kind]
+        writer.add_tensor(key, gguf.quants.quantize(value, qtype) if kind == "Q8_0" else value, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def quality() -> None:
+    """PSNR and SSIM of wan-tiny's frames with 8-bit block weights (`--weights-dtype int8/fp8`, and a Q8_0
+    GGUF through `--transformer`) against the exact run's (fp32 weights)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        exact, _ = tiny_run(Path(tmp) / "exact.npy")
+        runs = {"int8": {"weights_dtype": "int8"}, "fp8": {"weights_dtype": "fp8"}}
+        gguf_file = q8_0_gguf(Path(tmp) / "transformer-Q8_0.gguf")
+        if gguf_file is not None:
+            runs["GGUF Q8_0"] = {"transformer": str(gguf_file)}
+        print(f"wan-tiny, {QUALITY_STEPS} steps, {QUALITY_PROMPT!r}: 8-bit DiT weights vs the exact run (fp32 weights)")
+        print(f"{'weights':<10} {'PSNR dB':>8} {'SSIM':>7}")  # identical frames would print inf dB
+        for name, options in runs.items():
+            frames, _ = tiny_run(Path(tmp) / f"{name.replace(' ', '_')}.npy", **options)
+            print(f"{name:<10} {psnr(frames, exact):8.2f} {ssim(frames, exact):7.4f}")
+        if gguf_file is None:
+            print("GGUF Q8_0: not run (the gguf package, from the test extra, is not installed)")
+
+
 def main() -> None:
     import jax
     import numpy as np
 
+    announce_load("bench quantized")
     dit()
     for rows, k, n in SHAPES:
         contenders, params = _contenders(rows, k, n)
@@ -118,3 +170,4 @@ def main() -> None:
             distance = float(np.linalg.norm(out - reference) / np.linalg.norm(reference))
             notes.append(f"{name}: {weight / 2**20:.1f} MiB of weights, output {distance:.4f} from bf16")
         print_table(f"Dense {rows} x {k} x {n}, bf16 compute", timings, reference="bf16", note="; ".join(notes))
+    quality()
