@@ -94,13 +94,26 @@ def test_two_stage_matches_diffusers_chain(chain, tmp_path, monkeypatch):
     assert sidecar["two_stage"] is True and sidecar["two_stage_lora"] == f"{lora}=1.0"
 
 
+def _without_upsampler(root, tmp_path) -> str:
+    """The saved pipeline less its latent_upsampler/ (its other folders linked)."""
+    folder = tmp_path / "no_upsampler"
+    folder.mkdir()
+    for item in (root / "model").iterdir():
+        if item.name != "latent_upsampler":
+            (folder / item.name).symlink_to(item)
+    return str(folder)
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(width=80), "multiples of 32"),
     (dict(two_stage_lora="/nowhere/distilled.safetensors"), "no such file"),
+    (dict(weights=_without_upsampler), "needs the spatial latent upsampler"),
 ])
 def test_two_stage_requests_fail_before_work(chain, tmp_path, change, message):
     root, lora = chain[:2]
     extra = {"two_stage_lora": change.pop("two_stage_lora", str(lora))}
+    if "weights" in change:
+        change["weights"] = change["weights"](root, tmp_path)
     options = dataclasses.replace(_options(root, tmp_path / "x.npy", **extra), **change)
     with pytest.raises(VidaxError, match=message):
         generate(options)

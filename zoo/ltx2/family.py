@@ -339,8 +339,11 @@ class LTX2Family(Family):
 
     @cached_property
     def upsampler_config(self) -> UpsamplerConfig | None:
-        """The spatial latent upsampler's config (`--two-stage`), None when the checkpoint has none."""
-        if "latent_upsampler" not in self.entry.all_components:
+        """The spatial latent upsampler's config (`--two-stage`), None when the checkpoint has none (a Hub repo's
+        is fetched when it is loaded; a local folder must hold `latent_upsampler/`)."""
+        if "latent_upsampler" not in self.entry.all_components or self.source.kind == "file":
+            return None
+        if self.source.kind != "repo" and self.source.find("latent_upsampler", component="latent_upsampler") is None:
             return None
         found = self.read_config("latent_upsampler", *self.config_paths("latent_upsampler", "config.json"))
         try:
