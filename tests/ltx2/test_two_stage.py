@@ -24,6 +24,7 @@ from tests.lora.ltx2_formats import ltx2_modules
 from tests.ltx_video.pipelines import Replay
 from tests.oracle import save_diffusers, state_of, to_np
 from vidax.translator.errors import VidaxError
+from vidax.translator.lora import file_sha256
 from vidax.zoo.pipeline import GenerateOptions, generate
 
 from .pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, components, initial_noise
@@ -91,7 +92,9 @@ def test_two_stage_matches_diffusers_chain(chain, tmp_path, monkeypatch):
     np.testing.assert_allclose(result.frames, frames, atol=ATOL, rtol=0)
     np.testing.assert_allclose(result.audio, wave, atol=ATOL, rtol=0)
     sidecar = json.loads((tmp_path / "v.json").read_text())
-    assert sidecar["two_stage"] is True and sidecar["two_stage_lora"] == f"{lora}=1.0"
+    assert sidecar["two_stage"] is True
+    assert sidecar["two_stage_lora"] == {"source": str(lora), "strength": 1.0, "sha256": file_sha256(lora),
+                                         "file": lora.name}
 
 
 def _without_upsampler(root, tmp_path) -> str:
@@ -104,16 +107,25 @@ def _without_upsampler(root, tmp_path) -> str:
     return str(folder)
 
 
+def _an_image(root, tmp_path):
+    from PIL import Image
+
+    Image.fromarray(np.zeros((64, 128, 3), np.uint8)).save(tmp_path / "first.png")
+    return tmp_path / "first.png"
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(width=80), "multiples of 32"),
     (dict(two_stage_lora="/nowhere/distilled.safetensors"), "no such file"),
     (dict(weights=_without_upsampler), "needs the spatial latent upsampler"),
+    (dict(image=_an_image), "--two-stage runs text-to-video"),
 ])
 def test_two_stage_requests_fail_before_work(chain, tmp_path, change, message):
     root, lora = chain[:2]
     extra = {"two_stage_lora": change.pop("two_stage_lora", str(lora))}
-    if "weights" in change:
-        change["weights"] = change["weights"](root, tmp_path)
+    for key in ("weights", "image"):  # made in the test's own folder
+        if key in change:
+            change[key] = change[key](root, tmp_path)
     options = dataclasses.replace(_options(root, tmp_path / "x.npy", **extra), **change)
     with pytest.raises(VidaxError, match=message):
         generate(options)

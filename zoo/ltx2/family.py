@@ -616,6 +616,8 @@ class LTX2Family(Family):
         frames = np.moveaxis(np.clip(np.asarray(pixels[0], np.float32) / 2 + 0.5, 0.0, 1.0), 0, -1)
         rate = (m.vocoder.bwe or m.vocoder).output_sampling_rate
         settings = {"audio_latent_shape": list(self.audio_shape(s))}
+        if s.two_stage:  # stage 2's LoRA as every LoRA is recorded: source, strength, sha256
+            settings["two_stage_lora"] = two_stage.lora_record(s)
         if audio is not None:
             settings.update(sample_rate=rate, audio_seconds=audio.shape[-1] / rate)
         return Decoded(frames, audio, rate if audio is not None else None, np.asarray(video), settings)

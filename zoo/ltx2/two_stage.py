@@ -59,6 +59,13 @@ def check(family, s, upsampler: UpsamplerConfig | None) -> None:
                             f"size), got {s.height}x{s.width}")
 
 
+def lora_record(s) -> dict | None:
+    """What the sidecar keeps of stage 2's LoRA (None: stage 2 without one)."""
+    from vidax.translator.lora import resolve_adapter
+
+    return resolve_adapter(s.two_stage_lora).record() if s.two_stage_lora else None
+
+
 def sample(family, run, s, latents: np.ndarray, cond, adapters: tuple, upsampler: UpsamplerConfig) -> jax.Array:
     """Stage 1 from `latents` (the stage-1 noise), the upsampler, stage 2 with `adapters` merged; the final
     full-size state `[1, S*C + L*Ca]`."""
