@@ -88,13 +88,12 @@ def upsample(family, run, s1, video_tokens: jax.Array, cfg: UpsamplerConfig) -> 
     upsampler, which works on the VAE's raw latents)."""
     _, _, f, h, w = family.latent_shape(s1)
     vae = family.model.vae
-    params = run.load_part(family.component("latent_upsampler"), "float32" if run.options.dtype == "float32" else None)
+    params = run.load_part(family.component("latent_upsampler"))
     stats = run.load_part(family.component("vae"), "float32")
     mean, std = stats["latents_mean"], stats["latents_std"]
     with run.timer.stage("upsample"):
         raw = lat.denormalize_video(lat.unpack_video(video_tokens, (f, h, w)), mean, std, vae.scaling_factor)
-        dtype = jax.tree.leaves(params)[0].dtype
-        up = LTX2LatentUpsampler(cfg, dtype)(params, raw)
+        up = LTX2LatentUpsampler(cfg, params["initial_conv"]["kernel"].dtype)(params, raw)  # the weights' dtype
         out = lat.normalize_video(up, mean, std, vae.scaling_factor)
         out.block_until_ready()
     run.done((params, stats))
