@@ -30,7 +30,7 @@ DEFAULT_CLASS = {
     "ltx2/vae": "AutoencoderKLLTX2Video", "ltx2/audio_vae": "AutoencoderKLLTX2Audio", "ltx2/vocoder": "LTX2Vocoder",
     "ltx2/diffusion_decoder": "LTX2VideoDiffusionDecoderModel",
     "ltx_video/transformer": "LTXVideoTransformer3DModel", "ltx_video/vae": "AutoencoderKLLTXVideo",
-    "ltx_video/upsampler": "LTXLatentUpsamplerModel",
+    "ltx_video/upsampler": "LTXLatentUpsamplerModel", "ltx2/latent_upsampler": "LTX2LatentUpsamplerModel",
     "cogvideox/transformer": "CogVideoXTransformer3DModel", "cogvideox/transformer15": "CogVideoXTransformer3DModel",
     "cogvideox/vae": "AutoencoderKLCogVideoX",
 }
@@ -38,7 +38,8 @@ DEFAULT_CLASS = {
 _DIFFUSERS_MODULES = {"LTX2TextConnectors": "diffusers.pipelines.ltx2.connectors",
                       "LTX2Vocoder": "diffusers.pipelines.ltx2.vocoder",
                       "LTX2VocoderWithBWE": "diffusers.pipelines.ltx2.vocoder",
-                      "LTXLatentUpsamplerModel": "diffusers.pipelines.ltx.modeling_latent_upsampler"}
+                      "LTXLatentUpsamplerModel": "diffusers.pipelines.ltx.modeling_latent_upsampler",
+                      "LTX2LatentUpsamplerModel": "diffusers.pipelines.ltx2.latent_upsampler"}
 
 
 def class_name(spec: str, config: Mapping, override: str | None = None) -> str:

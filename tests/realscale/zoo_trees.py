@@ -194,6 +194,12 @@ def ltx_video_upsampler(config: Mapping) -> Shapes:
     return LTXLatentUpsampler(UpsamplerConfig.from_hf_config(config)).param_shapes()
 
 
+def ltx2_latent_upsampler(config: Mapping) -> Shapes:
+    from vidax.zoo.ltx2.upsampler import LTX2LatentUpsampler, UpsamplerConfig
+
+    return LTX2LatentUpsampler(UpsamplerConfig.from_hf_config(config)).param_shapes()
+
+
 def cogvideox_transformer(config: Mapping) -> Shapes:
     from vidax.zoo.cogvideox.config import CogVideoXTransformerConfig
     from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
@@ -219,7 +225,7 @@ ZOO_TREES: dict[str, Callable[[Mapping], Shapes]] = {
     "ltx2/transformer": ltx2_transformer, "ltx2/connectors": ltx2_connectors, "ltx2/vae": ltx2_vae,
     "ltx2/audio_vae": ltx2_audio_vae, "ltx2/vocoder": ltx2_vocoder, "ltx2/diffusion_decoder": ltx2_diffusion_decoder,
     "ltx_video/transformer": ltx_video_transformer, "ltx_video/vae": ltx_video_vae,
-    "ltx_video/upsampler": ltx_video_upsampler,
+    "ltx_video/upsampler": ltx_video_upsampler, "ltx2/latent_upsampler": ltx2_latent_upsampler,
     "cogvideox/transformer": cogvideox_transformer, "cogvideox/transformer15": cogvideox_transformer,
     "cogvideox/vae": cogvideox_vae,
 }

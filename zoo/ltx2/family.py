@@ -41,6 +41,7 @@ from vidax.zoo.stages import Run
 from vidax.zoo.family import Decoded, FLOW_SAMPLERS, DiTPart, Family, Flag, Inputs, Settings
 from vidax.zoo.ltx2 import guidance as guide
 from vidax.zoo.ltx2 import latents as lat
+from vidax.zoo.ltx2 import two_stage
 from vidax.zoo.ltx2.audio import LTX2AudioVAE, LTX2Vocoder
 from vidax.zoo.ltx2.config import (
     AudioVAEConfig,
@@ -55,6 +56,7 @@ from vidax.zoo.ltx2.media import default_crf, recompress_image
 from vidax.zoo.ltx2.rope import RopeTables, default_dit_rope_tables
 from vidax.zoo.ltx2.text import BOS_MODES, prompt_tokens, stack_hidden_states
 from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer
+from vidax.zoo.ltx2.upsampler import UpsamplerConfig
 from vidax.zoo.ltx2.vae import LTX2VideoVAE, decode_peak_bytes, encode_peak_bytes
 from vidax.zoo.vae_tiling import TileSizes, tiles_for
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, load_latents
@@ -96,6 +98,8 @@ class LTX2Settings(Settings):
     decode_noise_scale: float | None = None
     diffusion_decoder: bool = False
     vae_tiling: bool | None = None  # None: decode in tiles (as Lightricks' pipelines), encode only if it must
+    two_stage: bool = False  # half size, the latent upsampler, full size with the distilled LoRA (two_stage.py)
+    two_stage_lora: str | None = None  # stage 2's LoRA, SOURCE[=STRENGTH] (None: stage 2 without one)
 
     def __post_init__(self):
         object.__setattr__(self, "stg_blocks", _int_list(self.stg_blocks, "--stg-blocks"))
@@ -303,6 +307,10 @@ class LTX2Family(Family):
         Flag("--vae-tiling", "vae_tiling", bool, "video VAE decode (and image encode) in overlapping 512-px, "
              "16-frame tiles as diffusers' enable_tiling() + frame-wise decoding (default: decode tiled, as "
              "Lightricks' pipelines; the image encode only when it would not fit the device)"),
+        Flag("--two-stage", "two_stage", bool, "diffusers' two-stage pipeline: half size, the spatial latent "
+             "upsampler, then 3 steps at full size with the distilled LoRA (text-to-video)"),
+        Flag("--two-stage-lora", "two_stage_lora", str, "stage 2's LoRA, SOURCE[=STRENGTH] (default: the "
+             "model's distilled LoRA)"),
     )
 
     # --- configs ----------------------------------------------------------------------------
@@ -328,6 +336,20 @@ class LTX2Family(Family):
             )
         except (ValueError, TypeError) as err:
             raise PipelineError(f"{self.name}: unsupported config ({err})") from None
+
+    @cached_property
+    def upsampler_config(self) -> UpsamplerConfig | None:
+        """The spatial latent upsampler's config (`--two-stage`), None when the checkpoint has none (a Hub repo's
+        is fetched when it is loaded; a local folder must hold `latent_upsampler/`)."""
+        if "latent_upsampler" not in self.entry.all_components or self.source.kind == "file":
+            return None
+        if self.source.kind != "repo" and self.source.find("latent_upsampler", component="latent_upsampler") is None:
+            return None
+        found = self.read_config("latent_upsampler", *self.config_paths("latent_upsampler", "config.json"))
+        try:
+            return None if found is None else UpsamplerConfig.from_hf_config(found)
+        except (ValueError, TypeError) as err:
+            raise PipelineError(f"{self.name}: unsupported latent upsampler config ({err})") from None
 
     def heads(self) -> int:
         cfg = self.model.transformer
@@ -403,11 +425,26 @@ class LTX2Family(Family):
                                 f"vae_diffusion/ in {self.source.label}); LTX-2.5 ships one")
         if s.audio_latents is not None and not Path(s.audio_latents).is_file():
             raise PipelineError(f"{s.audio_latents}: audio latents file not found")
+        if s.two_stage:
+            two_stage.check(self, s, self.upsampler_config)
+            self._two_stage_adapters(s)  # found and hashed (one line if not) before any work
+
+    def check_images(self, s: LTX2Settings, images: Mapping[str, np.ndarray]) -> None:
+        if s.two_stage and images.get("image") is not None:
+            raise PipelineError("--two-stage runs text-to-video (diffusers' documented two-stage pipeline); "
+                                "drop --image or --two-stage")
+
+    def _two_stage_adapters(self, s: LTX2Settings) -> tuple:
+        """Stage 2's LoRAs: the request's, then the distilled one."""
+        from vidax.translator.lora import resolve_adapter
+
+        own = self.adapters.get("transformer", ())
+        return (*own, resolve_adapter(s.two_stage_lora)) if s.two_stage_lora else own
 
     def initial_latents(self, s: LTX2Settings, options: GenerateOptions) -> np.ndarray:
         """Video noise (`--latents`, else the seed's) and audio noise (`--audio-latents`, else the seed's
         audio stream), packed and joined: the sampler's state `[1, S*C + L*Ca]`."""
-        video = super().initial_latents(s, options)
+        video = super().initial_latents(two_stage.stage_one(s) if s.two_stage else s, options)  # stage 1's noise
         shape = self.audio_shape(s)
         if s.audio_latents is not None:
             audio = load_latents(s.audio_latents, shape)
@@ -536,6 +573,8 @@ class LTX2Family(Family):
         return stepper
 
     def sample(self, run: Run, s: LTX2Settings, latents: np.ndarray, cond: Condition) -> jax.Array:
+        if s.two_stage:
+            return two_stage.sample(self, run, s, latents, cond, self._two_stage_adapters(s), self.upsampler_config)
         i2v = cond.image is not None
         video_shape, audio_shape = self._token_shapes(s)
         if i2v:  # noise on frames 1:, the image on frame 0 (I2V `prepare_latents`)
@@ -577,6 +616,8 @@ class LTX2Family(Family):
         frames = np.moveaxis(np.clip(np.asarray(pixels[0], np.float32) / 2 + 0.5, 0.0, 1.0), 0, -1)
         rate = (m.vocoder.bwe or m.vocoder).output_sampling_rate
         settings = {"audio_latent_shape": list(self.audio_shape(s))}
+        if s.two_stage:  # stage 2's LoRA as every LoRA is recorded: source, strength, sha256
+            settings["two_stage_lora"] = two_stage.lora_record(s)
         if audio is not None:
             settings.update(sample_rate=rate, audio_seconds=audio.shape[-1] / rate)
         return Decoded(frames, audio, rate if audio is not None else None, np.asarray(video), settings)
