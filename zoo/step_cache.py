@@ -329,9 +329,10 @@ class StepCache:
     """
 
     def __init__(self, config, branches: tuple[str, ...], steps: int, calibrate_to: Any = None,
-                 shift: float | None = None):
+                 shift: float | None = None, timesteps: Any = None):
         self.config, self.branches, self.steps, self.calibrate_to = config, branches, steps, calibrate_to
         self.shift = shift  # the pass's flow shift (EasyCache maps its percents to sigmas with it)
+        self.timesteps = timesteps  # the pass's host timesteps (EasyCache's sigma without a device read)
         self.per_row = len(branches) > 1
         self.ratios = None
         if isinstance(config, MagCacheConfig) and config.mag_ratios is not None:
@@ -359,7 +360,7 @@ class StepCache:
         if isinstance(self.config, TaylorSeerConfig):
             out, full = self._taylorseer(denoiser, predict, latents, timestep, cond, knobs)
         elif self._name() == "easycache":
-            out, full = self._easycache(denoiser, predict, latents, timestep, cond, knobs)
+            out, full = self._easycache(denoiser, predict, step, latents, timestep, cond, knobs)
         elif self._name() == "teacache":
             from vidax.zoo.step_cache_tea import tea_step
 
@@ -372,13 +373,14 @@ class StepCache:
         self.log.append({"step": step, "expert": expert, "full_dit": full})
         return out
 
-    def _easycache(self, denoiser, predict, latents, timestep, cond, knobs):
+    def _easycache(self, denoiser, predict, step, latents, timestep, cond, knobs):
         from vidax.zoo.step_cache_easy import EasyCacheRun, easy_step
 
         if self.shift is None:
             raise PipelineError("--cache easycache maps its percents to sigmas with the model's flow shift: "
                                 "this model has none (use --cache taylorseer)")
-        sigma = float(timestep) / 1000.0  # flow-matching timesteps are sigma * 1000
+        host = timestep if self.timesteps is None else self.timesteps[step]  # the host copy: no device read
+        sigma = float(np.float32(host)) / 1000.0  # flow-matching timesteps are sigma * 1000
         return easy_step(EasyCacheRun(self.config, self.shift), self.state, denoiser, predict, sigma, latents,
                          timestep, cond, knobs)
 
@@ -561,11 +563,12 @@ def _check_taylorseer(config: TaylorSeerConfig) -> None:
         raise PipelineError(f"--cache-stop must be 0 or more, got {config.disable_cache_after_step}")
 
 
-def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, shift: float | None = None) -> StepCache | None:
+def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, shift: float | None = None,
+                   timesteps: Any = None) -> StepCache | None:
     """A fresh cache for one denoise pass of `steps` steps (None without --cache); `shift`: the pass's
-    flow shift (EasyCache's sigma window)."""
+    flow shift (EasyCache's sigma window); `timesteps`: the pass's timesteps on the host."""
     config = config_from_options(options)
-    return None if config is None else StepCache(config, branches, steps, options.cache_calibrate, shift)
+    return None if config is None else StepCache(config, branches, steps, options.cache_calibrate, shift, timesteps)
 
 
 def _pick(value, default):
