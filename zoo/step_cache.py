@@ -398,10 +398,10 @@ class StepCache:
         return out, full
 
     def _inside(self, denoiser, predict, latents, timestep, cond, knobs):
-        """First-block cache and MagCache: the DiT's blocks in parts (resident weights, one block group)."""
+        """First-block cache and MagCache: the DiT's blocks in parts (resident weights)."""
         if denoiser.streamed is not None or not splittable(denoiser.dit):
             raise PipelineError(f"--cache {self._name()} runs the DiT's blocks in two parts: it needs resident "
-                                f"weights (no --offload-chunk) and a DiT with one block group")
+                                f"weights (no --offload-chunk)")
         mag, calls = self.state
         if isinstance(self.config, MagCacheConfig):
             compute, mag = magcache_decide(self.config, self.ratios, self.steps, mag)
