@@ -167,18 +167,25 @@ def first_block_change(residual: jax.Array, previous: jax.Array, per_row: bool) 
     return jnp.reshape(change, (-1,))
 
 
-def _stream(hidden: Any) -> jax.Array:
-    """The video token stream of a block's hidden state (an array, or a joint stream's `video`)."""
-    if isinstance(hidden, jax.Array):
-        return hidden
-    if not hasattr(hidden, "video"):  # e.g. LTX-Video's (hidden, block index) under STG
+# the video tokens' field in a joint hidden state: HunyuanVideo's and LTX-2's `video`, Cosmos3's `gen`
+VIDEO_STREAMS = ("video", "gen")
+
+
+def _video_field(hidden: Any) -> str:
+    field = next((name for name in VIDEO_STREAMS if hasattr(hidden, name)), None)
+    if field is None:  # e.g. LTX-Video's (hidden, block index) under STG
         raise PipelineError("this --cache reads the DiT's video tokens between blocks: this run's hidden state "
                             f"({type(hidden).__name__}) is not one (use --cache taylorseer)")
-    return hidden.video
+    return field
+
+
+def _stream(hidden: Any) -> jax.Array:
+    """The video token stream of a block's hidden state (an array, or a joint state's video field)."""
+    return hidden if isinstance(hidden, jax.Array) else getattr(hidden, _video_field(hidden))
 
 
 def _with_stream(hidden: Any, video: jax.Array) -> Any:
-    return video if isinstance(hidden, jax.Array) else hidden.replace(video=video)
+    return video if isinstance(hidden, jax.Array) else hidden.replace(**{_video_field(hidden): video})
 
 
 def _rows(flags: jax.Array, leaf: jax.Array) -> jax.Array:
