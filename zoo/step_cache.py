@@ -38,6 +38,7 @@ from vidax.zoo.block_split import forward_split, splittable
 from vidax.zoo.dit import forward
 from vidax.zoo.pipeline import PipelineError
 
+BATCHED_PAIR = "cond_uncond"  # the cache context of a reference that batches the CFG pair in one DiT call
 METHODS = ("taylorseer", "first-block", "magcache", "teacache", "easycache")
 # GenerateOptions fields of the cache knobs -> the methods that read each (for one-line misuse errors)
 KNOBS = {"cache_interval": ("taylorseer",), "cache_warmup": ("taylorseer",), "cache_order": ("taylorseer",),
@@ -96,22 +97,33 @@ def taylor_extrapolate(factors: tuple[jax.Array, ...], offset: int) -> jax.Array
 
 @dataclasses.dataclass(frozen=True)
 class TaylorState:
-    """One denoiser's TaylorSeer state: calls seen, the step of the last full run, and per DiT call
-    of a step its factors and output dtype."""
+    """One denoiser's TaylorSeer state: calls seen, the step of the last full run, and per output array
+    of a step (every DiT call's outputs flattened: LTX-2's DiT returns video and audio) its factors and
+    dtype, with `structure` the tree that puts them back into per-call outputs."""
 
     calls: int = 0
     last_update: int | None = None
     factors: tuple[tuple[jax.Array, ...], ...] = ()
     dtypes: tuple[Any, ...] = ()
+    structure: Any = None
 
 
 def taylor_state_after(config: TaylorSeerConfig, state: TaylorState, outputs: tuple[jax.Array, ...]) -> TaylorState:
-    """The state after a step that ran the full DiT and made `outputs` (one per DiT call)."""
+    """The state after a step that ran the full DiT and made `outputs` (one per DiT call, each an array
+    or a tuple of them): every output array is extrapolated on its own, under the one decision."""
     step = state.calls
     delta = None if state.last_update is None else step - state.last_update
+    leaves, structure = jax.tree.flatten(outputs)
     previous = lambda i: state.factors[i] if delta and i < len(state.factors) else None  # noqa: E731
-    factors = tuple(taylor_update(previous(i), out, delta, config.max_order) for i, out in enumerate(outputs))
-    return TaylorState(step + 1, step, factors, tuple(out.dtype for out in outputs))
+    factors = tuple(taylor_update(previous(i), out, delta, config.max_order) for i, out in enumerate(leaves))
+    return TaylorState(step + 1, step, factors, tuple(out.dtype for out in leaves), structure)
+
+
+def taylor_outputs(state: TaylorState) -> tuple:
+    """Each DiT call's outputs extrapolated to the current step (`state.calls`)."""
+    offset = state.calls - state.last_update
+    leaves = [taylor_extrapolate(f, offset).astype(d) for f, d in zip(state.factors, state.dtypes)]
+    return jax.tree.unflatten(state.structure, leaves)
 
 
 # --- running the denoiser with a recorded or replayed DiT ------------------------------------
@@ -188,6 +200,19 @@ def _with_stream(hidden: Any, video: jax.Array) -> Any:
     return video if isinstance(hidden, jax.Array) else hidden.replace(**{_video_field(hidden): video})
 
 
+def _output_streams(hidden: Any) -> dict[str, jax.Array]:
+    """The streams of a block's hidden state that become the DiT's outputs (MagCache's residuals): the
+    array, or the video field and, where the DiT returns it as well, LTX-2's `audio`."""
+    if isinstance(hidden, jax.Array):
+        return {"": hidden}
+    fields = (_video_field(hidden),) + (("audio",) if hasattr(hidden, "audio") else ())
+    return {field: getattr(hidden, field) for field in fields}
+
+
+def _with_streams(hidden: Any, streams: dict[str, jax.Array]) -> Any:
+    return streams[""] if isinstance(hidden, jax.Array) else hidden.replace(**streams)
+
+
 def _rows(flags: jax.Array, leaf: jax.Array) -> jax.Array:
     """Row flags `[rows]` (or `[1]`) shaped to broadcast over a `[B, ...]` leaf."""
     return jnp.reshape(flags, (-1,) + (1,) * (leaf.ndim - 1))
@@ -211,7 +236,8 @@ class FirstBlockStep:
         full = first_block_change(residual, previous, self.per_row) > self.threshold
         cached = jax.tree.map(jnp.add, h1, tail)
         rest = jax.lax.cond(jnp.any(full), lambda h: run_part(h, "rest"), lambda h: cached, h1)
-        pick = lambda a, b: jnp.where(_rows(full, a), a, b)  # noqa: E731
+        # per row; a leaf without batch rows (LTX-2's block counter) is the same on both sides
+        pick = lambda a, b: jnp.where(_rows(full, a), a, b) if a.ndim else a  # noqa: E731
         h_n = jax.tree.map(pick, rest, cached)
         new_tail = jax.tree.map(pick, jax.tree.map(jnp.subtract, rest, h1), tail)
         return h_n, (pick(residual, previous), new_tail), full
@@ -284,19 +310,22 @@ def magnitude_ratio(residual: jax.Array, previous: jax.Array, per_row: bool) -> 
 @dataclasses.dataclass(frozen=True)
 class MagStep:
     """One call's MagCache step inside the DiT: every block (`compute`) or the input plus the last
-    residual of the video stream (other streams pass through, as the reference's skipped blocks)."""
+    residual of each output stream (the video; LTX-2's audio too); other streams (text) pass through, as
+    the reference's skipped blocks pass them."""
 
     compute: bool
     calibrate: bool
     per_row: bool
 
     def __call__(self, state, h0, run_part):
+        streams = _output_streams(h0)
         if not self.compute:
-            return _with_stream(h0, _stream(h0) + state), state, jnp.zeros((1,), bool)
+            return _with_streams(h0, {k: v + state[k] for k, v in streams.items()}), state, jnp.zeros((1,), bool)
         h_n = run_part(h0, "all")
-        residual = _stream(h_n) - _stream(h0)
-        if self.calibrate:
-            ratio = jnp.ones((1,)) if state is None else magnitude_ratio(residual, state, self.per_row)
+        residual = {k: out - streams[k] for k, out in _output_streams(h_n).items()}
+        if self.calibrate:  # the ratio of the video stream's residuals
+            video = next(iter(residual))
+            ratio = jnp.ones((1,)) if state is None else magnitude_ratio(residual[video], state[video], self.per_row)
             return h_n, residual, ratio
         return h_n, residual, jnp.ones((1,), bool)
 
@@ -340,7 +369,8 @@ class StepCache:
         self.config, self.branches, self.steps, self.calibrate_to = config, branches, steps, calibrate_to
         self.shift = shift  # the pass's flow shift (EasyCache maps its percents to sigmas with it)
         self.timesteps = timesteps  # the pass's host timesteps (EasyCache's sigma without a device read)
-        self.per_row = len(branches) > 1
+        # one statistic per batch row (Wan's per-branch calls) unless the reference batches a pair ("cond_uncond")
+        self.per_row = len(branches) > 1 and BATCHED_PAIR not in branches
         self.ratios = None
         if isinstance(config, MagCacheConfig) and config.mag_ratios is not None:
             self.ratios = nearest_interp(np.asarray(config.mag_ratios), steps)
@@ -398,9 +428,7 @@ class StepCache:
             out, outputs = predict_recording(denoiser, predict, latents, timestep, cond, knobs)
             self.state = taylor_state_after(self.config, state, outputs)
         else:
-            offset = state.calls - state.last_update
-            values = tuple(taylor_extrapolate(f, offset).astype(d) for f, d in zip(state.factors, state.dtypes))
-            out = _replayed(predict, values, latents, timestep, cond, knobs)
+            out = _replayed(predict, taylor_outputs(state), latents, timestep, cond, knobs)
             self.state = dataclasses.replace(state, calls=state.calls + 1)
         return out, full
 
@@ -409,6 +437,10 @@ class StepCache:
         if denoiser.streamed is not None or not splittable(denoiser.dit):
             raise PipelineError(f"--cache {self._name()} runs the DiT's blocks in two parts: it needs resident "
                                 f"weights (no --offload-chunk)")
+        if isinstance(self.config, FirstBlockCacheConfig) and BATCHED_PAIR in self.branches and len(self.branches) > 1:
+            raise PipelineError(f"--cache first-block: this model's one DiT batch holds the reference's cache contexts "
+                                f"{', '.join(self.branches)}, each deciding on its own statistic there; run without "
+                                f"STG / modality guidance, or use --cache taylorseer or magcache")
         mag, calls = self.state
         if isinstance(self.config, MagCacheConfig):
             compute, mag = magcache_decide(self.config, self.ratios, self.steps, mag)

@@ -89,3 +89,55 @@ class ScheduledResidualBlocks(torch.nn.ModuleList):
             return out
 
         return iter([run])
+
+
+class AudioVideoBlocks(torch.nn.ModuleList):
+    """LTX-2's block list (called by keyword, each block returning `(video, audio)`) under one decision per
+    DiT call for both streams. With `schedule` (MagCache's decisions, typed by hand): a full call runs every
+    block and keeps both streams' residuals of the stack, a skipped one adds them to its inputs. Without it,
+    the first-block cache at `threshold`: block 0 always runs, the statistic is its video residual's
+    relative mean change against the last full call, and the remaining blocks' residuals of both streams are
+    kept or added. The CFG pair is one batched call (one statistic over both rows)."""
+
+    def __init__(self, blocks, threshold: float | None = None, schedule: list[bool] | None = None):
+        super().__init__(list(blocks))
+        self.threshold, self.schedule = threshold, schedule
+        self.decisions, self.changes, self.kept, self.previous = [], [], None, None
+
+    def __iter__(self):
+        blocks = list(self._modules.values())
+        step = len(self.decisions)
+
+        def call(block, streams, rest):
+            return block(hidden_states=streams[0], audio_hidden_states=streams[1], **rest)
+
+        def run_all(streams, rest, start):
+            for block in blocks[start:]:
+                streams = call(block, streams, rest)
+            return streams
+
+        def run(hidden_states, audio_hidden_states, **rest):
+            inputs = (hidden_states, audio_hidden_states)
+            if self.schedule is not None:
+                full = self.schedule[step]
+                self.decisions.append(full)
+                if not full:
+                    return tuple(s + k for s, k in zip(inputs, self.kept))
+                out = run_all(inputs, rest, 0)
+                self.kept = tuple(o - s for o, s in zip(out, inputs))
+                return out
+            first = call(blocks[0], inputs, rest)
+            residual = (first[0] - inputs[0]).float()
+            change = None
+            if self.previous is not None:
+                change = ((residual - self.previous).abs().mean() / self.previous.abs().mean()).item()
+            full = change is None or change > self.threshold
+            self.decisions.append(full)
+            self.changes.append(change)
+            if not full:
+                return tuple(s + k for s, k in zip(first, self.kept))
+            out = run_all(first, rest, 1)
+            self.previous, self.kept = residual, tuple(o - s for o, s in zip(out, first))
+            return out
+
+        return iter([run])

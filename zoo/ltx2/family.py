@@ -304,6 +304,14 @@ class LTX2Family(Family):
              "16-frame tiles as diffusers' enable_tiling() + frame-wise decoding (default: decode tiled, as "
              "Lightricks' pipelines; the image encode only when it would not fit the device)"),
     )
+    # the reference's cache contexts per guidance pass (the CFG pair batched, then one call per extra pass)
+    CACHE_CONTEXTS = {"stg": "uncond_stg", "isolated": "uncond_modality"}
+
+    def cache_branches(self, s: LTX2Settings) -> tuple[str, ...]:
+        """`LTX2Pipeline`'s `cache_context`s of a step: "cond_uncond" (the prompt, with CFG's pair batched),
+        then "uncond_stg" and "uncond_modality" for the STG and modality-isolation passes it calls apart."""
+        extra = tuple(self.CACHE_CONTEXTS[p] for p in s.scales.passes if p in self.CACHE_CONTEXTS)
+        return ("cond_uncond",) + extra
 
     # --- configs ----------------------------------------------------------------------------
 
