@@ -3,10 +3,13 @@
 Step caches that look inside the DiT (first-block cache, MagCache) decide after the embedding or the
 first block whether the remaining blocks run. `forward_split` is `vidax.zoo.dit.forward` with the
 block loop handed to the caller as `blocks(hidden, run_part)`; `run_part(hidden, part)` runs the
-part "first" (block 0), "rest" (blocks 1..) or "all" of the model's one block group, from the same
-params the whole forward reads (a layer stack or per-layer trees: both are sliced, nothing copied
-on the host). One mechanism for every family with one block group; a DiT with several groups
-(HunyuanVideo 1.0's dual then single stream) is refused by name.
+part "first" (block 0 of the first group), "rest" (every block after it, through every later group)
+or "all", from the same params the whole forward reads (a layer stack or per-layer trees: both are
+sliced, nothing copied on the host). A DiT with several groups (HunyuanVideo 1.0's dual then single
+stream) is one run of blocks to the caches, as diffusers' hooks see the blocks of all its
+`transformer_blocks`-like lists in order: its first block is the first group's first, and the state
+after "rest" is the last group's output (the between-groups step of every group but the last runs
+inside it).
 """
 
 from __future__ import annotations
@@ -28,24 +31,31 @@ def split_stack(stacked: Params | tuple[Params, ...]) -> tuple[Any, Any]:
 
 
 def splittable(model: Any) -> bool:
-    """Whether `forward_split` reaches this DiT (one block group)."""
-    return len(block_groups(model)) == 1
+    """Whether `forward_split` reaches this DiT (block groups, the first non-empty)."""
+    return len(block_groups(model)) >= 1
+
+
+def _between(model: Any, name: str, hidden: Any, ctx: Any) -> Any:
+    return model.between_groups(name, hidden, ctx) if hasattr(model, "between_groups") else hidden
 
 
 def forward_split(model: Any, params: Params, *inputs: Any, blocks: Callable) -> jax.Array:
     """`forward(model, params, *inputs)` with the blocks run by `blocks(hidden, run_part)` (see the module)."""
-    (group,) = block_groups(model)
+    groups = block_groups(model)
     hidden, ctx = model.embed(params, *inputs)
-    first, rest = split_stack(params[group.name])
-    stacks = {"first": first, "rest": rest, "all": params[group.name]}
+    first, rest = split_stack(params[groups[0].name])
+    leading = {"first": first, "rest": rest, "all": params[groups[0].name]}
 
     def run_part(h, part: str):
-        return scan_blocks(group.block, stacks[part], h, ctx)
+        h = scan_blocks(groups[0].block, leading[part], h, ctx)
+        if part == "first":
+            return h
+        for before, group in zip(groups, groups[1:]):
+            h = scan_blocks(group.block, params[group.name], _between(model, before.name, h, ctx), ctx)
+        return h
 
     hidden = blocks(hidden, run_part)
-    if hasattr(model, "between_groups"):
-        hidden = model.between_groups(group.name, hidden, ctx)
-    return model.head(params, hidden, ctx)
+    return model.head(params, _between(model, groups[-1].name, hidden, ctx), ctx)
 
 
 # --- the modulated input of the first block (TeaCache's statistic) ------------------------------
@@ -66,7 +76,7 @@ def modulated_input(model: Any, params: Params, hidden: Any, ctx: Any, name: str
         have = ", ".join(getattr(model, "modulated_inputs", {})) or "none"
         raise PipelineError(f"--cache teacache reads the modulated input {name!r} of the DiT's first block: "
                             f"{type(model).__name__} exposes {have} (use --cache taylorseer)")
-    (group,) = block_groups(model)
+    group = block_groups(model)[0]
     first, _ = split_stack(params[group.name])
     first = first[0] if isinstance(first, tuple) else jax.tree.map(lambda leaf: leaf[0], first)
     return how(model, first, hidden, ctx)

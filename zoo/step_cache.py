@@ -38,6 +38,7 @@ from vidax.zoo.block_split import forward_split, splittable
 from vidax.zoo.dit import forward
 from vidax.zoo.pipeline import PipelineError
 
+BATCHED_PAIR = "cond_uncond"  # the cache context of a reference that batches the CFG pair in one DiT call
 METHODS = ("taylorseer", "first-block", "magcache", "teacache", "easycache")
 # GenerateOptions fields of the cache knobs -> the methods that read each (for one-line misuse errors)
 KNOBS = {"cache_interval": ("taylorseer",), "cache_warmup": ("taylorseer",), "cache_order": ("taylorseer",),
@@ -96,22 +97,33 @@ def taylor_extrapolate(factors: tuple[jax.Array, ...], offset: int) -> jax.Array
 
 @dataclasses.dataclass(frozen=True)
 class TaylorState:
-    """One denoiser's TaylorSeer state: calls seen, the step of the last full run, and per DiT call
-    of a step its factors and output dtype."""
+    """One denoiser's TaylorSeer state: calls seen, the step of the last full run, and per output array
+    of a step (every DiT call's outputs flattened: LTX-2's DiT returns video and audio) its factors and
+    dtype, with `structure` the tree that puts them back into per-call outputs."""
 
     calls: int = 0
     last_update: int | None = None
     factors: tuple[tuple[jax.Array, ...], ...] = ()
     dtypes: tuple[Any, ...] = ()
+    structure: Any = None
 
 
 def taylor_state_after(config: TaylorSeerConfig, state: TaylorState, outputs: tuple[jax.Array, ...]) -> TaylorState:
-    """The state after a step that ran the full DiT and made `outputs` (one per DiT call)."""
+    """The state after a step that ran the full DiT and made `outputs` (one per DiT call, each an array
+    or a tuple of them): every output array is extrapolated on its own, under the one decision."""
     step = state.calls
     delta = None if state.last_update is None else step - state.last_update
+    leaves, structure = jax.tree.flatten(outputs)
     previous = lambda i: state.factors[i] if delta and i < len(state.factors) else None  # noqa: E731
-    factors = tuple(taylor_update(previous(i), out, delta, config.max_order) for i, out in enumerate(outputs))
-    return TaylorState(step + 1, step, factors, tuple(out.dtype for out in outputs))
+    factors = tuple(taylor_update(previous(i), out, delta, config.max_order) for i, out in enumerate(leaves))
+    return TaylorState(step + 1, step, factors, tuple(out.dtype for out in leaves), structure)
+
+
+def taylor_outputs(state: TaylorState) -> tuple:
+    """Each DiT call's outputs extrapolated to the current step (`state.calls`)."""
+    offset = state.calls - state.last_update
+    leaves = [taylor_extrapolate(f, offset).astype(d) for f, d in zip(state.factors, state.dtypes)]
+    return jax.tree.unflatten(state.structure, leaves)
 
 
 # --- running the denoiser with a recorded or replayed DiT ------------------------------------
@@ -167,18 +179,38 @@ def first_block_change(residual: jax.Array, previous: jax.Array, per_row: bool) 
     return jnp.reshape(change, (-1,))
 
 
-def _stream(hidden: Any) -> jax.Array:
-    """The video token stream of a block's hidden state (an array, or a joint stream's `video`)."""
-    if isinstance(hidden, jax.Array):
-        return hidden
-    if not hasattr(hidden, "video"):  # e.g. LTX-Video's (hidden, block index) under STG
+# the video tokens' field in a joint hidden state: HunyuanVideo's and LTX-2's `video`, Cosmos3's `gen`
+VIDEO_STREAMS = ("video", "gen")
+
+
+def _video_field(hidden: Any) -> str:
+    field = next((name for name in VIDEO_STREAMS if hasattr(hidden, name)), None)
+    if field is None:  # e.g. LTX-Video's (hidden, block index) under STG
         raise PipelineError("this --cache reads the DiT's video tokens between blocks: this run's hidden state "
                             f"({type(hidden).__name__}) is not one (use --cache taylorseer)")
-    return hidden.video
+    return field
+
+
+def _stream(hidden: Any) -> jax.Array:
+    """The video token stream of a block's hidden state (an array, or a joint state's video field)."""
+    return hidden if isinstance(hidden, jax.Array) else getattr(hidden, _video_field(hidden))
 
 
 def _with_stream(hidden: Any, video: jax.Array) -> Any:
-    return video if isinstance(hidden, jax.Array) else hidden.replace(video=video)
+    return video if isinstance(hidden, jax.Array) else hidden.replace(**{_video_field(hidden): video})
+
+
+def _output_streams(hidden: Any) -> dict[str, jax.Array]:
+    """The streams of a block's hidden state that become the DiT's outputs (MagCache's residuals): the
+    array, or the video field and, where the DiT returns it as well, LTX-2's `audio`."""
+    if isinstance(hidden, jax.Array):
+        return {"": hidden}
+    fields = (_video_field(hidden),) + (("audio",) if hasattr(hidden, "audio") else ())
+    return {field: getattr(hidden, field) for field in fields}
+
+
+def _with_streams(hidden: Any, streams: dict[str, jax.Array]) -> Any:
+    return streams[""] if isinstance(hidden, jax.Array) else hidden.replace(**streams)
 
 
 def _rows(flags: jax.Array, leaf: jax.Array) -> jax.Array:
@@ -204,7 +236,8 @@ class FirstBlockStep:
         full = first_block_change(residual, previous, self.per_row) > self.threshold
         cached = jax.tree.map(jnp.add, h1, tail)
         rest = jax.lax.cond(jnp.any(full), lambda h: run_part(h, "rest"), lambda h: cached, h1)
-        pick = lambda a, b: jnp.where(_rows(full, a), a, b)  # noqa: E731
+        # per row; a leaf without batch rows (LTX-2's block counter) is the same on both sides
+        pick = lambda a, b: jnp.where(_rows(full, a), a, b) if a.ndim else a  # noqa: E731
         h_n = jax.tree.map(pick, rest, cached)
         new_tail = jax.tree.map(pick, jax.tree.map(jnp.subtract, rest, h1), tail)
         return h_n, (pick(residual, previous), new_tail), full
@@ -277,19 +310,22 @@ def magnitude_ratio(residual: jax.Array, previous: jax.Array, per_row: bool) -> 
 @dataclasses.dataclass(frozen=True)
 class MagStep:
     """One call's MagCache step inside the DiT: every block (`compute`) or the input plus the last
-    residual of the video stream (other streams pass through, as the reference's skipped blocks)."""
+    residual of each output stream (the video; LTX-2's audio too); other streams (text) pass through, as
+    the reference's skipped blocks pass them."""
 
     compute: bool
     calibrate: bool
     per_row: bool
 
     def __call__(self, state, h0, run_part):
+        streams = _output_streams(h0)
         if not self.compute:
-            return _with_stream(h0, _stream(h0) + state), state, jnp.zeros((1,), bool)
+            return _with_streams(h0, {k: v + state[k] for k, v in streams.items()}), state, jnp.zeros((1,), bool)
         h_n = run_part(h0, "all")
-        residual = _stream(h_n) - _stream(h0)
-        if self.calibrate:
-            ratio = jnp.ones((1,)) if state is None else magnitude_ratio(residual, state, self.per_row)
+        residual = {k: out - streams[k] for k, out in _output_streams(h_n).items()}
+        if self.calibrate:  # the ratio of the video stream's residuals
+            video = next(iter(residual))
+            ratio = jnp.ones((1,)) if state is None else magnitude_ratio(residual[video], state[video], self.per_row)
             return h_n, residual, ratio
         return h_n, residual, jnp.ones((1,), bool)
 
@@ -329,10 +365,12 @@ class StepCache:
     """
 
     def __init__(self, config, branches: tuple[str, ...], steps: int, calibrate_to: Any = None,
-                 shift: float | None = None):
+                 shift: float | None = None, timesteps: Any = None):
         self.config, self.branches, self.steps, self.calibrate_to = config, branches, steps, calibrate_to
         self.shift = shift  # the pass's flow shift (EasyCache maps its percents to sigmas with it)
-        self.per_row = len(branches) > 1
+        self.timesteps = timesteps  # the pass's host timesteps (EasyCache's sigma without a device read)
+        # one statistic per batch row (Wan's per-branch calls) unless the reference batches a pair ("cond_uncond")
+        self.per_row = len(branches) > 1 and BATCHED_PAIR not in branches
         self.ratios = None
         if isinstance(config, MagCacheConfig) and config.mag_ratios is not None:
             self.ratios = nearest_interp(np.asarray(config.mag_ratios), steps)
@@ -359,7 +397,7 @@ class StepCache:
         if isinstance(self.config, TaylorSeerConfig):
             out, full = self._taylorseer(denoiser, predict, latents, timestep, cond, knobs)
         elif self._name() == "easycache":
-            out, full = self._easycache(denoiser, predict, latents, timestep, cond, knobs)
+            out, full = self._easycache(denoiser, predict, step, latents, timestep, cond, knobs)
         elif self._name() == "teacache":
             from vidax.zoo.step_cache_tea import tea_step
 
@@ -372,13 +410,14 @@ class StepCache:
         self.log.append({"step": step, "expert": expert, "full_dit": full})
         return out
 
-    def _easycache(self, denoiser, predict, latents, timestep, cond, knobs):
+    def _easycache(self, denoiser, predict, step, latents, timestep, cond, knobs):
         from vidax.zoo.step_cache_easy import EasyCacheRun, easy_step
 
         if self.shift is None:
             raise PipelineError("--cache easycache maps its percents to sigmas with the model's flow shift: "
                                 "this model has none (use --cache taylorseer)")
-        sigma = float(timestep) / 1000.0  # flow-matching timesteps are sigma * 1000
+        host = timestep if self.timesteps is None else self.timesteps[step]  # the host copy: no device read
+        sigma = float(np.float32(host)) / 1000.0  # flow-matching timesteps are sigma * 1000
         return easy_step(EasyCacheRun(self.config, self.shift), self.state, denoiser, predict, sigma, latents,
                          timestep, cond, knobs)
 
@@ -389,17 +428,19 @@ class StepCache:
             out, outputs = predict_recording(denoiser, predict, latents, timestep, cond, knobs)
             self.state = taylor_state_after(self.config, state, outputs)
         else:
-            offset = state.calls - state.last_update
-            values = tuple(taylor_extrapolate(f, offset).astype(d) for f, d in zip(state.factors, state.dtypes))
-            out = _replayed(predict, values, latents, timestep, cond, knobs)
+            out = _replayed(predict, taylor_outputs(state), latents, timestep, cond, knobs)
             self.state = dataclasses.replace(state, calls=state.calls + 1)
         return out, full
 
     def _inside(self, denoiser, predict, latents, timestep, cond, knobs):
-        """First-block cache and MagCache: the DiT's blocks in parts (resident weights, one block group)."""
+        """First-block cache and MagCache: the DiT's blocks in parts (resident weights)."""
         if denoiser.streamed is not None or not splittable(denoiser.dit):
             raise PipelineError(f"--cache {self._name()} runs the DiT's blocks in two parts: it needs resident "
-                                f"weights (no --offload-chunk) and a DiT with one block group")
+                                f"weights (no --offload-chunk)")
+        if isinstance(self.config, FirstBlockCacheConfig) and BATCHED_PAIR in self.branches and len(self.branches) > 1:
+            raise PipelineError(f"--cache first-block: this model's one DiT batch holds the reference's cache contexts "
+                                f"{', '.join(self.branches)}, each deciding on its own statistic there; run without "
+                                f"STG / modality guidance, or use --cache taylorseer or magcache")
         mag, calls = self.state
         if isinstance(self.config, MagCacheConfig):
             compute, mag = magcache_decide(self.config, self.ratios, self.steps, mag)
@@ -561,11 +602,12 @@ def _check_taylorseer(config: TaylorSeerConfig) -> None:
         raise PipelineError(f"--cache-stop must be 0 or more, got {config.disable_cache_after_step}")
 
 
-def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, shift: float | None = None) -> StepCache | None:
+def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, shift: float | None = None,
+                   timesteps: Any = None) -> StepCache | None:
     """A fresh cache for one denoise pass of `steps` steps (None without --cache); `shift`: the pass's
-    flow shift (EasyCache's sigma window)."""
+    flow shift (EasyCache's sigma window); `timesteps`: the pass's timesteps on the host."""
     config = config_from_options(options)
-    return None if config is None else StepCache(config, branches, steps, options.cache_calibrate, shift)
+    return None if config is None else StepCache(config, branches, steps, options.cache_calibrate, shift, timesteps)
 
 
 def _pick(value, default):

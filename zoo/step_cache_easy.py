@@ -45,6 +45,10 @@ class EasyTrack:
     x_prev: Any = None
     out_prev: Any = None
     diffs: tuple = ()
+    # the last full active step's (output change or NaN, output mean |.|), read with the next decision
+    pending: Any = None
+    pending_input_change: float | None = None
+    last_input_change: float | None = None
 
 
 def _prompt_sub(x: jax.Array) -> jax.Array:
@@ -76,13 +80,37 @@ def _from_diffs(predict, diffs, latents, timestep, cond, knobs):
     return predict(run, latents, timestep, cond, knobs)
 
 
-def _mean_abs_change(a, b) -> float:
-    return float(jnp.mean(jnp.abs(a - b)))
+def _mean_abs_change(a, b) -> jax.Array:
+    return jnp.mean(jnp.abs(a - b))
+
+
+def read_scalars(values: jax.Array) -> np.ndarray:
+    """The step's one device-to-host transfer: the few statistics its decision needs, fused in one vector."""
+    return np.asarray(jax.device_get(values))
+
+
+def _host(value) -> float | None:
+    return None if np.isnan(value) else float(value)
+
+
+def _decide(config: EasyCacheConfig, track: EasyTrack, input_change: jax.Array) -> bool:
+    """Whether an active step reuses the cache: the last full step's output statistics (kept on the device
+    until now) and this step's input change, read in one transfer, update the rule and decide."""
+    pending = () if track.pending is None else (track.pending,)
+    values = read_scalars(jnp.concatenate((jnp.reshape(input_change, (1,)).astype(jnp.float32),) + pending))
+    if track.pending is not None:
+        output_change, norm = _host(values[1]), float(values[2])
+        track.rule = easycache_after_full(track.rule, track.pending_input_change, output_change, norm)
+        track.pending = None
+    track.last_input_change = float(values[0])
+    skip, track.rule = easycache_decide(config, track.rule, track.last_input_change)
+    return skip
 
 
 def easy_step(run: EasyCacheRun, track: EasyTrack, denoiser: Any, predict: Callable, sigma: float,
               latents, timestep, cond, knobs):
-    """One step: (prediction, whether the DiT ran)."""
+    """One step: (prediction, whether the DiT ran). At most one device-to-host read (`read_scalars`), on
+    an active step after the first: the full step's own statistics wait on the device for the next one."""
     from vidax.zoo.step_cache import predict_recording
 
     phase = easycache_phase(run.config, sigma, run.shift)
@@ -92,10 +120,13 @@ def easy_step(run: EasyCacheRun, track: EasyTrack, denoiser: Any, predict: Calla
     input_change = None
     if phase == "active":
         track.active = True
+        skip = False
         if track.x_prev is not None:
             channels = track.diffs[0].shape[1]
-            input_change = _mean_abs_change(_prompt_sub(inputs[0][:, :channels]), track.x_prev)
-        skip, track.rule = easycache_decide(run.config, track.rule, input_change)
+            skip = _decide(run.config, track, _mean_abs_change(_prompt_sub(inputs[0][:, :channels]), track.x_prev))
+            input_change = track.last_input_change
+        else:
+            skip, track.rule = easycache_decide(run.config, track.rule, None)
         if skip and len(track.diffs) == len(inputs):
             return _from_diffs(predict, track.diffs, latents, timestep, cond, knobs), False
     out, outputs = predict_recording(denoiser, predict, latents, timestep, cond, knobs)
@@ -103,8 +134,9 @@ def easy_step(run: EasyCacheRun, track: EasyTrack, denoiser: Any, predict: Calla
     track.diffs = tuple(o - i[:, :channels].astype(o.dtype) for o, i in zip(outputs, inputs))
     if track.active:
         output = _prompt_sub(outputs[0])
-        output_change = None if track.out_prev is None else _mean_abs_change(output, track.out_prev)
-        norm = float(jnp.mean(jnp.abs(outputs[0][:1].astype(jnp.float32))))
-        track.rule = easycache_after_full(track.rule, input_change, output_change, norm)
+        output_change = jnp.nan if track.out_prev is None else _mean_abs_change(output, track.out_prev)
+        norm = jnp.mean(jnp.abs(outputs[0][:1].astype(jnp.float32)))
+        track.pending = jnp.stack([jnp.float32(output_change), norm.astype(jnp.float32)])
+        track.pending_input_change = input_change
         track.x_prev, track.out_prev = _prompt_sub(inputs[0][:, :channels]), output
     return out, True

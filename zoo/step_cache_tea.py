@@ -136,7 +136,7 @@ def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Ca
 
     if denoiser.streamed is not None or not splittable(denoiser.dit):
         raise PipelineError("--cache teacache runs the DiT's blocks as one part: it needs resident weights "
-                            "(no --offload-chunk) and a DiT with one block group")
+                            "(no --offload-chunk)")
     measured = _modulated_changes(predict, denoiser.dit, config.modulated, per_row, denoiser.params, state.previous,
                                   latents, timestep, cond, knobs)
     changes = [np.asarray(change, np.float64) for _, change in measured]  # the step's one device-to-host value

@@ -9,21 +9,14 @@ from __future__ import annotations
 
 import json
 
-import diffusers
 import numpy as np
 import pytest
-import torch
 
-from vidax.zoo.pipeline import GenerateOptions, generate
+from vidax.zoo.pipeline import generate
 
-from tests.ltx_video.pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
-from tests.step_cache import batched
-from tests.step_cache.batched import MAG_STEPS, STEPS, TAYLOR_STEPS
+from tests.step_cache import batched, ltx_video_reference
+from tests.step_cache.batched import MAG_STEPS, TAYLOR_STEPS
 
-HEIGHT, WIDTH, FRAMES, GUIDANCE = 64, 96, 9, 3.0
-LATENT = (1, 8, 2, 2, 3)
-FAMILY_KNOBS = dict(guidance_rescale=0.3, decode_timestep=0.05, decode_noise_scale=0.025)
-SEED = 7
 FRAME_ATOL = 2e-5  # the uncached LTX-Video parity bar (tests/ltx_video/test_pipeline.py)
 FIRST_BLOCK = 0.1  # this run's first-block changes: .06-.17, the nearest .085 and .104: full at 0 and 3
 EXPECTED = {"taylorseer": TAYLOR_STEPS, "first-block": [True, False, False, True, False, False], "magcache": MAG_STEPS}
@@ -32,19 +25,8 @@ EXPECTED = {"taylorseer": TAYLOR_STEPS, "first-block": [True, False, False, True
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     root = tmp_path_factory.mktemp("ltx_step_cache")
-    pipe = diffusers.LTXPipeline(scheduler=dynamic_scheduler(), **components(12, root))
-    pipe.save_pretrained(root / "model")
-    noise = torch.randn(LATENT, generator=torch.Generator().manual_seed(2))
-    np.save(root / "latents.npy", noise.numpy())
+    pipe, replay, run = ltx_video_reference.saved_pipeline(root)
     batched.save_ratios(root / "ratios.npy")
-    replay = Replay(SEED)
-    replay.record(2, 0, LATENT)  # the decode noise
-
-    def run():
-        return pipe(PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES, frame_rate=25,
-                    num_inference_steps=STEPS, guidance_scale=GUIDANCE, output_type="np", latents=pack(noise),
-                    generator=torch.Generator().manual_seed(SEED), **FAMILY_KNOBS).frames[0]
-
     inner = pipe.transformer.transformer_blocks[1].ff
     return root, replay, batched.cached_runs(pipe.transformer, inner, run, FIRST_BLOCK)
 
@@ -56,12 +38,9 @@ def test_matches_diffusers_steps_and_frames(reference, tmp_path, monkeypatch, me
     assert calls == EXPECTED[method]  # one call per step: the batched pair
     assert np.abs(expected - runs["none"]).max() > 100 * FRAME_ATOL  # the cache changed the reference's frames
     replay.install(monkeypatch)
-    options = GenerateOptions(model="ltx-video-13b-distilled", prompt=PROMPT, negative_prompt=NEGATIVE,
-                              weights=str(root / "model"), height=HEIGHT, width=WIDTH, frames=FRAMES, steps=STEPS,
-                              guidance=GUIDANCE, latents=root / "latents.npy", out=tmp_path / "v.npy", dtype="float32",
-                              compile_cache=False, extra=FAMILY_KNOBS, cache=method,
-                              **batched.knobs(method, root / "ratios.npy"),
-                              **({"cache_threshold": FIRST_BLOCK} if method == "first-block" else {}))
+    options = ltx_video_reference.options(root, tmp_path / "v.npy", cache=method,
+                                          **batched.knobs(method, root / "ratios.npy"),
+                                          **({"cache_threshold": FIRST_BLOCK} if method == "first-block" else {}))
     result = generate(options)
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
     log = json.loads((tmp_path / "v.json").read_text())["step_cache_steps"]

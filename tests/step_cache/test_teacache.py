@@ -145,11 +145,56 @@ def test_teacache_misuse_is_one_line(extra, message):
 # cumulative change is .150 at step 4 (skips), .459 at 5 (runs), .189 at 6 (skips), .562 at 7 (runs)
 EASY = dict(threshold=0.2, start=0.15, end=0.95)
 EASY_EXPECTED = [[True, True]] * 4 + [[False, False], [True, True], [False, False], [True, True]]
+# device reads per step: none before the window (0-1) and at its first step (2), then one fused vector
+EASY_READS = [0, 0, 0] + [1000] * 5
 
 
-def test_wan_easycache_matches_the_comfyui_rule(wan, tmp_path):
+def _count_device_reads(monkeypatch) -> list[int]:
+    """Per EasyCache step, how many device values were read on the host (`float(x)`, `x.item()`,
+    `jax.device_get`, `np.asarray(x)` through `__array__`), and the fused reads of `read_scalars` (added
+    as 1000s): the issue allows one device-to-host scalar per decision step."""
+    from jax._src import array
+
+    from vidax.zoo import step_cache, step_cache_easy
+
+    count, per_step = [0], []
+    value, to_array, read = array.ArrayImpl._value, array.ArrayImpl.__array__, step_cache_easy.read_scalars
+
+    def counted_value(self):
+        count[0] += 1
+        return value.fget(self)
+
+    def counted_array(self, *args, **kwargs):
+        count[0] += 1
+        return to_array(self, *args, **kwargs)
+
+    def counted_read(values):
+        count[0] += 1000
+        with monkeypatch.context() as quiet:  # the helper's own transfer counts once, as 1000
+            quiet.setattr(array.ArrayImpl, "_value", value)
+            quiet.setattr(array.ArrayImpl, "__array__", to_array)
+            return read(values)
+
+    step = step_cache.StepCache._easycache
+
+    def counted_step(self, *args, **kwargs):
+        count[0] = 0
+        with monkeypatch.context() as patch:
+            patch.setattr(array.ArrayImpl, "_value", property(counted_value))
+            patch.setattr(array.ArrayImpl, "__array__", counted_array)
+            out = step(self, *args, **kwargs)
+        per_step.append(count[0])
+        return out
+
+    monkeypatch.setattr(step_cache_easy, "read_scalars", counted_read)
+    monkeypatch.setattr(step_cache.StepCache, "_easycache", counted_step)
+    return per_step
+
+
+def test_wan_easycache_matches_the_comfyui_rule(wan, tmp_path, monkeypatch):
     """`--cache easycache --cache-threshold T --cache-start-percent S --cache-end-percent E` against
-    tests/step_cache/easycache_reference.py on diffusers' Wan (calls per branch; the prompt branch decides)."""
+    tests/step_cache/easycache_reference.py on diffusers' Wan (calls per branch; the prompt branch decides);
+    each step reads at most one fused vector from the device (none before the window or at its first step)."""
     from tests.step_cache import easycache_reference
 
     folder, plain, _ = wan
@@ -169,8 +214,10 @@ def test_wan_easycache_matches_the_comfyui_rule(wan, tmp_path):
     assert all(abs(total - EASY["threshold"]) > 0.01 for total in record["sums"])
     assert ran.tolist() == EASY_EXPECTED
     assert np.abs(expected - plain).max() > 100 * FRAME_ATOL
+    reads = _count_device_reads(monkeypatch)
     result, log = _cli(folder, tmp_path / "v.npy", "--cache", "easycache", "--cache-threshold", str(EASY["threshold"]),
                        "--cache-start-percent", str(EASY["start"]), "--cache-end-percent", str(EASY["end"]))
     assert result.exit_code == 0, result.output
+    assert reads == EASY_READS
     np.testing.assert_array_equal([[entry["full_dit"]["cond"], entry["full_dit"]["uncond"]] for entry in log], ran)
     np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=FRAME_ATOL, rtol=0)

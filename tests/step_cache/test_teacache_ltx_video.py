@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import json
 
-import diffusers
 import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions, generate
+from vidax.zoo.pipeline import generate
 
-from tests.ltx_video.pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
+from tests.step_cache import ltx_video_reference
 from tests.step_cache import teacache_reference as reference_loop
 from tests.step_cache.batched import STEPS
-from tests.step_cache.test_ltx_video import FAMILY_KNOBS, FRAMES, GUIDANCE, HEIGHT, LATENT, SEED, WIDTH
 from tests.step_cache.test_teacache_easycache_rules import PUBLISHED
 
 FRAME_ATOL = 2e-5
@@ -32,18 +30,7 @@ THRESHOLD, EXPECTED = 0.1, [True, False, True, False, True, True]
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     root = tmp_path_factory.mktemp("ltx_teacache")
-    pipe = diffusers.LTXPipeline(scheduler=dynamic_scheduler(), **components(12, root))
-    pipe.save_pretrained(root / "model")
-    noise = torch.randn(LATENT, generator=torch.Generator().manual_seed(2))
-    np.save(root / "latents.npy", noise.numpy())
-    replay = Replay(SEED)
-    replay.record(2, 0, LATENT)  # the decode noise
-
-    def run():
-        return pipe(PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES, frame_rate=25,
-                    num_inference_steps=STEPS, guidance_scale=GUIDANCE, output_type="np", latents=pack(noise),
-                    generator=torch.Generator().manual_seed(SEED), **FAMILY_KNOBS).frames[0]
-
+    pipe, replay, run = ltx_video_reference.saved_pipeline(root)
     with torch.no_grad():
         plain = run()
     blocks = reference_loop.install(pipe.transformer, "transformer_blocks",
@@ -61,11 +48,8 @@ def test_ltx_video_teacache_matches_the_reference_loop(reference, tmp_path, monk
     assert decisions == EXPECTED
     assert np.abs(expected - plain).max() > 100 * FRAME_ATOL  # the skips changed the reference's frames
     replay.install(monkeypatch)
-    options = GenerateOptions(model="ltx-video-13b-distilled", prompt=PROMPT, negative_prompt=NEGATIVE,
-                              weights=str(root / "model"), height=HEIGHT, width=WIDTH, frames=FRAMES, steps=STEPS,
-                              guidance=GUIDANCE, latents=root / "latents.npy", out=tmp_path / "v.npy", dtype="float32",
-                              compile_cache=False, extra=FAMILY_KNOBS, cache="teacache", cache_threshold=THRESHOLD,
-                              cache_coefficients="ltx-video-2b")
+    options = ltx_video_reference.options(root, tmp_path / "v.npy", cache="teacache", cache_threshold=THRESHOLD,
+                                          cache_coefficients="ltx-video-2b")
     result = generate(options)
     log = json.loads((tmp_path / "v.json").read_text())["step_cache_steps"]
     assert [entry["full_dit"] for entry in log] == [{"cond_uncond": full} for full in EXPECTED]

@@ -312,6 +312,14 @@ class LTX2Family(Family):
         Flag("--two-stage-lora", "two_stage_lora", str, "stage 2's LoRA, SOURCE[=STRENGTH] (default: the "
              "model's distilled LoRA)"),
     )
+    # the reference's cache contexts per guidance pass (the CFG pair batched, then one call per extra pass)
+    CACHE_CONTEXTS = {"stg": "uncond_stg", "isolated": "uncond_modality"}
+
+    def cache_branches(self, s: LTX2Settings) -> tuple[str, ...]:
+        """`LTX2Pipeline`'s `cache_context`s of a step: "cond_uncond" (the prompt, with CFG's pair batched),
+        then "uncond_stg" and "uncond_modality" for the STG and modality-isolation passes it calls apart."""
+        extra = tuple(self.CACHE_CONTEXTS[p] for p in s.scales.passes if p in self.CACHE_CONTEXTS)
+        return ("cond_uncond",) + extra
 
     # --- configs ----------------------------------------------------------------------------
 
