@@ -5,15 +5,17 @@ into blocks of ~700-1000 rows on a 2-core AMD EPYC (Zen 4) and 3-9% slower on a 
 with AMX (`python -m bench matmul` on each). Both ways give the same bits (each output row is the
 same sum in the same order), so the faster one is simply chosen: the first time a CPU run meets a
 product big enough to split, both are timed on a 3510 x 3072 x 3072 product in its dtype,
-interleaved, and row blocks are chosen when their median is at least 2% lower. The answer is written to `cpu-tuning.json` in the compile
-cache folder (`vidax.zoo.runtime.default_cache_dir`), keyed by the CPU's identity, its core count
-and the jax / jaxlib versions, so a new machine, a new jax or a different core count measures again.
+interleaved, and row blocks are chosen when their median is at least 2% lower. The answer is
+written to `cpu-tuning.json` in the compile cache folder (`vidax.zoo.runtime.default_cache_dir`),
+keyed by the CPU's identity, its core count and the jax / jaxlib versions, so a new machine, a new
+jax or a different core count measures again.
 
 Overrides, read at every decision:
 - `VIDAX_CPU_ROW_BLOCK=N`: blocks of at most N rows (0: always one call); nothing is measured.
 - `VIDAX_NO_CPU_TUNING=1`: the built-in choice (row blocks of `layers.CPU_ROW_BLOCK` rows); nothing is
   measured or written (the test suite runs this way).
-- deleting the cache file measures again; `python -m vidax.zoo.cpu_tuning` measures now and prints.
+- deleting the cache file measures again; `python -m vidax.zoo.cpu_tuning` (or `vidax-gen --tune-cpu`)
+  measures now and prints.
 """
 
 from __future__ import annotations
@@ -218,13 +220,15 @@ def measure_row_blocks(dtype: Any, block: int, *, shape: tuple[int, int, int] = 
         blocked = jax.jit(lambda x, w: layers.in_row_blocks(x, w, block=block)).lower(x, w).compile()
         medians = time_interleaved({"one call": lambda: one_call(x, w), "row blocks": lambda: blocked(x, w)},
                                    rounds, clock)
-    return {"faster": medians["row blocks"] < (1 - MARGIN) * medians["one call"], "median_seconds": medians, "block": block,
+    faster = medians["row blocks"] < (1 - MARGIN) * medians["one call"]
+    return {"faster": faster, "median_seconds": medians, "block": block,
             "shape": list(shape), "rounds": rounds, "load_average": load,
             "measured_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
 
 
-def main() -> None:
-    """`python -m vidax.zoo.cpu_tuning`: measure this machine's choices now (again), write and print them."""
+def main() -> int:
+    """`python -m vidax.zoo.cpu_tuning` (or `vidax-gen --tune-cpu`): measure this machine's choices now
+    (again), write and print them."""
     import jax.numpy as jnp
 
     from vidax.zoo import layers
@@ -240,7 +244,9 @@ def main() -> None:
               f"{f'row blocks of {block} rows' if result['faster'] else 'one call'}")
     if row_block_override() is not None or tuning_disabled():
         print(f"({ROW_BLOCK_ENV} or {NO_TUNING_ENV} is set: it overrides these while it is)")
+    forget()  # this process's later decisions read the new file
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

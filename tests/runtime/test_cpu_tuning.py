@@ -167,6 +167,25 @@ def test_row_blocks_must_win_by_the_margin(row_blocks, chosen):
     assert result["faster"] is chosen
 
 
+def test_tune_cpu_command_measures_both_dtypes_and_overwrites(tuning, monkeypatch):
+    from typer.testing import CliRunner
+
+    from vidax.cli.gen import app
+
+    key = cpu_tuning.machine_key()
+    tuning.write_text(json.dumps({"format": 1, "machines": {key: {ENTRY: {"faster": True}}}}))
+    measure = FakeMeasure(faster=False)
+    monkeypatch.setattr(cpu_tuning, "measure_row_blocks",
+                        lambda dtype, block: {**measure(dtype, block), "shape": [8, 8, 8]})
+    result = CliRunner().invoke(app, ["--tune-cpu"])
+    assert result.exit_code == 0, result.output
+    assert measure.calls == [("float32", 1024), ("bfloat16", 1024)]
+    assert key in result.output
+    assert "float32 8 x 8 x 8: one call 1.000 s, row blocks 1.100 s -> one call" in result.output
+    assert json.loads(tuning.read_text())["machines"][key][ENTRY]["faster"] is False
+    assert cpu_tuning.row_blocks_faster(jnp.float32, 1024, measure=_never) is False
+
+
 def test_cpu_identity_names_the_model_its_numbers_and_matrix_extensions():
     info = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
             "model name\t: Intel(R) Xeon(R) Platinum 8481C\nstepping\t: 8\nflags\t\t: fpu avx2 avx512f amx_bf16\n\n"
