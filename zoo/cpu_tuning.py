@@ -20,6 +20,7 @@ Overrides, read at every decision:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -78,17 +79,20 @@ def machine_key() -> str:
     import jaxlib
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu_identity()} | {cores} cores | jax {jax.__version__} jaxlib {jaxlib.__version__}"
+    return f"{_this_cpu()} | {cores} cores | jax {jax.__version__} jaxlib {jaxlib.__version__}"
 
 
-def cpu_identity(cpuinfo: str | None = None) -> str:
-    """`Intel(R) Xeon(R) Processor (GenuineIntel 6/167/1; avx512f amx_bf16)` from /proc/cpuinfo; a VM's
-    model string can be generic, so the numbers and extensions are part of it. Elsewhere: `platform`'s."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return f"{platform.processor() or platform.machine()} ({platform.system()})"
+@functools.cache
+def _this_cpu() -> str:  # read once: every big projection of every trace asks for the key
+    try:
+        return cpu_identity(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return f"{platform.processor() or platform.machine()} ({platform.system()})"
+
+
+def cpu_identity(cpuinfo: str) -> str:
+    """`Intel(R) Xeon(R) Processor (GenuineIntel 6/167/1; avx512f amx_bf16)` from /proc/cpuinfo's text; a
+    VM's model string can be generic, so the numbers and extensions are part of it."""
     first = cpuinfo.split("\n\n")[0]
     fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
     fields = {name.strip(): value.strip() for name, value in fields.items()}
