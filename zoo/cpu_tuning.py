@@ -163,7 +163,8 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("machines"), dict):
         return {}
-    return data
+    machines = {key: entries for key, entries in data["machines"].items() if isinstance(entries, dict)}
+    return {**data, "machines": machines}
 
 
 def _write(path: Path, key: str, entry: str, result: dict[str, Any]) -> None:
@@ -174,9 +175,12 @@ def _write(path: Path, key: str, entry: str, result: dict[str, Any]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(handle, "w") as out:
-            json.dump(data, out, indent=1, sort_keys=True)
-        os.replace(temporary, path)
+        try:
+            with os.fdopen(handle, "w") as out:
+                json.dump(data, out, indent=1, sort_keys=True)
+            os.replace(temporary, path)
+        finally:
+            Path(temporary).unlink(missing_ok=True)  # left only when the write or the rename failed
     except OSError as error:
         print(f"vidax: could not write {path} ({error.strerror}); the CPU choice holds for this run only",
               file=sys.stderr)

@@ -71,7 +71,8 @@ def test_another_machine_dtype_or_block_measures_again(tuning, monkeypatch):
         "one call": 1.0, "row blocks": 1.1}}}
 
 
-@pytest.mark.parametrize("contents", ["{not json", "[]", '{"format": 1, "machines": {"KEY": {"' + ENTRY + '": {}}}}'])
+@pytest.mark.parametrize("contents", ["{not json", "[]", '{"format": 1, "machines": {"KEY": []}}',
+                                      '{"format": 1, "machines": {"KEY": {"' + ENTRY + '": {}}}}'])
 def test_a_corrupt_or_foreign_file_is_measured_again_and_rewritten(tuning, contents):
     tuning.write_text(contents.replace("KEY", cpu_tuning.machine_key()))
     measure = FakeMeasure(faster=True)
