@@ -3,8 +3,9 @@
 DiT layer shapes (rows = tokens): HunyuanVideo 1.0 at 33 frames 240x416 (3510 video tokens; 3574 with
 the trimmed text in its single blocks), batch 2 for classifier-free guidance, the 12288-wide MLP and the
 single block's fused 21504-wide input projection. Each shape is compiled twice in one process (`jnp.dot`
-whole, and `project`, which on one CPU device cuts more than `CPU_ROW_BLOCK` rows into balanced blocks
-run one after another), timed interleaved, and the two outputs are compared bit for bit.
+whole, and `in_row_blocks`, which cuts more than `CPU_ROW_BLOCK` rows into balanced blocks run one after
+another, as `project` does on one CPU device where `vidax.zoo.cpu_tuning` found it faster), timed
+interleaved, and the two outputs are compared bit for bit.
 
     .venv/bin/python -m bench matmul
     VIDAX_BENCH_SMOKE=1 ...   # small shapes: checks that the benchmark runs, no figures
@@ -47,7 +48,7 @@ def main() -> None:
         x = jnp.asarray(rng.standard_normal((rows, k), dtype=np.float32))
         w = jnp.asarray(rng.standard_normal((k, n), dtype=np.float32))
         one_call = jax.jit(jnp.dot).lower(x, w).compile()
-        blocked = jax.jit(layers.project).lower(x, w).compile()
+        blocked = jax.jit(lambda x, w: layers.in_row_blocks(x, w, block=layers.CPU_ROW_BLOCK)).lower(x, w).compile()
         timings = interleaved({"one call": lambda: one_call(x, w), "row blocks": lambda: blocked(x, w)}, REPEATS)
         whole, split = (timings.results[name].best for name in ("one call", "row blocks"))
         same = np.array_equal(np.asarray(timings.outputs["one call"]), np.asarray(timings.outputs["row blocks"]))

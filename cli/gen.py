@@ -241,10 +241,16 @@ def main_command(
                                               "(default 0.15)"),
     cache_end_percent: float = typer.Option(None, "--cache-end-percent", help="easycache: end_percent "
                                             "(default 0.95)"),
+    tune_cpu: bool = typer.Option(False, "--tune-cpu", help="time this machine's CPU choices (matmul row blocks) "
+                                  "now, keep them beside the compile cache and print them; then exit"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
         raise typer.Exit(run_guarded(list_models, debug=debug))
+    if tune_cpu:
+        from vidax.zoo.cpu_tuning import main as tune
+
+        raise typer.Exit(run_guarded(tune, debug=debug))
     if (plan or dry_run) and model is not None:
         prompt = prompt or ""
     if model is None or prompt is None:

@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vidax.zoo import cpu_tuning
 from vidax.zoo.kernels.blockwise import balanced_blocks
 from vidax.zoo.runtime import active_mesh
 
@@ -53,38 +54,59 @@ class Dense(nn.Module):
         return project(x.astype(dtype), kernel, bias, input_activation=self.input_activation)
 
 
-CPU_ROW_BLOCK = 1024  # the most rows one CPU matmul call takes (bench/bench_matmul.py)
+CPU_ROW_BLOCK = 1024  # the most rows one CPU matmul call takes when row blocks are chosen (vidax.zoo.cpu_tuning)
 
 
 def project(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *,
             input_activation: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
     """`input_activation(x) @ kernel (+ bias)` over the last axis of `x`.
 
-    On a CPU run that is not split over a mesh, a product of more than `CPU_ROW_BLOCK` rows runs as
-    balanced row blocks one after another (3510 tokens: 5 x 702): XLA's CPU matmul (YNNPACK) runs
-    such a block 5-16% faster than the whole product (`python -m bench matmul`), and each output
-    row is the same sum in the same order either way, so the product is bit for bit the one call's.
-    Accelerators, and sharded products (each device's share is already smaller), take the one call.
+    On a CPU run that is not split over a mesh, a product of more than `CPU_ROW_BLOCK` rows may run as
+    balanced row blocks one after another (3510 tokens: 5 x 702): each output row is the same sum in
+    the same order either way, so the product is bit for bit the one call's, and which is faster
+    depends on the CPU (5-16% faster in blocks on an AMD EPYC, 3-9% slower on an Intel Xeon with AMX:
+    `python -m bench matmul`). `vidax.zoo.cpu_tuning` measures it once per machine and dtype, or
+    `VIDAX_CPU_ROW_BLOCK` says it. Accelerators, and sharded products (each device's share is already
+    smaller), take the one call.
     """
     activate = input_activation or (lambda v: v)
     rows = math.prod(x.shape[:-1])
-    if rows <= CPU_ROW_BLOCK or jax.default_backend() != "cpu" or _split_over_devices():
+    block = _cpu_row_block(rows, x.dtype)
+    if not block:
         y = jnp.dot(activate(x), kernel)
         return y if bias is None else y + bias
-    count, size = balanced_blocks(rows, CPU_ROW_BLOCK)
+    return in_row_blocks(x, kernel, bias, block=block, activate=activate)
+
+
+def _cpu_row_block(rows: int, dtype) -> int:
+    """Rows per block for a product of `rows` rows, 0 for one call. Only a CPU product too big for one
+    block asks `cpu_tuning` (which may time both ways once per machine): small ones never do."""
+    if jax.default_backend() != "cpu" or _split_over_devices():
+        return 0
+    block = cpu_tuning.row_block_override()
+    if block is None and rows > CPU_ROW_BLOCK:
+        block = CPU_ROW_BLOCK if cpu_tuning.row_blocks_faster(dtype, CPU_ROW_BLOCK) else 0
+    return block if block and rows > block else 0
+
+
+def in_row_blocks(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *, block: int,
+                  activate: Callable[[jax.Array], jax.Array] = lambda v: v) -> jax.Array:
+    """`project`'s product as balanced blocks of at most `block` rows run one after another."""
+    rows = math.prod(x.shape[:-1])
+    count, size = balanced_blocks(rows, block)
     flat = x.reshape(rows, x.shape[-1])
 
-    def block(first):
+    def one_block(first):
         y = jnp.dot(activate(jax.lax.dynamic_slice_in_dim(flat, first, size)), kernel)
         return y if bias is None else y + bias
 
     def write_block(i, out):  # the last block ends at the last row (overlapping its neighbour: same values)
         first = jnp.minimum(i * size, rows - size)
-        return jax.lax.dynamic_update_slice_in_dim(out, block(first), first, axis=0)
+        return jax.lax.dynamic_update_slice_in_dim(out, one_block(first), first, axis=0)
 
     # The output starts as the first block padded with zeros, not as a buffer of zeros: XLA makes that
     # one for every projection at the start of the program and keeps them all alive.
-    out = jnp.pad(block(0), ((0, rows - size), (0, 0)))
+    out = jnp.pad(one_block(0), ((0, rows - size), (0, 0)))
     out = jax.lax.fori_loop(1, count, write_block, out)
     return out.reshape(*x.shape[:-1], kernel.shape[-1])
 

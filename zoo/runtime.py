@@ -75,7 +75,10 @@ def active_rules() -> Rules | None:
 
 
 def default_cache_dir() -> Path:
-    """`$VIDAX_CACHE_DIR`, else `$XDG_CACHE_HOME/vidax/jax` (`~/.cache/vidax/jax`)."""
+    """`$VIDAX_CACHE_DIR`, else `$XDG_CACHE_HOME/vidax/jax` (`~/.cache/vidax/jax`).
+
+    It also holds `cpu-tuning.json`, this machine's measured CPU choices (`vidax.zoo.cpu_tuning`), kept
+    whether or not the compile cache is on."""
     if os.environ.get("VIDAX_CACHE_DIR"):
         return Path(os.environ["VIDAX_CACHE_DIR"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
