@@ -48,3 +48,23 @@ def test_official_config_names_map_to_the_diffusers_sizes():
     for field in ("inner_dim", "audio_inner_dim", "num_layers", "cross_attention_dim", "rope_type",
                   "rope_double_precision", "cross_attn_timestep_scale_multiplier", "pos_embed_max_pos"):
         assert getattr(mine, field) == getattr(shipped, field), field
+
+
+def test_the_two_stage_preset_is_ltx2_with_two_stage_on():
+    """`ltx-2-two-stage`: Lightricks' recommended chain with no flag, at ltx_pipelines' two-stage size (a multiple
+    of 64, so stage 1 halves it to whole latents), stage 2's distilled LoRA the base's; `ltx-2` stays single-stage
+    (diffusers' LTX2Pipeline), and `vidax-gen --list` names the preset."""
+    from typer.testing import CliRunner
+
+    from vidax.cli.gen import app
+    from vidax.zoo.ltx2.family import LTX2Settings
+
+    registry = load_registry()
+    preset, base = get_model("ltx-2-two-stage", registry), get_model("ltx-2", registry)
+    assert (preset.alias_of, preset.family, preset.components) == ("ltx-2", "ltx2", base.components)
+    s = LTX2Settings(**{**preset.settings, **preset.preset_settings})
+    assert s.two_stage and (s.height, s.width) == (1024, 1536) and s.height % 64 == s.width % 64 == 0
+    assert s.two_stage_lora == base.settings["two_stage_lora"] and (s.steps, s.frames) == (40, 121)
+    assert not LTX2Settings(**base.settings).two_stage
+    listed = CliRunner().invoke(app, ["--list"])
+    assert listed.exit_code == 0 and "ltx-2-two-stage" in listed.output

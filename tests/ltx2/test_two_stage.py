@@ -130,3 +130,22 @@ def test_two_stage_requests_fail_before_work(chain, tmp_path, change, message):
     with pytest.raises(VidaxError, match=message):
         generate(options)
     assert not (tmp_path / "x.npy").exists()
+
+
+def test_the_registry_preset_runs_two_stage_without_the_flag(chain, tmp_path):
+    """`vidax-gen ltx-2-two-stage` resolves to the two-stage chain at its preset size with no `--two-stage`;
+    `--no-two-stage` turns it off; `ltx-2` stays single-stage. Settings only: nothing generated."""
+    from vidax.zoo.registry import make_pipeline
+
+    root, lora = chain[:2]
+
+    def resolved(model, **extra):
+        options = _options(root, tmp_path / "x.npy", two_stage_lora=str(lora), **extra)
+        flags = {k: v for k, v in options.extra.items() if k != "two_stage" or k in extra}  # no flag unless given
+        options = dataclasses.replace(options, model=model, height=None, width=None, extra=flags)
+        return make_pipeline(model, options).resolve_settings(options)
+
+    preset = resolved("ltx-2-two-stage")
+    assert preset.two_stage and (preset.height, preset.width) == (1024, 1536)
+    assert not resolved("ltx-2-two-stage", two_stage=False).two_stage
+    assert not resolved("ltx-2").two_stage
