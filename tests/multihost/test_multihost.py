@@ -24,7 +24,13 @@ PROMPT = "a red kite over a grey sea"
 WAN = dict(height=32, width=48, frames=5, steps=2, guidance=4.0, negative_prompt="blurry", dtype="float32",
            compile_cache=False, save_latents=True)
 WAN_LAYOUTS = {"dp2_tp2_sp2": dict(dp=2, tp=2, sp=2), "tp2_sp4": dict(tp=2, sp=4), "sp8": dict(sp=8),
-               "tp2_sp4_offload": dict(tp=2, sp=4, offload_chunk=1)}
+               "tp2_sp4_offload_lora": dict(tp=2, sp=4, offload_chunk=1)}
+LORA_LAYOUT = "tp2_sp4_offload_lora"  # a LoRA merged on each process, then streamed by offload over two hosts
+
+
+def layout_options(base: dict, folder: Path, layout: str) -> dict:
+    lora = {"lora": (f"{folder / 'lora.safetensors'}=0.7",)} if layout == LORA_LAYOUT else {}
+    return {**base, **WAN_LAYOUTS[layout], **lora}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +56,9 @@ def wan_folder(tmp_path_factory):
         perturb(module, 40 + seed)
     diffusers.WanPipeline(tokenizer=tokenizer, scheduler=unipc_flow_scheduler(), **parts).save_pretrained(root / "model")
     convert_model(ConvertOptions("wan2.1-t2v-1.3b", source=str(root / "model"), out=root / "converted", dtype="float32"))
+    from tests.lora.formats import low_rank_factors, wan_modules, write_peft
+
+    write_peft(root / "lora.safetensors", low_rank_factors(dit.state_dict(), wan_modules(2), rank=4, seed=3), alpha=2.0)
     np.save(root / "latents.npy", np.random.default_rng(0).standard_normal((1, 16, 2, 4, 6)).astype(np.float32))
     return root
 
@@ -59,7 +68,7 @@ def wan_run(wan_folder, tmp_path_factory):
     out = tmp_path_factory.mktemp("multihost_wan_out")
     base = dict(model="wan2.1-t2v-1.3b", prompt=PROMPT, weights=str(wan_folder / "converted"),
                 latents=str(wan_folder / "latents.npy"), **WAN)
-    results, seconds = launch({name: {**base, **layout} for name, layout in WAN_LAYOUTS.items()}, out, 4)
+    results, seconds = launch({name: layout_options(base, wan_folder, name) for name in WAN_LAYOUTS}, out, 4)
     for code, output in results:
         assert code == 0, output[-4000:]
     return base, out
@@ -68,11 +77,13 @@ def wan_run(wan_folder, tmp_path_factory):
 @pytest.mark.parametrize("layout", list(WAN_LAYOUTS))
 def test_wan_frames_equal_the_single_process_run(wan_run, layout, tmp_path):
     base, out = wan_run
-    options = {**base, **WAN_LAYOUTS[layout], "latents": Path(base["latents"])}
+    options = {**layout_options(base, Path(base["weights"]).parent, layout), "latents": Path(base["latents"])}
     expected = generate(GenerateOptions(**options, out=tmp_path / "one.npy"))
     np.testing.assert_array_equal(np.load(out / f"{layout}.latents.npy"), expected.latents)
     np.testing.assert_allclose(np.load(out / f"{layout}.npy"), expected.frames, atol=1e-6, rtol=0)
     assert not (out / f"{layout}.p1.npy").exists()  # only process 0 writes
+    if layout == LORA_LAYOUT:  # the LoRA reached the frames (the same layout without it differs)
+        assert np.abs(np.load(out / f"{layout}.npy") - np.load(out / "tp2_sp4.npy")).max() > 1e-3
 
 
 def test_each_process_reads_only_its_own_slices(wan_run, wan_folder):
