@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -92,10 +92,14 @@ def _dtype_of(leaf: Any, dtype: Any) -> Any:
 
 
 def compile_stage(stage: str, fn: Callable, args: tuple, *, planned: int | None = None,
-                  donate: tuple[int, ...] = (), static: tuple[int, ...] = ()) -> StageMemory:
-    """Lower and compile `fn(*args)` (abstract args) and read XLA's memory and cost analyses."""
+                  donate: tuple[int, ...] = (), static: tuple[int, ...] = (), keep_unused: bool = False) -> StageMemory:
+    """Lower and compile `fn(*args)` (abstract args) and read XLA's memory and cost analyses.
+
+    `keep_unused`: count arguments the computation does not read (jit drops them by default; a VAE
+    decode passed the whole loaded tree still holds its encoder's weights on the device)."""
     start = time.perf_counter()
-    compiled = jax.jit(fn, donate_argnums=donate, static_argnums=static).lower(*args).compile()
+    jitted = jax.jit(fn, donate_argnums=donate, static_argnums=static, keep_unused=keep_unused)
+    compiled = jitted.lower(*args).compile()
     seconds = time.perf_counter() - start
     memory = compiled.memory_analysis()
     return StageMemory(stage, int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
@@ -217,6 +221,13 @@ def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, 
     return dataclasses.replace(report, argument=report.argument + beside)
 
 
+def compile_decode_unit(unit: Any, planned: int | None) -> StageMemory:
+    """A VAE decode unit compiled; what the device holds beside it counted with its arguments."""
+    report = compile_stage(unit.name, unit.fn, unit.args, planned=planned, donate=unit.donate, static=unit.static,
+                           keep_unused=True)
+    return dataclasses.replace(report, argument=report.argument + unit.beside)
+
+
 def per_device_bytes(tree: Any) -> int:
     """Bytes one device holds of an abstract tree (its shard of each leaf)."""
     total = 0
@@ -235,7 +246,8 @@ class FamilyStages:
 
     dit: `(family, s, depth, dtype) -> DiT module` (depth None: the config's).
     cond: `(family, s, batch) -> the predictor's condition` as ShapeDtypeStructs.
-    vae_decode: `(family, s, device) -> [(stage name, fn, abstract args, donate, static)]`, the decode units.
+    vae_decode: `(family, s, dtype, device) -> [DecodeUnit]` (or `(name, fn, args, donate, static)` tuples),
+      the decode's compiled units.
     text_encoder: `(family, s, dtype, device) -> (fn, abstract args, static)` or None.
     step: `(family, s, dit) -> (predictor, latents shape, knobs)` for a family whose predictor is not
       `family.predictor` over `family.latent_shape` (None: those).
@@ -291,7 +303,33 @@ def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...], device: Any
             ("vae decode (next frames)", _chunk, steady, (3,), static)]
 
 
-def _wan_vae(family: Any, s: Any, device: Any) -> list[tuple]:
+class DecodeUnit(NamedTuple):
+    """One compiled unit of a VAE decode: `fn(*args)` (abstract args; `static` positions hashable), the
+    arguments it donates, and the bytes the device holds beside it while it runs (`beside`: the VAE's
+    weights it is not passed, outputs of earlier units not yet handed to the host), exact from shapes."""
+
+    name: str
+    fn: Callable
+    args: tuple
+    donate: tuple[int, ...] = ()
+    static: tuple[int, ...] = ()
+    beside: int = 0
+
+
+def tile_unit(name: str, fn: Callable, head: tuple, plan: Any, batch: int, channels: int, params: Any,
+              extra: tuple, device: Any) -> DecodeUnit:
+    """A `vae_tiling` tile body, `fn(*head, plan.body, params, z, start, counts, *extra)` over the padded
+    channels-last latents `z` (`head`: its leading static arguments). Beside it: the previous tile's output,
+    which the host is blending while this one runs (`TilePlan.run` dispatches one tile ahead)."""
+    z = jax.ShapeDtypeStruct((batch, *plan.padded, channels), jnp.float32, sharding=device)
+    ints = jax.ShapeDtypeStruct((3,), jnp.int32, sharding=device)
+    args = (*head, plan.body, params, z, ints, ints, *extra)
+    static = tuple(range(len(head) + 1))
+    out = jax.eval_shape(lambda *a: fn(*head, plan.body, *a), *args[len(static):])
+    return DecodeUnit(name, fn, args, static=static, beside=per_device_bytes(out))
+
+
+def _wan_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[tuple]:
     return wan_vae_decode_units(family.model.vae, family.latent_shape(s), device)
 
 
@@ -485,23 +523,180 @@ def _ltx2_step(family: Any, s: Any, dit: Any) -> tuple[Any, tuple, dict]:
     return predict, state, family.step_knobs(s, family.stepper(s, state), 0, 0)
 
 
-def _cosmos_vae(family: Any, s: Any, device: Any) -> list[tuple]:
+def _vae_weights(vae: Any, dtype: Any, device: Any) -> Any:
+    return abstract(jax.eval_shape(lambda: vae.init_params(jax.random.key(0))), device, dtype)
+
+
+def _with_unpassed(units: list[DecodeUnit], weights: Any, passed: Any) -> list[DecodeUnit]:
+    """Each unit with the VAE's weights it is not passed (the loaded tree stays on the device) beside it."""
+    rest = per_device_bytes(weights) - per_device_bytes(passed)
+    return [unit._replace(beside=unit.beside + rest) for unit in units]
+
+
+def _ltx_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[DecodeUnit]:
+    """LTX-Video: the last pass's latents decoded whole, or one padded tile (`--vae-tiling`, and by default
+    when the whole call would not fit the device: the family's `_tiles` rule)."""
+    from vidax.zoo.ltx_video import vae as module
+    from vidax.zoo.vae_tiling import TilePlan, tiles_for
+
+    cfg, device = family.vae_config, SingleDeviceSharding(device)
+    vae, pad, last = module.LTXVideoVAE(cfg), family.padding(s), family._passes(s)[-1]
+    latents = (1, *vae.latent_shape(pad.frames, last.height, last.width))
+    weights = _vae_weights(vae, dtype, device)
+    frames, height, width = pad.frames, latents[3] * cfg.spatial_ratio, latents[4] * cfg.spatial_ratio
+    tiles = tiles_for(s.vae_tiling, module.decode_peak_bytes(cfg, frames, height, width)
+                      + per_device_bytes(weights))
+    plan = None if tiles is None else TilePlan(latents[2:], tiles, cfg.spatial_ratio, cfg.temporal_ratio)
+    temb = jax.ShapeDtypeStruct((1,), jnp.float32, sharding=device) if cfg.timestep_conditioning else None
+    grid = latents[3:] if plan is None or plan.single else plan.body[1:]
+    noise = tuple(jax.ShapeDtypeStruct(shape, jnp.float32, sharding=device)
+                  for shape in module.decoder_noise_shapes(cfg, *grid)) if any(module.decoder_noise_counts(cfg)) else ()
+    if plan is None or plan.single:
+        z = jax.ShapeDtypeStruct(latents, jnp.float32, sharding=device)
+        units = [DecodeUnit("vae decode", module._decode.__wrapped__, (vae, weights["decoder"], z, temb, noise),
+                            static=(0,))]
+    else:
+        units = [tile_unit("vae decode (tile)", module._decode_tile.__wrapped__, (vae,), plan, 1,
+                           cfg.latent_channels, weights["decoder"], (temb, noise), device)]
+    return _with_unpassed(units, weights, weights["decoder"])
+
+
+def _ltx2_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[DecodeUnit]:
+    """LTX-2's video VAE (fp32, as the run loads it): one padded tile (its default), or the whole latents
+    (`--no-vae-tiling`)."""
+    from vidax.zoo.ltx2 import vae as module
+    from vidax.zoo.ltx2.family import _decode_tiles, _vae_decode
+    from vidax.zoo.vae_tiling import TilePlan
+
+    cfg, device = family.model.vae, SingleDeviceSharding(device)
+    vae, latents = module.LTX2VideoVAE(cfg), family.latent_shape(s)
+    weights = _vae_weights(vae, jnp.float32, device)
+    tiles, causal = _decode_tiles(s), bool(cfg.decoder_causal)
+    plan = None if tiles is None else TilePlan(tuple(latents[2:]), tiles, cfg.spatial_ratio, cfg.temporal_ratio)
+    temb = jax.ShapeDtypeStruct((1,), jnp.float32, sharding=device) if cfg.timestep_conditioning else None
+    if plan is None or plan.single:
+        z = jax.ShapeDtypeStruct(latents, jnp.float32, sharding=device)
+        return [DecodeUnit("vae decode", _vae_decode.__wrapped__, (cfg, weights, z, temb), static=(0,))]
+    return [tile_unit("vae decode (tile)", module._decode_tile.__wrapped__, (cfg, causal), plan, 1, latents[1],
+                      weights, (temb,), device)]
+
+
+def _cogvideox_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[DecodeUnit]:
+    """CogVideoX (fp32, as the run converts it): the first frame batch of the first tile (no cache yet), then
+    each next batch with the causal cache (donated), on a tile (`--vae-tiling`, its default) or the whole
+    frame. Beside the steady unit: every decoded batch of every tile, which the device holds until the
+    tiles are blended (the peak is at the last batch)."""
+    from vidax.zoo.cogvideox.vae import DECODE_BATCH_FRAMES, CogVideoXVAE, Tiling, _run, frame_batches
+
+    cfg, device = family.vae_config, SingleDeviceSharding(device)
+    vae = CogVideoXVAE(cfg)
+    weights = _vae_weights(vae, jnp.float32, device)
+    _, c, frames, h, w = family.latent_shape(s)
+    frames -= family.frame_plan(s).drop
+    tile = (h, w)
+    if s.vae_tiling:
+        tiling, ratio = Tiling.default(cfg), cfg.spatial_compression
+        tile = (int(tiling.sample_height / ratio), int(tiling.sample_width / ratio))
+        stride = (int(tile[0] * (1 - tiling.overlap_height)), int(tile[1] * (1 - tiling.overlap_width)))
+        tiles = [(min(tile[0], h - i), min(tile[1], w - j)) for i in range(0, h, stride[0]) for j in range(0, w, stride[1])]
+    if not s.vae_tiling or (w <= tile[1] and h <= tile[0]):
+        tile, tiles = (h, w), [(h, w)]
+    batches = frame_batches(frames, DECODE_BATCH_FRAMES)
+    batch = lambda n: jax.ShapeDtypeStruct((1, n, *tile, c), jnp.float32, sharding=device)  # noqa: E731
+    first_args = (vae.module, "decode_batch", weights, None, batch(batches[0][1] - batches[0][0]), True)
+    out, cache = jax.eval_shape(lambda p, x: _run(vae.module, "decode_batch", p, None, x, True), weights, first_args[4])
+    steady_args = (vae.module, "decode_batch", weights, abstract(cache, device), batch(DECODE_BATCH_FRAMES), False)
+    steady, _ = jax.eval_shape(lambda p, k, x: _run(vae.module, "decode_batch", p, k, x, False), *steady_args[2:5])
+    pixels_per_latent = out.shape[2] * out.shape[3] / math.prod(tile)
+    video_frames = out.shape[1] + (len(batches) - 1) * steady.shape[1]
+    held = sum(video_frames * th * tw * pixels_per_latent * out.shape[4] * 4 for th, tw in tiles)
+    static = (0, 1, 5)
+    return [DecodeUnit("vae decode (first batch)", _run, first_args, static=static),
+            DecodeUnit("vae decode (next batches)", _run, steady_args, (3,), static,
+                       int(held - per_device_bytes(steady)))]
+
+
+def stage_units(stages: Any, params: Any, x: Any, device: Any, held: int, weights: Any) -> list[DecodeUnit]:
+    """A stage-by-stage decode (`vae_layers.run_stages`: each stage one compiled unit) on one tile `x`: a unit
+    per stage, each with the VAE's other weights and `held` bytes of earlier tiles' outputs beside it."""
+    from vidax.zoo.vae_layers import _run_stage, _stage_params
+
+    units = []
+    for key, module in stages:
+        part = _stage_params(params, key)
+        name = key if isinstance(key, str) else "+".join(key)
+        units.append(DecodeUnit(f"vae decode ({name})", _run_stage.__wrapped__, (module, part, x), static=(0,),
+                                beside=held + per_device_bytes(weights) - per_device_bytes(part)))
+        x = abstract(jax.eval_shape(lambda p, v: _run_stage(module, p, v), part, x), device)
+    return units
+
+
+def _tile_starts(size: int, tile: int, stride: int) -> list[int]:
+    return [min(tile, size - i) for i in range(0, size, stride)]
+
+
+def _hunyuan15_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[DecodeUnit]:
+    """HunyuanVideo-1.5 (fp32, always tiled as its pipeline decodes): each decoder stage on the first spatial
+    tile, every frame; beside: the VAE's other weights and every earlier tile's output (held until blending)."""
+    from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE
+
+    cfg, device = family.vae_config, SingleDeviceSharding(device)
+    vae = HunyuanVideo15VAE(cfg)
+    weights = _vae_weights(vae, jnp.float32, device)
+    _, c, frames, h, w = family.latent_shape(s)
+    tile, ratio = cfg.tile_latent_min_size, cfg.spatial_compression_ratio
+    stride = int(tile * (1 - cfg.tile_overlap_factor))
+    if max(h, w) <= tile:
+        rows, cols = [h], [w]
+    else:
+        rows, cols = _tile_starts(h, tile, stride), _tile_starts(w, tile, stride)
+    out_frames = (frames - 1) * cfg.temporal_compression_ratio + 1
+    tiles = [r * q * ratio**2 * out_frames * cfg.out_channels * 4 for r in rows for q in cols]
+    x = jax.ShapeDtypeStruct((1, frames, rows[0], cols[0], c), jnp.float32, sharding=device)
+    return stage_units(vae.decoder, weights["decoder"], x, device, sum(tiles[:-1]), weights)
+
+
+def _hunyuan_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[DecodeUnit]:
+    """HunyuanVideo 1.0: each decoder stage on the first spatial tile (`--vae-tiling`, its default) of a
+    temporal window (5 latent frames, always used past 4); beside: the VAE's other weights, the earlier
+    windows' blended outputs and this window's earlier tiles (the last window's last tile: all held)."""
+    from vidax.zoo.hunyuan_video.vae import HunyuanVideoVAE
+
+    cfg, device = family.vae_config, SingleDeviceSharding(device)
+    vae = HunyuanVideoVAE(cfg)
+    weights = _vae_weights(vae, dtype, device)
+    _, c, frames, h, w = family.latent_shape(s)
+    window = min(frames, cfg.tile_latent_min_num_frames + 1)
+    windows = len(range(0, frames, cfg.tile_latent_stride_num_frames)) if frames > cfg.tile_latent_min_num_frames else 1
+    tile, ratio = cfg.tile_latent_min_size, cfg.spatial_compression_ratio
+    if s.vae_tiling and max(h, w) > tile:
+        rows, cols = _tile_starts(h, tile, cfg.tile_latent_stride), _tile_starts(w, tile, cfg.tile_latent_stride)
+    else:
+        rows, cols = [h], [w]
+    pixel = lambda n: ((n - 1) * cfg.temporal_compression_ratio + 1) * ratio**2 * cfg.out_channels * 4  # noqa: E731
+    tiles = [r * q * pixel(window) for r in rows for q in cols]
+    held = (windows - 1) * h * w * pixel(window) + sum(tiles[:-1])
+    x = jax.ShapeDtypeStruct((1, window, rows[0], cols[0], c), jnp.float32, sharding=device)
+    return stage_units(vae.decoder, weights["decoder"], x, device, int(held), weights)
+
+
+def _cosmos_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[tuple]:
     return wan_vae_decode_units(family.vae_config, family.latent_shape(s), device)
 
 
-def _no_stages(family: Any, s: Any, device: Any) -> list[tuple]:
+def _no_stages(family: Any, s: Any, dtype: Any, device: Any) -> list[tuple]:
     return []
 
 
 FAMILY_STAGES: dict[str, FamilyStages] = {
     "wan": FamilyStages(_wan_dit, _wan_cond, _wan_vae, _wan_text),
-    "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, _no_stages),
-    "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _no_stages),
+    "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, _cogvideox_vae),
+    "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _hunyuan15_vae),
     "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, _cosmos_vae),
     "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
-    "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _no_stages),
-    "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, _no_stages, step=_ltx_step),
-    "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, _no_stages, step=_ltx2_step),
+    "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _hunyuan_vae),
+    "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, _ltx_vae, step=_ltx_step),
+    "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, _ltx2_vae, step=_ltx2_step),
 }
 
 
@@ -602,8 +797,7 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
             reports.append(compile_offloaded_dit(family, s, dit, dtype, mesh, cond, layout.offload_chunk, planned,
                                                  first))
     if "vae" in stages:
-        for name, fn, args, donate, static in parts.vae_decode(family, s, first):
-            reports.append(compile_stage(name, fn, args, planned=planned_vae_bytes(job), donate=donate,
-                                         static=static))
+        for unit in parts.vae_decode(family, s, dtype, first):
+            reports.append(compile_decode_unit(DecodeUnit(*unit), planned_vae_bytes(job)))
     size = f"{s.width}x{s.height}, {s.frames} frames"
     return DryRun(family.name, size, layout, devices, device_bytes, tuple(reports))
