@@ -723,7 +723,7 @@ def job_at_depth(job: Any, dit: Any, depth: int | None) -> Any:
     groups = tuple(group.name for group in block_groups(dit))
     sizes = dit_sizes(dit.param_shapes(), dim=d.dim, ffn_dim=d.ffn_dim, heads=d.heads, text_dim=d.text_dim,
                       groups=groups)
-    return dataclasses.replace(job, dit=sizes)
+    return dataclasses.replace(job, dit=dataclasses.replace(sizes, partial_sums=d.partial_sums))
 
 
 def planned_dit_bytes(job: Any, layout: Any) -> int:

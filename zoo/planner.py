@@ -33,6 +33,11 @@ class DiTSizes:
     total_block_params: int | None = None  # every block of every group (None: depth x block_params)
     mlp_inputs: int = 1  # [dim, ffn] matrices of one block (gated MLPs: 2; a second pathway doubles it)
     mlp_outputs: int = 1  # [ffn, dim] matrices of one block
+    # [batch, tokens, dim] products of one block summed into one output (a block whose attention and MLP run side
+    # by side into one output projection kept as row blocks: HunyuanVideo 1.0's single blocks, 5). XLA runs the
+    # independent products before their sum, so all are live at once, whole under tp > 1 too (its all-reduce
+    # combiner joins their all-reductions over the tensor axis)
+    partial_sums: int = 0
 
     @property
     def all_blocks(self) -> int:
@@ -167,7 +172,7 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     if job.blockwise_attention:  # one head per step where it runs (the CPU): its logits and probabilities
         tile = min(job.q_block, job.tokens) * min(job.kv_block, job.tokens)
         attention += 2 * batch * tile * 4
-    mlp = unit * (d.ffn_dim / d.dim) * mlp_hidden_buffers(d) * act / layout.tp
+    mlp = unit * ((d.ffn_dim / d.dim) * mlp_hidden_buffers(d) / layout.tp + d.partial_sums) * act
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4
     return int(residual + max(attention, mlp) + text + modulation + scanned_mlp_bytes(job, layout)
