@@ -190,7 +190,9 @@ def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, 
                           planned: int | None, device: Any = None) -> StageMemory:
     """`--offload-chunk`: the compiled chunk of `chunk` blocks (`offload.StreamedDiT`'s unit, hidden state
     donated), plus what stays on the device beside it: the embed and head weights and the next chunk, whose
-    transfer is issued before this chunk's compute. The hidden state and context are the embed's, traced."""
+    transfer is issued before this chunk's compute (at a cut depth, the blocks left after this chunk, at most a
+    chunk: the planner's `min(depth, 2 x chunk)`). The hidden state and context are the embed's, traced, with the
+    shardings the embed gives them under a mesh (every stream of a multi-stream DiT split as between blocks)."""
     from vidax.zoo.dit import block_groups, forward, scan_blocks
 
     rules = family.transformer_rules
@@ -201,14 +203,15 @@ def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, 
         entering.append(dit.embed(weights, *inputs))
         return forward(dit, weights, *inputs)
 
-    with _on(mesh, rules):
-        jax.eval_shape(lambda weights, *a: predict(partial(capture, weights), *a), params, *rest)
-    hidden, ctx = abstract(entering[0], replicated(mesh, device))
-    if mesh is not None and isinstance(hidden, jax.ShapeDtypeStruct) and hidden.ndim == 3:  # split as between blocks
-        from vidax.zoo.sharding import VIDEO_AXES, to_mesh_spec
+    def embedded(weights, *a):
+        predict(partial(capture, weights), *a)
+        return entering[0]
 
-        hidden = jax.ShapeDtypeStruct(hidden.shape, hidden.dtype,
-                                      sharding=NamedSharding(mesh, to_mesh_spec(VIDEO_AXES, rules)))
+    with _on(mesh, rules):
+        if mesh is None:
+            hidden, ctx = abstract(jax.eval_shape(embedded, params, *rest), replicated(mesh, device))
+        else:  # every stream split as the embed leaves it (the blocks' `constrain`: video and audio alike)
+            hidden, ctx = embedded_as_placed(embedded, params, rest)
     group = block_groups(dit)[0]  # the first group's chunks (one group in the families the dry run builds)
     blocks = jax.tree.map(lambda x: jax.ShapeDtypeStruct((min(chunk, x.shape[0]), *x.shape[1:]), x.dtype,
                                                          sharding=x.sharding), params[group.name])
@@ -217,8 +220,20 @@ def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, 
         report = compile_stage(f"dit chunk (offload {chunk})", unit, (blocks, hidden, ctx), planned=planned,
                                donate=(1,))
     resident = {k: v for k, v in params.items() if k not in {g.name for g in block_groups(dit)}}
-    beside = per_device_bytes(resident) + per_device_bytes(blocks)  # embed/head weights, the next chunk
+    depth = jax.tree.leaves(params[group.name])[0].shape[0]
+    compiled = min(chunk, depth)
+    following = min(chunk, depth - compiled)  # the next chunk's blocks (none when one chunk holds every block)
+    beside = per_device_bytes(resident) + per_device_bytes(blocks) * following // compiled  # embed/head, next chunk
     return dataclasses.replace(report, argument=report.argument + beside)
+
+
+def embedded_as_placed(embedded: Callable, params: Any, rest: list) -> Any:
+    """The embed's outputs (hidden state, context) as abstract arrays with the shardings XLA gives them: the
+    step compiled up to the embed (the rest of the forward is dead code there)."""
+    compiled = jax.jit(embedded).lower(params, *rest).compile()
+    shapes = jax.eval_shape(embedded, params, *rest)
+    return jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+                        shapes, compiled.output_shardings)
 
 
 def compile_decode_unit(unit: Any, planned: int | None) -> StageMemory:
