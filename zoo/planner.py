@@ -100,6 +100,7 @@ class Job:
     kv_block: int = BLOCK_KV
     block_weight_bytes: float | None = None  # bytes per block parameter when it differs (--weights-dtype int8/fp8)
     step_input_bytes: int = 0  # inputs every device holds whole besides the latents (LTX-Video's RoPE tables)
+    attention_input_copies: int = 0  # the blockwise kernel's copies of q, k, v (BLOCKWISE_LAYOUT_COPIES: Wan)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,12 +172,21 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     attention = unit * 4 * act / layout.tp
     if job.blockwise_attention:  # one head per step where it runs (the CPU): its logits and probabilities
         tile = min(job.q_block, job.tokens) * min(job.kv_block, job.tokens)
-        attention += 2 * batch * tile * 4
+        attention += 2 * batch * tile * 4 + unit * job.attention_input_copies * act / layout.tp
     mlp = unit * ((d.ffn_dim / d.dim) * mlp_hidden_buffers(d) / layout.tp + d.partial_sums) * act
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4
     return int(residual + max(attention, mlp) + text + modulation + scanned_mlp_bytes(job, layout)
                + job.step_input_bytes)
+
+
+# [batch, tokens, dim] copies the blockwise kernel makes of its inputs when q and k come rotated (RoPE): q, k and v
+# each re-laid out in its blocks (`[blocks, block, head_dim]`; XLA's buffer report for the Wan2.1 14B step at 720p
+# shows them beside the rotated q and k; a toy DiT without RoPE, tests/fit, has none). Only a block whose attention
+# phase outweighs its MLP sees them (the 14B's MLP is 2.7 x dim wide, every other family's 4 x or more): its
+# resident step (dp=2 sp=2, 2 blocks, fp32) was 15% under XLA's figure without them, 5% under with them; its
+# offloaded chunk (sp=4, one block) 5% over. The Wan family sets `Job.attention_input_copies` to it.
+BLOCKWISE_LAYOUT_COPIES = 3
 
 
 def rows_per_device(batch: int, dp: int) -> int:

@@ -25,7 +25,8 @@ TOLERANCE = 0.10
 DEVICES, CHIP = 4, 30.75
 # one model per family the dry run builds, at its native size; and the frames of a shorter video (fewer tokens)
 MODELS = {"wan2.1-t2v-1.3b": 41, "cogvideox1.5-5b": 41, "hunyuanvideo-1.5-480p-t2v": 61, "cosmos3-nano": 45,
-          "ltx-video-13b": 81, "cosmos-predict2.5-2b": 45, "hunyuanvideo": 65}
+          "ltx-video-13b": 81, "cosmos-predict2.5-2b": 45, "hunyuanvideo": 65,
+          "wan2.1-t2v-14b": 41}
 
 
 def _dit(model: str, frames: int | None = None):
