@@ -263,7 +263,7 @@ class FamilyStages:
     cond: `(family, s, batch) -> the predictor's condition` as ShapeDtypeStructs.
     vae_decode: `(family, s, dtype, device) -> [DecodeUnit]` (or `(name, fn, args, donate, static)` tuples),
       the decode's compiled units.
-    text_encoder: `(family, s, dtype, device) -> (fn, abstract args, static)` or None.
+    text_encoder: `(family, s, dtype, device) -> (fn, abstract args, static)` (None: no config at hand), or None.
     step: `(family, s, dit) -> (predictor, latents shape, knobs)` for a family whose predictor is not
       `family.predictor` over `family.latent_shape` (None: those).
     """
@@ -358,6 +358,47 @@ def _wan_text(family: Any, s: Any, dtype: Any, device: Any):
     ids = jax.ShapeDtypeStruct((2 if s.guided else 1, MAX_SEQUENCE_LENGTH), jnp.int32, sharding=device)
     params = nn.unbox(jax.eval_shape(lambda i: model.init(jax.random.key(0), i, i), ids))
     return _encode.__wrapped__, (model, abstract(params, device, dtype), ids, ids), (0,)
+
+
+def _t5_stage(config: Any, fn: Callable, rows: int, tokens: int, dtype: Any, device: Any, *, mask: bool):
+    """A T5 encoder's forward over `rows` prompts of `tokens` (fp32 activations over `dtype` weights):
+    `fn(model, params, ids[, mask])`, the model static."""
+    from vidax.zoo.encoders.t5 import T5EncoderModel
+
+    model = T5EncoderModel(config, dtype=jnp.float32)
+    device = SingleDeviceSharding(device)
+    ids = jax.ShapeDtypeStruct((rows, tokens), jnp.int32, sharding=device)
+    params = nn.unbox(jax.eval_shape(lambda i: model.init(jax.random.key(0), i, i), ids))
+    return fn, (model, abstract(params, device, dtype), ids, *((ids,) if mask else ())), (0,)
+
+
+def _cogvideox_text(family: Any, s: Any, dtype: Any, device: Any):
+    """T5-XXL over `max_sequence_length` tokens, unmasked (prompt and negative prompt)."""
+    if family.t5_config is None:
+        return None
+    return _t5_stage(family.t5_config, _cogvideox_t5, 2 if s.guided else 1, s.max_sequence_length, dtype, device,
+                     mask=False)
+
+
+def _cogvideox_t5(model: Any, params: Any, ids: Any) -> Any:
+    return model.apply(params, ids, None).last_hidden_state
+
+
+def _ltx_text(family: Any, s: Any, dtype: Any, device: Any):
+    """T5-XXL over the family's prompt length, masked as the layouts that mask it (the mask costs nothing)."""
+    from vidax.zoo.encoders.t5 import T5Config
+    from vidax.zoo.ltx_video.family import TEXT
+
+    found = family._t5_json()
+    if not found:
+        return None
+    rows = 2 if family.needs_negative(s) else 1
+    tokens = s.max_sequence_length or TEXT[family.reference(s)][0]
+    return _t5_stage(T5Config.from_hf_config(found), _ltx_t5, rows, tokens, dtype, device, mask=True)
+
+
+def _ltx_t5(model: Any, params: Any, ids: Any, mask: Any) -> Any:
+    return model.apply(params, ids, mask).last_hidden_state
 
 
 def _depth(cfg: Any, depth: int | None, field: str = "num_layers") -> Any:
@@ -705,12 +746,12 @@ def _no_stages(family: Any, s: Any, dtype: Any, device: Any) -> list[tuple]:
 
 FAMILY_STAGES: dict[str, FamilyStages] = {
     "wan": FamilyStages(_wan_dit, _wan_cond, _wan_vae, _wan_text),
-    "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, _cogvideox_vae),
+    "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, _cogvideox_vae, _cogvideox_text),
     "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _hunyuan15_vae),
     "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, _cosmos_vae),
     "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
     "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _hunyuan_vae),
-    "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, _ltx_vae, step=_ltx_step),
+    "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, _ltx_vae, _ltx_text, step=_ltx_step),
     "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, _ltx2_vae, step=_ltx2_step),
 }
 
@@ -796,8 +837,12 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
     found = dry_devices(max(devices, layout.devices))
     first = found[0]
     reports = []
-    if "text" in stages and parts.text_encoder is not None:
-        fn, args, static = parts.text_encoder(family, s, dtype, first)
+    text = None
+    if "text" in stages and parts.text_encoder is not None:  # weights in the width the planner counts
+        text_dtype = jnp.float32 if job.text_encoder_bytes == 4 else jnp.bfloat16
+        text = parts.text_encoder(family, s, text_dtype, first)
+    if text is not None:
+        fn, args, static = text
         planned = job.text_encoder_params * job.text_encoder_bytes
         reports.append(compile_stage("text encoder", fn, args, planned=planned, static=static))
     if "dit" in stages:
