@@ -263,7 +263,8 @@ class FamilyStages:
     cond: `(family, s, batch) -> the predictor's condition` as ShapeDtypeStructs.
     vae_decode: `(family, s, dtype, device) -> [DecodeUnit]` (or `(name, fn, args, donate, static)` tuples),
       the decode's compiled units.
-    text_encoder: `(family, s, dtype, device) -> (fn, abstract args, static)` (None: no config at hand), or None.
+    text_encoder: `(family, s, dtype, device) -> (fn, abstract args, static[, bytes held beside it])` (None: no
+      config at hand), or None.
     step: `(family, s, dit) -> (predictor, latents shape, knobs)` for a family whose predictor is not
       `family.predictor` over `family.latent_shape` (None: those).
     """
@@ -399,6 +400,29 @@ def _ltx_text(family: Any, s: Any, dtype: Any, device: Any):
 
 def _ltx_t5(model: Any, params: Any, ids: Any, mask: Any) -> Any:
     return model.apply(params, ids, mask).last_hidden_state
+
+
+def _hunyuan_text(family: Any, s: Any, dtype: Any, device: Any):
+    """HunyuanVideo 1.0 text-to-video: Llama's `hidden_states[-3]` over the template and the prompt (the planner's
+    towers, counted resident together: CLIP-L's weights beside it). Image-to-video's Llava is not built."""
+    from vidax.zoo.encoders.clip_text import CLIPTextConfig, CLIPTextModel
+    from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
+    from vidax.zoo.hunyuan_video import text as hv_text
+
+    llm = family.read_config("text_encoder", *family._configs("text_encoder"))
+    clip = family.read_config("text_encoder_2", *family._configs("text_encoder_2"))
+    if family.i2v or llm is None or clip is None:
+        return None
+    model = DecoderTextModel(DecoderConfig.from_hf_config(llm.get("text_config", llm)))
+    device = SingleDeviceSharding(device)
+    rows = 2 if s.guided else 1
+    ids = jax.ShapeDtypeStruct((rows, s.max_sequence_length + hv_text.T2V_TEMPLATE.crop_start), jnp.int32,
+                               sharding=device)
+    params = nn.unbox(jax.eval_shape(lambda i: model.init(jax.random.key(0), i, i), ids))["params"]
+    short = jnp.zeros((1, 8), jnp.int32)
+    towers = jax.eval_shape(lambda: CLIPTextModel(CLIPTextConfig.from_hf_config(clip)).init(jax.random.key(0), short))
+    args = (model, abstract(params, device, dtype), -(hv_text.SKIP_LAYERS + 1), ids, ids)
+    return hv_text._hidden_state.__wrapped__, args, (0, 2), per_device_bytes(abstract(towers, device, dtype))
 
 
 def _depth(cfg: Any, depth: int | None, field: str = "num_layers") -> Any:
@@ -750,7 +774,7 @@ FAMILY_STAGES: dict[str, FamilyStages] = {
     "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _hunyuan15_vae),
     "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, _cosmos_vae),
     "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
-    "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _hunyuan_vae),
+    "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _hunyuan_vae, _hunyuan_text),
     "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, _ltx_vae, _ltx_text, step=_ltx_step),
     "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, _ltx2_vae, step=_ltx2_step),
 }
@@ -841,10 +865,11 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
     if "text" in stages and parts.text_encoder is not None:  # weights in the width the planner counts
         text_dtype = jnp.float32 if job.text_encoder_bytes == 4 else jnp.bfloat16
         text = parts.text_encoder(family, s, text_dtype, first)
-    if text is not None:
-        fn, args, static = text
+    if text is not None:  # (fn, args, static[, bytes of other towers held beside it])
+        fn, args, static, *beside = text
         planned = job.text_encoder_params * job.text_encoder_bytes
-        reports.append(compile_stage("text encoder", fn, args, planned=planned, static=static))
+        report = compile_stage("text encoder", fn, args, planned=planned, static=static)
+        reports.append(dataclasses.replace(report, argument=report.argument + sum(beside)))
     if "dit" in stages:
         check_heads(job.dit.heads, layout.tp, layout.sp)
         mesh = make_mesh(layout.dp, layout.tp, layout.sp, devices=found[: layout.devices])
