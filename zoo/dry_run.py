@@ -425,6 +425,28 @@ def _hunyuan_text(family: Any, s: Any, dtype: Any, device: Any):
     return hv_text._hidden_state.__wrapped__, args, (0, 2), per_device_bytes(abstract(towers, device, dtype))
 
 
+def _hunyuan15_text(family: Any, s: Any, dtype: Any, device: Any):
+    """HunyuanVideo-1.5: Qwen2.5-VL's `hidden_states[-3]` over the system template and one prompt (each prompt is
+    encoded alone), ByT5's weights beside it (both towers are loaded together)."""
+    from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
+    from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
+    from vidax.zoo.hunyuan_video15 import text as hv_text
+
+    qwen = family.read_config("text_encoder", "text_encoder/config.json", "text_encoder/llm/config.json")
+    byt5 = family.read_config("text_encoder_2", "text_encoder_2/config.json", "tokenizer_2/config.json",
+                              "text_encoder/byt5-small/config.json")
+    if qwen is None or byt5 is None:
+        return None
+    model = DecoderTextModel(DecoderConfig.from_hf_config(qwen))
+    device = SingleDeviceSharding(device)
+    ids = jax.ShapeDtypeStruct((1, hv_text.MLLM_MAX_LENGTH + hv_text.TEMPLATE_CROP), jnp.int32, sharding=device)
+    params = nn.unbox(jax.eval_shape(lambda i: model.init(jax.random.key(0), i, i), ids))["params"]
+    short = jnp.zeros((1, 8), jnp.int32)
+    glyphs = jax.eval_shape(lambda: T5EncoderModel(T5Config.from_hf_config(byt5)).init(jax.random.key(0), short, short))
+    args = (model, abstract(params, device, dtype), ids, ids)
+    return hv_text._run_decoder.__wrapped__, args, (0,), per_device_bytes(abstract(glyphs, device, dtype))
+
+
 def _depth(cfg: Any, depth: int | None, field: str = "num_layers") -> Any:
     return cfg if depth is None else dataclasses.replace(cfg, **{field: depth})
 
@@ -771,7 +793,7 @@ def _no_stages(family: Any, s: Any, dtype: Any, device: Any) -> list[tuple]:
 FAMILY_STAGES: dict[str, FamilyStages] = {
     "wan": FamilyStages(_wan_dit, _wan_cond, _wan_vae, _wan_text),
     "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, _cogvideox_vae, _cogvideox_text),
-    "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _hunyuan15_vae),
+    "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _hunyuan15_vae, _hunyuan15_text),
     "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, _cosmos_vae),
     "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
     "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _hunyuan_vae, _hunyuan_text),
