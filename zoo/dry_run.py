@@ -447,6 +447,22 @@ def _hunyuan15_text(family: Any, s: Any, dtype: Any, device: Any):
     return hv_text._run_decoder.__wrapped__, args, (0,), per_device_bytes(abstract(glyphs, device, dtype))
 
 
+def _ltx2_text(family: Any, s: Any, dtype: Any, device: Any):
+    """LTX-2: the Gemma tower over the prompt rows (left-padded to `max_sequence_length`), every hidden state
+    stacked, in the weights' dtype (as the run computes it); the connectors run after it, alone."""
+    from vidax.zoo.encoders.gemma import GemmaTextModel
+    from vidax.zoo.ltx2.family import _text_features
+
+    cfg = family.model.text_encoder
+    if cfg is None:  # a gated config not at hand
+        return None
+    model = GemmaTextModel(cfg, dtype=jnp.dtype(dtype))
+    device = SingleDeviceSharding(device)
+    ids = jax.ShapeDtypeStruct((2 if s.guided else 1, s.max_sequence_length), jnp.int32, sharding=device)
+    params = nn.unbox(jax.eval_shape(lambda i: model.init(jax.random.key(0), i, i), ids))["params"]
+    return _text_features.__wrapped__, (model, abstract(params, device, dtype), ids, ids), (0,)
+
+
 def _depth(cfg: Any, depth: int | None, field: str = "num_layers") -> Any:
     return cfg if depth is None else dataclasses.replace(cfg, **{field: depth})
 
@@ -798,7 +814,7 @@ FAMILY_STAGES: dict[str, FamilyStages] = {
     "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
     "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _hunyuan_vae, _hunyuan_text),
     "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, _ltx_vae, _ltx_text, step=_ltx_step),
-    "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, _ltx2_vae, step=_ltx2_step),
+    "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, _ltx2_vae, _ltx2_text, step=_ltx2_step),
 }
 
 
