@@ -53,7 +53,8 @@ class Dense(nn.Module):
         return project(x.astype(dtype), kernel, bias, input_activation=self.input_activation)
 
 
-CPU_ROW_BLOCK = 1024  # the most rows one CPU matmul call takes (bench/bench_matmul.py)
+CPU_ROW_BLOCK = 1024  # the most rows one CPU matmul call takes (bench/bench_matmul.py); the default of
+# `cpu_tuning.row_block`, which a machine's measurement or VIDAX_CPU_ROW_BLOCK overrides (off: one call)
 
 
 def project(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *,
@@ -62,16 +63,20 @@ def project(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *,
 
     On a CPU run that is not split over a mesh, a product of more than `CPU_ROW_BLOCK` rows runs as
     balanced row blocks one after another (3510 tokens: 5 x 702): XLA's CPU matmul (YNNPACK) runs
-    such a block 5-16% faster than the whole product (`python -m bench matmul`), and each output
+    such a block 5-16% faster than the whole product on some CPUs and 3-9% slower on others
+    (`python -m bench matmul`; `vidax.zoo.cpu_tuning` measures which, once per machine), and each output
     row is the same sum in the same order either way, so the product is bit for bit the one call's.
     Accelerators, and sharded products (each device's share is already smaller), take the one call.
     """
+    from vidax.zoo.cpu_tuning import row_block
+
     activate = input_activation or (lambda v: v)
     rows = math.prod(x.shape[:-1])
-    if rows <= CPU_ROW_BLOCK or jax.default_backend() != "cpu" or _split_over_devices():
+    most = row_block(CPU_ROW_BLOCK) if jax.default_backend() == "cpu" else None
+    if most is None or rows <= most or _split_over_devices():
         y = jnp.dot(activate(x), kernel)
         return y if bias is None else y + bias
-    count, size = balanced_blocks(rows, CPU_ROW_BLOCK)
+    count, size = balanced_blocks(rows, most)
     flat = x.reshape(rows, x.shape[-1])
 
     def block(first):
