@@ -35,8 +35,8 @@ class DiTSizes:
     mlp_outputs: int = 1  # [ffn, dim] matrices of one block
     # [batch, tokens, dim] products of one block summed into one output (a block whose attention and MLP run side
     # by side into one output projection kept as row blocks: HunyuanVideo 1.0's single blocks, 5). XLA runs the
-    # independent products before their sum, so all are live at once, whole under tp > 1 too (its all-reduce
-    # combiner joins their all-reductions over the tensor axis)
+    # independent products before their sum, so all are live at once, whole under tp > 1 too, where its
+    # all-reduce combiner joins their all-reductions into one whose outputs sit beside its inputs (twice as many)
     partial_sums: int = 0
 
     @property
@@ -173,7 +173,9 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     if job.blockwise_attention:  # one head per step where it runs (the CPU): its logits and probabilities
         tile = min(job.q_block, job.tokens) * min(job.kv_block, job.tokens)
         attention += 2 * batch * tile * 4 + unit * job.attention_input_copies * act / layout.tp
-    mlp = unit * ((d.ffn_dim / d.dim) * mlp_hidden_buffers(d) / layout.tp + d.partial_sums) * act
+    hidden = (d.ffn_dim / d.dim) * mlp_hidden_buffers(d) / layout.tp + d.partial_sums
+    reduced = 2 * d.partial_sums if layout.tp > 1 else 0  # the all-reduction's outputs beside its inputs
+    mlp = unit * max(hidden, reduced) * act
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4
     return int(residual + max(attention, mlp) + text + modulation + scanned_mlp_bytes(job, layout)
