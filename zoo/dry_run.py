@@ -23,11 +23,31 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from vidax.zoo.dry_run_units import (  # noqa: F401 (re-exported: the tests and the bench use them from here)
+    DecodeUnit,
+    abstract,
+    cogvideox_text,
+    cogvideox_vae,
+    cosmos_vae,
+    hunyuan15_text,
+    hunyuan15_vae,
+    hunyuan_text,
+    hunyuan_vae,
+    ltx2_text,
+    ltx2_vae,
+    ltx_text,
+    ltx_vae,
+    per_device_bytes,
+    stage_units,
+    tile_unit,
+    wan_text,
+    wan_vae,
+    wan_vae_decode_units,
+)
 from vidax.zoo.pipeline import PipelineError
 
 
@@ -69,33 +89,15 @@ class DryRun:
         return all(stage.total <= self.device_bytes for stage in self.stages)
 
 
-# --- abstract arrays ----------------------------------------------------------------------------
-
-
-def abstract(tree: Any, shardings: Any = None, dtype: Any = None) -> Any:
-    """ShapeDtypeStructs of `tree`'s leaves (arrays or structs), with `shardings` (a tree or one sharding)."""
-    leaves, treedef = jax.tree.flatten(tree)
-    if shardings is None or isinstance(shardings, jax.sharding.Sharding):
-        shards = [shardings] * len(leaves)
-    else:
-        shards = treedef.flatten_up_to(shardings)
-    return treedef.unflatten([
-        jax.ShapeDtypeStruct(leaf.shape, _dtype_of(leaf, dtype), sharding=sharding)
-        for leaf, sharding in zip(leaves, shards)])
-
-
-def _dtype_of(leaf: Any, dtype: Any) -> Any:
-    """`dtype` for float leaves (the weights' dtype), the leaf's own otherwise."""
-    if dtype is not None and jnp.issubdtype(leaf.dtype, jnp.floating):
-        return jnp.dtype(dtype)
-    return leaf.dtype
-
-
 def compile_stage(stage: str, fn: Callable, args: tuple, *, planned: int | None = None,
-                  donate: tuple[int, ...] = (), static: tuple[int, ...] = ()) -> StageMemory:
-    """Lower and compile `fn(*args)` (abstract args) and read XLA's memory and cost analyses."""
+                  donate: tuple[int, ...] = (), static: tuple[int, ...] = (), keep_unused: bool = False) -> StageMemory:
+    """Lower and compile `fn(*args)` (abstract args) and read XLA's memory and cost analyses.
+
+    `keep_unused`: count arguments the computation does not read (jit drops them by default; a VAE
+    decode passed the whole loaded tree still holds its encoder's weights on the device)."""
     start = time.perf_counter()
-    compiled = jax.jit(fn, donate_argnums=donate, static_argnums=static).lower(*args).compile()
+    jitted = jax.jit(fn, donate_argnums=donate, static_argnums=static, keep_unused=keep_unused)
+    compiled = jitted.lower(*args).compile()
     seconds = time.perf_counter() - start
     memory = compiled.memory_analysis()
     return StageMemory(stage, int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
@@ -186,7 +188,9 @@ def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, 
                           planned: int | None, device: Any = None) -> StageMemory:
     """`--offload-chunk`: the compiled chunk of `chunk` blocks (`offload.StreamedDiT`'s unit, hidden state
     donated), plus what stays on the device beside it: the embed and head weights and the next chunk, whose
-    transfer is issued before this chunk's compute. The hidden state and context are the embed's, traced."""
+    transfer is issued before this chunk's compute (at a cut depth, the blocks left after this chunk, at most a
+    chunk: the planner's `min(depth, 2 x chunk)`). The hidden state and context are the embed's, traced, with the
+    shardings the embed gives them under a mesh (every stream of a multi-stream DiT split as between blocks)."""
     from vidax.zoo.dit import block_groups, forward, scan_blocks
 
     rules = family.transformer_rules
@@ -197,14 +201,15 @@ def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, 
         entering.append(dit.embed(weights, *inputs))
         return forward(dit, weights, *inputs)
 
-    with _on(mesh, rules):
-        jax.eval_shape(lambda weights, *a: predict(partial(capture, weights), *a), params, *rest)
-    hidden, ctx = abstract(entering[0], replicated(mesh, device))
-    if mesh is not None and isinstance(hidden, jax.ShapeDtypeStruct) and hidden.ndim == 3:  # split as between blocks
-        from vidax.zoo.sharding import VIDEO_AXES, to_mesh_spec
+    def embedded(weights, *a):
+        predict(partial(capture, weights), *a)
+        return entering[0]
 
-        hidden = jax.ShapeDtypeStruct(hidden.shape, hidden.dtype,
-                                      sharding=NamedSharding(mesh, to_mesh_spec(VIDEO_AXES, rules)))
+    with _on(mesh, rules):
+        if mesh is None:
+            hidden, ctx = abstract(jax.eval_shape(embedded, params, *rest), replicated(mesh, device))
+        else:  # every stream split as the embed leaves it (the blocks' `constrain`: video and audio alike)
+            hidden, ctx = embedded_as_placed(embedded, params, rest)
     group = block_groups(dit)[0]  # the first group's chunks (one group in the families the dry run builds)
     blocks = jax.tree.map(lambda x: jax.ShapeDtypeStruct((min(chunk, x.shape[0]), *x.shape[1:]), x.dtype,
                                                          sharding=x.sharding), params[group.name])
@@ -213,17 +218,27 @@ def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, 
         report = compile_stage(f"dit chunk (offload {chunk})", unit, (blocks, hidden, ctx), planned=planned,
                                donate=(1,))
     resident = {k: v for k, v in params.items() if k not in {g.name for g in block_groups(dit)}}
-    beside = per_device_bytes(resident) + per_device_bytes(blocks)  # embed/head weights, the next chunk
+    depth = jax.tree.leaves(params[group.name])[0].shape[0]
+    compiled = min(chunk, depth)
+    following = min(chunk, depth - compiled)  # the next chunk's blocks (none when one chunk holds every block)
+    beside = per_device_bytes(resident) + per_device_bytes(blocks) * following // compiled  # embed/head, next chunk
     return dataclasses.replace(report, argument=report.argument + beside)
 
 
-def per_device_bytes(tree: Any) -> int:
-    """Bytes one device holds of an abstract tree (its shard of each leaf)."""
-    total = 0
-    for leaf in jax.tree.leaves(tree):
-        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
-        total += math.prod(shape) * leaf.dtype.itemsize
-    return int(total)
+def embedded_as_placed(embedded: Callable, params: Any, rest: list) -> Any:
+    """The embed's outputs (hidden state, context) as abstract arrays with the shardings XLA gives them: the
+    step compiled up to the embed (the rest of the forward is dead code there)."""
+    compiled = jax.jit(embedded).lower(params, *rest).compile()
+    shapes = jax.eval_shape(embedded, params, *rest)
+    return jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+                        shapes, compiled.output_shardings)
+
+
+def compile_decode_unit(unit: Any, planned: int | None) -> StageMemory:
+    """A VAE decode unit compiled; what the device holds beside it counted with its arguments."""
+    report = compile_stage(unit.name, unit.fn, unit.args, planned=planned, donate=unit.donate, static=unit.static,
+                           keep_unused=True)
+    return dataclasses.replace(report, argument=report.argument + unit.beside)
 
 
 # --- families -----------------------------------------------------------------------------------
@@ -235,8 +250,10 @@ class FamilyStages:
 
     dit: `(family, s, depth, dtype) -> DiT module` (depth None: the config's).
     cond: `(family, s, batch) -> the predictor's condition` as ShapeDtypeStructs.
-    vae_decode: `(family, s, device) -> [(stage name, fn, abstract args, donate, static)]`, the decode units.
-    text_encoder: `(family, s, dtype, device) -> (fn, abstract args, static)` or None.
+    vae_decode: `(family, s, dtype, device) -> [DecodeUnit]` (or `(name, fn, args, donate, static)` tuples),
+      the decode's compiled units.
+    text_encoder: `(family, s, dtype, device) -> (fn, abstract args, static[, bytes held beside it])` (None: no
+      config at hand), or None.
     step: `(family, s, dit) -> (predictor, latents shape, knobs)` for a family whose predictor is not
       `family.predictor` over `family.latent_shape` (None: those).
     """
@@ -270,41 +287,6 @@ def _wan_cond(family: Any, s: Any, batch: int) -> Any:
     if m.concat_condition:
         latents = jax.ShapeDtypeStruct((1, 4 + z, frames, h, w), f32)
     return WanCondition(text, image, latents, first)
-
-
-def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...], device: Any = None) -> list[tuple]:
-    """The Wan VAE's two compiled decode units (the first latent frame, then each next one with the
-    causal cache), as `WanVAE.decode` runs them: `[(name, fn, args, donate, static)]`."""
-    from vidax.zoo.wan_vae import WanVAE, _chunk
-
-    vae = WanVAE(config)
-    device = SingleDeviceSharding(device or jax.devices()[0])
-    params = abstract(jax.eval_shape(lambda: vae.init_params(jax.random.key(0))), device)
-    _, z, _, h, w = latent_shape
-    chunk = jax.ShapeDtypeStruct((1, 1, h, w, z), jnp.float32, sharding=device)
-    _, cache = jax.eval_shape(lambda p, x: _chunk(vae.module, "decode_chunk", p, None, x, True), params, chunk)
-    cache = abstract(cache, device)
-    static = (0, 1, 5)  # the module, the method, `first`
-    first = (vae.module, "decode_chunk", params, None, chunk, True)
-    steady = (vae.module, "decode_chunk", params, cache, chunk, False)  # the cache in, donated
-    return [("vae decode (first frame)", _chunk, first, (), static),
-            ("vae decode (next frames)", _chunk, steady, (3,), static)]
-
-
-def _wan_vae(family: Any, s: Any, device: Any) -> list[tuple]:
-    return wan_vae_decode_units(family.model.vae, family.latent_shape(s), device)
-
-
-def _wan_text(family: Any, s: Any, dtype: Any, device: Any):
-    from vidax.zoo.encoders.t5 import T5EncoderModel
-    from vidax.zoo.wan.family import UMT5_XXL
-    from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH, _encode
-
-    model = T5EncoderModel(family.model.text_encoder or UMT5_XXL, dtype=jnp.float32)
-    device = SingleDeviceSharding(device)
-    ids = jax.ShapeDtypeStruct((2 if s.guided else 1, MAX_SEQUENCE_LENGTH), jnp.int32, sharding=device)
-    params = nn.unbox(jax.eval_shape(lambda i: model.init(jax.random.key(0), i, i), ids))
-    return _encode.__wrapped__, (model, abstract(params, device, dtype), ids, ids), (0,)
 
 
 def _depth(cfg: Any, depth: int | None, field: str = "num_layers") -> Any:
@@ -485,23 +467,15 @@ def _ltx2_step(family: Any, s: Any, dit: Any) -> tuple[Any, tuple, dict]:
     return predict, state, family.step_knobs(s, family.stepper(s, state), 0, 0)
 
 
-def _cosmos_vae(family: Any, s: Any, device: Any) -> list[tuple]:
-    return wan_vae_decode_units(family.vae_config, family.latent_shape(s), device)
-
-
-def _no_stages(family: Any, s: Any, device: Any) -> list[tuple]:
-    return []
-
-
 FAMILY_STAGES: dict[str, FamilyStages] = {
-    "wan": FamilyStages(_wan_dit, _wan_cond, _wan_vae, _wan_text),
-    "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, _no_stages),
-    "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, _no_stages),
-    "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, _cosmos_vae),
-    "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, _cosmos_vae),
-    "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, _no_stages),
-    "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, _no_stages, step=_ltx_step),
-    "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, _no_stages, step=_ltx2_step),
+    "wan": FamilyStages(_wan_dit, _wan_cond, wan_vae, wan_text),
+    "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, cogvideox_vae, cogvideox_text),
+    "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, hunyuan15_vae, hunyuan15_text),
+    "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, cosmos_vae),
+    "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, cosmos_vae),
+    "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, hunyuan_vae, hunyuan_text),
+    "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, ltx_vae, ltx_text, step=_ltx_step),
+    "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, ltx2_vae, ltx2_text, step=_ltx2_step),
 }
 
 
@@ -528,7 +502,7 @@ def job_at_depth(job: Any, dit: Any, depth: int | None) -> Any:
     groups = tuple(group.name for group in block_groups(dit))
     sizes = dit_sizes(dit.param_shapes(), dim=d.dim, ffn_dim=d.ffn_dim, heads=d.heads, text_dim=d.text_dim,
                       groups=groups)
-    return dataclasses.replace(job, dit=sizes)
+    return dataclasses.replace(job, dit=dataclasses.replace(sizes, partial_sums=d.partial_sums))
 
 
 def planned_dit_bytes(job: Any, layout: Any) -> int:
@@ -586,10 +560,15 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
     found = dry_devices(max(devices, layout.devices))
     first = found[0]
     reports = []
-    if "text" in stages and parts.text_encoder is not None:
-        fn, args, static = parts.text_encoder(family, s, dtype, first)
+    text = None
+    if "text" in stages and parts.text_encoder is not None:  # weights in the width the planner counts
+        text_dtype = jnp.float32 if job.text_encoder_bytes == 4 else jnp.bfloat16
+        text = parts.text_encoder(family, s, text_dtype, first)
+    if text is not None:  # (fn, args, static[, bytes of other towers held beside it])
+        fn, args, static, *beside = text
         planned = job.text_encoder_params * job.text_encoder_bytes
-        reports.append(compile_stage("text encoder", fn, args, planned=planned, static=static))
+        report = compile_stage("text encoder", fn, args, planned=planned, static=static)
+        reports.append(dataclasses.replace(report, argument=report.argument + sum(beside)))
     if "dit" in stages:
         check_heads(job.dit.heads, layout.tp, layout.sp)
         mesh = make_mesh(layout.dp, layout.tp, layout.sp, devices=found[: layout.devices])
@@ -602,8 +581,7 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
             reports.append(compile_offloaded_dit(family, s, dit, dtype, mesh, cond, layout.offload_chunk, planned,
                                                  first))
     if "vae" in stages:
-        for name, fn, args, donate, static in parts.vae_decode(family, s, first):
-            reports.append(compile_stage(name, fn, args, planned=planned_vae_bytes(job), donate=donate,
-                                         static=static))
+        for unit in parts.vae_decode(family, s, dtype, first):
+            reports.append(compile_decode_unit(DecodeUnit(*unit), planned_vae_bytes(job)))
     size = f"{s.width}x{s.height}, {s.frames} frames"
     return DryRun(family.name, size, layout, devices, device_bytes, tuple(reports))

@@ -33,6 +33,11 @@ class DiTSizes:
     total_block_params: int | None = None  # every block of every group (None: depth x block_params)
     mlp_inputs: int = 1  # [dim, ffn] matrices of one block (gated MLPs: 2; a second pathway doubles it)
     mlp_outputs: int = 1  # [ffn, dim] matrices of one block
+    # [batch, tokens, dim] products of one block summed into one output (a block whose attention and MLP run side
+    # by side into one output projection kept as row blocks: HunyuanVideo 1.0's single blocks, 5). XLA runs the
+    # independent products before their sum, so all are live at once, whole under tp > 1 too, where its
+    # all-reduce combiner joins their all-reductions into one whose outputs sit beside its inputs (twice as many)
+    partial_sums: int = 0
 
     @property
     def all_blocks(self) -> int:
@@ -95,6 +100,7 @@ class Job:
     kv_block: int = BLOCK_KV
     block_weight_bytes: float | None = None  # bytes per block parameter when it differs (--weights-dtype int8/fp8)
     step_input_bytes: int = 0  # inputs every device holds whole besides the latents (LTX-Video's RoPE tables)
+    attention_input_copies: int = 0  # the blockwise kernel's copies of q, k, v (BLOCKWISE_LAYOUT_COPIES: Wan)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,12 +172,23 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     attention = unit * 4 * act / layout.tp
     if job.blockwise_attention:  # one head per step where it runs (the CPU): its logits and probabilities
         tile = min(job.q_block, job.tokens) * min(job.kv_block, job.tokens)
-        attention += 2 * batch * tile * 4
-    mlp = unit * (d.ffn_dim / d.dim) * mlp_hidden_buffers(d) * act / layout.tp
+        attention += 2 * batch * tile * 4 + unit * job.attention_input_copies * act / layout.tp
+    hidden = (d.ffn_dim / d.dim) * mlp_hidden_buffers(d) / layout.tp + d.partial_sums
+    reduced = 2 * d.partial_sums if layout.tp > 1 else 0  # the all-reduction's outputs beside its inputs
+    mlp = unit * max(hidden, reduced) * act
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4
     return int(residual + max(attention, mlp) + text + modulation + scanned_mlp_bytes(job, layout)
                + job.step_input_bytes)
+
+
+# [batch, tokens, dim] copies the blockwise kernel makes of its inputs when q and k come rotated (RoPE): q, k and v
+# each re-laid out in its blocks (`[blocks, block, head_dim]`; XLA's buffer report for the Wan2.1 14B step at 720p
+# shows them beside the rotated q and k; a toy DiT without RoPE, tests/fit, has none). Only a block whose attention
+# phase outweighs its MLP sees them (the 14B's MLP is 2.7 x dim wide, every other family's 4 x or more): its
+# resident step (dp=2 sp=2, 2 blocks, fp32) was 15% under XLA's figure without them, 5% under with them; its
+# offloaded chunk (sp=4, one block) 5% over. The Wan family sets `Job.attention_input_copies` to it.
+BLOCKWISE_LAYOUT_COPIES = 3
 
 
 def rows_per_device(batch: int, dp: int) -> int:

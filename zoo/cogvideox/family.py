@@ -116,23 +116,41 @@ class CogVideoXPredict:
         return cfg_predict(run, positive, negative, knobs["scale"])
 
 
+# fp32 maps of [frames, H, W, block_out_channels[1]] XLA's buffer assignment keeps alive in the steady decode unit
+# (a frame batch after the first, 8 frames): 16.7 at 240x360 (CogVideoX1.5's tile) and 320x480 untiled (CPU
+# memory_analysis; tests/dryrun checks the whole figure). The former "four" was a quarter of it.
+DECODE_LIVE_MAPS = 16.8
+
+
 def decode_peak_bytes(vae: CogVideoXVAEConfig, frames: int, height: int, width: int, tiled: bool) -> int:
     """The VAE decode's largest working set (fp32), for the memory planner.
 
-    One frame batch (2 latent frames -> 8 pixel frames, the first batch 9) runs at a time, at a tile's
-    size when tiled (half the config's sample size) or the whole frame: about four live maps of the
-    widest full-resolution stage (the second block width: the last upsampler's output) plus the input
-    and conv caches; the decoded video itself (and, tiled, its tiles before blending) accumulates.
+    The steady unit is one frame batch after the first (2 latent frames -> 8 pixel frames) at a tile's size
+    when tiled (half the config's sample size) or the whole frame: `DECODE_LIVE_MAPS` maps of the second
+    block width at full resolution, and the causal conv cache it reads and writes (exact, from its shapes);
+    the decoded video itself (and, tiled, its tiles before blending) accumulates.
     """
-    batch_frames = DECODE_BATCH_FRAMES * vae.temporal_compression_ratio + 1
+    batch_frames = DECODE_BATCH_FRAMES * vae.temporal_compression_ratio
     h, w = height, width
     if tiled:
         tiling = Tiling.default(vae)
         h, w = min(height, tiling.sample_height), min(width, tiling.sample_width)
     widest = vae.block_out_channels[1] if len(vae.block_out_channels) > 1 else vae.block_out_channels[0]
-    working = 4 * batch_frames * h * w * widest * 4
+    working = DECODE_LIVE_MAPS * batch_frames * h * w * widest * 4
     video = frames * height * width * vae.out_channels * 4 * (2 if tiled else 1)
-    return int(working + video)
+    return int(working + decode_cache_bytes(vae, h, w) + video)
+
+
+def decode_cache_bytes(vae: CogVideoXVAEConfig, height: int, width: int) -> int:
+    """Bytes of the decoder's causal conv cache for `height` x `width` pixels, from an abstract first batch."""
+    from vidax.zoo.cogvideox.vae import _run
+
+    model = CogVideoXVAE(vae)
+    s = vae.spatial_compression
+    params = jax.eval_shape(model.init_params, jax.random.key(0))
+    z = jax.ShapeDtypeStruct((1, DECODE_BATCH_FRAMES, height // s, width // s, vae.latent_channels), jnp.float32)
+    _, cache = jax.eval_shape(lambda p, x: _run(model.module, "decode_batch", p, None, x, True), params, z)
+    return int(sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(cache)))
 
 
 class CogVideoXFamily(Family):

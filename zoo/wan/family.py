@@ -38,7 +38,7 @@ from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings, c
 from vidax.zoo.stages import Run
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.video_io import vae_image
-from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.planner import BLOCKWISE_LAYOUT_COPIES, Job, abstract_param_count, dit_sizes
 from vidax.zoo.quantize import block_bytes_per_param
 from vidax.zoo.samplers import TwoExperts
 from vidax.zoo.wan.config import WanTransformerConfig
@@ -389,6 +389,7 @@ class WanFamily(Family):
             **planner_entries(vae_cfg, s.height, s.width),
             blockwise_attention=jax.default_backend() == "cpu",
             block_weight_bytes=block_bytes,
+            attention_input_copies=BLOCKWISE_LAYOUT_COPIES,  # over the rotated q and k (tests/dryrun: 14B at 720p)
         )
 
 

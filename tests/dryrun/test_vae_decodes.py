@@ -1,0 +1,60 @@
+"""The VAE decodes of LTX-Video, LTX-2, CogVideoX and HunyuanVideo (1.0, 1.5) under `--dry-run`, at native size.
+
+Each family's decode runs as a host loop over compiled units (a padded tile, a frame batch with its causal cache,
+a decoder stage on one tile); the dry run compiles the units on abstract fp32 weights and counts beside each what
+the device holds while it runs (the VAE's weights it is not passed, earlier tiles' outputs not yet blended). The
+planner's VAE figure is checked against the widest unit (the last full-resolution stage, the steady frame batch,
+the tile), with the tiling each family decodes with by default (LTX-Video's is chosen by device memory: forced on
+here, as on a CPU share or a 24 GiB card). One unit per model keeps the compiles short.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import pytest
+
+from vidax.zoo.dry_run import compile_decode_unit, planned_vae_bytes, stages_of, weight_dtype
+from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.registry import make_pipeline
+
+TOLERANCE = 0.10
+# model: (the decode's widest unit, flags)
+WIDEST = {
+    "ltx-video-13b": ("vae decode (tile)", {"vae_tiling": True}),
+    "ltx-2": ("vae decode (tile)", {}),
+    "cogvideox1.5-5b": ("vae decode (next batches)", {}),
+    "hunyuanvideo-1.5-480p-t2v": ("vae decode (up_blocks_4)", {}),
+    "hunyuanvideo": ("vae decode (up_blocks_3)", {}),
+}
+
+
+def _units(model: str, extra: dict, planned: bool = True, **size):
+    options = GenerateOptions(model=model, prompt="", dtype="float32", extra=extra, **size)
+    family = make_pipeline(model, options)
+    s = family.resolve_settings(options)
+    units = stages_of(family).vae_decode(family, s, weight_dtype(options), jax.devices()[0])
+    return {unit.name: unit for unit in units}, planned_vae_bytes(family.memory_job(options)) if planned else None
+
+
+@pytest.mark.parametrize("model", list(WIDEST))
+def test_vae_decode_planner_within_ten_percent_of_xla(model):
+    name, extra = WIDEST[model]
+    units, planned = _units(model, extra)
+    unit = compile_decode_unit(units[name], planned)
+    assert unit.temp > 0
+    assert abs(unit.planned - unit.total) <= TOLERANCE * unit.total, (model, unit.planned / 2**20, unit.total / 2**20)
+
+
+def test_vae_mid_block_attention_temp_is_linear_in_tokens():
+    """HunyuanVideo-1.5 decodes every frame of a spatial tile at once, so its mid block's frame-causal attention
+    sees more tokens as the video grows (the other decodes' units have a fixed size: a padded tile, a frame batch,
+    HunyuanVideo 1.0's window of 5 latent frames). 1.94 times the tokens, at most 1.25 x 1.94 times the
+    temporaries (3.8 times if it held S x S scores)."""
+    model = "hunyuanvideo-1.5-480p-t2v"
+    blocks = [_units(model, {}, planned=False, frames=n)[0]["vae decode (mid_block)"] for n in (61, 121)]
+    ratio = math.prod(blocks[1].args[2].shape[1:4]) / math.prod(blocks[0].args[2].shape[1:4])
+    short, long = (compile_decode_unit(block, None) for block in blocks)
+    assert ratio > 1.9, ratio
+    assert long.temp / short.temp < 1.25 * ratio, (ratio, short.temp / 2**20, long.temp / 2**20)
