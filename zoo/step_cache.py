@@ -36,6 +36,7 @@ import numpy as np
 
 from vidax.zoo.block_split import forward_split, splittable
 from vidax.zoo.dit import forward
+from vidax.zoo.distributed import to_host
 from vidax.zoo.pipeline import PipelineError
 
 BATCHED_PAIR = "cond_uncond"  # the cache context of a reference that batches the CFG pair in one DiT call
@@ -471,8 +472,8 @@ class StepCache:
             if isinstance(full, tuple):  # MagCache: (decision, calibration ratio or None)
                 full, ratio = full
                 if ratio is not None:
-                    ratios.append(float(np.asarray(ratio)[0]))
-            flags = np.broadcast_to(np.asarray(full), (len(self.branches),))
+                    ratios.append(float(to_host(ratio)[0]))
+            flags = np.broadcast_to(to_host(full), (len(self.branches),))  # every process: a collective if sharded
             entries.append({"stage": stage, "step": entry["step"], "expert": entry["expert"],
                             "full_dit": {b: bool(f) for b, f in zip(self.branches, flags)}})
             if "change" in entry:  # TeaCache: the measured relative L1 change (null on a first step)

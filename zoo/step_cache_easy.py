@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.zoo.distributed import to_host
 from vidax.zoo.step_cache_rules import EasyCacheConfig, EasyState, easycache_after_full, easycache_decide, \
     easycache_phase
 
@@ -86,7 +87,7 @@ def _mean_abs_change(a, b) -> jax.Array:
 
 def read_scalars(values: jax.Array) -> np.ndarray:
     """The step's one device-to-host transfer: the few statistics its decision needs, fused in one vector."""
-    return np.asarray(jax.device_get(values))
+    return to_host(values)
 
 
 def _host(value) -> float | None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from vidax.zoo.block_split import forward_split, modulated_input
 from vidax.zoo.dit import forward
+from vidax.zoo.distributed import to_host
 from vidax.zoo.step_cache_rules import TeaCacheRule, teacache_decide, teacache_rules
 
 MODES = {True: "e0", False: None}  # use_ret_steps: Wan's time projection; else the set's other input
@@ -139,7 +140,7 @@ def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Ca
                             "(no --offload-chunk)")
     measured = _modulated_changes(predict, denoiser.dit, config.modulated, per_row, denoiser.params, state.previous,
                                   latents, timestep, cond, knobs)
-    changes = [np.asarray(change, np.float64) for _, change in measured]  # the step's one device-to-host value
+    changes = [to_host(change).astype(np.float64) for _, change in measured]  # the step's one device-to-host value
     computes, accumulated = [], []
     for call, change in enumerate(changes):
         before = state.accumulated[call] if call < len(state.accumulated) else (0.0,) * len(change)

@@ -23,7 +23,7 @@ from vidax.zoo.pipeline import GenerateOptions, generate
 PROMPT = "a red kite over a grey sea"
 WAN = dict(height=32, width=48, frames=5, steps=2, guidance=4.0, negative_prompt="blurry", dtype="float32",
            compile_cache=False, save_latents=True)
-WAN_LAYOUTS = {"dp2_tp2_sp2": dict(dp=2, tp=2, sp=2), "tp2_sp4": dict(tp=2, sp=4), "sp8": dict(sp=8),
+WAN_LAYOUTS = {"dp2_tp2_sp2_first_block": dict(dp=2, tp=2, sp=2, cache="first-block", cache_threshold=10.0), "tp2_sp4": dict(tp=2, sp=4), "sp8": dict(sp=8),
                "tp2_sp4_offload_lora": dict(tp=2, sp=4, offload_chunk=1)}
 LORA_LAYOUT = "tp2_sp4_offload_lora"  # a LoRA merged on each process, then streamed by offload over two hosts
 
@@ -82,6 +82,10 @@ def test_wan_frames_equal_the_single_process_run(wan_run, layout, tmp_path):
     np.testing.assert_array_equal(np.load(out / f"{layout}.latents.npy"), expected.latents)
     np.testing.assert_allclose(np.load(out / f"{layout}.npy"), expected.frames, atol=1e-6, rtol=0)
     assert not (out / f"{layout}.p1.npy").exists()  # only process 0 writes
+    if "cache" in options:  # a step skipped: every process took the same decisions as the one-process run
+        log = json.loads((tmp_path / "one.json").read_text())["step_cache_steps"]
+        assert not all(all(entry["full_dit"].values()) for entry in log), log
+        assert json.loads((out / f"{layout}.json").read_text())["step_cache_steps"] == log
     if layout == LORA_LAYOUT:  # the LoRA reached the frames (the same layout without it differs)
         assert np.abs(np.load(out / f"{layout}.npy") - np.load(out / "tp2_sp4.npy")).max() > 1e-3
 
