@@ -26,27 +26,38 @@ SHIFT = 3.0
 DROP_CAPTION = 0.1
 
 
-def encode_dataset(torch, vae_folder, batch: int = 8):
+def encode_dataset(torch, vae_folder):
     """(captions, latent means, latent stds) of every training clip, cached in the run folder."""
     cache = RUN / "latents.npz"
     if cache.is_file():
         saved = np.load(cache)
         return list(saved["captions"]), saved["mean"], saved["std"]
+    train, _ = data.split()
+    captions, items = data.dataset(train, SEED)
+    mean, std = encode_clips(torch, vae_folder, [data.render(*item) for item in items])
+    np.savez(cache, captions=np.asarray(captions), mean=mean, std=std)
+    return captions, mean, std
+
+
+def encode_clips(torch, vae_folder, clips: list[np.ndarray], batch: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Latent means and stds `[N, C, 5, 8, 8]` of rendered clips.
+
+    The stage-1 encoder is per-frame (its causal convs see the current frame, its time convs keep the
+    newest): latent frame k is the encoding of frame 4k alone, so only those frames are encoded."""
     from diffusers import AutoencoderKLWan
 
     vae = AutoencoderKLWan.from_pretrained(vae_folder).eval()
-    train, _ = data.split()
-    captions, items = data.dataset(train, SEED)
     means, stds = [], []
     with torch.no_grad():
-        for start in range(0, len(items), batch):
-            clips = np.stack([data.render(c, a) for c, a in items[start:start + batch]]).transpose(0, 4, 1, 2, 3)
-            posterior = vae.encode(torch.from_numpy(np.ascontiguousarray(clips)) * 2 - 1).latent_dist
-            means.append(posterior.mean.numpy())
-            stds.append(posterior.std.numpy())
-    mean, std = np.concatenate(means), np.concatenate(stds)
-    np.savez(cache, captions=np.asarray(captions), mean=mean, std=std)
-    return captions, mean, std
+        for start in range(0, len(clips), batch):
+            frames = np.stack([clip[::4] for clip in clips[start:start + batch]])  # [b, 5, H, W, 3]
+            count, latent_frames = frames.shape[:2]
+            singles = frames.reshape(count * latent_frames, 1, *frames.shape[2:]).transpose(0, 4, 1, 2, 3)
+            posterior = vae.encode(torch.from_numpy(np.ascontiguousarray(singles)) * 2 - 1).latent_dist
+            as_clips = lambda a: a.reshape(count, latent_frames, *a.shape[1:]).squeeze(3).transpose(0, 2, 1, 3, 4)
+            means.append(as_clips(posterior.mean.numpy()))
+            stds.append(as_clips(posterior.std.numpy()))
+    return np.concatenate(means), np.concatenate(stds)
 
 
 def shape_masks(frames_per_latent: int = 4, factor: int = 8) -> np.ndarray:
@@ -55,8 +66,8 @@ def shape_masks(frames_per_latent: int = 4, factor: int = 8) -> np.ndarray:
     train, _ = data.split()
     _, items = data.dataset(train, SEED)
     masks = []
-    for combo, across in items:
-        clip = data.render(combo, across)[::frames_per_latent]
+    for combo, across, start in items:
+        clip = data.render(combo, across, start)[::frames_per_latent]
         background = np.asarray(data.PALETTE[combo.background], np.float32) / 255
         mask = (np.abs(clip - background).sum(-1) > 0.01).astype(np.float32)
         pooled = mask.reshape(mask.shape[0], data.SIZE // factor, factor, data.SIZE // factor, factor).mean(axis=(2, 4))
@@ -81,6 +92,14 @@ def flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int):
     return rows, as_torch((1 - s) * x0 + s * noise), as_torch(sigma * 1000), as_torch(noise - x0)
 
 
+def decay_groups(*models) -> list[dict]:
+    """Weight decay on matrices only: decay on the norms' scales would pull cross-attention's back
+    under the padding rows' weight (see training.models.CROSS_NORM_INIT)."""
+    named = [(n, p) for m in models for n, p in m.named_parameters()]
+    return [{"params": [p for n, p in named if p.ndim >= 2 and "norm" not in n], "weight_decay": 0.01},
+            {"params": [p for n, p in named if p.ndim < 2 or "norm" in n], "weight_decay": 0.0}]
+
+
 def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: float, checkpoint_every: int) -> None:
     torch = setup_torch(SEED)
     tok = build_tokenizer(RUN / "tokenizer")
@@ -96,7 +115,7 @@ def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: floa
     start = int((folder / "step.txt").read_text()) if resume else 0
     cross_attention = use_compact_text(dit)  # exact, and a fraction of the 512-token cost
     params = list(dit.parameters()) + list(encoder.parameters())
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(decay_groups(dit, encoder), lr=lr)
     if resume:
         optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
     schedule = lambda s: lr * min(1.0, (s + 1) / 50) * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
