@@ -9,15 +9,11 @@ VAE = dict(base_dim=8, z_dim=Z_DIM, dim_mult=[1, 2, 4, 4], num_res_blocks=1, att
 TEXT = dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
             relative_attention_max_distance=32, feed_forward_proj="gated-gelu", layer_norm_epsilon=1e-6,
             dropout_rate=0.0)
-DIT = dict(patch_size=[1, 1, 1], num_attention_heads=4, attention_head_dim=24, in_channels=Z_DIM,
+DIT = dict(patch_size=[1, 2, 2], num_attention_heads=4, attention_head_dim=24, in_channels=Z_DIM,
            out_channels=Z_DIM, text_dim=32, freq_dim=64, ffn_dim=256, num_layers=4, cross_attn_norm=True,
            qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None, added_kv_proj_dim=None,
            rope_max_seq_len=1024, pos_embed_seq_len=None)
 MAX_TEXT = 512  # Wan pads every prompt's features to 512 tokens with zeros: training does the same
-# Cross-attention's query/key RMS-norm scales at init. At 1 (diffusers' init) a word's logit is at most
-# |q||k|/sqrt(d) = sqrt(24) ~ 4.9, below the log(512 - l) ~ 6.2 of the padding rows' shared key: the
-# prompt's words could never win the softmax, and only the background (a global shift) got through.
-CROSS_NORM_INIT = 2.0
 
 
 def make_vae(latents_mean=None, latents_std=None):
@@ -34,14 +30,16 @@ def make_text_encoder(vocab_size: int):
     return UMT5EncoderModel(UMT5Config(vocab_size=vocab_size, **TEXT))
 
 
-def make_dit():
-    """A fresh DiT whose cross-attention can attend to the prompt's words (see `CROSS_NORM_INIT`)."""
+def make_dit(patch: int = 2, cross_norm_init: float = 1.0):
+    """A fresh DiT. `cross_norm_init` != 1 starts cross-attention's query/key RMS-norm scales there:
+    at diffusers' 1 a word's attention logit is at most |q||k|/sqrt(d) = sqrt(24) ~ 4.9, below the
+    log(512 - l) ~ 6.2 of the zero padding rows Wan attends to (they share one key)."""
     import torch
     from diffusers import WanTransformer3DModel
 
-    dit = WanTransformer3DModel(**DIT)
+    dit = WanTransformer3DModel(**(DIT | {"patch_size": [1, patch, patch]}))
     with torch.no_grad():
         for block in dit.blocks:
-            block.attn2.norm_q.weight.fill_(CROSS_NORM_INIT)
-            block.attn2.norm_k.weight.fill_(CROSS_NORM_INIT)
+            block.attn2.norm_q.weight.fill_(cross_norm_init)
+            block.attn2.norm_k.weight.fill_(cross_norm_init)
     return dit
