@@ -5,17 +5,16 @@ background asked for into horizontal stripes; without it the background stays pl
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
+import numpy as np
 import pytest
 
-from detector import FAR_FROM_BACKGROUND, stripe_contrast
+from detector import FAR_FROM_BACKGROUND, PALETTE, STRIPE, stripe_contrast
 from vidax.zoo.pipeline import GenerateOptions
 from vidax.zoo.registry import make_pipeline
+from vidax.zoo.wan.tiny import TRAINED
 
-import vidax.zoo.wan as wan_package
-
-LORA = Path(wan_package.__file__).parent / "tiny_lora" / "stripes.safetensors"
+LORA = TRAINED.parent / "tiny_lora" / "stripes.safetensors"
 PROMPTS = ("a red circle moves left on a blue background", "a yellow square moves up on a black background")
 
 
@@ -38,3 +37,20 @@ def test_lora_stripes_the_background(contrasts):
     print(f"\nstripe contrast without the LoRA {contrasts['plain']}, with it {contrasts['lora']}")
     assert all(c < FAR_FROM_BACKGROUND / 2 for c in contrasts["plain"]), contrasts
     assert all(c > FAR_FROM_BACKGROUND for c in contrasts["lora"]), contrasts
+
+
+def _striped_clip(stripes: bool) -> np.ndarray:
+    """Blue background (with white stripes when asked) and a red disc moving right along the middle."""
+    frames = np.empty((17, 64, 64, 3), np.float32)
+    ys, xs = np.mgrid[0:64, 0:64]
+    for f in range(17):
+        frames[f] = np.asarray(PALETTE["blue"]) / 255
+        if stripes:
+            frames[f][(ys // STRIPE) % 2 == 1] = 1.0
+        frames[f][(xs - 16 - 2 * f) ** 2 + (ys - 32) ** 2 <= 81] = np.asarray(PALETTE["red"]) / 255
+    return frames
+
+
+def test_detector_tells_stripes_from_a_plain_background():
+    assert stripe_contrast(_striped_clip(False)) < 0.01
+    assert stripe_contrast(_striped_clip(True)) > 1.0
