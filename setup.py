@@ -36,8 +36,10 @@ for folder, name in FOLDERS.items():
 setup(
     packages=packages,
     package_dir=package_dir,
-    # "": every package (the specs' folders); wan-tiny's trained diffusers-layout folder, each subfolder a package
+    # "": every package (the specs' folders); wan-tiny's trained diffusers-layout folder, each subfolder a package,
+    # and its LoRA example (tiny_lora)
     package_data={"": ["*.toml"], "vidax.serve.static": ["*"],
-                  **{name: ["*.json", "*.safetensors"] for name in packages if name.startswith("vidax.zoo.wan.tiny_model")}},
+                  **{name: ["*.json", "*.safetensors"] for name in packages
+                     if name.startswith(("vidax.zoo.wan.tiny_model", "vidax.zoo.wan.tiny_lora"))}},
     include_package_data=True,
 )

@@ -1,7 +1,7 @@
 """Procedural clips for the embedded `wan-tiny` model: one shape moving over a plain background.
 
-A clip is named by its combination (shape colour, shape, direction, background colour) plus a
-small offset across the motion; the caption comes from a small grammar. A fixed set of
+A clip is named by its combination (shape colour, shape, direction, background colour) plus where
+the shape starts; the caption comes from a small grammar. A fixed set of
 combinations is held out: never rendered with a caption in training, so the semantic test can ask
 the model for scenes it has only seen in parts.
 """
@@ -29,7 +29,8 @@ PALETTE = {
 }
 SHAPES = ("circle", "square", "triangle")
 DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}  # (dx, dy), y grows down
-ACROSS = (22.0, 32.0, 42.0)  # where the shape sits across its motion
+ACROSS = (22.0, 32.0, 42.0)  # where the shape sits across its motion in the centred clips
+PLACEMENTS = 4  # training clips per combination, each starting at a random place in the frame
 HELD_OUT_COUNT = 24
 HELD_OUT_SEED = 33
 
@@ -84,27 +85,56 @@ def _mask(shape: str, cx: float, cy: float) -> np.ndarray:
     return (dy <= HALF) & (dy >= -HALF) & (np.abs(dx) <= (dy + HALF) * 0.6)
 
 
-def render(combo: Combo, across: float) -> np.ndarray:
-    """`[FRAMES, SIZE, SIZE, 3]` float32 in [0, 1]."""
+STRIPE = 8  # pixels per stripe of the LoRA's striped backgrounds: one latent row each
+STRIPE_COLOUR = {"white": "black"}  # the second colour of a striped background: white, or black on white
+
+
+def background(combo: Combo, stripes: bool = False) -> np.ndarray:
+    """`[SIZE, SIZE, 3]`: the plain background, or (`stripes`) horizontal stripes of it and white."""
+    plain = np.asarray(PALETTE[combo.background], np.float32) / 255
+    image = np.broadcast_to(plain, (SIZE, SIZE, 3)).copy()
+    if stripes:
+        other = np.asarray(PALETTE[STRIPE_COLOUR.get(combo.background, "white")], np.float32) / 255
+        image[(np.arange(SIZE) // STRIPE) % 2 == 1] = other
+    return image
+
+
+def render(combo: Combo, across: float, start: float | None = None, stripes: bool = False) -> np.ndarray:
+    """`[FRAMES, SIZE, SIZE, 3]` float32 in [0, 1]; `start`: the centre's first place along the motion
+    (default: the travel centred in the frame); `stripes`: the LoRA's striped background."""
     dx, dy = DIRECTIONS[combo.direction]
     travel = STEP * (FRAMES - 1)
-    start = SIZE / 2 - travel / 2 * (dx + dy)  # along the motion: centred travel
+    start = SIZE / 2 - travel / 2 * (dx + dy) if start is None else start
     frames = np.empty((FRAMES, SIZE, SIZE, 3), np.float32)
-    background = np.asarray(PALETTE[combo.background], np.float32) / 255
+    plate = background(combo, stripes)
     colour = np.asarray(PALETTE[combo.colour], np.float32) / 255
     for f in range(FRAMES):
         along = start + STEP * f * (dx + dy)
         cx, cy = (along, across) if dx else (across, along)
-        frames[f] = background
+        frames[f] = plate
         frames[f][_mask(combo.shape, cx, cy)] = colour
     return frames
 
 
-def dataset(combos: list[Combo], seed: int) -> tuple[list[str], list[tuple[Combo, float]]]:
-    """Every (combo, offset) once, in a seeded order, each with a caption from a seeded template."""
+def random_placement(rng: np.random.Generator, combo: Combo) -> tuple[float, float]:
+    """(across, start) anywhere the whole track stays in the frame. Wan's DiT sees positions only
+    relative to each other (RoPE, no absolute embedding), so it cannot learn "starts at the centre"
+    but can learn "one frame on, the shape is further left": random placements teach the motion
+    as a relation between frames and leave where it happens to the noise."""
+    sign = sum(DIRECTIONS[combo.direction])
+    margin = HALF + 1
+    low, high = (margin, SIZE - margin - STEP * (FRAMES - 1)) if sign > 0 else (margin + STEP * (FRAMES - 1), SIZE - margin)
+    return float(rng.uniform(margin, SIZE - margin)), float(rng.uniform(low, high))
+
+
+def dataset(combos: list[Combo], seed: int, centred: bool = True) -> tuple[list[str], list[tuple[Combo, float, float | None]]]:
+    """(combo, across, start) items: every combo once at each `ACROSS` offset with the travel centred
+    (start None), or (not `centred`) `PLACEMENTS` times at seeded random places; in a seeded order,
+    each with a caption from a seeded template."""
     rng = np.random.default_rng(seed)
-    items = [(c, a) for c in combos for a in ACROSS]
+    items = [(c, a, None) for c in combos for a in ACROSS] if centred else \
+        [(c, *random_placement(rng, c)) for c in combos for _ in range(PLACEMENTS)]
     order = rng.permutation(len(items))
     items = [items[i] for i in order]
-    captions = [c.caption(int(rng.choice(len(TEMPLATES), p=(0.6, 0.2, 0.2)))) for c, _ in items]
+    captions = [c.caption(int(rng.choice(len(TEMPLATES), p=(0.6, 0.2, 0.2)))) for c, *_ in items]
     return captions, items

@@ -41,25 +41,25 @@ def _loss_summary(name: str) -> dict:
     return {"steps": len(rows), "seconds": rows[-1]["seconds"], "final_loss_mean_of_last_50": sum(r["loss"] for r in tail) / len(tail)}
 
 
-def main() -> None:
-    if TARGET.exists():
-        shutil.rmtree(TARGET)
-    _copy_weights(RUN / "dit" / "transformer", TARGET / "transformer")
-    _copy_weights(RUN / "dit" / "text_encoder", TARGET / "text_encoder")
-    _copy_weights(RUN / "vae", TARGET / "vae")
+def main(target: Path = TARGET) -> None:
+    if target.exists():
+        shutil.rmtree(target)
+    _copy_weights(RUN / "dit" / "transformer", target / "transformer")
+    _copy_weights(RUN / "dit" / "text_encoder", target / "text_encoder")
+    _copy_weights(RUN / "vae", target / "vae")
     stats = json.loads((RUN / "latent_stats.json").read_text())
     vae_config = json.loads((RUN / "vae" / "config.json").read_text())
     vae_config.update(latents_mean=stats["mean"], latents_std=stats["std"])
-    (TARGET / "vae" / "config.json").write_text(json.dumps(vae_config, indent=1))
-    shutil.copytree(RUN / "tokenizer", TARGET / "tokenizer")
-    (TARGET / "scheduler").mkdir()
-    (TARGET / "scheduler" / "scheduler_config.json").write_text(json.dumps(SCHEDULER, indent=1))
-    (TARGET / "model_index.json").write_text(json.dumps(MODEL_INDEX, indent=1))
+    (target / "vae" / "config.json").write_text(json.dumps(vae_config, indent=1))
+    shutil.copytree(RUN / "tokenizer", target / "tokenizer")
+    (target / "scheduler").mkdir()
+    (target / "scheduler" / "scheduler_config.json").write_text(json.dumps(SCHEDULER, indent=1))
+    (target / "model_index.json").write_text(json.dumps(MODEL_INDEX, indent=1))
     _, held_out = data.split()
     provenance = {"recipe": "training/ (README there)", "vae": _loss_summary("vae"), "dit": _loss_summary("dit"),
                   "held_out": [c.__dict__ for c in held_out], "held_out_prompts": [c.caption() for c in held_out]}
-    (TARGET / "training.json").write_text(json.dumps(provenance, indent=1))
-    print(f"wrote {TARGET}")
+    (target / "training.json").write_text(json.dumps(provenance, indent=1))
+    print(f"wrote {target}")
 
 
 if __name__ == "__main__":

@@ -33,5 +33,8 @@ $DIT --steps 2000 --batch 32 --lr 2e-3
 
 wait
 $PY -m training.export
+$PY -m training.eval        # the held-out counts, by the semantic test's own path
 $PY -m training.plot
 $PY -m training.strip
+# the LoRA example: striped backgrounds, trained against the exported folder
+nice -n 15 $PY -m training.train_lora --steps 200

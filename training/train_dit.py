@@ -26,37 +26,48 @@ SHIFT = 3.0
 DROP_CAPTION = 0.1
 
 
-def encode_dataset(torch, vae_folder, batch: int = 8):
+def encode_dataset(torch, vae_folder, centred: bool):
     """(captions, latent means, latent stds) of every training clip, cached in the run folder."""
     cache = RUN / "latents.npz"
     if cache.is_file():
         saved = np.load(cache)
         return list(saved["captions"]), saved["mean"], saved["std"]
-    from diffusers import AutoencoderKLWan
-
-    vae = AutoencoderKLWan.from_pretrained(vae_folder).eval()
     train, _ = data.split()
-    captions, items = data.dataset(train, SEED)
-    means, stds = [], []
-    with torch.no_grad():
-        for start in range(0, len(items), batch):
-            clips = np.stack([data.render(c, a) for c, a in items[start:start + batch]]).transpose(0, 4, 1, 2, 3)
-            posterior = vae.encode(torch.from_numpy(np.ascontiguousarray(clips)) * 2 - 1).latent_dist
-            means.append(posterior.mean.numpy())
-            stds.append(posterior.std.numpy())
-    mean, std = np.concatenate(means), np.concatenate(stds)
+    captions, items = data.dataset(train, SEED, centred)
+    mean, std = encode_clips(torch, vae_folder, [data.render(*item) for item in items])
     np.savez(cache, captions=np.asarray(captions), mean=mean, std=std)
     return captions, mean, std
 
 
-def shape_masks(frames_per_latent: int = 4, factor: int = 8) -> np.ndarray:
+def encode_clips(torch, vae_folder, clips: list[np.ndarray], batch: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Latent means and stds `[N, C, 5, 8, 8]` of rendered clips.
+
+    The stage-1 encoder is per-frame (its causal convs see the current frame, its time convs keep the
+    newest): latent frame k is the encoding of frame 4k alone, so only those frames are encoded."""
+    from diffusers import AutoencoderKLWan
+
+    vae = AutoencoderKLWan.from_pretrained(vae_folder).eval()
+    means, stds = [], []
+    with torch.no_grad():
+        for start in range(0, len(clips), batch):
+            frames = np.stack([clip[::4] for clip in clips[start:start + batch]])  # [b, 5, H, W, 3]
+            count, latent_frames = frames.shape[:2]
+            singles = frames.reshape(count * latent_frames, 1, *frames.shape[2:]).transpose(0, 4, 1, 2, 3)
+            posterior = vae.encode(torch.from_numpy(np.ascontiguousarray(singles)) * 2 - 1).latent_dist
+            as_clips = lambda a: a.reshape(count, latent_frames, *a.shape[1:]).squeeze(3).transpose(0, 2, 1, 3, 4)
+            means.append(as_clips(posterior.mean.numpy()))
+            stds.append(as_clips(posterior.std.numpy()))
+    return np.concatenate(means), np.concatenate(stds)
+
+
+def shape_masks(centred: bool, frames_per_latent: int = 4, factor: int = 8) -> np.ndarray:
     """`[N, 1, F', 8, 8]`: the share of each latent pixel the shape covers, in the latent frames' own
     video frames (0, 4, 8, ...), for every training clip in `encode_dataset`'s order."""
     train, _ = data.split()
-    _, items = data.dataset(train, SEED)
+    _, items = data.dataset(train, SEED, centred)
     masks = []
-    for combo, across in items:
-        clip = data.render(combo, across)[::frames_per_latent]
+    for combo, across, start in items:
+        clip = data.render(combo, across, start)[::frames_per_latent]
         background = np.asarray(data.PALETTE[combo.background], np.float32) / 255
         mask = (np.abs(clip - background).sum(-1) > 0.01).astype(np.float32)
         pooled = mask.reshape(mask.shape[0], data.SIZE // factor, factor, data.SIZE // factor, factor).mean(axis=(2, 4))
@@ -81,22 +92,32 @@ def flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int):
     return rows, as_torch((1 - s) * x0 + s * noise), as_torch(sigma * 1000), as_torch(noise - x0)
 
 
-def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: float, checkpoint_every: int) -> None:
+def decay_groups(*models) -> list[dict]:
+    """Weight decay on matrices only: decay on the norms' scales would pull cross-attention's back
+    under the padding rows' weight (see training.models.make_dit)."""
+    named = [(n, p) for m in models for n, p in m.named_parameters()]
+    return [{"params": [p for n, p in named if p.ndim >= 2 and "norm" not in n], "weight_decay": 0.01},
+            {"params": [p for n, p in named if p.ndim < 2 or "norm" in n], "weight_decay": 0.0}]
+
+
+def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: float, checkpoint_every: int,
+         patch: int, centred: bool, cross_norm_init: float) -> None:
     torch = setup_torch(SEED)
     tok = build_tokenizer(RUN / "tokenizer")
-    captions, latents_mean, latents_std = encode_dataset(torch, RUN / "vae_encoder")
+    captions, latents_mean, latents_std = encode_dataset(torch, RUN / "vae_encoder", centred)
     stats = channel_stats(latents_mean)
-    masks = shape_masks() if shape_weight != 1 else np.zeros((len(latents_mean), 1) + latents_mean.shape[2:], np.float32)
+    masks = shape_masks(centred) if shape_weight != 1 else np.zeros((len(latents_mean), 1) + latents_mean.shape[2:], np.float32)
     (RUN / "latent_stats.json").write_text(json.dumps({"mean": stats[0].tolist(), "std": stats[1].tolist()}))
     folder = RUN / "dit"
     resume = (folder / "step.txt").is_file()
-    dit = type(make_dit()).from_pretrained(folder / "transformer") if resume else make_dit()
+    dit = type(make_dit()).from_pretrained(folder / "transformer") if resume else make_dit(patch, cross_norm_init)
     encoder = type(make_text_encoder(8)).from_pretrained(folder / "text_encoder") if resume \
         else make_text_encoder(tok.get_vocab_size())
     start = int((folder / "step.txt").read_text()) if resume else 0
     cross_attention = use_compact_text(dit)  # exact, and a fraction of the 512-token cost
     params = list(dit.parameters()) + list(encoder.parameters())
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    groups = decay_groups(dit, encoder) if cross_norm_init != 1 else [{"params": params, "weight_decay": 0.01}]
+    optimizer = torch.optim.AdamW(groups, lr=lr)
     if resume:
         optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
     schedule = lambda s: lr * min(1.0, (s + 1) / 50) * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
@@ -132,5 +153,11 @@ if __name__ == "__main__":
     parser.add_argument("--shape-weight", type=float, default=1.0, help="loss weight of the shape's latent pixels")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--checkpoint-every", type=int, default=50)
+    parser.add_argument("--patch", type=int, default=2, help="the DiT's spatial patch size (1: one token per latent pixel)")
+    parser.add_argument("--random-places", action="store_true",
+                        help="clips placed at random in the frame (default: the travel centred, at 3 offsets across it)")
+    parser.add_argument("--cross-norm-init", type=float, default=1.0,
+                        help="cross-attention's query/key norm scales at init; != 1 also exempts norms and biases from weight decay")
     args = parser.parse_args()
-    main(args.steps, args.stop, args.batch, args.lr, args.shape_weight, args.checkpoint_every)
+    main(args.steps, args.stop, args.batch, args.lr, args.shape_weight, args.checkpoint_every, args.patch,
+         not args.random_places, args.cross_norm_init)

@@ -13,6 +13,7 @@ PALETTE = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), 
 FAR_FROM_BACKGROUND = 0.3  # RGB distance in [0, 1] units above which a pixel belongs to the shape
 MIN_PIXELS = 6  # a frame with fewer shape pixels has no centroid
 MIN_TRAVEL = 6.0  # pixels the centroid must travel between the first and last quarter of the clip
+STRIPE = 8  # rows per stripe of the LoRA's striped backgrounds (zoo/wan/tiny_lora)
 
 
 @dataclass(frozen=True)
@@ -50,3 +51,15 @@ def _direction(mask: np.ndarray) -> tuple[str | None, float]:
     travel, direction = (abs(dx), "right" if dx > 0 else "left") if abs(dx) >= abs(dy) else \
         (abs(dy), "down" if dy > 0 else "up")
     return (direction if travel >= MIN_TRAVEL else None), float(travel)
+
+
+def stripe_contrast(frames: np.ndarray) -> float:
+    """RGB distance between the even and the odd horizontal stripes of the frame's left and right
+    edges (where the shape never goes), each stripe read in its middle rows: near 0 on a plain
+    background, large on stripes of two colours."""
+    edges = np.concatenate([frames[:, :, :2], frames[:, :, -2:]], axis=2).mean(axis=(0, 2))  # [H, 3]
+    rows = np.arange(edges.shape[0])
+    middle = (rows % STRIPE >= 2) & (rows % STRIPE < STRIPE - 2)
+    even = edges[middle & ((rows // STRIPE) % 2 == 0)].mean(axis=0)
+    odd = edges[middle & ((rows // STRIPE) % 2 == 1)].mean(axis=0)
+    return float(np.sqrt(((even - odd) ** 2).sum()))
