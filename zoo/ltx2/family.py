@@ -349,9 +349,11 @@ class LTX2Family(Family):
     def upsampler_config(self) -> UpsamplerConfig | None:
         """The spatial latent upsampler's config (`--two-stage`), None when the checkpoint has none (a Hub repo's
         is fetched when it is loaded; a local folder must hold `latent_upsampler/`)."""
-        if "latent_upsampler" not in self.entry.all_components or self.source.kind == "file":
+        source = self.source_or_none  # None: not downloaded yet (`--plan`): the registry's config stands in
+        if "latent_upsampler" not in self.entry.all_components or (source is not None and source.kind == "file"):
             return None
-        if self.source.kind != "repo" and self.source.find("latent_upsampler", component="latent_upsampler") is None:
+        if source is not None and source.kind != "repo" and \
+                source.find("latent_upsampler", component="latent_upsampler") is None:
             return None
         found = self.read_config("latent_upsampler", *self.config_paths("latent_upsampler", "config.json"))
         try:
@@ -435,7 +437,8 @@ class LTX2Family(Family):
             raise PipelineError(f"{s.audio_latents}: audio latents file not found")
         if s.two_stage:
             two_stage.check(self, s, self.upsampler_config)
-            self._two_stage_adapters(s)  # found and hashed (one line if not) before any work
+            if self.source_or_none is not None:  # weights at hand: the LoRAs found and hashed before any work
+                self._two_stage_adapters(s)  # (`--plan` before any download needs neither)
 
     def check_images(self, s: LTX2Settings, images: Mapping[str, np.ndarray]) -> None:
         if s.two_stage and images.get("image") is not None:
