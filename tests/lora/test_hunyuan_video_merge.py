@@ -9,23 +9,20 @@ refiner's `self_attn_qkv` A as well as B, so those two are checked against a han
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
 
 import diffusers
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
 
 from tests.hunyuan_video.hunyuan_video_spec_fixtures import dit_reference, save_official_dit
 from tests.lora.formats import low_rank_factors
+from tests.lora.fused import assert_merged_close, diffusers_fused
 from tests.oracle import save_state, state_of
 from vidax.translator import convert
 from vidax.translator.lora import resolve_adapter
 
 SPEC = "hunyuan_video/transformer"
-WEIGHT_ATOL = 1e-6
 FUSED_OFFICIAL = [f"double_blocks.{i}.{m}" for i in range(2) for m in ("img_attn_qkv", "txt_attn_qkv")]
 PLAIN_OFFICIAL = [f"double_blocks.{i}.{m}" for i in range(2) for m in ("img_attn_proj", "img_mlp.fc1", "txt_mod.linear")] \
     + [f"single_blocks.{i}.{m}" for i in range(2) for m in ("linear2", "modulation.linear")] + ["final_layer.linear"]
@@ -54,23 +51,6 @@ def _factors(weights: dict, modules: list[str], rank: int, seed: int) -> dict:
     return low_rank_factors({m + ".weight": weights[m] for m in modules}, modules, rank, seed)
 
 
-def _fused(model, root: Path, path: Path, strength: float) -> dict:
-    pipe = diffusers.HunyuanVideoPipeline(text_encoder=None, tokenizer=None, transformer=copy.deepcopy(model), vae=None,
-                                          scheduler=None, text_encoder_2=None, tokenizer_2=None)
-    pipe.load_lora_weights(str(path), adapter_name="x")
-    pipe.set_adapters(["x"], [strength])
-    pipe.fuse_lora(components=["transformer"])
-    pipe.unload_lora_weights()
-    return convert(SPEC, save_state(state_of(pipe.transformer), root / "fused" / "transformer").parent, dtype="float32")
-
-
-def _assert_close(ours: dict, expected: dict, base: dict) -> None:
-    assert ours.keys() == expected.keys()
-    assert [p for p in expected if not np.array_equal(expected[p], base[p])], "nothing changed: the test could not fail"
-    for path in expected:
-        np.testing.assert_allclose(ours[path], expected[path], atol=WEIGHT_ATOL, rtol=0, err_msg=path)
-
-
 @pytest.mark.parametrize("layout", ["diffusers", "official"])
 def test_original_keys_with_fused_qkv_match_diffusers(hunyuan, tmp_path, layout):
     model, state, root = hunyuan
@@ -81,9 +61,9 @@ def test_original_keys_with_fused_qkv_match_diffusers(hunyuan, tmp_path, layout)
         tensors[f"diffusion_model.{module}.lora_B.weight"] = b
     path = tmp_path / "original.safetensors"
     save_file(tensors, path)
-    expected = _fused(model, tmp_path, path, 0.9)
+    expected = diffusers_fused(diffusers.HunyuanVideoPipeline, model, tmp_path, SPEC, {"x": (path, 0.9)})
     base = convert(SPEC, root / layout, dtype="float32")
-    _assert_close(convert(SPEC, root / layout, dtype="float32", loras=[resolve_adapter(f"{path}=0.9")]), expected, base)
+    assert_merged_close(convert(SPEC, root / layout, dtype="float32", loras=[resolve_adapter(f"{path}=0.9")]), expected, base)
 
 
 @pytest.mark.parametrize("layout", ["diffusers", "official"])
@@ -95,9 +75,9 @@ def test_diffusers_keys_on_split_layers_match_diffusers(hunyuan, tmp_path, layou
     tensors = {f"transformer.{m}.lora_{n}.weight": t for m, (a, b) in factors.items() for n, t in (("A", a), ("B", b))}
     path = tmp_path / "peft.safetensors"
     save_file(tensors, path)
-    expected = _fused(model, tmp_path, path, -0.6)
+    expected = diffusers_fused(diffusers.HunyuanVideoPipeline, model, tmp_path, SPEC, {"x": (path, -0.6)})
     base = convert(SPEC, root / layout, dtype="float32")
-    _assert_close(convert(SPEC, root / layout, dtype="float32", loras=[resolve_adapter(f"{path}=-0.6")]), expected, base)
+    assert_merged_close(convert(SPEC, root / layout, dtype="float32", loras=[resolve_adapter(f"{path}=-0.6")]), expected, base)
 
 
 def test_fused_linear1_and_refiner_qkv_match_a_hand_merge(hunyuan, tmp_path):
@@ -125,7 +105,7 @@ def test_fused_linear1_and_refiner_qkv_match_a_hand_merge(hunyuan, tmp_path):
     expected = convert(SPEC, tmp_path / "hand", dtype="float32")
     base = convert(SPEC, root / "official", dtype="float32")
     for layout in ("diffusers", "official"):
-        _assert_close(convert(SPEC, root / layout, dtype="float32", loras=[resolve_adapter(f"{path}=1.5")]), expected, base)
+        assert_merged_close(convert(SPEC, root / layout, dtype="float32", loras=[resolve_adapter(f"{path}=1.5")]), expected, base)
 
 
 @pytest.mark.parametrize("layout", ["diffusers", "official"])
@@ -146,4 +126,4 @@ def test_a_converted_folder_takes_a_lora_in_its_target_layout(hunyuan, tmp_path,
     convert_model("hunyuanvideo", source=str(source), out=out, components=("transformer",), dtype="float32")
     ours = WeightsSource("converted", out).load("transformer", SPEC, loras=[adapter])
     expected = convert(SPEC, root / layout, dtype="float32", loras=[adapter])
-    _assert_close(ours, expected, convert(SPEC, root / layout, dtype="float32"))
+    assert_merged_close(ours, expected, convert(SPEC, root / layout, dtype="float32"))

@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
+from diffusers import LTX2Pipeline
 from safetensors.torch import save_file
 
 from tests.lora.formats import hand_merge, low_rank_factors, write_peft
 from tests.lora.ltx2_formats import ltx2_modules, write_ltx2_kohya, write_ltx2_original
+from tests.lora.fused import assert_merged_close, diffusers_fused
 from tests.ltx2.ltx2_spec_fixtures import dit_reference, official_dit_state
 from tests.oracle import save_state, state_of
 from vidax.translator import convert
 from vidax.translator.lora import LoraError, resolve_adapter
 
-WEIGHT_ATOL = 1e-6
 SPEC = "ltx2/transformer"
 BASES = ("diffusers", "official")
 
@@ -44,24 +44,9 @@ def dit(tmp_path_factory):
     return model, state, {"diffusers": root / "diffusers", "official": root / "official"}, factors
 
 
-def _diffusers_fused(model, lora, strength: float, root) -> dict:
-    from diffusers import LTX2Pipeline
-
-    parts = {name: None for name in LTX2Pipeline._get_signature_keys(LTX2Pipeline)[0]}
-    pipe = LTX2Pipeline(**{**parts, "transformer": copy.deepcopy(model)})
-    pipe.load_lora_weights(str(lora), adapter_name="x")
-    pipe.set_adapters(["x"], [strength])
-    pipe.fuse_lora(components=["transformer"])
-    pipe.unload_lora_weights()
-    return convert(SPEC, save_state(state_of(pipe.transformer), root / "fused" / "transformer").parent, dtype="float32")
-
-
-def _assert_close(ours: dict, expected: dict, base: dict) -> None:
-    assert ours.keys() == expected.keys()
-    changed = [p for p in expected if not np.array_equal(expected[p], base[p])]
-    assert any("audio" in p for p in changed) and any("audio" not in p for p in changed), changed
-    for path in expected:
-        np.testing.assert_allclose(ours[path], expected[path], atol=WEIGHT_ATOL, rtol=0, err_msg=path)
+def _assert_both_streams_close(ours: dict, expected: dict, base: dict) -> None:
+    moved = assert_merged_close(ours, expected, base)
+    assert any("audio" in p for p in moved) and any("audio" not in p for p in moved), moved
 
 
 @pytest.mark.parametrize("fmt", ["peft", "original_A_B"])
@@ -70,11 +55,11 @@ def test_ltx2_lora_matches_diffusers(dit, tmp_path, fmt):
     writers = {"peft": lambda p: write_peft(p, factors, alpha=8.0),
                "original_A_B": lambda p: write_ltx2_original(p, factors)}
     lora = writers[fmt](tmp_path / f"{fmt}.safetensors")
-    expected = _diffusers_fused(model, lora, -0.6, tmp_path)
+    expected = diffusers_fused(LTX2Pipeline, model, tmp_path, SPEC, {"x": (lora, -0.6)})
     for base in BASES:
         plain = convert(SPEC, sources[base], dtype="float32")
         merged = convert(SPEC, sources[base], dtype="float32", loras=[resolve_adapter(f"{lora}=-0.6")])
-        _assert_close(merged, expected, plain)
+        _assert_both_streams_close(merged, expected, plain)
 
 
 @pytest.mark.parametrize("fmt, alpha", [("original_down_up", None), ("original_alpha", 2.0), ("kohya", 6.0)])
@@ -97,7 +82,7 @@ def test_ltx2_lora_diffusers_cannot_read_matches_a_hand_merge(dit, tmp_path, fmt
     expected = convert(SPEC, hand, dtype="float32")
     for base in BASES:
         plain = convert(SPEC, sources[base], dtype="float32")
-        _assert_close(convert(SPEC, sources[base], dtype="float32", loras=[resolve_adapter(f"{lora}=1.5")]),
+        _assert_both_streams_close(convert(SPEC, sources[base], dtype="float32", loras=[resolve_adapter(f"{lora}=1.5")]),
                       expected, plain)
 
 

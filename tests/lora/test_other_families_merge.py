@@ -8,43 +8,24 @@ original `diffusion_model.` prefix (stripped); the reference is `load_lora_weigh
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import diffusers
-import numpy as np
 import pytest
 from safetensors.torch import save_file
 
 from tests.lora.formats import low_rank_factors
+from tests.lora.fused import assert_merged_close, diffusers_fused
 from tests.oracle import save_state, state_of
 from vidax.translator import convert
 from vidax.translator.lora import LoraError, resolve_adapter
 
-WEIGHT_ATOL = 1e-6
 BLOCK = ("attn1.to_q", "attn1.to_v", "attn1.to_out.0", "attn2.to_k", "ff.net.0.proj", "ff.net.2")
 
 
 def _write(path: Path, factors: dict, prefix: str) -> Path:
     save_file({f"{prefix}{m}.lora_{n}.weight": t for m, (a, b) in factors.items() for n, t in (("A", a), ("B", b))}, path)
     return path
-
-
-def _fused(pipeline_cls, model, root: Path, spec: str, path: Path, strength: float, **given) -> dict:
-    parts = {name: None for name in pipeline_cls._get_signature_keys(pipeline_cls)[0]}
-    pipe = pipeline_cls(**{**parts, **given, "transformer": copy.deepcopy(model)})
-    pipe.load_lora_weights(str(path), adapter_name="x")
-    pipe.set_adapters(["x"], [strength])
-    pipe.fuse_lora(components=["transformer"])
-    pipe.unload_lora_weights()
-    return convert(spec, save_state(state_of(pipe.transformer), root / "fused" / "transformer").parent, dtype="float32")
-
-
-def _assert_close(ours: dict, expected: dict, base: dict) -> None:
-    assert ours.keys() == expected.keys()
-    assert [p for p in expected if not np.array_equal(expected[p], base[p])], "nothing changed: the test could not fail"
-    for path in expected:
-        np.testing.assert_allclose(ours[path], expected[path], atol=WEIGHT_ATOL, rtol=0, err_msg=path)
 
 
 @pytest.mark.parametrize("variant, spec", [("5b", "cogvideox/transformer"), ("15", "cogvideox/transformer15")])
@@ -57,9 +38,9 @@ def test_cogvideox_peft_lora_matches_diffusers(tmp_path, variant, spec):
     names = ("attn1.to_q", "attn1.to_v", "attn1.to_out.0", "ff.net.0.proj", "ff.net.2")
     modules = [f"transformer_blocks.{i}.{m}" for i in range(2) for m in names] + ["proj_out", "transformer_blocks.1.norm1.linear"]
     path = _write(tmp_path / "cog.safetensors", low_rank_factors(state, modules, 4, 31), "transformer.")
-    expected = _fused(diffusers.CogVideoXPipeline, model, tmp_path, spec, path, 0.75)
+    expected = diffusers_fused(diffusers.CogVideoXPipeline, model, tmp_path, spec, {"x": (path, 0.75)})
     base = convert(spec, root, dtype="float32")
-    _assert_close(convert(spec, root, dtype="float32", loras=[resolve_adapter(f"{path}=0.75")]), expected, base)
+    assert_merged_close(convert(spec, root, dtype="float32", loras=[resolve_adapter(f"{path}=0.75")]), expected, base)
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +61,9 @@ def test_ltx_video_lora_matches_diffusers(ltx, tmp_path, prefix, base):
     model, state, root = ltx
     modules = [f"transformer_blocks.{i}.{m}" for i in range(2) for m in BLOCK] + ["proj_in", "time_embed.linear"]
     path = _write(tmp_path / "ltx.safetensors", low_rank_factors(state, modules, 4, 32), prefix)
-    expected = _fused(diffusers.LTXPipeline, model, tmp_path, "ltx_video/transformer", path, -1.1)
+    expected = diffusers_fused(diffusers.LTXPipeline, model, tmp_path, "ltx_video/transformer", {"x": (path, -1.1)})
     ours = convert("ltx_video/transformer", root / base, dtype="float32", loras=[resolve_adapter(f"{path}=-1.1")])
-    _assert_close(ours, expected, convert("ltx_video/transformer", root / "diffusers", dtype="float32"))
+    assert_merged_close(ours, expected, convert("ltx_video/transformer", root / "diffusers", dtype="float32"))
 
 
 def test_families_without_a_mapping_refuse_a_lora():
@@ -105,7 +86,7 @@ def test_cosmos_peft_lora_matches_diffusers(tmp_path, base):
     names = ("attn1.to_q", "attn1.to_out.0", "attn2.to_k", "ff.net.0.proj", "ff.net.2", "norm1.linear_1", "norm3.linear_2")
     modules = [f"transformer_blocks.{i}.{m}" for i in range(2) for m in names] + ["proj_out", "time_embed.t_embedder.linear_1"]
     path = _write(tmp_path / "cosmos.safetensors", low_rank_factors(state, modules, 4, 33), "transformer.")
-    expected = _fused(diffusers.Cosmos2_5_PredictBasePipeline, model, tmp_path, "cosmos/transformer", path, 0.6,
+    expected = diffusers_fused(diffusers.Cosmos2_5_PredictBasePipeline, model, tmp_path, "cosmos/transformer", {"x": (path, 0.6)},
                        safety_checker=NoSafetyChecker(), vae=wan_pipeline_vae())  # the pipeline reads the VAE's config
     ours = convert("cosmos/transformer", tmp_path / base, dtype="float32", loras=[resolve_adapter(f"{path}=0.6")])
-    _assert_close(ours, expected, convert("cosmos/transformer", tmp_path / "diffusers", dtype="float32"))
+    assert_merged_close(ours, expected, convert("cosmos/transformer", tmp_path / "diffusers", dtype="float32"))

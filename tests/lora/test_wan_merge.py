@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 
 from tests.lora import formats
 from tests.lora.formats import biases, low_rank_factors, wan_modules, write_musubi, write_original, write_peft
+from tests.lora.fused import assert_merged_close, diffusers_fused
 from tests.oracle import build_perturbed, save_state, state_of
 from vidax.translator import convert
 from vidax.translator.lora import LoraError, resolve_adapter
@@ -28,8 +29,6 @@ from vidax.translator.lora import LoraError, resolve_adapter
 SPEC = "wan/transformer"
 CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=4,
               text_dim=24, freq_dim=12, ffn_dim=40, num_layers=2, cross_attn_norm=True)
-# merged weights: fp32 sums of the same products in another order (|w| < 1, deltas < 2): ~1e-7
-WEIGHT_ATOL = 1e-6
 
 
 @pytest.fixture(scope="module")
@@ -55,23 +54,7 @@ def wan(tmp_path_factory):
 
 def _fused(model, root: Path, loras: dict[str, tuple[Path, float]]) -> dict:
     """diffusers' merged weights for `loras` ({name: (file, strength)}), as the spec converts them."""
-    pipe = diffusers.WanPipeline(tokenizer=None, text_encoder=None, vae=None, scheduler=None,
-                                 transformer=copy.deepcopy(model))
-    for name, (path, _) in loras.items():
-        pipe.load_lora_weights(str(path), adapter_name=name)
-    pipe.set_adapters(list(loras), [strength for _, strength in loras.values()])
-    pipe.fuse_lora(components=["transformer"])
-    pipe.unload_lora_weights()
-    folder = save_state(state_of(pipe.transformer), root / "fused" / "transformer")
-    return convert(SPEC, folder.parent, dtype="float32")
-
-
-def _assert_trees_close(ours: dict, expected: dict, base: dict) -> None:
-    assert ours.keys() == expected.keys()
-    moved = [p for p in expected if not np.array_equal(expected[p], base[p])]
-    assert moved, "the LoRA changed nothing: the test could not fail"
-    for path in expected:
-        np.testing.assert_allclose(ours[path], expected[path], atol=WEIGHT_ATOL, rtol=0, err_msg=path)
+    return diffusers_fused(diffusers.WanPipeline, model, root, SPEC, loras)
 
 
 @pytest.mark.parametrize("layout", ["diffusers", "official"])
@@ -82,7 +65,7 @@ def test_each_format_matches_diffusers(wan, tmp_path, layout, fmt, strength):
     expected = _fused(model, tmp_path, {fmt: (files[fmt], strength)})
     base = convert(SPEC, root / layout, dtype="float32")
     ours = convert(SPEC, root / layout, dtype="float32", loras=[resolve_adapter(f"{files[fmt]}={strength}")])
-    _assert_trees_close(ours, expected, base)
+    assert_merged_close(ours, expected, base)
 
 
 def test_several_loras_add_up_one_negative(wan, tmp_path):
@@ -92,7 +75,7 @@ def test_several_loras_add_up_one_negative(wan, tmp_path):
     expected = _fused(model, tmp_path, chosen)
     adapters = [resolve_adapter(f"{path}={strength}") for path, strength in chosen.values()]
     base = convert(SPEC, root / "official", dtype="float32")
-    _assert_trees_close(convert(SPEC, root / "official", dtype="float32", loras=adapters), expected, base)
+    assert_merged_close(convert(SPEC, root / "official", dtype="float32", loras=adapters), expected, base)
 
 
 def test_the_default_dtype_policy_casts_the_merged_weights(wan):
@@ -172,7 +155,7 @@ def test_full_deltas_merge_as_comfyui_applies_them(wan, tmp_path):
     base = convert(SPEC, root / "diffusers", dtype="float32")
     for layout in ("diffusers", "official"):
         ours = convert(SPEC, root / layout, dtype="float32", loras=[resolve_adapter(f"{path}=-0.6")])
-        _assert_trees_close(ours, expected, base)
+        assert_merged_close(ours, expected, base)
 
 
 def test_the_shipped_lightx2v_preset_and_a_malformed_one(tmp_path, monkeypatch):
@@ -202,12 +185,12 @@ def test_what_diffusers_refuses_merges_by_hand(wan, tmp_path):
                                   diff_b=partial)
     base = convert(SPEC, root / "diffusers", dtype="float32")
     ours = convert(SPEC, root / "diffusers", dtype="float32", loras=[resolve_adapter(f"{without_head}=0.7")])
-    _assert_trees_close(ours, _fused(model, tmp_path, {"partial": (without_head, 0.7)}), base)
+    assert_merged_close(ours, _fused(model, tmp_path, {"partial": (without_head, 0.7)}), base)
     hand = formats.hand_merge(state, factors, scale=0.5 * 3.0 / 2)
     hand["blocks.0.attn1.to_q.bias"] += 0.5 * partial["blocks.0.attn1.to_q"].numpy()
     expected = convert(SPEC, save_state({k: torch.from_numpy(v) for k, v in hand.items()}, tmp_path / "h" / "transformer").parent,
                        dtype="float32")
-    _assert_trees_close(convert(SPEC, root / "official", dtype="float32", loras=[resolve_adapter(f"{path}=0.5")]),
+    assert_merged_close(convert(SPEC, root / "official", dtype="float32", loras=[resolve_adapter(f"{path}=0.5")]),
                         expected, base)
 
 
@@ -266,4 +249,4 @@ def test_a_t2v_lora_on_an_i2v_model_matches_diffusers(tmp_path):
     path = write_original(tmp_path / "t2v.safetensors", low_rank_factors(state, wan_modules(2), rank=2, seed=11), alpha=1.0)
     expected = _fused(i2v, tmp_path, {"t2v": (path, 0.9)})
     base = convert(SPEC, root, dtype="float32")
-    _assert_trees_close(convert(SPEC, root, dtype="float32", loras=[resolve_adapter(f"{path}=0.9")]), expected, base)
+    assert_merged_close(convert(SPEC, root, dtype="float32", loras=[resolve_adapter(f"{path}=0.9")]), expected, base)
