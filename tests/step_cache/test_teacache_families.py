@@ -60,15 +60,20 @@ def _inputs(model, batch: int, seed: int):
     return jax.tree.map(fill, model.dummy_inputs(batch), is_leaf=lambda x: x is None)
 
 
-def _at(family: str, inputs: tuple, t: float) -> tuple:
-    """`inputs` at timestep `t` (every row)."""
+def _at(family: str, inputs: tuple, step: int) -> tuple:
+    """`inputs` at step `step`: its timestep (every row) and the latents moved by `step` times a fixed
+    random direction, as a denoising pass moves them."""
+    t = TIMESTEPS[step]
+    move = lambda latents: latents + 0.5 * step * jnp.flip(latents, axis=0)  # noqa: E731
     if family == "ltx2":
         dit, rope = inputs
-        full = jnp.full_like(dit.timestep, t)
-        sigma = jnp.full_like(dit.sigma, t / 1000.0)
-        return dit.replace(timestep=full, audio_timestep=full, sigma=sigma, audio_sigma=sigma), rope
-    index = 3 if family == "cosmos3" else 1
-    return inputs[:index] + (jnp.full_like(inputs[index], t),) + inputs[index + 1:]
+        full, sigma = jnp.full_like(dit.timestep, t), jnp.full_like(dit.sigma, t / 1000.0)
+        return dit.replace(video=move(dit.video), audio=move(dit.audio), timestep=full, audio_timestep=full,
+                           sigma=sigma, audio_sigma=sigma), rope
+    at = dict(enumerate(inputs))
+    latents, timestep = (2, 3) if family == "cosmos3" else (0, 1)
+    at[latents], at[timestep] = move(at[latents]), jnp.full_like(at[timestep], t)
+    return tuple(at[i] for i in range(len(inputs)))
 
 
 # --- the modulated input, by hand ---------------------------------------------------------------
@@ -187,7 +192,7 @@ def family_run(request):
     params = place_resident(model, traverse_util.unflatten_dict(flat, sep="/"))
     batch = 1 if family == "hunyuan_video" else 2
     base = _inputs(model, batch, seed=2)
-    steps = [_at(family, base, t) for t in TIMESTEPS]
+    steps = [_at(family, base, k) for k in range(STEPS)]
     name, by_hand = MODULATED[family]
     embed = jax.jit(lambda p, a: model.embed(p, *a))
     modulated = [by_hand(model, flat, *embed(params, inputs)) for inputs in steps]
@@ -202,14 +207,15 @@ def family_run(request):
             for k, inputs in enumerate(steps)]
     log = cache.finish("denoise")
 
-    expected_step, expected, full, residuals = _expected_step(model, fields), [], [], None
+    expected_step, expected, full = _expected_step(model, fields), [], []
+    shapes = jax.eval_shape(expected_step, params, steps[0], jnp.ones((batch,), bool),
+                            {f: jnp.zeros(()) for f in fields})[1]
+    residuals = {f: jnp.zeros(shape.shape, shape.dtype) for f, shape in shapes.items()}  # step 0 runs: unread
     for k, inputs in enumerate(steps):
-        rows = np.broadcast_to(decisions[k], (batch,))
-        out, fresh = expected_step(params, inputs, jnp.asarray(rows), residuals or
-                                   {f: jnp.zeros(()) for f in fields})
-        residuals = fresh if residuals is None else {f: jnp.where(
-            jnp.reshape(jnp.asarray(rows), (-1,) + (1,) * (fresh[f].ndim - 1)), fresh[f], residuals[f])
-            for f in fields}
+        rows = jnp.asarray(np.broadcast_to(decisions[k], (batch,)))
+        out, fresh = expected_step(params, inputs, rows, residuals)
+        residuals = {f: jnp.where(jnp.reshape(rows, (-1,) + (1,) * (fresh[f].ndim - 1)), fresh[f], residuals[f])
+                     for f in fields}
         expected.append(_host(out))
         full.append(_host(expected_step(params, inputs, jnp.ones((batch,), bool), residuals)[0]))
     return branches, changes, decisions, log, ours, expected, full
