@@ -406,7 +406,7 @@ class StepCache:
                 raise PipelineError(f"--cache teacache: this model's one DiT batch holds the reference's cache "
                                     f"contexts {', '.join(self.branches)}; run without STG / modality guidance")
             out, self.state, full, change = tea_step(self.config, self.state, denoiser, predict, self.per_row,
-                                                     self.steps, latents, timestep, cond, knobs)
+                                                     self.steps, latents, timestep, cond, knobs, step)
             self.log.append({"step": step, "expert": expert, "full_dit": full, "change": change})
             return out
         else:

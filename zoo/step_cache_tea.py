@@ -135,8 +135,12 @@ class TeaState:
 
 
 def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Callable, per_row: bool,
-             steps: int, latents, timestep, cond, knobs):
-    """One step: (prediction, new state, per-row flags of call 0, per-row changes of call 0)."""
+             steps: int, latents, timestep, cond, knobs, pass_step: int | None = None):
+    """One step: (prediction, new state, per-row flags of call 0, per-row changes of call 0).
+
+    `pass_step` is the step's index in the pass: a denoiser that starts mid-pass (Wan2.2's second
+    expert, whose `state` is fresh) counts its warm-up from its own first step, and the pass's last
+    `final_steps` run whichever denoiser takes them."""
     from vidax.zoo.step_cache import PipelineError, splittable
 
     if denoiser.streamed is not None or not splittable(denoiser.dit):
@@ -146,10 +150,11 @@ def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Ca
                                   latents, timestep, cond, knobs)
     changes = [to_host(change).astype(np.float64) for _, change in measured]  # the step's one device-to-host value
     computes, accumulated = [], []
+    own_steps = steps - (state.step if pass_step is None else pass_step) + state.step  # this denoiser's count
     for call, change in enumerate(changes):
         before = state.accumulated[call] if call < len(state.accumulated) else (0.0,) * len(change)
         decided = [teacache_decide(config.rule, config.threshold, acc, None if np.isnan(c) else float(c),
-                                   state.step, steps) for acc, c in zip(before, change)]
+                                   state.step, own_steps) for acc, c in zip(before, change)]
         computes.append(tuple(full for full, _ in decided))
         accumulated.append(tuple(acc for _, acc in decided))
     out, residuals = _tea_prediction(predict, denoiser.dit, tuple(computes), denoiser.params, state.residuals,

@@ -277,3 +277,23 @@ def test_ltx2_guidance_passes_apart_are_refused():
     cache = StepCache(TeaCacheConfig(0.1, "by-hand", "modulated", IDENTITY), ("cond_uncond", "uncond_stg"), STEPS)
     with pytest.raises(PipelineError, match="cond_uncond, uncond_stg; run without STG"):
         cache.predict(None, _call_dit, 0, 0, None, None, (), None)
+
+
+def test_a_second_expert_starts_afresh_and_the_pass_ends_with_a_full_step(monkeypatch):
+    """Wan2.2 A14B's expert switch (step 3 of 6): the low-noise expert's first step runs (no previous
+    modulated input: a fresh state, its own accumulator and residual) and the pass's last step runs
+    though the expert has taken only three. The device parts are stubbed: the rule and state alone."""
+    from vidax.zoo import step_cache_tea
+
+    def changes(predict, dit, name, per_row, params, previous, *args):  # change 0.01 after a first step
+        return ((jnp.zeros((1,)), jnp.full((1,), 0.01 if previous else np.nan)),)
+
+    monkeypatch.setattr(step_cache_tea, "_modulated_changes", changes)
+    monkeypatch.setattr(step_cache_tea, "_tea_prediction", lambda *args: (jnp.zeros(()), (jnp.zeros(()),)))
+    cache = StepCache(TeaCacheConfig(1.0, "by-hand", "e", IDENTITY), ("cond",), 6)
+    denoiser = types.SimpleNamespace(dit=types.SimpleNamespace(block_groups=("blocks",)), params=None, streamed=None)
+    for step, expert in enumerate([0, 0, 0, 1, 1, 1]):
+        cache.predict(denoiser, _call_dit, expert, step, None, None, (), None)
+    log = cache.finish("denoise")
+    assert [entry["full_dit"]["cond"] for entry in log] == [True, False, False, True, False, True]
+    assert [entry["change"]["cond"] is None for entry in log] == [True, False, False, True, False, False]
