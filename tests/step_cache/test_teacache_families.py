@@ -1,7 +1,7 @@
 """`--cache teacache` on every family's DiT beyond Wan and LTX-Video: HunyuanVideo 1.0 and 1.5, CogVideoX,
-Cosmos-Predict2.5, Cosmos3 and LTX-2, each a one-block DiT (HunyuanVideo: one dual and one single block) of the width its own tests use (random weights, random
-inputs; tests/quantized/test_weights_dtype_families.py builds them) run for five steps of a changing timestep
-through `StepCache`, as `denoise` runs it.
+Cosmos-Predict2.5, Cosmos3 and LTX-2, each a one-block DiT (HunyuanVideo: one dual and one single block) of
+the width its own tests use (random weights, random inputs; tests/quantized/test_weights_dtype_families.py
+builds them) run for five steps of a moving timestep and latents through `StepCache`, as `denoise` runs it.
 
 Each test computes, in numpy from the DiT's embedding and block 0's weights (not through the family's hook),
 the modulated input the TeaCache reference reads for that model (CogVideoX: the time embedding; HunyuanVideo:
@@ -55,7 +55,7 @@ def _inputs(model, batch: int, seed: int):
     def fill(leaf):
         if leaf is None or not jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.floating) or np.any(np.asarray(leaf)):
             return leaf
-        return jnp.asarray(rng.standard_normal(np.shape(leaf)).astype(np.float32))
+        return rng.standard_normal(np.shape(leaf)).astype(np.float32)
 
     return jax.tree.map(fill, model.dummy_inputs(batch), is_leaf=lambda x: x is None)
 
@@ -64,15 +64,15 @@ def _at(family: str, inputs: tuple, step: int) -> tuple:
     """`inputs` at step `step`: its timestep (every row) and the latents moved by `step` times a fixed
     random direction, as a denoising pass moves them."""
     t = TIMESTEPS[step]
-    move = lambda latents: latents + 0.5 * step * jnp.flip(latents, axis=0)  # noqa: E731
-    if family == "ltx2":
+    move = lambda latents: np.asarray(latents) + 0.5 * step * np.flip(latents, axis=0)  # noqa: E731
+    if family == "ltx2":  # host arrays throughout: no small device programs to compile
         dit, rope = inputs
-        full, sigma = jnp.full_like(dit.timestep, t), jnp.full_like(dit.sigma, t / 1000.0)
+        full, sigma = np.full(dit.timestep.shape, t, np.float32), np.full(dit.sigma.shape, t / 1000, np.float32)
         return dit.replace(video=move(dit.video), audio=move(dit.audio), timestep=full, audio_timestep=full,
                            sigma=sigma, audio_sigma=sigma), rope
     at = dict(enumerate(inputs))
     latents, timestep = (2, 3) if family == "cosmos3" else (0, 1)
-    at[latents], at[timestep] = move(at[latents]), jnp.full_like(at[timestep], t)
+    at[latents], at[timestep] = move(at[latents]), np.full(at[timestep].shape, t, np.float32)
     return tuple(at[i] for i in range(len(inputs)))
 
 
@@ -152,7 +152,8 @@ def _decide(changes: np.ndarray, threshold: float) -> np.ndarray:
 
 
 def _expected_step(model, fields):
-    """jit: (the DiT output with skipped rows' streams = block input + residual, the fresh residuals)."""
+    """jit: (the DiT output with skipped rows' streams = block input + residual, the fresh residuals, the
+    embedding's (hidden, ctx): what the modulated input is computed from by hand)."""
 
     def get(hidden, field):
         return hidden if field is None else getattr(hidden, field)
@@ -174,7 +175,7 @@ def _expected_step(model, fields):
                 mixed[field] = jnp.where(keep, after, before + residuals[field])
             return put(h_n, mixed)
 
-        return forward_split(model, params, *inputs, blocks=blocks), fresh
+        return forward_split(model, params, *inputs, blocks=blocks), fresh, model.embed(params, *inputs)
 
     return step
 
@@ -194,8 +195,11 @@ def family_run(request):
     base = _inputs(model, batch, seed=2)
     steps = [_at(family, base, k) for k in range(STEPS)]
     name, by_hand = MODULATED[family]
-    embed = jax.jit(lambda p, a: model.embed(p, *a))
-    modulated = [by_hand(model, flat, *embed(params, inputs)) for inputs in steps]
+    expected_step, ones = _expected_step(model, fields), np.ones((batch,), bool)
+    shapes = jax.eval_shape(expected_step, params, steps[0], ones, {f: np.zeros((), np.float32) for f in fields})[1]
+    zeros = {f: np.zeros(shape.shape, shape.dtype) for f, shape in shapes.items()}
+    runs = [expected_step(params, inputs, ones, zeros) for inputs in steps]  # every step's blocks run
+    modulated = [by_hand(model, flat, *embedded) for _, _, embedded in runs]
     changes = np.stack([np.full(batch if per_row else 1, np.nan)] +
                        [_change(m, before, per_row) for m, before in zip(modulated[1:], modulated)])
     threshold = float(changes[1, 0] + changes[2, 0] / 2)  # step 1 skips, step 2 runs (in the first row)
@@ -207,17 +211,13 @@ def family_run(request):
             for k, inputs in enumerate(steps)]
     log = cache.finish("denoise")
 
-    expected_step, expected, full = _expected_step(model, fields), [], []
-    shapes = jax.eval_shape(expected_step, params, steps[0], jnp.ones((batch,), bool),
-                            {f: jnp.zeros(()) for f in fields})[1]
-    residuals = {f: jnp.zeros(shape.shape, shape.dtype) for f, shape in shapes.items()}  # step 0 runs: unread
+    expected, full, residuals = [], [_host(out) for out, _, _ in runs], zeros  # step 0 runs: zeros unread
     for k, inputs in enumerate(steps):
-        rows = jnp.asarray(np.broadcast_to(decisions[k], (batch,)))
-        out, fresh = expected_step(params, inputs, rows, residuals)
-        residuals = {f: jnp.where(jnp.reshape(rows, (-1,) + (1,) * (fresh[f].ndim - 1)), fresh[f], residuals[f])
+        rows = np.broadcast_to(decisions[k], (batch,))
+        out, fresh, _ = expected_step(params, inputs, rows, residuals)
+        residuals = {f: np.where(np.reshape(rows, (-1,) + (1,) * (fresh[f].ndim - 1)), fresh[f], residuals[f])
                      for f in fields}
         expected.append(_host(out))
-        full.append(_host(expected_step(params, inputs, jnp.ones((batch,), bool), residuals)[0]))
     return branches, changes, decisions, log, ours, expected, full
 
 
