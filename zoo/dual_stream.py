@@ -251,11 +251,24 @@ class Head(nn.Module):
         return Dense(out, axes=("embed", None), name="proj_out")(video)
 
 
+def first_block_modulated(cfg: DiTConfig, first: Params, hidden: DualStream, ctx: Any) -> jax.Array:
+    """Block 0's video stream under its first LayerNorm and `norm1`'s shift and scale of the time
+    embedding (TeaCache4HunyuanVideo's `modulated_inp`), fp32."""
+    mod = Linear(6 * cfg.inner_dim, child="linear").apply({"params": first["norm1"]}, nn.silu(ctx.temb))
+    shift, scale = jnp.split(mod.astype(jnp.float32), 6, axis=-1)[:2]
+    normed = LayerNorm(eps=1e-6, use_scale=False, use_bias=False).apply({}, hidden.video.astype(jnp.float32))
+    return modulate(normed, shift[:, None], scale[:, None])
+
+
 class DualStreamTransformer(StackedTransformer):
     """What both HunyuanVideo DiTs (1.0 and 1.5) do around their blocks on a `DualStream`: the RoPE
     tables and post-patch grid of the latents, and the head on the video stream."""
 
     head_modules = ("norm_out", "proj_out")
+    # TeaCache's statistic (vidax.zoo.block_split.modulated_input); 1.0's I2V first-frame rows are read
+    # under the time embedding too, as the reference (text-to-video) has no token-replace rows
+    modulated_inputs = {
+        "modulated": lambda model, first, hidden, ctx: first_block_modulated(model.cfg, first, hidden, ctx)}
 
     def positions(self, latents: jax.Array) -> tuple[jax.Array, jax.Array, tuple[int, int, int]]:
         """RoPE cos/sin `[S, head_dim]` and the post-patch grid (F, H, W) of `[B, C, F, H, W]` latents."""

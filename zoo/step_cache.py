@@ -402,8 +402,11 @@ class StepCache:
         elif self._name() == "teacache":
             from vidax.zoo.step_cache_tea import tea_step
 
+            if BATCHED_PAIR in self.branches and len(self.branches) > 1:  # one batch, several reference statistics
+                raise PipelineError(f"--cache teacache: this model's one DiT batch holds the reference's cache "
+                                    f"contexts {', '.join(self.branches)}; run without STG / modality guidance")
             out, self.state, full, change = tea_step(self.config, self.state, denoiser, predict, self.per_row,
-                                                     self.steps, latents, timestep, cond, knobs)
+                                                     self.steps, latents, timestep, cond, knobs, step)
             self.log.append({"step": step, "expert": expert, "full_dit": full, "change": change})
             return out
         else:

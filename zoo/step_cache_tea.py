@@ -6,7 +6,8 @@ batches both, the relative L1 change of the first block's modulated input since 
 (`vidax.zoo.block_split.modulated_input`). That one small vector per call comes to the host; the
 published polynomial and the accumulators decide there, as the TeaCache reference does with
 `.item()`. Then the step runs every block for the rows that compute, and adds the last residual of
-all blocks (output minus input of the block stack) for the rows that skip.
+all blocks (output minus input of the block stack) for the rows that skip: of the video stream, and of
+LTX-2's audio stream, which its DiT returns as well.
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ def _modulated_changes(predict, dit, name, per_row, params, previous, latents, t
         before = previous[len(made)] if len(made) < len(previous) else None
         change = jnp.full((rows,), jnp.nan) if before is None else relative_l1_rows(current, before, per_row)
         made.append((current, change))
-        shape = jax.eval_shape(partial(forward, dit, params), *inputs)
-        return jnp.zeros(shape.shape, shape.dtype)
+        shapes = jax.eval_shape(partial(forward, dit, params), *inputs)  # an array, or LTX-2's (video, audio)
+        return jax.tree.map(lambda shape: jnp.zeros(shape.shape, shape.dtype), shapes)
 
     predict(run, latents, timestep, cond, knobs)
     return tuple(made)
@@ -83,25 +84,28 @@ def _rows_like(flags: tuple[bool, ...], leaf: jax.Array) -> jax.Array:
     return jnp.reshape(jnp.asarray(flags), (-1,) + (1,) * (leaf.ndim - 1))
 
 
-def tea_blocks(computes: tuple[bool, ...], residual: Any, h0: Any, run_part: Callable, stream: Callable,
-               with_stream: Callable) -> tuple[Any, Any]:
-    """(the block stack's output, the new residual) for rows that compute (`computes`, per row or one for
-    the call) and rows that add the last `residual` of the video stream."""
+def tea_blocks(computes: tuple[bool, ...], residual: Any, h0: Any, run_part: Callable, streams: Callable,
+               with_streams: Callable) -> tuple[Any, Any]:
+    """(the block stack's output, the new residuals) for rows that compute (`computes`, per row or one
+    for the call) and rows that add the last `residual` of each output stream (`streams(hidden)`: the
+    video tokens; LTX-2's audio too, as its DiT returns both); the text passes a skipped row unchanged."""
+    before = streams(h0)
     if not any(computes):
-        return with_stream(h0, stream(h0) + residual), residual
+        return with_streams(h0, {k: v + residual[k] for k, v in before.items()}), residual
     h_n = run_part(h0, "all")
-    fresh = stream(h_n) - stream(h0)
+    after = streams(h_n)
+    fresh = {k: after[k] - before[k] for k in after}
     if all(computes):
         return h_n, fresh
-    keep = _rows_like(computes, fresh)
-    video = jnp.where(keep, stream(h_n), stream(h0) + residual)
-    return with_stream(h_n, video), jnp.where(keep, fresh, residual)
+    keep = lambda k: _rows_like(computes, fresh[k])  # noqa: E731
+    mixed = {k: jnp.where(keep(k), after[k], before[k] + residual[k]) for k in after}
+    return with_streams(h_n, mixed), {k: jnp.where(keep(k), fresh[k], residual[k]) for k in after}
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2))
 def _tea_prediction(predict, dit, computes, params, residuals, latents, timestep, cond, knobs):
     """`predict` with each DiT call's blocks run or skipped per `computes[call]`; the new residuals."""
-    from vidax.zoo.step_cache import _stream, _with_stream
+    from vidax.zoo.step_cache import _output_streams, _with_streams
 
     made = []
 
@@ -110,7 +114,7 @@ def _tea_prediction(predict, dit, computes, params, residuals, latents, timestep
 
         def blocks(h0, run_part):
             h_n, residual = tea_blocks(computes[index], residuals[index] if residuals else None, h0, run_part,
-                                       _stream, _with_stream)
+                                       _output_streams, _with_streams)
             made.append(residual)
             return h_n
 
@@ -131,8 +135,12 @@ class TeaState:
 
 
 def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Callable, per_row: bool,
-             steps: int, latents, timestep, cond, knobs):
-    """One step: (prediction, new state, per-row flags of call 0, per-row changes of call 0)."""
+             steps: int, latents, timestep, cond, knobs, pass_step: int | None = None):
+    """One step: (prediction, new state, per-row flags of call 0, per-row changes of call 0).
+
+    `pass_step` is the step's index in the pass: a denoiser that starts mid-pass (Wan2.2's second
+    expert, whose `state` is fresh) counts its warm-up from its own first step, and the pass's last
+    `final_steps` run whichever denoiser takes them."""
     from vidax.zoo.step_cache import PipelineError, splittable
 
     if denoiser.streamed is not None or not splittable(denoiser.dit):
@@ -142,10 +150,11 @@ def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Ca
                                   latents, timestep, cond, knobs)
     changes = [to_host(change).astype(np.float64) for _, change in measured]  # the step's one device-to-host value
     computes, accumulated = [], []
+    own_steps = steps - (state.step if pass_step is None else pass_step) + state.step  # this denoiser's count
     for call, change in enumerate(changes):
         before = state.accumulated[call] if call < len(state.accumulated) else (0.0,) * len(change)
         decided = [teacache_decide(config.rule, config.threshold, acc, None if np.isnan(c) else float(c),
-                                   state.step, steps) for acc, c in zip(before, change)]
+                                   state.step, own_steps) for acc, c in zip(before, change)]
         computes.append(tuple(full for full, _ in decided))
         accumulated.append(tuple(acc for _, acc in decided))
     out, residuals = _tea_prediction(predict, denoiser.dit, tuple(computes), denoiser.params, state.residuals,

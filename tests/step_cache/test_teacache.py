@@ -124,8 +124,8 @@ def test_wan_teacache_use_ret_steps(wan, tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     (dict(cache="teacache"), "needs --cache-threshold"),
-    (dict(cache="teacache", cache_threshold=0.1, cache_coefficients="cogvideox-5b"),
-     "no TeaCache coefficients for cogvideox-5b"),
+    (dict(cache="teacache", cache_threshold=0.1, cache_coefficients="cosmos-predict2.5-2b"),
+     "no TeaCache coefficients for cosmos-predict2.5-2b"),
     (dict(cache="teacache", cache_threshold=0.1, cache_coefficients="ltx-video-2b", cache_use_ret_steps=True),
      "no use_ret_steps"),
     (dict(cache="first-block", cache_coefficients="ltx-video-2b"), "takes no --cache-coefficients"),

@@ -20,6 +20,13 @@ PUBLISHED = {
     ("wan2.1-i2v-14b-720p", "e"): [-114.36346466, 65.26524496, -18.82220707, 4.91518089, -0.23412683],
     ("hunyuanvideo", "modulated"): [7.33226126e+02, -4.01131952e+02, 6.75869174e+01, -3.14987800e+00, 9.61237896e-02],
     ("ltx-video-2b", "modulated"): [2.14700694e+01, -1.28016453e+01, 2.31279151e+00, 7.92487521e-01, 9.69274326e-03],
+    ("cogvideox-2b", "temb"): [-3.10658903e+01, 2.54732368e+01, -5.92380459e+00, 1.75769064e+00, -3.61568434e-03],
+    ("cogvideox-5b", "temb"): [-1.53880483e+03, 8.43202495e+02, -1.34363087e+02, 7.97131516e+00, -5.23162339e-02],
+    ("cogvideox-5b-i2v", "temb"): [-1.53880483e+03, 8.43202495e+02, -1.34363087e+02, 7.97131516e+00,
+                                   -5.23162339e-02],
+    ("cogvideox1.5-5b", "temb"): [2.50210439e+02, -1.65061612e+02, 3.57804877e+01, -7.81551492e-01, 3.58559703e-02],
+    ("cogvideox1.5-5b-i2v", "temb"): [1.22842302e+02, -1.04088754e+02, 2.62981677e+01, -3.06009921e-01,
+                                      3.71213220e-02],
 }
 
 
@@ -30,8 +37,8 @@ def test_shipped_coefficients_are_the_published_ones():
     # the reference's retention: Wan e0 (use_ret_steps) 5 warm-up steps and none at the end; e 1 and 1
     e0, e = rules.teacache_rule("wan2.1-t2v-14b", "e0"), rules.teacache_rule("wan2.1-t2v-14b", "e")
     assert (e0.warmup_steps, e0.final_steps, e.warmup_steps, e.final_steps) == (5, 0, 1, 1)
-    with pytest.raises(KeyError, match="no TeaCache coefficients for cogvideox-5b"):
-        rules.teacache_rule("cogvideox-5b", "modulated")
+    with pytest.raises(KeyError, match="no TeaCache coefficients for cosmos-predict2.5-2b"):
+        rules.teacache_rule("cosmos-predict2.5-2b", "modulated")
 
 
 def test_teacache_decisions_by_hand():

@@ -297,6 +297,8 @@ class CogVideoXTransformer(StackedTransformer):
 
     embed_modules = ("patch_embed", "time_embedding", "ofs_embedding")
     head_modules = ("norm_final", "norm_out", "proj_out")
+    # TeaCache's statistic (vidax.zoo.block_split.modulated_input): the reference's time (+ ofs) embedding `emb`
+    modulated_inputs = {"temb": lambda model, first, hidden, ctx: ctx.temb}
 
     def __init__(self, cfg: CogVideoXTransformerConfig, dtype: Any = jnp.float32, residual_dtype: Any = jnp.float32):
         self.cfg = cfg

@@ -278,6 +278,16 @@ class Head(nn.Module):
 # The model
 
 
+def first_block_modulated(cfg: CosmosTransformerConfig, first: Params, hidden: jax.Array, ctx: Context) -> jax.Array:
+    """Block 0's self-attention input: its hidden state (plus the learned position embedding, as the
+    block adds it) under LayerNorm and `norm1`'s shift and scale, fp32 (TeaCache4Cosmos reads the same
+    of Cosmos-1.0's first block)."""
+    residual = hidden.astype(jnp.float32) if ctx.pos is None else hidden.astype(jnp.float32) + ctx.pos
+    ada = AdaLNLoRA(cfg.inner_dim, cfg.adaln_lora_dim, 3).apply({"params": first["norm1"]}, ctx.emb, ctx.temb)
+    shift, scale = (per_token(m, ctx.grid) for m in ada[:2])
+    return modulate(LayerNorm(eps=ADALN_EPS, use_scale=False, use_bias=False).apply({}, residual), shift, scale)
+
+
 class CosmosTransformer(StackedTransformer):
     """The Cosmos-Predict2.5 DiT in the `vidax.zoo.dit.StackedDiT` shape.
 
@@ -297,6 +307,9 @@ class CosmosTransformer(StackedTransformer):
 
     embed_modules = ("patch_embed", "time_embed", "crossattn_proj_0", "learnable_pos_embed")
     head_modules = ("norm_out", "proj_out")
+    # TeaCache's statistic (vidax.zoo.block_split.modulated_input); no set is published for Predict2.5
+    modulated_inputs = {
+        "modulated": lambda model, first, hidden, ctx: first_block_modulated(model.cfg, first, hidden, ctx)}
 
     @classmethod
     def with_precision(cls, cfg: CosmosTransformerConfig, precision: Precision) -> CosmosTransformer:

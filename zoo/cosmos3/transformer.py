@@ -244,6 +244,10 @@ class Cosmos3Transformer(StackedTransformer):
 
     embed_modules = ("embed_tokens", "proj_in", "time_embedder")
     head_modules = ("norm_moe_gen", "proj_out")
+    # TeaCache's statistic (vidax.zoo.block_split.modulated_input), no published set: layer 0 has no AdaLN
+    # (the time embedding is added to the video tokens), so its normed video input to attention stands in
+    modulated_inputs = {"modulated": lambda model, first, hidden, ctx: RMSNorm(eps=model.cfg.rms_norm_eps).apply(
+        {"params": first["input_layernorm_moe_gen"]}, hidden.gen.astype(jnp.float32))}
 
     def num_blocks(self, group: str) -> int:
         return self.cfg.num_hidden_layers

@@ -375,6 +375,15 @@ class Head(nn.Module):
 # The model
 
 
+def first_block_modulated(cfg: TransformerConfig, first: Params, hidden: Streams, ctx: Context) -> jax.Array:
+    """Block 0's video self-attention input: the RMS-normed video stream under its shift and scale
+    (the first block's statistic TeaCache4LTX-Video reads, on LTX-2's video stream), fp32."""
+    table = first["scale_shift_table"].astype(jnp.float32)
+    shift, scale = _mod(table, ctx.temb)[:2]
+    normed = RMSNorm(cfg.norm_eps, use_scale=False).apply({}, hidden.video.astype(jnp.float32))
+    return modulate(normed, shift, scale)
+
+
 class LTX2Transformer(StackedTransformer):
     """The LTX-2 DiT in the `vidax.zoo.dit.StackedDiT` shape.
 
@@ -395,6 +404,9 @@ class LTX2Transformer(StackedTransformer):
         "av_cross_attn_audio_scale_shift", "av_cross_attn_video_a2v_gate", "av_cross_attn_audio_v2a_gate",
     )
     head_modules = ("scale_shift_table", "audio_scale_shift_table", "proj_out", "audio_proj_out")
+    # TeaCache's statistic (vidax.zoo.block_split.modulated_input); no set is published for LTX-2
+    modulated_inputs = {
+        "modulated": lambda model, first, hidden, ctx: first_block_modulated(model.cfg, first, hidden, ctx)}
 
     def __init__(self, cfg: TransformerConfig, use_cross_timestep: bool = True, dtype: Any = jnp.float32,
                  residual_dtype: Any = jnp.float32):
