@@ -130,12 +130,14 @@ def _cut(x: jax.Array, out: jax.Array) -> jax.Array:
     return x[tuple(slice(0, n) for n in out.shape)].astype(out.dtype)
 
 
-def input_like(first_input: Any, output: Any) -> Any:
-    """The part of a DiT call's first input that its output replaces, in the output's structure: LTX-2's
-    (video, audio) token streams of its `DiTInputs`; else the input cut to the output's shape."""
+def input_like(inputs: tuple, output: Any) -> Any:
+    """The part of a DiT call's inputs that its output replaces (ComfyUI's `x`), in the output's structure:
+    LTX-2's (video, audio) token streams of its `DiTInputs`; else the first input array covering the
+    output's shape (Cosmos3 passes its text ids first), cut to it."""
     if isinstance(output, (tuple, list)):
-        return tuple(_cut(getattr(first_input, name), out) for name, out in zip(JOINT_STREAMS, output))
-    return _cut(first_input, output)
+        return tuple(_cut(getattr(inputs[0], name), out) for name, out in zip(JOINT_STREAMS, output))
+    covers = lambda x: x.ndim == output.ndim and all(a >= b for a, b in zip(x.shape, output.shape))  # noqa: E731
+    return _cut(next(x for x in inputs if isinstance(x, jax.Array) and covers(x)), output)
 
 
 def _lead(tree: Any) -> jax.Array:
@@ -159,7 +161,7 @@ def _input_change(predict, diffs, x_prev, latents, timestep, cond, knobs):
 
     def run(*inputs):
         diff = next(calls)
-        seen.append(input_like(inputs[0], diff))
+        seen.append(input_like(inputs, diff))
         return _zeros(diff)
 
     predict(run, latents, timestep, cond, knobs)
@@ -173,7 +175,7 @@ def _from_diffs(predict, diffs, latents, timestep, cond, knobs):
 
     def run(*inputs):
         diff = next(calls)
-        return jax.tree.map(jnp.add, input_like(inputs[0], diff), diff)
+        return jax.tree.map(jnp.add, input_like(inputs, diff), diff)
 
     return predict(run, latents, timestep, cond, knobs)
 
@@ -185,7 +187,7 @@ def _full_recording(predict, run, latents, timestep, cond, knobs):
 
     def recorded(*inputs):
         out = run(*inputs)
-        made.append((input_like(inputs[0], out), out))
+        made.append((input_like(inputs, out), out))
         return out
 
     prediction = predict(recorded, latents, timestep, cond, knobs)

@@ -10,8 +10,9 @@ tested against hand-computed values and the reference's coefficients.
 - EasyCache (as ComfyUI defines it): the input's mean change since the last full step, times the
   last measured output/input change rate, over the last output's mean magnitude, accumulates; a
   step reuses the cached output-minus-input while the sum stays under `reuse_threshold`. Only steps
-  with sigma at or below the `start_percent` point take the rule; from the `end_percent` point on
-  every step runs and nothing is recorded. The prompt branch decides for all branches.
+  at or below the `start_percent` point take the rule; from the `end_percent` point on every step
+  runs and nothing is recorded (`PercentScale`: where a family's percents fall, as ComfyUI's model
+  sampling of that model places them). The prompt branch decides for all branches.
 """
 
 from __future__ import annotations
