@@ -106,7 +106,7 @@ class PercentScale:
       sigma is its timestep / `train_steps`.
     - "rflow_edm" (Cosmos-Predict2.5; ComfyUI's Cosmos rectified-flow sampling): the EDM sigma
       log-linear between `sigma_min` and `sigma_max` at `1 - percent`; a step's EDM sigma is
-      `s / (1 - s)` of its flow sigma `s` (timestep / `train_steps`).
+      `s / (1 - s)` of its flow sigma `s` (timestep / `train_steps`), at most `sigma_max`.
     - "discrete" (CogVideoX; ComfyUI's discrete, v-prediction sampling): the sigma of timestep
       `(1 - percent) * (train_steps - 1)`; sigma rises strictly with the timestep, so the step's timestep
       is compared with that timestep.
@@ -153,8 +153,9 @@ def step_point(scale: PercentScale, timestep: float) -> float:
     if scale.kind == "discrete":
         return float(timestep)
     sigma = float(timestep) / scale.train_steps
-    if scale.kind == "rflow_edm":
-        return NEVER if sigma >= 1.0 else sigma / (1.0 - sigma)
+    if scale.kind == "rflow_edm":  # ComfyUI's Cosmos sampling caps the EDM sigma at its maximum
+        top = scale.sigma_max / (scale.sigma_max + 1)
+        return scale.sigma_max if sigma >= top else sigma / (1.0 - sigma)
     return sigma
 
 

@@ -188,8 +188,8 @@ def _cosmos(root, request):
     options = partial(GenerateOptions, model="cosmos-predict2.5-2b", prompt=ref.PROMPT, weights=str(root / "diffusers"),
                       height=ref.HEIGHT, width=ref.WIDTH, frames=ref.FRAMES, steps=STEPS, latents=root / "noise.npy",
                       dtype="float32", compile_cache=False)
-    # ModelSamplingCosmosRFlow: EDM sigma log-linear over the range; a step's EDM sigma is s / (1 - s)
-    return Family(options, ("cond", "uncond"), lambda t: _sigma(t) / (1 - _sigma(t)),
+    # ModelSamplingCosmosRFlow: EDM sigma log-linear over the range; a step's EDM sigma is s / (1 - s), capped
+    return Family(options, ("cond", "uncond"), lambda t: min(_sigma(t) / (1 - _sigma(t)), config["sigma_max"]),
                   lambda p, _: math.exp(low + (1 - p) * (high - low)))
 
 
@@ -384,3 +384,24 @@ def test_easycache_takes_the_rule_by_hand(family, monkeypatch):
     assert [entry["full_dit"] for entry in log] == [{branch: full for branch in spec.branches} for full in ran]
     for i, expected in skipped.items():
         np.testing.assert_allclose(steps[i].prediction, np.asarray(expected), atol=PREDICTION_ATOL, rtol=0)
+
+
+def test_percent_points_by_hand():
+    """The mappings at their edges and one value each: flow (shift 3 at .15: 3 * .85 / 2.7 = .944444; a
+    dynamic mu enters as e^mu), Cosmos' EDM range (.01..200 at .5: sqrt(.01 * 200) = 1.414214; a step at
+    timestep 500 is EDM sigma 1, 1000 the capped 200), CogVideoX's timesteps ((1 - .25) * 999 = 749.25);
+    percent 0 holds every step, percent 1 none that has noise left."""
+    from vidax.zoo.step_cache_rules import EasyCacheConfig, PercentScale, easycache_phase, percent_point, step_point
+
+    flow, edm, ddpm = PercentScale("flow", 3.0), PercentScale("rflow_edm", sigma_min=0.01, sigma_max=200.0), \
+        PercentScale("discrete")
+    assert percent_point(flow, 0.15) == pytest.approx(0.9444444444)
+    assert percent_point(PercentScale("flow", math.exp(0.5)), 0.3) == pytest.approx(_flux(0.5, 0.3))
+    assert percent_point(edm, 0.5) == pytest.approx(math.sqrt(2.0)) and step_point(edm, 500.0) == pytest.approx(1.0)
+    assert step_point(edm, 1000.0) == 200.0
+    assert percent_point(ddpm, 0.25) == pytest.approx(749.25) and step_point(ddpm, 749.0) == 749.0
+    assert [percent_point(scale, 0.0) > step_point(scale, 1000.0) for scale in (edm, ddpm)] == [True, True]
+    assert [percent_point(scale, 1.0) < step_point(scale, 1.0) for scale in (edm, ddpm)] == [True, True]
+    config = EasyCacheConfig(start_percent=0.25, end_percent=0.75)  # CogVideoX: active at 749.25 down to > 249.75
+    assert [easycache_phase(config, t, ddpm) for t in (999.0, 749.0, 250.0, 249.0)] == [
+        "before", "active", "active", "past_end"]
