@@ -148,8 +148,8 @@ def _ltx2(root, request):
     np.save(root / "audio_noise.npy", audio)
     config = _scheduler(root / "model")
     options = partial(GenerateOptions, model="ltx-2", prompt=PROMPT, negative_prompt=NEGATIVE,
-                      weights=str(root / "model"), steps=STEPS, fps=FPS, latents=root / "noise.npy", compile_cache=False,
-                      dtype="float32", **SIZE, extra={"audio_latents": root / "audio_noise.npy", **CFG_ONLY})
+                      weights=str(root / "model"), steps=STEPS, fps=FPS, latents=root / "noise.npy",
+                      compile_cache=False, dtype="float32", **SIZE, extra={"audio_latents": root / "audio_noise.npy", **CFG_ONLY})
     # LTX2Pipeline's own fallbacks for the dynamic shift: 1024 / 4096 tokens, shift 0.95 / 2.05
     return Family(options, ("cond_uncond",), _sigma,
                   lambda p, tokens: _flux(_dynamic_mu(config, tokens, (1024, 4096, 0.95, 2.05)), p))
@@ -232,8 +232,10 @@ class Case:
 # hunyuan_video15: sigmas 1 .962 .909 .833 .714 .5; start .978, end .625 (shift 5); sums .055, .189
 # cosmos: EDM sigmas 199 61.5 15.9 2.88 .295 .0091; start 74.3, end .119 (.01..200); sums .056, .206
 # cosmos3: sigmas .999 .98 .952 .909 .833 .667; start .989, end .769 (shift 10); sums .019, .067
-CASES = {"wan": Case(0.1, 0.75, 0.5), "wan2.2-a14b": Case(0.1, 0.75, 0.5, (True, True, True, True, False, True), (0, 0, 1, 1, 1, 1)), "cogvideox": Case(0.1, 0.75, 0.3), "ltx_video": Case(0.15, 0.92, 0.3),
-         "ltx2": Case(0.15, 0.92, 0.5), "hunyuan_video": Case(0.1, 0.75, 0.3), "hunyuan_video15": Case(0.1, 0.75, 0.12),
+CASES = {"wan": Case(0.1, 0.75, 0.5),
+         "wan2.2-a14b": Case(0.1, 0.75, 0.5, (True, True, True, True, False, True), (0, 0, 1, 1, 1, 1)),
+         "cogvideox": Case(0.1, 0.75, 0.3), "ltx_video": Case(0.15, 0.92, 0.3), "ltx2": Case(0.15, 0.92, 0.5),
+         "hunyuan_video": Case(0.1, 0.75, 0.3), "hunyuan_video15": Case(0.1, 0.75, 0.12),
          "cosmos": Case(0.1, 0.75, 0.13), "cosmos3": Case(0.1, 0.75, 0.04)}
 
 
