@@ -193,7 +193,7 @@ def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, co
     last = [time.perf_counter()]
     branches = denoisers.family.cache_branches(denoisers.settings)
     cache = step_cache_for(run.options, branches, stepper.num_steps,  # None: no --cache
-                           shift=getattr(denoisers.settings, "shift", None), timesteps=np.asarray(stepper.timesteps))
+                           percents=(denoisers.family, denoisers.settings), timesteps=np.asarray(stepper.timesteps))
 
     def model_fn(x, i, t):
         expert = schedule.experts[i]

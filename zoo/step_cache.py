@@ -366,9 +366,9 @@ class StepCache:
     """
 
     def __init__(self, config, branches: tuple[str, ...], steps: int, calibrate_to: Any = None,
-                 shift: float | None = None, timesteps: Any = None):
+                 percents: Any = None, timesteps: Any = None):
         self.config, self.branches, self.steps, self.calibrate_to = config, branches, steps, calibrate_to
-        self.shift = shift  # the pass's flow shift (EasyCache maps its percents to sigmas with it)
+        self.percents = percents  # EasyCache: where its percents fall on the pass's steps (a PercentScale)
         self.timesteps = timesteps  # the pass's host timesteps (EasyCache's sigma without a device read)
         # one statistic per batch row (Wan's per-branch calls) unless the reference batches a pair ("cond_uncond")
         self.per_row = len(branches) > 1 and BATCHED_PAIR not in branches
@@ -417,13 +417,12 @@ class StepCache:
     def _easycache(self, denoiser, predict, step, latents, timestep, cond, knobs):
         from vidax.zoo.step_cache_easy import EasyCacheRun, easy_step
 
-        if self.shift is None:
-            raise PipelineError("--cache easycache maps its percents to sigmas with the model's flow shift: "
-                                "this model has none (use --cache taylorseer)")
+        if self.percents is None:
+            raise PipelineError("--cache easycache places its percents on the model's noise levels: this pass "
+                                "has none (use --cache taylorseer)")
         host = timestep if self.timesteps is None else self.timesteps[step]  # the host copy: no device read
-        sigma = float(np.float32(host)) / 1000.0  # flow-matching timesteps are sigma * 1000
-        return easy_step(EasyCacheRun(self.config, self.shift), self.state, denoiser, predict, sigma, latents,
-                         timestep, cond, knobs)
+        return easy_step(EasyCacheRun(self.config, self.percents), self.state, denoiser, predict,
+                         float(np.float32(host)), latents, timestep, cond, knobs)
 
     def _taylorseer(self, denoiser, predict, latents, timestep, cond, knobs):
         state = self.state
@@ -606,12 +605,22 @@ def _check_taylorseer(config: TaylorSeerConfig) -> None:
         raise PipelineError(f"--cache-stop must be 0 or more, got {config.disable_cache_after_step}")
 
 
-def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, shift: float | None = None,
+def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, percents: tuple | None = None,
                    timesteps: Any = None) -> StepCache | None:
-    """A fresh cache for one denoise pass of `steps` steps (None without --cache); `shift`: the pass's
-    flow shift (EasyCache's sigma window); `timesteps`: the pass's timesteps on the host."""
+    """A fresh cache for one denoise pass of `steps` steps (None without --cache); `percents`: the pass's
+    (family, settings), where EasyCache's window falls (`step_cache_easy.percent_scale`); `timesteps`: the
+    pass's timesteps on the host."""
+    from vidax.zoo.step_cache_rules import EasyCacheConfig
+
     config = config_from_options(options)
-    return None if config is None else StepCache(config, branches, steps, options.cache_calibrate, shift, timesteps)
+    if config is None:
+        return None
+    scale = None
+    if isinstance(config, EasyCacheConfig) and percents is not None:
+        from vidax.zoo.step_cache_easy import percent_scale
+
+        scale = percent_scale(*percents)
+    return StepCache(config, branches, steps, options.cache_calibrate, scale, timesteps)
 
 
 def _pick(value, default):

@@ -10,8 +10,9 @@ tested against hand-computed values and the reference's coefficients.
 - EasyCache (as ComfyUI defines it): the input's mean change since the last full step, times the
   last measured output/input change rate, over the last output's mean magnitude, accumulates; a
   step reuses the cached output-minus-input while the sum stays under `reuse_threshold`. Only steps
-  with sigma at or below the `start_percent` point take the rule; from the `end_percent` point on
-  every step runs and nothing is recorded. The prompt branch decides for all branches.
+  at or below the `start_percent` point take the rule; from the `end_percent` point on every step
+  runs and nothing is recorded (`PercentScale`: where a family's percents fall, as ComfyUI's model
+  sampling of that model places them). The prompt branch decides for all branches.
 """
 
 from __future__ import annotations
@@ -94,6 +95,33 @@ class EasyState:
     output_norm: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class PercentScale:
+    """Where EasyCache's percents fall on a family's noise levels, as ComfyUI's model sampling of that model
+    places them (`percent_to_sigma`), and which value of a step is compared with them.
+
+    - "flow" (Wan, HunyuanVideo 1.0 / 1.5, LTX-Video, LTX-2, Cosmos3; ComfyUI's discrete-flow and Flux
+      sampling): sigma `shift * t / (1 + (shift - 1) * t)` at `t = 1 - percent`; a dynamic shift `mu`
+      enters as `shift = exp(mu)` (Flux's `exp(mu) / (exp(mu) + 1 / t - 1)` is the same curve). A step's
+      sigma is its timestep / `train_steps`.
+    - "rflow_edm" (Cosmos-Predict2.5; ComfyUI's Cosmos rectified-flow sampling): the EDM sigma
+      log-linear between `sigma_min` and `sigma_max` at `1 - percent`; a step's EDM sigma is
+      `s / (1 - s)` of its flow sigma `s` (timestep / `train_steps`), at most `sigma_max`.
+    - "discrete" (CogVideoX; ComfyUI's discrete, v-prediction sampling): the sigma of timestep
+      `(1 - percent) * (train_steps - 1)`; sigma rises strictly with the timestep, so the step's timestep
+      is compared with that timestep.
+    """
+
+    kind: str = "flow"
+    shift: float = 1.0
+    sigma_min: float = 0.002
+    sigma_max: float = 80.0
+    train_steps: int = 1000
+
+
+NEVER = 999999999.9  # ComfyUI's sigma "above every step" for percent 0 of its unbounded samplings
+
+
 def flow_percent_to_sigma(percent: float, shift: float) -> float:
     """The sigma at `percent` of a flow schedule shifted by `shift` (ComfyUI's discrete-flow sampling)."""
     if percent <= 0.0:
@@ -104,11 +132,40 @@ def flow_percent_to_sigma(percent: float, shift: float) -> float:
     return t if shift == 1.0 else shift * t / (1 + (shift - 1) * t)
 
 
-def easycache_phase(config: EasyCacheConfig, sigma: float, shift: float) -> str:
-    """"before" (runs, recorded), "active" (the rule decides) or "past_end" (runs, nothing recorded)."""
-    if not sigma > flow_percent_to_sigma(config.end_percent, shift):
+def percent_point(scale: PercentScale, percent: float) -> float:
+    """`percent` on `scale`, in the units of `step_point`."""
+    if scale.kind == "flow":
+        return flow_percent_to_sigma(percent, scale.shift)
+    if scale.kind == "rflow_edm":
+        if percent <= 0.0:
+            return NEVER
+        if percent >= 1.0:
+            return 0.0
+        low, high = np.log(scale.sigma_min), np.log(scale.sigma_max)
+        return float(np.exp(low + (1.0 - percent) * (high - low)))
+    if percent <= 0.0:  # "discrete", in timesteps
+        return NEVER
+    return -1.0 if percent >= 1.0 else (1.0 - percent) * (scale.train_steps - 1)
+
+
+def step_point(scale: PercentScale, timestep: float) -> float:
+    """A step's value on `scale` from its timestep: flow sigma, EDM sigma, or the timestep itself."""
+    if scale.kind == "discrete":
+        return float(timestep)
+    sigma = float(timestep) / scale.train_steps
+    if scale.kind == "rflow_edm":  # ComfyUI's Cosmos sampling caps the EDM sigma at its maximum
+        top = scale.sigma_max / (scale.sigma_max + 1)
+        return scale.sigma_max if sigma >= top else sigma / (1.0 - sigma)
+    return sigma
+
+
+def easycache_phase(config: EasyCacheConfig, point: float, scale: PercentScale | float) -> str:
+    """"before" (runs, recorded), "active" (the rule decides) or "past_end" (runs, nothing recorded) of a
+    step at `point` (`step_point`); `scale` a `PercentScale` or a flow shift."""
+    scale = scale if isinstance(scale, PercentScale) else PercentScale("flow", float(scale))
+    if not point > percent_point(scale, config.end_percent):
         return "past_end"
-    return "active" if sigma <= flow_percent_to_sigma(config.start_percent, shift) else "before"
+    return "active" if point <= percent_point(scale, config.start_percent) else "before"
 
 
 def easycache_decide(config: EasyCacheConfig, state: EasyState, input_change: float | None) -> tuple[bool, EasyState]:

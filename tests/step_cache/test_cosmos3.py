@@ -18,8 +18,6 @@ skip. So:
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -27,7 +25,7 @@ import torch
 from vidax.zoo.pipeline import generate
 
 from tests.cosmos3 import test_generate as c3
-from tests.step_cache import batched, first_block_reference
+from tests.step_cache import batched, first_block_reference, torch_loops
 from tests.step_cache.batched import MAG_STEPS, STEPS, TAYLOR, TAYLOR_STEPS
 
 FRAME_ATOL = 2e-5  # the uncached Cosmos3 parity bar (tests/cosmos3/test_generate.py)
@@ -60,19 +58,14 @@ def reference(tmp_path_factory):
     layers = pipe.transformer.layers
     loops = {"first-block": first_block_reference.FirstBlockBlocks(layers, FIRST_BLOCK, branches=2, video=1),
              "magcache": first_block_reference.ScheduledResidualBlocks(layers, MAG_STEPS, branches=2, video=1)}
-    for method, loop in loops.items():
-        pipe.transformer.layers = loop
-        try:
-            runs[method] = run()
-        finally:
-            pipe.transformer.layers = layers
+    runs.update(torch_loops.runs_with_loops(pipe.transformer, "layers", loops, run))
     return root, runs, loops["first-block"]
 
 
 def _generate(root, tmp_path, **cache):
     options = c3.options("cosmos3-nano", root / "model", root / "noise.npy", tmp_path, steps=STEPS, **cache)
     result = generate(options)
-    log = json.loads((tmp_path / "v.json").read_text())["step_cache_steps"]
+    log = torch_loops.step_log(tmp_path / "v.npy")
     return result, [[entry["full_dit"]["cond"], entry["full_dit"]["uncond"]] for entry in log]
 
 

@@ -16,8 +16,6 @@ vidax batches every pass: the first-block cache is refused there in one line (te
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -26,7 +24,7 @@ from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
 
 from tests.ltx2.pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, SIZE, components, initial_noise
 from tests.oracle import to_np
-from tests.step_cache import batched, first_block_reference, taylorseer_reference
+from tests.step_cache import batched, first_block_reference, taylorseer_reference, torch_loops
 from tests.step_cache.batched import MAG_STEPS, STEPS, TAYLOR, TAYLOR_STEPS
 
 ATOL = 2e-5  # the uncached LTX-2 parity bar (tests/ltx2/test_generate.py)
@@ -57,21 +55,13 @@ def reference(tmp_path_factory):
         return out.frames[0], to_np(out.audio[0])
 
     runs = {"none": run()}
-    forward = pipe.transformer.forward
-    try:
+    with torch_loops.replaced(pipe.transformer, "forward"):
         runs["taylor_calls"] = taylorseer_reference.install(pipe.transformer, TAYLOR_STEPS, order=1, branches=1)
         runs["taylorseer"] = run()
-    finally:
-        pipe.transformer.forward = forward
     blocks = pipe.transformer.transformer_blocks
     loops = {"first-block": first_block_reference.AudioVideoBlocks(blocks, threshold=FIRST_BLOCK),
              "magcache": first_block_reference.AudioVideoBlocks(blocks, schedule=MAG_STEPS)}
-    for method, loop in loops.items():
-        pipe.transformer.transformer_blocks = loop
-        try:
-            runs[method] = run()
-        finally:
-            pipe.transformer.transformer_blocks = blocks
+    runs.update(torch_loops.runs_with_loops(pipe.transformer, "transformer_blocks", loops, run))
     return root, runs, loops["first-block"]
 
 
@@ -81,7 +71,7 @@ def _generate(root, tmp_path, flags=CFG_ONLY, **cache):
                               compile_cache=False, dtype="float32", **SIZE, **cache,
                               extra={"stg_blocks": "1", "audio_latents": root / "audio_noise.npy", **flags})
     result = generate(options)
-    log = json.loads((tmp_path / "out.json").read_text())["step_cache_steps"]
+    log = torch_loops.step_log(tmp_path / "out.npy")
     return result, [entry["full_dit"]["cond_uncond"] for entry in log]
 
 

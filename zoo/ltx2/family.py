@@ -548,6 +548,12 @@ class LTX2Family(Family):
                 "audio_stg_scale": f32(scales.audio_stg_scale), "audio_modality_scale": f32(scales.audio_modality_scale),
                 "audio_guidance_rescale": f32(scales.audio_guidance_rescale)}
 
+    def shift_config(self) -> dict:
+        """The scheduler config the (dynamic) shift comes from: the folder's FlowMatchEuler, else the registry's."""
+        folder = dict(self.scheduler_config())
+        return folder if folder.get("_class_name") == FLOW_SAMPLERS["euler"] else dict(
+            self.entry.config.get("scheduler") or folder)
+
     def stepper(self, s: LTX2Settings, latents_shape: tuple[int, ...]):
         """The folder's scheduler (or `--sampler`'s) on LTX2Pipeline's grid: sigmas `linspace(1, 1/steps)`
         (or the model's fixed ones), dynamically shifted by the video token count with the pipeline's
@@ -555,8 +561,7 @@ class LTX2Family(Family):
         from vidax.zoo.samplers import FlowEulerAncestral, stepper_from_config
 
         folder = dict(self.scheduler_config())
-        shifts = folder if folder.get("_class_name") == FLOW_SAMPLERS["euler"] else dict(
-            self.entry.config.get("scheduler") or folder)
+        shifts = self.shift_config()
         wanted = SAMPLER_CLASSES[s.sampler] if s.sampler is not None else folder.get("_class_name")
         if wanted == folder.get("_class_name"):
             config = folder
