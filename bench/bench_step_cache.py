@@ -112,6 +112,7 @@ def _vidax_loop(denoiser, latents, cond, method, ratios_file):
     from bench.families import piece
     from vidax.zoo.pipeline import GenerateOptions
     from vidax.zoo.step_cache import step_cache_for
+    from vidax.zoo.step_cache_rules import PercentScale
 
     predict = piece("wan", "WanPredict")(True, "float32", (2, 2))
     knobs = dict(METHODS.get(method, {}), **({"mag_ratios": ratios_file} if method == "magcache" else {}))
@@ -121,7 +122,8 @@ def _vidax_loop(denoiser, latents, cond, method, ratios_file):
 
     def loop():
         # the bench's sigmas are linear (flow shift 1); the host timesteps spare EasyCache a device read
-        cache = step_cache_for(options, ("cond", "uncond"), STEPS, shift=1.0, timesteps=sigmas[:-1] * 1000.0)
+        cache = step_cache_for(options, ("cond", "uncond"), STEPS, percents=PercentScale("flow", 1.0),
+                               timesteps=sigmas[:-1] * 1000.0)
         x = jnp.asarray(latents)
         for i in range(STEPS):
             t = jnp.float32(sigmas[i] * 1000.0)

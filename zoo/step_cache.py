@@ -608,7 +608,8 @@ def _check_taylorseer(config: TaylorSeerConfig) -> None:
 def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, percents: tuple | None = None,
                    timesteps: Any = None) -> StepCache | None:
     """A fresh cache for one denoise pass of `steps` steps (None without --cache); `percents`: the pass's
-    (family, settings), where EasyCache's window falls (`step_cache_easy.percent_scale`); `timesteps`: the
+    (family, settings), where EasyCache's window falls (`step_cache_easy.percent_scale`), or that
+    `PercentScale` itself (a loop outside a family: the bench); `timesteps`: the
     pass's timesteps on the host."""
     from vidax.zoo.step_cache_rules import EasyCacheConfig
 
@@ -618,8 +619,9 @@ def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, percents
     scale = None
     if isinstance(config, EasyCacheConfig) and percents is not None:
         from vidax.zoo.step_cache_easy import percent_scale
+        from vidax.zoo.step_cache_rules import PercentScale
 
-        scale = percent_scale(*percents)
+        scale = percents if isinstance(percents, PercentScale) else percent_scale(*percents)
     return StepCache(config, branches, steps, options.cache_calibrate, scale, timesteps)
 
 
