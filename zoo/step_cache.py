@@ -225,6 +225,7 @@ class FirstBlockStep:
 
     threshold: float
     per_row: bool
+    on_host: bool = False  # streamed blocks: the flags come to the host, the rest is fetched only to run
 
     def __call__(self, state, h0, run_part):
         h1 = run_part(h0, "first")
@@ -236,7 +237,10 @@ class FirstBlockStep:
         previous, tail = state
         full = first_block_change(residual, previous, self.per_row) > self.threshold
         cached = jax.tree.map(jnp.add, h1, tail)
-        rest = jax.lax.cond(jnp.any(full), lambda h: run_part(h, "rest"), lambda h: cached, h1)
+        if self.on_host:  # every process reads the same flags (a collective when they are sharded)
+            rest = run_part(h1, "rest") if bool(np.any(to_host(full))) else cached
+        else:
+            rest = jax.lax.cond(jnp.any(full), lambda h: run_part(h, "rest"), lambda h: cached, h1)
         # per row; a leaf without batch rows (LTX-2's block counter) is the same on both sides
         pick = lambda a, b: jnp.where(_rows(full, a), a, b) if a.ndim else a  # noqa: E731
         h_n = jax.tree.map(pick, rest, cached)
@@ -437,10 +441,10 @@ class StepCache:
         return out, full
 
     def _inside(self, denoiser, predict, latents, timestep, cond, knobs):
-        """First-block cache and MagCache: the DiT's blocks in parts (resident weights)."""
-        if denoiser.streamed is not None or not splittable(denoiser.dit):
-            raise PipelineError(f"--cache {self._name()} runs the DiT's blocks in two parts: it needs resident "
-                                f"weights (no --offload-chunk)")
+        """First-block cache and MagCache: the DiT's blocks in parts (resident, or streamed chunk by chunk)."""
+        if not splittable(denoiser.dit):
+            raise PipelineError(f"--cache {self._name()} runs the DiT's blocks in two parts: "
+                                f"{type(denoiser.dit).__name__} has no block groups (use --cache taylorseer)")
         if isinstance(self.config, FirstBlockCacheConfig) and BATCHED_PAIR in self.branches and len(self.branches) > 1:
             raise PipelineError(f"--cache first-block: this model's one DiT batch holds the reference's cache contexts "
                                 f"{', '.join(self.branches)}, each deciding on its own statistic there; run without "
@@ -450,9 +454,14 @@ class StepCache:
             compute, mag = magcache_decide(self.config, self.ratios, self.steps, mag)
             step = MagStep(compute, self.config.calibrate, self.per_row)
         else:
-            step, compute = FirstBlockStep(self.config.threshold, self.per_row), None
-        out, made = _split_prediction(predict, denoiser.dit, step, denoiser.params, calls, latents, timestep, cond,
-                                      knobs)
+            step, compute = FirstBlockStep(self.config.threshold, self.per_row, denoiser.streamed is not None), None
+        if denoiser.streamed is not None:  # a skipped MagCache step fetches no chunk (vidax.zoo.step_cache_offload)
+            from vidax.zoo.step_cache_offload import streamed_split_prediction
+
+            out, made = streamed_split_prediction(predict, denoiser, step, calls, latents, timestep, cond, knobs)
+        else:
+            out, made = _split_prediction(predict, denoiser.dit, step, denoiser.params, calls, latents, timestep,
+                                          cond, knobs)
         calls = tuple(new for new, _ in made)
         if compute is not None:
             self.state = (magcache_advance(mag, compute, self.steps), calls)
@@ -515,9 +524,6 @@ def config_from_options(options: Any):
     foreign = [field for field in given if method not in KNOBS[field]]
     if foreign:
         raise PipelineError(f"--cache {method} takes no {', '.join(_flag(f) for f in foreign)}")
-    if method != "taylorseer" and getattr(options, "offload_chunk", None) is not None:
-        raise PipelineError(f"--cache {method} runs the DiT's blocks in two parts: it needs resident weights "
-                            f"(no --offload-chunk; --cache taylorseer streams)")
     configs = {"taylorseer": _taylorseer_config, "first-block": _first_block_config, "magcache": _magcache_config,
                "teacache": _teacache_config, "easycache": _easycache_config}
     return configs[method](options)

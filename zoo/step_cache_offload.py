@@ -1,0 +1,98 @@
+"""Step caches with the DiT's blocks streamed from host memory (`--offload-chunk`, `vidax.zoo.offload`).
+
+A streamed DiT is a host loop: embed and head compiled once each, the block chunks fetched and run one
+after another. The caches that look inside the DiT run the same loop in parts, so that the weights a
+step does not need never leave host memory:
+
+- MagCache decides on the host before the step: a skipped step adds the cached residual between the
+  embedding and the head and fetches no chunk; a full step streams every chunk as usual.
+- TeaCache reads the modulated input of the first block, which may need a few of block 0's weights
+  (its shift and scale table): only the leaves the family's hook reads are copied to the devices,
+  once per denoiser, and kept there; a skipped step then fetches no chunk.
+- The first-block cache fetches the first chunk, runs its first block, brings the decision flags to
+  the host (`distributed.to_host`: every process reads the same value) and streams the rest of the
+  chunks only when a row runs.
+
+Outside the block loop these steps run op by op on the host, as the streamed forward does.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache, partial
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from vidax.zoo.block_split import modulated_input
+from vidax.zoo.dit import block_groups, scan_blocks
+
+
+@lru_cache(maxsize=None)
+def _block_runners(streamed: Any, group: str) -> tuple[Callable, Callable]:
+    """(block 0 of a fetched chunk, the chunk's blocks after it), compiled once per streamed DiT."""
+    block = next(g.block for g in block_groups(streamed.model) if g.name == group)
+    first = jax.jit(lambda chunk, h, ctx: scan_blocks(block, jax.tree.map(lambda a: a[:1], chunk), h, ctx))
+    after = jax.jit(lambda chunk, h, ctx: scan_blocks(block, jax.tree.map(lambda a: a[1:], chunk), h, ctx))
+    return first, after
+
+
+class StreamedParts:
+    """`run_part(hidden, part)` of `block_split.forward_split` for one call of a streamed DiT: "first"
+    fetches the first group's first chunk and runs its block 0; "rest" runs that chunk's other blocks
+    (no second fetch) and streams every later chunk and group; "all" streams everything."""
+
+    def __init__(self, streamed: Any, host: Any, ctx: Any):
+        self.streamed, self.host, self.ctx = streamed, host, ctx
+        self.groups = block_groups(streamed.model)
+        self.first_chunk = None
+
+    def __call__(self, hidden: Any, part: str) -> Any:
+        hidden = jax.tree.map(jnp.copy, hidden)  # the chunk runners donate their input: the caller keeps its own
+        leading = self.groups[0].name
+        if part == "first":
+            self.first_chunk = self.streamed._fetch(leading, self.host[leading].chunks[0])
+            return _block_runners(self.streamed, leading)[0](self.first_chunk, hidden, self.ctx)
+        if part == "rest":
+            if self.host[leading].sizes[0] > 1:
+                hidden = _block_runners(self.streamed, leading)[1](self.first_chunk, hidden, self.ctx)
+            self.first_chunk = None
+            hidden = self.streamed.run_group(leading, self.host[leading], hidden, self.ctx, start=1)
+        else:
+            hidden = self.streamed.run_group(leading, self.host[leading], hidden, self.ctx)
+        for before, group in zip(self.groups, self.groups[1:]):
+            hidden = self._between(before.name, hidden)
+            hidden = self.streamed.run_group(group.name, self.host[group.name], hidden, self.ctx)
+        return hidden
+
+    def _between(self, name: str, hidden: Any) -> Any:
+        between = self.streamed._between
+        return hidden if between is None else between(name, hidden, self.ctx)
+
+
+def streamed_forward_split(streamed: Any, params: Any, host: Any, *inputs: Any, blocks: Callable) -> Any:
+    """`block_split.forward_split` for a `StreamedDiT`: embed, `blocks(hidden, run_part)`, head."""
+    hidden, ctx = streamed._embed(params, *inputs)
+    parts = StreamedParts(streamed, host, ctx)
+    hidden = parts._between(parts.groups[-1].name, blocks(hidden, parts))
+    return streamed._head(params, hidden, ctx)
+
+
+def streamed_split_prediction(predict: Callable, denoiser: Any, step: Callable, states: tuple, latents, timestep,
+                              cond, knobs):
+    """`step_cache._split_prediction` for a streamed denoiser (a host loop): the prediction and, per DiT
+    call, (its new state, its flags)."""
+    made = []
+
+    def run(*inputs):
+        state = states[len(made)] if len(made) < len(states) else None
+
+        def blocks(h0, run_part):
+            h_n, new_state, flags = step(state, h0, run_part)
+            made.append((new_state, flags))
+            return h_n
+
+        return streamed_forward_split(denoiser.streamed, denoiser.params, denoiser.host_blocks, *inputs,
+                                      blocks=blocks)
+
+    return predict(run, latents, timestep, cond, knobs), tuple(made)
