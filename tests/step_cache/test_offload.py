@@ -27,6 +27,8 @@ CHUNKS_PER_CALL = 2  # two blocks, --offload-chunk 1
 METHODS = {
     "magcache": (dict(cache="magcache", **MAG), [True, True, False, False, True, False, False, True]),
     "first-block": (dict(cache="first-block", cache_threshold=FIRST_BLOCK), [True, False] * 4),
+    # the time embedding `e` (Wan2.1 T2V 1.3B's published set): test_teacache.py's WAN_E
+    "teacache": (dict(cache="teacache", cache_threshold=300.0), [True, False, True, False, True, True, False, True]),
 }
 
 
