@@ -76,3 +76,57 @@ def test_skipped_steps_stream_no_block_weights(model, tmp_path, monkeypatch, met
     first_chunks = skipped_steps if method == "first-block" else 0
     assert len(fetched) == CHUNKS_PER_CALL * full_steps + first_chunks, len(fetched)
     np.testing.assert_allclose(streamed, resident, atol=FRAME_ATOL, rtol=0)
+
+
+def test_teacache_reads_only_block0_modulation_leaves(monkeypatch):
+    """HunyuanVideo 1.0's one-block DiT (a dual- and a single-stream group, `--offload-chunk 1`): TeaCache's
+    modulated input reads block 0's `norm1` shift and scale; only those leaves are copied to the device, once,
+    the steps that skip fetch no chunk, and the log, changes and outputs are the resident run's."""
+    import types
+
+    from flax import traverse_util
+
+    from vidax.zoo.dit import place_resident
+    from vidax.zoo.offload import stream_blocks
+    from vidax.zoo.step_cache import StepCache
+    from vidax.zoo.step_cache_tea import TeaCacheConfig
+
+    from tests.quantized.test_weights_dtype_families import _model, _tree
+    from tests.step_cache.test_teacache_families import IDENTITY, STEPS as FAMILY_STEPS, _at, _call_dit, _inputs
+
+    model = _model("hunyuan_video")
+    flat = _tree(model)
+    resident = types.SimpleNamespace(dit=model, params=place_resident(model, traverse_util.unflatten_dict(
+        flat, sep="/")), streamed=None)
+    params, streamed_dit, host = stream_blocks(model, flat, 1, None)
+    streamed = types.SimpleNamespace(dit=model, params=params, streamed=streamed_dit, host_blocks=host)
+    steps = [_at("hunyuan_video", _inputs(model, 1, seed=2), k) for k in range(FAMILY_STEPS)]
+
+    def run(denoiser, threshold):
+        cache = StepCache(TeaCacheConfig(threshold, "by-hand", "modulated", IDENTITY), ("cond",), FAMILY_STEPS)
+        outs = [np.asarray(cache.predict(denoiser, _call_dit, 0, k, None, None, inputs, None))
+                for k, inputs in enumerate(steps)]
+        return outs, cache.finish("denoise"), cache.state
+
+    _, probe, _ = run(resident, np.inf)  # the changes (they do not depend on the decisions here)
+    changes = [entry["change"]["cond"] for entry in probe]
+    threshold = changes[1] + changes[2] / 2  # step 1 skips, step 2 runs, step 3 skips, the last step runs
+    expected, want_log, _ = run(resident, threshold)
+    fetched = _fetch_counter(monkeypatch)
+    ours, log, state = run(streamed, threshold)
+    assert [entry["full_dit"]["cond"] for entry in log] == [True, False, True, False, True]
+    assert [e["full_dit"] for e in log] == [e["full_dit"] for e in want_log]
+    np.testing.assert_allclose([e["change"]["cond"] or 0 for e in log], [e["change"]["cond"] or 0 for e in want_log],
+                               rtol=1e-5)
+    group = state.first_block.layout[0]
+    read = [path for path, used in zip(_leaf_paths(host[group[0]].chunks[0]), group[3]) if used]
+    assert read and all("norm1" in path for path in read), read
+    assert len(fetched) == 3 * 2  # three full steps, two groups of one one-block chunk each
+    for k in range(FAMILY_STEPS):
+        np.testing.assert_allclose(ours[k], expected[k], atol=1e-5, rtol=0)
+
+
+def _leaf_paths(tree) -> list[str]:
+    import jax
+
+    return ["/".join(str(getattr(k, "key", k)) for k in path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
