@@ -585,8 +585,6 @@ def _easycache_config(options):
     if config.reuse_threshold < 0 or not 0 <= config.start_percent <= config.end_percent <= 1:
         raise PipelineError("--cache-threshold must be 0 or more, 0 <= --cache-start-percent <= "
                             "--cache-end-percent <= 1")
-    if options.offload_chunk is not None:
-        raise PipelineError("--cache easycache runs without --offload-chunk for now")
     return config
 
 

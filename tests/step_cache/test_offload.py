@@ -29,6 +29,9 @@ METHODS = {
     "first-block": (dict(cache="first-block", cache_threshold=FIRST_BLOCK), [True, False] * 4),
     # the time embedding `e` (Wan2.1 T2V 1.3B's published set): test_teacache.py's WAN_E
     "teacache": (dict(cache="teacache", cache_threshold=300.0), [True, False, True, False, True, True, False, True]),
+    # test_teacache.py's EASY: the prompt branch decides for both
+    "easycache": (dict(cache="easycache", cache_threshold=0.2, cache_start_percent=0.15, cache_end_percent=0.95),
+                  [True] * 4 + [False, True, False, True]),
 }
 
 
