@@ -45,6 +45,19 @@ def model(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def resident(model, tmp_path_factory):
+    """Each method's resident run (frames, decisions), made once for the module's tests that need it."""
+    runs = {}
+
+    def run(method: str):
+        if method not in runs:
+            runs[method] = _generate(model, tmp_path_factory.mktemp(method) / "v.npy", **METHODS[method][0])
+        return runs[method]
+
+    return run
+
+
 def _generate(folder: Path, out: Path, **extra):
     if extra.get("cache") == "magcache":
         extra["mag_ratios"] = folder / "ratios.npy"
@@ -67,9 +80,9 @@ def _fetch_counter(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("method", list(METHODS))
-def test_skipped_steps_stream_no_block_weights(model, tmp_path, monkeypatch, method):
+def test_skipped_steps_stream_no_block_weights(model, resident, tmp_path, monkeypatch, method):
     knobs, expected = METHODS[method]
-    resident, resident_ran = _generate(model, tmp_path / "resident.npy", **knobs)
+    resident, resident_ran = resident(method)
     fetched = _fetch_counter(monkeypatch)
     streamed, ran = _generate(model, tmp_path / "streamed.npy", offload_chunk=1, **knobs)
     assert ran[:, 0].tolist() == expected and (ran[:, 0] == ran[:, 1]).all()
@@ -79,6 +92,25 @@ def test_skipped_steps_stream_no_block_weights(model, tmp_path, monkeypatch, met
     first_chunks = skipped_steps if method == "first-block" else 0
     assert len(fetched) == CHUNKS_PER_CALL * full_steps + first_chunks, len(fetched)
     np.testing.assert_allclose(streamed, resident, atol=FRAME_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["teacache", "easycache"])
+def test_branches_split_over_a_mesh_take_the_same_decisions(model, resident, tmp_path, monkeypatch, method):
+    """dp 2 x tp 2 (the CFG branches on two device pairs, each branch's statistic a row of the split batch,
+    the heads and feed-forward split in two): the same decisions per branch and the same frames as on one
+    device."""
+    from vidax.zoo import generation
+
+    knobs, expected = METHODS[method]
+    meshes, make_run = [], generation.Run
+    monkeypatch.setattr(generation, "Run", lambda family, options, mesh, *rest: meshes.append(mesh) or make_run(
+        family, options, mesh, *rest))
+    frames, ran = _generate(model, tmp_path / "v.npy", dp=2, tp=2, **knobs)
+    assert dict(meshes[0].shape) == {"data": 2, "tensor": 2, "sequence": 1}, meshes[0].shape
+    one_frames, one_ran = resident(method)
+    assert ran[:, 0].tolist() == expected
+    np.testing.assert_array_equal(ran, one_ran)
+    np.testing.assert_allclose(frames, one_frames, atol=FRAME_ATOL, rtol=0)
 
 
 def test_teacache_reads_only_block0_modulation_leaves(monkeypatch):
