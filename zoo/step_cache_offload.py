@@ -19,7 +19,7 @@ Outside the block loop these steps run op by op on the host, as the streamed for
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, Callable
 
 import jax
@@ -29,13 +29,16 @@ from vidax.zoo.block_split import modulated_input
 from vidax.zoo.dit import block_groups, scan_blocks
 
 
-@lru_cache(maxsize=None)
 def _block_runners(streamed: Any, group: str) -> tuple[Callable, Callable]:
-    """(block 0 of a fetched chunk, the chunk's blocks after it), compiled once per streamed DiT."""
-    block = next(g.block for g in block_groups(streamed.model) if g.name == group)
-    first = jax.jit(lambda chunk, h, ctx: scan_blocks(block, jax.tree.map(lambda a: a[:1], chunk), h, ctx))
-    after = jax.jit(lambda chunk, h, ctx: scan_blocks(block, jax.tree.map(lambda a: a[1:], chunk), h, ctx))
-    return first, after
+    """(block 0 of a fetched chunk, the chunk's blocks after it), compiled once per streamed DiT (kept on it,
+    so that they go with it)."""
+    runners = streamed.__dict__.setdefault("_split_runners", {})
+    if group not in runners:
+        block = next(g.block for g in block_groups(streamed.model) if g.name == group)
+        first = jax.jit(lambda chunk, h, ctx: scan_blocks(block, jax.tree.map(lambda a: a[:1], chunk), h, ctx))
+        after = jax.jit(lambda chunk, h, ctx: scan_blocks(block, jax.tree.map(lambda a: a[1:], chunk), h, ctx))
+        runners[group] = (first, after)
+    return runners[group]
 
 
 class StreamedParts:

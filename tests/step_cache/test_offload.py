@@ -5,7 +5,9 @@ with resident weights (fp32).
 One tiny perturbed Wan pipeline (two blocks, `test_wan._reference`) saved with `save_pretrained`; with
 `--offload-chunk 1` a full DiT call fetches two chunks. Each method's resident run is the reference of its
 streamed run; the decisions are also the ones the diffusers / reference-loop tests of these settings pin
-(`test_wan.py`, `test_teacache.py`), so that both runs skip some steps and run others.
+(`test_wan.py`, `test_teacache.py`), so that both runs skip some steps and run others. The same resident runs
+are the references of TeaCache and EasyCache with the CFG branches split over a dp 2 x tp 2 mesh. TeaCache's
+streamed measurement of block 0's weights is checked on HunyuanVideo 1.0's DiT, whose statistic reads them.
 """
 
 from __future__ import annotations
@@ -164,4 +166,5 @@ def test_teacache_reads_only_block0_modulation_leaves(monkeypatch):
 def _leaf_paths(tree) -> list[str]:
     import jax
 
-    return ["/".join(str(getattr(k, "key", k)) for k in path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return ["/".join(str(getattr(key, "key", key)) for key in path) for path, _ in flat]
