@@ -9,7 +9,9 @@ steps ran the full DiT per CFG branch (the sidecar's `step_cache_steps`).
   that ran. The decision is a function of the step index alone.
 - First-block cache (`FirstBlockCacheConfig`): the first block always runs; the relative mean change
   of its residual against the last full step's decides whether the remaining blocks run or their
-  cached residual is added. The decision is taken on the device (`lax.cond`): no host value.
+  cached residual is added. The decision is taken on the device (`lax.cond`): no host value; with
+  blocks streamed from host memory (`--offload-chunk`, `vidax.zoo.step_cache_offload`) the flags come to
+  the host, which fetches the remaining blocks only for a step that runs them.
 - MagCache (`MagCacheConfig`): accumulated magnitude-ratio error of given per-step ratios decides,
   on the host and ahead of the DiT, whether all blocks run or the last residual is added; no device
   value at all. `calibrate` runs every step and records the ratios.
