@@ -134,10 +134,13 @@ class StreamedDiT:
             return jax.device_put(host_chunk, target)
         return jax.device_put(host_chunk, shardings)
 
-    def run_group(self, group: str, host: HostChunks, hidden: Any, ctx: Any) -> Any:
-        """One block group's chunks, chunk i+1's transfer issued before chunk i's compute."""
-        pending = self._fetch(group, host.chunks[0])
-        for index in range(len(host.chunks)):
+    def run_group(self, group: str, host: HostChunks, hidden: Any, ctx: Any, start: int = 0) -> Any:
+        """One block group's chunks from chunk `start` (a step cache ran the ones before), chunk i+1's
+        transfer issued before chunk i's compute."""
+        if start >= len(host.chunks):
+            return hidden
+        pending = self._fetch(group, host.chunks[start])
+        for index in range(start, len(host.chunks)):
             current = pending
             if index + 1 < len(host.chunks):
                 pending = self._fetch(group, host.chunks[index + 1])  # issued before this chunk's compute

@@ -9,7 +9,9 @@ steps ran the full DiT per CFG branch (the sidecar's `step_cache_steps`).
   that ran. The decision is a function of the step index alone.
 - First-block cache (`FirstBlockCacheConfig`): the first block always runs; the relative mean change
   of its residual against the last full step's decides whether the remaining blocks run or their
-  cached residual is added. The decision is taken on the device (`lax.cond`): no host value.
+  cached residual is added. The decision is taken on the device (`lax.cond`): no host value; with
+  blocks streamed from host memory (`--offload-chunk`, `vidax.zoo.step_cache_offload`) the flags come to
+  the host, which fetches the remaining blocks only for a step that runs them.
 - MagCache (`MagCacheConfig`): accumulated magnitude-ratio error of given per-step ratios decides,
   on the host and ahead of the DiT, whether all blocks run or the last residual is added; no device
   value at all. `calibrate` runs every step and records the ratios.
@@ -225,6 +227,7 @@ class FirstBlockStep:
 
     threshold: float
     per_row: bool
+    on_host: bool = False  # streamed blocks: the flags come to the host, the rest is fetched only to run
 
     def __call__(self, state, h0, run_part):
         h1 = run_part(h0, "first")
@@ -236,7 +239,10 @@ class FirstBlockStep:
         previous, tail = state
         full = first_block_change(residual, previous, self.per_row) > self.threshold
         cached = jax.tree.map(jnp.add, h1, tail)
-        rest = jax.lax.cond(jnp.any(full), lambda h: run_part(h, "rest"), lambda h: cached, h1)
+        if self.on_host:  # every process reads the same flags (a collective when they are sharded)
+            rest = run_part(h1, "rest") if bool(np.any(to_host(full))) else cached
+        else:
+            rest = jax.lax.cond(jnp.any(full), lambda h: run_part(h, "rest"), lambda h: cached, h1)
         # per row; a leaf without batch rows (LTX-2's block counter) is the same on both sides
         pick = lambda a, b: jnp.where(_rows(full, a), a, b) if a.ndim else a  # noqa: E731
         h_n = jax.tree.map(pick, rest, cached)
@@ -436,10 +442,10 @@ class StepCache:
         return out, full
 
     def _inside(self, denoiser, predict, latents, timestep, cond, knobs):
-        """First-block cache and MagCache: the DiT's blocks in parts (resident weights)."""
-        if denoiser.streamed is not None or not splittable(denoiser.dit):
-            raise PipelineError(f"--cache {self._name()} runs the DiT's blocks in two parts: it needs resident "
-                                f"weights (no --offload-chunk)")
+        """First-block cache and MagCache: the DiT's blocks in parts (resident, or streamed chunk by chunk)."""
+        if not splittable(denoiser.dit):
+            raise PipelineError(f"--cache {self._name()} runs the DiT's blocks in two parts: "
+                                f"{type(denoiser.dit).__name__} has no block groups (use --cache taylorseer)")
         if isinstance(self.config, FirstBlockCacheConfig) and BATCHED_PAIR in self.branches and len(self.branches) > 1:
             raise PipelineError(f"--cache first-block: this model's one DiT batch holds the reference's cache contexts "
                                 f"{', '.join(self.branches)}, each deciding on its own statistic there; run without "
@@ -449,9 +455,14 @@ class StepCache:
             compute, mag = magcache_decide(self.config, self.ratios, self.steps, mag)
             step = MagStep(compute, self.config.calibrate, self.per_row)
         else:
-            step, compute = FirstBlockStep(self.config.threshold, self.per_row), None
-        out, made = _split_prediction(predict, denoiser.dit, step, denoiser.params, calls, latents, timestep, cond,
-                                      knobs)
+            step, compute = FirstBlockStep(self.config.threshold, self.per_row, denoiser.streamed is not None), None
+        if denoiser.streamed is not None:  # a skipped MagCache step fetches no chunk (vidax.zoo.step_cache_offload)
+            from vidax.zoo.step_cache_offload import streamed_split_prediction
+
+            out, made = streamed_split_prediction(predict, denoiser, step, calls, latents, timestep, cond, knobs)
+        else:
+            out, made = _split_prediction(predict, denoiser.dit, step, denoiser.params, calls, latents, timestep,
+                                          cond, knobs)
         calls = tuple(new for new, _ in made)
         if compute is not None:
             self.state = (magcache_advance(mag, compute, self.steps), calls)
@@ -514,9 +525,6 @@ def config_from_options(options: Any):
     foreign = [field for field in given if method not in KNOBS[field]]
     if foreign:
         raise PipelineError(f"--cache {method} takes no {', '.join(_flag(f) for f in foreign)}")
-    if method != "taylorseer" and getattr(options, "offload_chunk", None) is not None:
-        raise PipelineError(f"--cache {method} runs the DiT's blocks in two parts: it needs resident weights "
-                            f"(no --offload-chunk; --cache taylorseer streams)")
     configs = {"taylorseer": _taylorseer_config, "first-block": _first_block_config, "magcache": _magcache_config,
                "teacache": _teacache_config, "easycache": _easycache_config}
     return configs[method](options)
@@ -578,8 +586,6 @@ def _easycache_config(options):
     if config.reuse_threshold < 0 or not 0 <= config.start_percent <= config.end_percent <= 1:
         raise PipelineError("--cache-threshold must be 0 or more, 0 <= --cache-start-percent <= "
                             "--cache-end-percent <= 1")
-    if options.offload_chunk is not None:
-        raise PipelineError("--cache easycache runs without --offload-chunk for now")
     return config
 
 

@@ -132,6 +132,7 @@ class TeaState:
     accumulated: tuple[tuple[float, ...], ...] = ()
     previous: tuple[jax.Array, ...] = ()
     residuals: tuple[jax.Array, ...] = ()
+    first_block: Any = None  # streamed blocks: block 0's leaves the measurement reads (step_cache_offload)
 
 
 def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Callable, per_row: bool,
@@ -143,11 +144,20 @@ def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Ca
     `final_steps` run whichever denoiser takes them."""
     from vidax.zoo.step_cache import PipelineError, splittable
 
-    if denoiser.streamed is not None or not splittable(denoiser.dit):
-        raise PipelineError("--cache teacache runs the DiT's blocks as one part: it needs resident weights "
-                            "(no --offload-chunk)")
-    measured = _modulated_changes(predict, denoiser.dit, config.modulated, per_row, denoiser.params, state.previous,
-                                  latents, timestep, cond, knobs)
+    if not splittable(denoiser.dit):
+        raise PipelineError(f"--cache teacache runs the DiT's blocks as one part: {type(denoiser.dit).__name__} "
+                            f"has no block groups (use --cache taylorseer)")
+    if denoiser.streamed is not None:  # streamed blocks: a skipped step fetches no chunk (step_cache_offload)
+        from vidax.zoo import step_cache_offload as streamed
+
+        first = state.first_block or streamed.first_block_reads(denoiser, config.modulated, per_row, predict,
+                                                                latents, timestep, cond, knobs)
+        state = dataclasses.replace(state, first_block=first)
+        measured = streamed.streamed_modulated_changes(predict, denoiser, config.modulated, per_row, first,
+                                                       state.previous, latents, timestep, cond, knobs)
+    else:
+        measured = _modulated_changes(predict, denoiser.dit, config.modulated, per_row, denoiser.params,
+                                      state.previous, latents, timestep, cond, knobs)
     changes = [to_host(change).astype(np.float64) for _, change in measured]  # the step's one device-to-host value
     computes, accumulated = [], []
     own_steps = steps - (state.step if pass_step is None else pass_step) + state.step  # this denoiser's count
@@ -157,7 +167,12 @@ def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Ca
                                    state.step, own_steps) for acc, c in zip(before, change)]
         computes.append(tuple(full for full, _ in decided))
         accumulated.append(tuple(acc for _, acc in decided))
-    out, residuals = _tea_prediction(predict, denoiser.dit, tuple(computes), denoiser.params, state.residuals,
-                                     latents, timestep, cond, knobs)
-    new = TeaState(state.step + 1, tuple(accumulated), tuple(current for current, _ in measured), residuals)
+    if denoiser.streamed is not None:
+        out, residuals = streamed.streamed_tea_prediction(predict, denoiser, tuple(computes), state.residuals,
+                                                          latents, timestep, cond, knobs)
+    else:
+        out, residuals = _tea_prediction(predict, denoiser.dit, tuple(computes), denoiser.params, state.residuals,
+                                         latents, timestep, cond, knobs)
+    new = TeaState(state.step + 1, tuple(accumulated), tuple(current for current, _ in measured), residuals,
+                   state.first_block)
     return out, new, np.asarray(computes[0]), changes[0]

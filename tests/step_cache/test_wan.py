@@ -200,7 +200,6 @@ def test_magcache_calibration_writes_the_reference_ratios(reference, tmp_path):
     (dict(cache="magcache"), "needs --mag-ratios"),
     (dict(cache="first-block", cache_interval=2), "--cache first-block takes no --cache-interval"),
     (dict(cache="magcache", mag_ratios=Path("/nonexistent.npy")), "not a readable .npy"),
-    (dict(cache="first-block", offload_chunk=1), "needs resident weights"),
 ])
 def test_cache_misuse_is_one_line(extra, message):
     """Each misuse is one PipelineError from the request's own values (`generation.prepare` checks them first)."""
