@@ -202,6 +202,15 @@ def _full_resident(predict, dit, params, latents, timestep, cond, knobs):
     return _full_recording(predict, partial(forward, dit, params), latents, timestep, cond, knobs)
 
 
+def _full(predict, denoiser, latents, timestep, cond, knobs):
+    """`_full_recording` of a `LoadedDiT`: one compiled unit when resident, the host loop over streamed
+    chunks with `--offload-chunk` (a skipped step never gets here, so it streams no weights)."""
+    if denoiser.streamed is None:
+        return _full_resident(predict, denoiser.dit, denoiser.params, latents, timestep, cond, knobs)
+    run = partial(denoiser.streamed, denoiser.params, denoiser.host_blocks)
+    return _full_recording(predict, run, latents, timestep, cond, knobs)
+
+
 def read_scalars(values: jax.Array) -> np.ndarray:
     """The step's one device-to-host transfer: the few statistics its decision needs, fused in one vector."""
     return to_host(values)
@@ -244,8 +253,7 @@ def easy_step(run: EasyCacheRun, track: EasyTrack, denoiser: Any, predict: Calla
             skip, track.rule = easycache_decide(run.config, track.rule, None)
         if skip and track.diffs:
             return _from_diffs(predict, track.diffs, latents, timestep, cond, knobs), False
-    out, track.diffs, (x_sub, out_sub, norm) = _full_resident(predict, denoiser.dit, denoiser.params, latents,
-                                                              timestep, cond, knobs)
+    out, track.diffs, (x_sub, out_sub, norm) = _full(predict, denoiser, latents, timestep, cond, knobs)
     if track.active:
         output_change = jnp.nan if track.out_prev is None else jnp.mean(jnp.abs(out_sub - track.out_prev))
         track.pending = jnp.stack([jnp.float32(output_change), norm.astype(jnp.float32)])
