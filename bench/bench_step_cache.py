@@ -6,7 +6,7 @@ shorter run), 512 text tokens,
 `VIDAX_BENCH_STEPS` (default 50) flow-Euler steps with CFG (two DiT calls per step in diffusers,
 `cache_context("cond")` / `("uncond")`; one batched call in vidax), fp32 at highest precision, random
 weights through the real spec. No cache and each method with the same settings on both sides are the
-contenders of one `bench.protocol.interleaved` run: each whole loop once untimed (vidax compiles there),
+contenders of one `bench.protocol.interleaved` run: each vidax loop once untimed (it compiles there),
 then `VIDAX_BENCH_REPEATS` (default 3) rounds in which every contender runs once in turn, so a change in
 the machine's load hits all alike; the load is printed at start and the table says whether the run was
 quiet enough to quote. Per contender: best and median seconds of the loop, its ratio to the same side's
@@ -178,7 +178,9 @@ def main() -> None:
             contenders[f"vidax {method or 'none'}"] = _vidax_loop(denoiser, latents, cond, method, ratios_file)
             if method is None or method in WITH_DIFFUSERS_HOOK:
                 contenders[f"diffusers {method or 'none'}"] = _diffusers_loop(ref, torch, latents, *torch_text, method)
-        timings = interleaved(contenders, repeats=REPEATS)
+        # diffusers compiles nothing: its 50-step loops (minutes each) are timed without an untimed run first
+        timings = interleaved(contenders, repeats=REPEATS,
+                              warmup={name: int(name.startswith("vidax")) for name in contenders})
     title = f"Wan DiT {LAYERS} blocks at 1.3B widths, {STEPS} guided steps, {FRAMES}x{HEIGHT}x{WIDTH}"
     print_table(title, timings, reference="diffusers none")
     print(f"{'cache':<12} {'side':<10} {'best s':>8} {'vs none':>8} {'full DiT':>9} {'max |dx|':>10}")

@@ -215,7 +215,7 @@ def process_cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, warmup: int = 1,
+def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, warmup: int | Mapping[str, int] = 1,
                 flops: float | None = None, work: Mapping[str, float] | None = None,
                 helper_cpu: Callable[[], float] | None = None) -> Timings:
     """Time each contender `repeats` times, interleaved, after `warmup` untimed calls each.
@@ -223,7 +223,8 @@ def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, w
     Args:
       contenders: name -> zero-argument callable (compile outside it: only steady calls are timed).
       repeats: timed calls per contender.
-      warmup: untimed calls per contender first (allocators, lazy init, jit).
+      warmup: untimed calls per contender first (allocators, lazy init, jit); a mapping gives each
+        contender its own count (a contender that compiles nothing and runs for minutes may need none).
       flops: the work one call does (`reference_flops`); given, the machine's GEMM peak is measured
         once the load settles, and the table prints FLOP/s and the floor.
       work: contender -> the work one of its calls does where it does less than the reference (it skips
@@ -233,7 +234,7 @@ def interleaved(contenders: Mapping[str, Callable[[], Any]], repeats: int = 3, w
     """
     outputs = {}
     for name, fn in contenders.items():
-        for _ in range(warmup):
+        for _ in range(warmup.get(name, 1) if isinstance(warmup, Mapping) else warmup):
             outputs[name] = _block(fn())
     load_before = settle()
     peak = gemm_peak() if flops else None
