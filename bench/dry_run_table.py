@@ -1,0 +1,66 @@
+"""The dry run's full table: every registry model at its native size, cold compiles, one JSON line per stage.
+
+`run_table(out, models)` runs `bench_dry_run`'s worker in a fresh process per (model, devices x GiB, dtype), each
+with a fresh compile cache folder, and appends its stages to `out` (a rerun skips what `out` already has);
+`format_table(out)` turns the lines into the markdown table docs/DRY_RUN.md quotes. Memory figures are
+deterministic (XLA's buffer assignment); compile seconds depend on the machine's load, printed with each row.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from bench.bench_dry_run import SEEDS, TARGETS, _run
+from bench.protocol import load_average
+
+TABLE_DTYPES = ("bfloat16", "float32")
+
+
+def _done(out: Path) -> set[tuple]:
+    if not out.exists():
+        return set()
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    return {(r["model"], r["devices"], r["gib"], r["dtype"]) for r in rows}
+
+
+def run_table(out: str, models: list[str]) -> None:
+    from vidax.zoo.registry import registered_models
+
+    path = Path(out)
+    seeds_first = [m for m in SEEDS if m in registered_models()]
+    models = models or seeds_first + [m for m in registered_models() if m not in seeds_first]
+    done = _done(path)
+    for dtype in TABLE_DTYPES:
+        for model in models:
+            for devices, gib in TARGETS:
+                if (model, devices, gib, dtype) in done:
+                    continue
+                load = load_average()
+                with tempfile.TemporaryDirectory() as cache:
+                    stages, wall = _run(model, devices, gib, dtype, cache, None)
+                with path.open("a") as f:
+                    for stage in stages:
+                        row = {"model": model, "devices": devices, "gib": gib, "dtype": dtype, "load": load,
+                               "wall": wall, **stage}
+                        f.write(json.dumps(row) + "\n")
+                print(model, devices, gib, dtype, "done", flush=True)
+
+
+def format_table(out: str) -> str:
+    rows = [json.loads(line) for line in Path(out).read_text().splitlines() if line.strip()]
+    lines = ["| model | devices x GiB | dtype | layout | stage | XLA GiB | planner GiB | planner / XLA | compile s "
+             "(load) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| `{r['model']}` | {r['devices']} x {r['gib']:g} | {r['dtype']} | - | {r['error']} "
+                         "| | | | |")
+            continue
+        planned = r["planned"] or 0
+        ratio = f"{planned / r['xla']:.2f}" if planned else "-"
+        lines.append(f"| `{r['model']}` | {r['devices']} x {r['gib']:g} | {r['dtype']} | {r['layout']} | {r['stage']} "
+                     f"| {r['xla'] / 2**30:.2f} | {planned / 2**30:.2f} | {ratio} | {r['seconds']:.1f} "
+                     f"({r['load']:.1f}) |")
+    return "\n".join(lines)
+
