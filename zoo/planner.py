@@ -174,7 +174,9 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
         tile = min(job.q_block, job.tokens) * min(job.kv_block, job.tokens)
         attention += 2 * batch * tile * 4 + unit * job.attention_input_copies * act / layout.tp
     hidden = (d.ffn_dim / d.dim) * mlp_hidden_buffers(d) / layout.tp + d.partial_sums
-    reduced = 2 * d.partial_sums if layout.tp > 1 else 0  # the all-reduction's outputs beside its inputs
+    # under TP a row-parallel projection (attention out, MLP out) leaves whole [batch, tokens, dim] partial sums,
+    # the all-reduction's outputs beside them: at least two whole units however many ways TP splits the rest
+    reduced = 2 * max(d.partial_sums, 1) if layout.tp > 1 else 0
     mlp = unit * max(hidden, reduced) * act
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4
