@@ -6,8 +6,9 @@ what is left of a warm compile (a warm run took 18% of the cold one's seconds wi
 each stage's executable is also written, serialized (`jax.experimental.serialize_executable`), into a
 folder of jax's cache, under a key made without tracing: what the run was asked (`run_context`: the
 model, its options and resolved settings, the layout, the depth), the stage's name, its abstract arguments
-(shapes, dtypes, shardings), its static arguments, the devices, the XLA flags and matmul precision, the
-jax and jaxlib versions, and a digest of vidax's own model code and specs (a changed module is a new key).
+(shapes, dtypes, shardings), its static arguments, the devices, the XLA flags and matmul precision, the CPU
+row-block choices (`cpu_tuning`'s overrides and measured answers), the jax and jaxlib versions, and a digest
+of vidax's own model code and specs (a changed module is a new key).
 A later process with the same key loads the executable instead of tracing, lowering and compiling; what
 the dry run reads (XLA's memory and cost analyses) comes from the loaded executable.
 
@@ -116,7 +117,18 @@ def _environment() -> str:
     devices = jax.devices()
     return repr((jax.__version__, jaxlib.__version__, len(devices), devices[0].platform, devices[0].device_kind,
                  jax.device_count("cpu") if devices[0].platform != "cpu" else 0,
-                 os.environ.get("XLA_FLAGS", ""), str(jax.config.jax_default_matmul_precision)))
+                 os.environ.get("XLA_FLAGS", ""), str(jax.config.jax_default_matmul_precision), _cpu_choices()))
+
+
+def _cpu_choices() -> str:
+    """What decides the CPU's row blocks (`cpu_tuning`: its overrides and its measured answers), which change
+    the programs a CPU run compiles without changing any source."""
+    from vidax.zoo import cpu_tuning
+
+    overrides = sorted((k, v) for k, v in os.environ.items() if k in (cpu_tuning.ROW_BLOCK_ENV, cpu_tuning.NO_TUNING_ENV))
+    path = cpu_tuning.cache_path()
+    measured = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return repr((overrides, measured))
 
 
 @functools.cache

@@ -47,3 +47,13 @@ def test_another_size_is_compiled_not_loaded(runs):
 def test_no_run_context_no_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(dry_run_cache, "cache_folder", lambda: tmp_path)
     assert dry_run_cache.stage_key("dit step", (), donate=(), static=(), keep_unused=False) is None
+
+
+def test_the_cpu_row_block_choice_is_in_the_key(monkeypatch):
+    """Row blocks change the compiled program without changing a source file: another choice, another entry."""
+    monkeypatch.delenv("VIDAX_CPU_ROW_BLOCK", raising=False)
+    with dry_run_cache.run_context("run"):
+        key = lambda: dry_run_cache.stage_key("dit step", (), donate=(), static=(), keep_unused=False)  # noqa: E731
+        plain = key()
+        monkeypatch.setenv("VIDAX_CPU_ROW_BLOCK", "0")
+        assert key() not in (None, plain)
