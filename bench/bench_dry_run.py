@@ -15,7 +15,7 @@ attention; these compiles: CPU, the blockwise kernel), not as an expectation.
     python -m bench.bench_dry_run --warm MODEL [DEVICES GIB DTYPE]    # cold vs warm for one model
     python -m bench.bench_dry_run --table OUT.jsonl [MODEL ...]       # every registry model (default), cold
         only, 4 x 30.75 and 8 x 80 GiB, both dtypes, one JSON line per stage appended to OUT (a rerun skips the
-        rows OUT has); --format OUT.jsonl prints it as a markdown table
+        rows OUT has); --format OUT.jsonl prints it as a markdown table, --summary OUT.jsonl one row per run
     python -m bench.bench_dry_run --worker MODEL DEVICES GIB DTYPE CACHE [DP TP SP [CHUNK]]   # one process
 """
 
@@ -164,5 +164,9 @@ if __name__ == "__main__":
         from bench.dry_run_table import format_table
 
         print(format_table(sys.argv[2]))
+    elif sys.argv[1:2] == ["--summary"]:
+        from bench.dry_run_table import format_summary
+
+        print(format_summary(sys.argv[2]))
     else:
         main()

@@ -64,3 +64,31 @@ def format_table(out: str) -> str:
                      f"({r['load']:.1f}) |")
     return "\n".join(lines)
 
+
+
+def format_summary(out: str) -> str:
+    """One row per (model, devices x GiB, dtype): the layout, each kind of stage's XLA and planner GiB (the VAE's
+    widest unit), the stages' compile seconds summed and the load as the process started; the seeds' measured
+    per-chip peak where they give one."""
+    rows = [json.loads(line) for line in Path(out).read_text().splitlines() if line.strip()]
+    runs: dict[tuple, list[dict]] = {}
+    for r in rows:
+        runs.setdefault((r["model"], r["devices"], r["gib"], r["dtype"]), []).append(r)
+    lines = ["| model | devices x GiB | dtype | layout | text encoder XLA / planner GiB | DiT step XLA / planner GiB "
+             "| VAE widest unit XLA / planner GiB | compile s (load) | seeds' measured peak per chip |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    gib = lambda n: f"{n / 2**30:.1f}"  # noqa: E731
+    for (model, devices, size, dtype), stages in runs.items():
+        seed = SEEDS.get(model, (None, None))
+        measured = f"{seed[1]} GB ({seed[0]})" if seed[0] else ""
+        if "error" in stages[0]:
+            lines.append(f"| `{model}` | {devices} x {size:g} | {dtype} | {stages[0]['error']} | | | | | {measured} |")
+            continue
+        kinds = {kind: [s for s in stages if s["stage"].startswith(kind)] for kind in ("text", "dit", "vae")}
+        cell = lambda found: "-" if not found else (  # noqa: E731
+            f"{gib(max(s['xla'] for s in found))} / {gib(max(s['planned'] or 0 for s in found))}")
+        seconds = sum(s["seconds"] for s in stages)
+        lines.append(f"| `{model}` | {devices} x {size:g} | {dtype} | {stages[0]['layout']} | {cell(kinds['text'])} "
+                     f"| {cell(kinds['dit'])} | {cell(kinds['vae'])} | {seconds:.0f} ({stages[0]['load']:.1f}) "
+                     f"| {measured} |")
+    return "\n".join(lines)
