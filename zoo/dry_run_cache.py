@@ -125,7 +125,8 @@ def _cpu_choices() -> str:
     the programs a CPU run compiles without changing any source."""
     from vidax.zoo import cpu_tuning
 
-    overrides = sorted((k, v) for k, v in os.environ.items() if k in (cpu_tuning.ROW_BLOCK_ENV, cpu_tuning.NO_TUNING_ENV))
+    names = (cpu_tuning.ROW_BLOCK_ENV, cpu_tuning.NO_TUNING_ENV)
+    overrides = sorted((k, v) for k, v in os.environ.items() if k in names)
     path = cpu_tuning.cache_path()
     measured = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
     return repr((overrides, measured))
