@@ -63,7 +63,9 @@ def main() -> None:
 
 # --- bf16 on CPU: what XLA reaches, flag by flag, against torch's bf16 GEMM ----------------------------------------
 
-BF16_SHAPE = (96, 64, 64) if SMOKE else (3510, 3072, 3072)
+# VIDAX_BENCH_BF16_SHAPE=M,K,N: another product (default a projection of the video stream at 3510 tokens)
+BF16_SHAPE = (96, 64, 64) if SMOKE else tuple(int(v) for v in os.environ.get("VIDAX_BENCH_BF16_SHAPE",
+                                                                              "3510,3072,3072").split(","))
 # variant -> (XLA_FLAGS added to the process's, the dot's output dtype). XLA flags are read once per process, so each
 # variant is a process of its own, compiled once and then called on request, interleaved with the others.
 BF16_VARIANTS = {
