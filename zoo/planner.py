@@ -221,13 +221,16 @@ def predict(job: Job, layout: Layout, release_stages: bool = True) -> Prediction
 
 
 def candidate_layouts(devices: int, heads: int, depth: int, *, all_devices: bool = False, batch: int = 2) -> list[Layout]:
-    """Every (dp, tp, sp, offload) whose mesh fits `devices` and whose tp divides the heads;
+    """Every (dp, tp, sp, offload) whose mesh fits `devices`, whose tp divides the heads and whose sp divides
+    each device's share of them;
     `all_devices` keeps only meshes of exactly `devices` (a multi-process run spans every process)."""
     out = []
     for dp in (1, 2) if batch % 2 == 0 else (1,):  # the data axis splits CFG's branches: idle at an odd batch
         for tp in _powers_of_two(devices):
             for sp in _powers_of_two(devices):
-                if dp * tp * sp > devices or heads % tp or (all_devices and dp * tp * sp != devices):
+                # Ulysses sp splits each device's heads again (`mesh.check_heads`): 30 heads take no sp=4
+                split = heads % tp == 0 and (heads // tp) % sp == 0
+                if dp * tp * sp > devices or not split or (all_devices and dp * tp * sp != devices):
                     continue
                 for chunk in (None, *_offload_chunks(depth)):
                     out.append(Layout(dp, tp, sp, chunk))
