@@ -1,14 +1,21 @@
-"""Every stage the dry run builds, at native size and full depth: XLA's bytes per device beside the planner's.
+"""Every stage the dry run builds, at native size and full depth: XLA's bytes per device beside the planner's,
+and the compile seconds cold and warm.
 
 For each model and layout (the planner's choice for 4 x 30.75 GiB, the seeds' TPU v4 chip, and 8 x 80 GiB; the
 seeds' own layout where they name one) and each weights dtype, one process compiles every stage on fake CPU
 devices with a fresh persistent compile cache (cold), and a second process compiles the same stages from that
-cache (warm). Printed per stage: XLA's total bytes per device (arguments + outputs + temporaries, donated
-buffers once), the planner's figure, their ratio, and the compile seconds cold and warm. The seeds' measured
-whole-run peak per chip is printed beside each model for reference (their runs: TPU v4, bf16, flash attention;
-these compiles: CPU, the blockwise kernel), not as an expectation.
+cache (warm: each stage's executable loaded serialized, `vidax.zoo.dry_run_cache`, without tracing). Printed per
+stage: XLA's total bytes per device (arguments + outputs + temporaries, donated buffers once), the planner's
+figure, their ratio, and the compile seconds cold and warm; then the warm run's share of the cold one, with the
+load average as the pair started (both processes run under the same load, one after the other). The seeds'
+measured whole-run peak per chip is printed beside each model for reference (their runs: TPU v4, bf16, flash
+attention; these compiles: CPU, the blockwise kernel), not as an expectation.
 
-    python -m bench dry_run                 # the whole table (minutes; run it on a quiet machine)
+    python -m bench dry_run                 # the seeds' models (minutes; run it on a quiet machine)
+    python -m bench.bench_dry_run --warm MODEL [DEVICES GIB DTYPE]    # cold vs warm for one model
+    python -m bench.bench_dry_run --table OUT.jsonl [MODEL ...]       # every registry model (default), cold
+        only, 4 x 30.75 and 8 x 80 GiB, both dtypes, one JSON line per stage appended to OUT (a rerun skips the
+        rows OUT has); --format OUT.jsonl prints it as a markdown table, --summary OUT.jsonl one row per run
     python -m bench.bench_dry_run --worker MODEL DEVICES GIB DTYPE CACHE [DP TP SP [CHUNK]]   # one process
 """
 
@@ -19,9 +26,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+
+from bench.protocol import announce_load
 
 # the seeds' measured peak per chip (GB), from their post-mortem; None where no dry run builds the family yet
 SEEDS = {
+    "ltx-video-13b": ("LTX-Video 13B", 15.3),
     "cosmos3-nano": ("Cosmos3 Nano", 29.5),
     "hunyuanvideo-1.5-720p-t2v": ("HunyuanVideo-1.5 720p", 30.3),
     "cogvideox1.5-5b": ("CogVideoX1.5 SP=4", 31.5),
@@ -35,7 +46,7 @@ DTYPES = ("bfloat16", "float32")
 
 
 def worker(model: str, devices: int, gib: float, dtype: str, cache: str, layout: tuple[int, ...] | None) -> None:
-    """One process: compile the stages and print one JSON line per stage."""
+    """One process: compile the stages and print one JSON line per stage, then the dry run's wall seconds."""
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from vidax.zoo.dry_run import dry_run
@@ -55,38 +66,76 @@ def worker(model: str, devices: int, gib: float, dtype: str, cache: str, layout:
         layout = chosen[0]
     else:
         layout = Layout(*layout)
+    start = time.perf_counter()
     result = dry_run(family, options, layout, devices, int(gib * GIB))
     for s in result.stages:
         print(json.dumps({"layout": layout.describe(), "size": result.size, "stage": s.stage, "xla": s.total,
-                          "planned": s.planned, "seconds": s.compile_seconds}), flush=True)
+                          "planned": s.planned, "seconds": s.compile_seconds, "loaded": s.loaded}), flush=True)
+    print(json.dumps({"wall": time.perf_counter() - start}), flush=True)
 
 
-def _run(model: str, devices: int, gib: float, dtype: str, cache: str, layout) -> list[dict]:
+def _run(model: str, devices: int, gib: float, dtype: str, cache: str, layout) -> tuple[list[dict], float | None]:
+    """One fresh process's stage rows and the wall seconds of its dry run (None when it failed)."""
     command = [sys.executable, "-m", "bench.bench_dry_run", "--worker", model, str(devices), str(gib), dtype, cache,
                *(map(str, layout) if layout else ())]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     if done.returncode:
-        return [{"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        return [{"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}], None
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    wall = next((line["wall"] for line in lines if "wall" in line), None)
+    return [line for line in lines if "wall" not in line], wall
+
+
+def cold_and_warm(model: str, devices: int, gib: float, dtype: str, layout) -> tuple[list, list, float | None,
+                                                                                     float | None]:
+    """The same stages compiled by two fresh processes, one after the other: the first with a fresh (empty)
+    cache folder, the second from what the first left there."""
+    with tempfile.TemporaryDirectory() as cache:
+        cold, cold_wall = _run(model, devices, gib, dtype, cache, layout)
+        warm, warm_wall = _run(model, devices, gib, dtype, cache, layout)
+    return cold, warm, cold_wall, warm_wall
 
 
 def _rows(model: str, devices: int, gib: float, dtype: str, layout) -> list[tuple]:
-    with tempfile.TemporaryDirectory() as cache:
-        cold = _run(model, devices, gib, dtype, cache, layout)
-        warm = _run(model, devices, gib, dtype, cache, layout)
+    cold, warm, cold_wall, warm_wall = cold_and_warm(model, devices, gib, dtype, layout)
     if "error" in cold[0]:
         return [(f"{devices} x {gib:g}", dtype, cold[0]["error"])]
     rows = []
     for first, second in zip(cold, warm):
         ratio = f"{first['planned'] / first['xla']:.2f}" if first["planned"] else "-"
+        loaded = " (loaded)" if second.get("loaded") else ""
         rows.append((f"{devices} x {gib:g} {first['layout']}", dtype, first["stage"], f"{first['xla'] / 2**30:.2f}",
                      f"{(first['planned'] or 0) / 2**30:.2f}", ratio, f"{first['seconds']:.1f}",
-                     f"{second.get('seconds', float('nan')):.1f}"))
+                     f"{second.get('seconds', float('nan')):.1f}{loaded}"))
+    cold_s, warm_s = (sum(row.get("seconds", float("nan")) for row in rows) for rows in (cold, warm))
+    rows.append((f"{devices} x {gib:g}", dtype, "all stages: warm / cold", "", "", f"{warm_s / cold_s:.1%}",
+                 f"{cold_s:.1f}", f"{warm_s:.1f}"))
+    if cold_wall and warm_wall:
+        rows.append((f"{devices} x {gib:g}", dtype, "whole dry run: warm / cold", "", "",
+                     f"{warm_wall / cold_wall:.1%}", f"{cold_wall:.1f}", f"{warm_wall:.1f}"))
     return rows
 
 
+COLUMNS = (("layout", 42), ("dtype", 10), ("stage", 28), ("XLA GiB", 9), ("planner", 9), ("ratio", 7),
+           ("cold s", 8), ("warm s", 16))
+
+
+def _print_row(row: tuple) -> None:
+    print("".join(f"{str(c):<{w}}" if i < 3 else f"{str(c):>{w}}" for i, (c, (_, w)) in enumerate(zip(row, COLUMNS))),
+          flush=True)
+
+
+def warm_start(model: str, devices: int = 4, gib: float = 30.75, dtype: str = "bfloat16") -> None:
+    """Cold against warm for one model, side by side, with the load as the pair starts."""
+    announce_load(f"dry run of {model}, cold then warm")
+    _print_row(tuple(name for name, _ in COLUMNS))
+    for row in _rows(model, devices, gib, dtype, None):
+        _print_row(row)
+
+
 def main() -> None:
-    print(f"{'layout':<42}{'dtype':<10}{'stage':<26}{'XLA GiB':>9}{'planner':>9}{'ratio':>7}{'cold s':>8}{'warm s':>8}")
+    announce_load("dry run bench")
+    _print_row(tuple(name for name, _ in COLUMNS))
     for model, (seed, measured) in SEEDS.items():
         reference = f" (seeds: {seed}, {measured} GB per chip measured)" if seed else ""
         print(f"\n{model}{reference}", flush=True)
@@ -95,14 +144,29 @@ def main() -> None:
             layouts.append((4, 30.75, SEED_LAYOUTS[model]))
         for devices, gib, layout in layouts:
             for dtype in DTYPES:
+                announce_load(f"{model} {devices} x {gib:g} {dtype}")
                 for row in _rows(model, devices, gib, dtype, layout):
-                    print("".join(f"{str(c):<{w}}" if i < 3 else f"{str(c):>{w}}"
-                                  for i, (c, w) in enumerate(zip(row, (42, 10, 26, 9, 9, 7, 8, 8)))), flush=True)
+                    _print_row(row)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:
         model, devices, gib, dtype, cache, *layout = sys.argv[2:]
         worker(model, int(devices), float(gib), dtype, cache, tuple(map(int, layout)) or None)
+    elif sys.argv[1:2] == ["--warm"]:
+        model, *rest = sys.argv[2:]
+        warm_start(model, *(kind(value) for kind, value in zip((int, float, str), rest)))
+    elif sys.argv[1:2] == ["--table"]:
+        from bench.dry_run_table import run_table
+
+        run_table(sys.argv[2], sys.argv[3:])
+    elif sys.argv[1:2] == ["--format"]:
+        from bench.dry_run_table import format_table
+
+        print(format_table(sys.argv[2]))
+    elif sys.argv[1:2] == ["--summary"]:
+        from bench.dry_run_table import format_summary
+
+        print(format_summary(sys.argv[2]))
     else:
         main()

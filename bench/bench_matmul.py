@@ -8,12 +8,14 @@ another, as `project` does on one CPU device where `vidax.zoo.cpu_tuning` found 
 interleaved, and the two outputs are compared bit for bit.
 
     .venv/bin/python -m bench matmul
+    .venv/bin/python -m bench.bench_matmul bf16   # bf16: XLA's variants (flags, output dtype) against torch
     VIDAX_BENCH_SMOKE=1 ...   # small shapes: checks that the benchmark runs, no figures
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 from bench.protocol import interleaved
 
@@ -57,3 +59,90 @@ def main() -> None:
         print(f"{f'{rows} x {k} x {n}':>22}{whole:>10.3f}s{split:>11.3f}s{rate:>16}{f'{count} x {size}':>10}  {same}"
               f"   (load {timings.load_before:.2f} -> {timings.load_after:.2f}"
               f"{'' if timings.others is None else f', others {timings.others:.2f} cores'})", flush=True)
+
+
+# --- bf16 on CPU: what XLA reaches, flag by flag, against torch's bf16 GEMM ----------------------------------------
+
+# VIDAX_BENCH_BF16_SHAPE=M,K,N: another product (default a projection of the video stream at 3510 tokens)
+BF16_SHAPE = (96, 64, 64) if SMOKE else tuple(int(v) for v in os.environ.get("VIDAX_BENCH_BF16_SHAPE",
+                                                                              "3510,3072,3072").split(","))
+# variant -> (XLA_FLAGS added to the process's, the dot's output dtype). XLA flags are read once per process, so each
+# variant is a process of its own, compiled once and then called on request, interleaved with the others.
+BF16_VARIANTS = {
+    "xla default (bf16 out)": ("", "bfloat16"),
+    "xla, fp32 out": ("", "float32"),
+    "xla fp32 inputs (reference)": ("", "fp32-inputs"),
+    "oneDNN dot fusion": ("--xla_cpu_experimental_onednn_fusion_type=+individual_dot "
+                          "--xla_cpu_experimental_ynn_fusion_type=-individual_dot,-dot", "bfloat16"),
+    "oneDNN custom call": ("--xla_cpu_experimental_onednn_custom_call=true", "bfloat16"),
+    "XNNPACK dot fusion": ("--xla_cpu_experimental_xnn_fusion_type=+individual_dot "
+                           "--xla_cpu_experimental_ynn_fusion_type=-individual_dot,-dot", "bfloat16"),
+    "no library dot (Eigen)": ("--xla_cpu_experimental_ynn_fusion_type=-individual_dot,-dot", "bfloat16"),
+    "fast math": ("--xla_cpu_enable_fast_math=true", "bfloat16"),
+}
+_WORKER = """
+import sys, time
+import jax, jax.numpy as jnp, numpy as np
+m, k, n, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rng = np.random.default_rng(0)
+dtype = jnp.float32 if out == "fp32-inputs" else jnp.bfloat16
+x = jnp.asarray(rng.standard_normal((m, k), dtype=np.float32), dtype)
+w = jnp.asarray(rng.standard_normal((k, n), dtype=np.float32), dtype)
+kind = jnp.float32 if out != "bfloat16" else None
+dot = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=kind)).lower(x, w).compile()
+dot(x, w).block_until_ready()
+print("ready", flush=True)
+for line in sys.stdin:
+    result = np.asarray(dot(x, w).block_until_ready()[:4, :4], np.float32)
+    print(" ".join(map(repr, result.ravel().tolist())), flush=True)
+"""
+
+
+def _bf16_worker(flags: str, out: str):
+    """A process compiling the product with `flags`; returns (call, pid): `call()` runs it once there."""
+    import subprocess
+
+    env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip(), JAX_PLATFORMS="cpu")
+    proc = subprocess.Popen([sys.executable, "-c", _WORKER, *map(str, BF16_SHAPE), out], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        return None, proc
+    def call():
+        proc.stdin.write("run\n")
+        proc.stdin.flush()
+        return [float(v) for v in proc.stdout.readline().split()]
+    return call, proc
+
+
+def bf16_main() -> None:
+    """Each variant's best time on the product, interleaved with torch's bf16 GEMM, the load printed."""
+    import numpy as np
+    import torch
+
+    from bench.protocol import announce_load, print_table, process_cpu_seconds
+
+    m, k, n = BF16_SHAPE
+    announce_load(f"bf16 matmul {m} x {k} x {n} on CPU")
+    rng = np.random.default_rng(0)
+    x, w = (torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).bfloat16() for shape in ((m, k), (k, n)))
+    contenders, procs, failed = {"torch bf16": lambda: (x @ w)[:4, :4].float().ravel().tolist()}, [], []
+    for name, (flags, out) in BF16_VARIANTS.items():
+        call, proc = _bf16_worker(flags, out)
+        procs.append(proc)
+        if call is None:
+            failed.append(name)
+        else:
+            contenders[name] = call
+    helper = lambda: sum(process_cpu_seconds(p.pid) for p in procs if p.poll() is None)  # noqa: E731
+    try:
+        timings = interleaved(contenders, REPEATS, flops=2.0 * m * k * n, helper_cpu=helper)
+    finally:
+        for proc in procs:
+            proc.kill()
+    print_table(f"bf16 [{m}, {k}] @ [{k}, {n}] (XLA variants each in its own process)", timings,
+                reference="torch bf16", note="failed to start: " + ", ".join(failed) if failed else "")
+
+
+if __name__ == "__main__":
+    bf16_main() if sys.argv[1:2] == ["bf16"] else main()

@@ -27,11 +27,13 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from vidax.zoo import dry_run_cache
 from vidax.zoo.dry_run_units import (  # noqa: F401 (re-exported: the tests and the bench use them from here)
     DecodeUnit,
     abstract,
     cogvideox_text,
     cogvideox_vae,
+    cosmos_text,
     cosmos_vae,
     hunyuan15_text,
     hunyuan15_vae,
@@ -63,6 +65,7 @@ class StageMemory:
     planned: int | None
     compile_seconds: float
     flops: float | None
+    loaded: bool = False  # the executable came serialized from an earlier process (`dry_run_cache`): no compile
 
     @property
     def total(self) -> int:
@@ -96,13 +99,18 @@ def compile_stage(stage: str, fn: Callable, args: tuple, *, planned: int | None 
     `keep_unused`: count arguments the computation does not read (jit drops them by default; a VAE
     decode passed the whole loaded tree still holds its encoder's weights on the device)."""
     start = time.perf_counter()
-    jitted = jax.jit(fn, donate_argnums=donate, static_argnums=static, keep_unused=keep_unused)
-    compiled = jitted.lower(*args).compile()
+    key = dry_run_cache.stage_key(stage, args, donate=donate, static=static, keep_unused=keep_unused)
+    compiled = dry_run_cache.load(key)  # a serialized executable of this very stage: no tracing, no lowering
+    loaded = compiled is not None
+    if not loaded:
+        jitted = jax.jit(fn, donate_argnums=donate, static_argnums=static, keep_unused=keep_unused)
+        compiled = jitted.lower(*args).compile()
+        dry_run_cache.store(key, compiled)
     seconds = time.perf_counter() - start
     memory = compiled.memory_analysis()
     return StageMemory(stage, int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
                        int(memory.temp_size_in_bytes), int(memory.alias_size_in_bytes), planned, seconds,
-                       _flops(compiled))
+                       _flops(compiled), loaded)
 
 
 def _flops(compiled: Any) -> float | None:
@@ -472,7 +480,7 @@ FAMILY_STAGES: dict[str, FamilyStages] = {
     "cogvideox": FamilyStages(_cogvideox_dit, _cogvideox_cond, cogvideox_vae, cogvideox_text),
     "hunyuan_video15": FamilyStages(_hunyuan15_dit, _hunyuan15_cond, hunyuan15_vae, hunyuan15_text),
     "cosmos3": FamilyStages(_cosmos3_dit, _cosmos3_cond, cosmos_vae),
-    "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, cosmos_vae),
+    "cosmos": FamilyStages(_cosmos_dit, _cosmos_cond, cosmos_vae, cosmos_text),
     "hunyuan_video": FamilyStages(_hunyuan_dit, _hunyuan_cond, hunyuan_vae, hunyuan_text),
     "ltx_video": FamilyStages(_ltx_dit, _ltx_cond, ltx_vae, ltx_text, step=_ltx_step),
     "ltx2": FamilyStages(_ltx2_dit, _ltx2_cond, ltx2_vae, ltx2_text, step=_ltx2_step),
@@ -550,10 +558,19 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
       depth: compile the DiT with this many blocks (tests: native sequence length, shallow model).
       stages: which of "text", "dit", "vae" to compile.
     """
-    from vidax.zoo.mesh import check_heads, make_mesh
-
     parts = stages_of(family)
     s = family.resolve_settings(options)
+    context = repr((family.name, options, s, layout, devices, depth))
+    with dry_run_cache.run_context(context):
+        stage_reports = _compile_stages(family, options, s, parts, layout, devices, depth, stages)
+    size = f"{s.width}x{s.height}, {s.frames} frames"
+    return DryRun(family.name, size, layout, devices, device_bytes, stage_reports)
+
+
+def _compile_stages(family: Any, options: Any, s: Any, parts: FamilyStages, layout: Any, devices: int,
+                    depth: int | None, stages: tuple[str, ...]) -> tuple[StageMemory, ...]:
+    from vidax.zoo.mesh import check_heads, make_mesh
+
     dtype = weight_dtype(options)
     dit = parts.dit(family, s, depth, dtype) if "dit" in stages else None
     job = job_at_depth(family.memory_job(options), dit, depth)
@@ -583,5 +600,4 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
     if "vae" in stages:
         for unit in parts.vae_decode(family, s, dtype, first):
             reports.append(compile_decode_unit(DecodeUnit(*unit), planned_vae_bytes(job)))
-    size = f"{s.width}x{s.height}, {s.frames} frames"
-    return DryRun(family.name, size, layout, devices, device_bytes, tuple(reports))
+    return tuple(reports)

@@ -154,15 +154,17 @@ def _ltx_t5(model: Any, params: Any, ids: Any, mask: Any) -> Any:
 
 def hunyuan_text(family: Any, s: Any, dtype: Any, device: Any):
     """HunyuanVideo 1.0 text-to-video: Llama's `hidden_states[-3]` over the template and the prompt (the planner's
-    towers, counted resident together: CLIP-L's weights beside it). Image-to-video's Llava is not built."""
+    towers, counted resident together: CLIP-L's weights beside it); image-to-video: Llava's (`_hunyuan_llava`)."""
     from vidax.zoo.encoders.clip_text import CLIPTextConfig, CLIPTextModel
     from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
     from vidax.zoo.hunyuan_video import text as hv_text
 
     llm = family.read_config("text_encoder", *family._configs("text_encoder"))
     clip = family.read_config("text_encoder_2", *family._configs("text_encoder_2"))
-    if family.i2v or llm is None or clip is None:
+    if llm is None or clip is None:
         return None
+    if family.i2v:
+        return _hunyuan_llava(family, s, llm, clip, dtype, device)
     model = DecoderTextModel(DecoderConfig.from_hf_config(llm.get("text_config", llm)))
     device = SingleDeviceSharding(device)
     rows = 2 if s.guided else 1
@@ -173,6 +175,47 @@ def hunyuan_text(family: Any, s: Any, dtype: Any, device: Any):
     towers = jax.eval_shape(lambda: CLIPTextModel(CLIPTextConfig.from_hf_config(clip)).init(jax.random.key(0), short))
     args = (model, abstract(params, device, dtype), -(hv_text.SKIP_LAYERS + 1), ids, ids)
     return hv_text._hidden_state.__wrapped__, args, (0, 2), per_device_bytes(abstract(towers, device, dtype))
+
+
+def _hunyuan_llava(family: Any, s: Any, llm: dict, clip: dict, dtype: Any, device: Any):
+    """HunyuanVideo 1.0 image-to-video: Llava's `hidden_states[-3]` over the template with the image's placeholder
+    tokens expanded (one row per prompt; the negative prompt's with a black image), its vision tower run on the
+    image at its own size; CLIP-L's weights beside it."""
+    from vidax.zoo.encoders.clip_text import CLIPTextConfig, CLIPTextModel
+    from vidax.zoo.encoders.llava import LlavaConfig, LlavaTextEncoder
+    from vidax.zoo.hunyuan_video import text as hv_text
+
+    config = LlavaConfig.from_hf_config(llm)
+    model = LlavaTextEncoder(config)
+    device = SingleDeviceSharding(device)
+    rows, size = (2 if s.guided else 1), config.vision.image_size
+    patches = (size // config.vision.patch_size) ** 2
+    tokens = s.max_sequence_length + hv_text.I2V_TEMPLATE.crop_start + patches - 1  # `<image>` expanded
+    ids = jax.ShapeDtypeStruct((rows, tokens), jnp.int32, sharding=device)
+    pixels = jax.ShapeDtypeStruct((rows, 3, size, size), jnp.float32, sharding=device)
+    params = nn.unbox(jax.eval_shape(lambda i, p: model.init(jax.random.key(0), i, i, p), ids, pixels))["params"]
+    short = jnp.zeros((1, 8), jnp.int32)
+    towers = jax.eval_shape(lambda: CLIPTextModel(CLIPTextConfig.from_hf_config(clip)).init(jax.random.key(0), short))
+    args = (model, abstract(params, device, dtype), -(hv_text.SKIP_LAYERS + 1), ids, ids, pixels)
+    return hv_text._hidden_state.__wrapped__, args, (0, 2), per_device_bytes(abstract(towers, device, dtype))
+
+
+def cosmos_text(family: Any, s: Any, dtype: Any, device: Any):
+    """Cosmos-Predict2.5: Reason1 (Qwen2.5-VL-7B's language tower) over one prompt of `max_sequence_length`
+    tokens (each prompt is encoded alone), every layer's hidden state standardised and concatenated."""
+    from vidax.zoo.cosmos.family import _reason1
+    from vidax.zoo.encoders.decoder import DecoderTextModel
+    from vidax.zoo.pipeline import PipelineError
+
+    try:
+        config = family.text_config
+    except PipelineError:  # no config at hand
+        return None
+    model = DecoderTextModel(config)
+    device = SingleDeviceSharding(device)
+    ids = jax.ShapeDtypeStruct((1, s.max_sequence_length), jnp.int32, sharding=device)
+    params = nn.unbox(jax.eval_shape(lambda i: model.init(jax.random.key(0), i, i), ids))["params"]
+    return _reason1.__wrapped__, (model, {"params": abstract(params, device, dtype)}, ids), (0,)
 
 
 def hunyuan15_text(family: Any, s: Any, dtype: Any, device: Any):

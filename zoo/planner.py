@@ -174,7 +174,9 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
         tile = min(job.q_block, job.tokens) * min(job.kv_block, job.tokens)
         attention += 2 * batch * tile * 4 + unit * job.attention_input_copies * act / layout.tp
     hidden = (d.ffn_dim / d.dim) * mlp_hidden_buffers(d) / layout.tp + d.partial_sums
-    reduced = 2 * d.partial_sums if layout.tp > 1 else 0  # the all-reduction's outputs beside its inputs
+    # under TP a row-parallel projection (attention out, MLP out) leaves whole [batch, tokens, dim] partial sums,
+    # the all-reduction's outputs beside them: at least two whole units however many ways TP splits the rest
+    reduced = 2 * max(d.partial_sums, 1) if layout.tp > 1 else 0
     mlp = unit * max(hidden, reduced) * act
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4
@@ -219,13 +221,16 @@ def predict(job: Job, layout: Layout, release_stages: bool = True) -> Prediction
 
 
 def candidate_layouts(devices: int, heads: int, depth: int, *, all_devices: bool = False, batch: int = 2) -> list[Layout]:
-    """Every (dp, tp, sp, offload) whose mesh fits `devices` and whose tp divides the heads;
+    """Every (dp, tp, sp, offload) whose mesh fits `devices`, whose tp divides the heads and whose sp divides
+    each device's share of them;
     `all_devices` keeps only meshes of exactly `devices` (a multi-process run spans every process)."""
     out = []
     for dp in (1, 2) if batch % 2 == 0 else (1,):  # the data axis splits CFG's branches: idle at an odd batch
         for tp in _powers_of_two(devices):
             for sp in _powers_of_two(devices):
-                if dp * tp * sp > devices or heads % tp or (all_devices and dp * tp * sp != devices):
+                # Ulysses sp splits each device's heads again (`mesh.check_heads`): 30 heads take no sp=4
+                split = heads % tp == 0 and (heads // tp) % sp == 0
+                if dp * tp * sp > devices or not split or (all_devices and dp * tp * sp != devices):
                     continue
                 for chunk in (None, *_offload_chunks(depth)):
                     out.append(Layout(dp, tp, sp, chunk))

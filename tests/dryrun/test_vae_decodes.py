@@ -1,4 +1,5 @@
-"""The VAE decodes of LTX-Video, LTX-2, CogVideoX and HunyuanVideo (1.0, 1.5) under `--dry-run`, at native size.
+"""The VAE decodes of LTX-Video, LTX-2, CogVideoX and HunyuanVideo (1.0, 1.5) under `--dry-run`, at native size,
+and untiled at two sizes (temporaries linear in the pixels).
 
 Each family's decode runs as a host loop over compiled units (a padded tile, a frame batch with its causal cache,
 a decoder stage on one tile); the dry run compiles the units on abstract fp32 weights and counts beside each what
@@ -58,3 +59,27 @@ def test_vae_mid_block_attention_temp_is_linear_in_tokens():
     short, long = (compile_decode_unit(block, None) for block in blocks)
     assert ratio > 1.9, ratio
     assert long.temp / short.temp < 1.25 * ratio, (ratio, short.temp / 2**20, long.temp / 2**20)
+
+
+# model: (the unit whose temporaries are compared, flags, frames, scale of the sizes). Untiled, so the unit itself
+# grows with the video (tiled, each unit has a fixed size whatever the video); HunyuanVideo 1.0's mid block holds
+# the decode's attention. CogVideoX's decoder (no attention) at half the sizes: its compile is the longest
+LINEAR = {
+    "ltx-video-13b": ("vae decode", {"vae_tiling": False}, 9, 2),
+    "ltx-2": ("vae decode", {"vae_tiling": False}, 9, 2),
+    "cogvideox1.5-5b": ("vae decode (next batches)", {"vae_tiling": False}, 17, 1),
+    "hunyuanvideo": ("vae decode (mid_block)", {"vae_tiling": False}, 9, 2),
+}
+SMALL, LARGE = (128, 128), (192, 176)  # 2.06 times the pixels (times the scale squared)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", list(LINEAR))
+def test_vae_decode_temp_is_linear_in_pixels(model):
+    """The VAEs the Wan test (`test_dry_run.py`) and the mid-block test above do not cover: 2.06 times the pixels,
+    at most 1.25 x 2.06 times the temporaries (4.2 times if any unit held S x S scores)."""
+    name, extra, frames, scale = LINEAR[model]
+    small, large = (compile_decode_unit(_units(model, extra, planned=False, height=h * scale, width=w * scale,
+                                               frames=frames)[0][name], None) for h, w in (SMALL, LARGE))
+    ratio = math.prod(LARGE) / math.prod(SMALL)
+    assert large.temp / small.temp < 1.25 * ratio, (model, small.temp / 2**20, large.temp / 2**20)

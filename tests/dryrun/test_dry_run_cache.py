@@ -1,0 +1,59 @@
+"""`vidax.zoo.dry_run_cache`: a dry run's stages found again serialized, without tracing, with XLA's same figures;
+another run (another size) compiles its own."""
+
+from __future__ import annotations
+
+import pytest
+
+from vidax.zoo import dry_run_cache
+from vidax.zoo.dry_run import dry_run
+from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.planner import GIB, Layout
+from vidax.zoo.registry import make_pipeline
+
+MODEL = "wan-tiny"
+
+
+def _run(frames: int, stages: tuple[str, ...] = ("text", "dit", "vae")):
+    options = GenerateOptions(model=MODEL, prompt="", dtype="float32", frames=frames, height=64, width=64)
+    return dry_run(make_pipeline(MODEL, options), options, Layout(), 1, GIB, stages=stages).stages
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dry-run-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dry_run_cache, "cache_folder", lambda: folder)
+        cold = _run(9)
+        written = len(list(folder.iterdir()))
+        warm, other = _run(9), _run(13, ("dit",))
+    return written, cold, warm, other
+
+
+def test_a_second_run_loads_every_stage_with_the_same_figures(runs):
+    written, cold, warm, _ = runs
+    assert len(cold) >= 3 and written == len(cold)
+    assert not any(stage.loaded for stage in cold) and all(stage.loaded for stage in warm)
+    figures = lambda s: (s.stage, s.argument, s.output, s.temp, s.alias, s.planned, s.flops)  # noqa: E731
+    assert [figures(s) for s in warm] == [figures(s) for s in cold]
+
+
+def test_another_size_is_compiled_not_loaded(runs):
+    _, cold, _, other = runs
+    assert not any(stage.loaded for stage in other)
+    assert other[0].stage == "dit step" and other[0].temp != next(s.temp for s in cold if s.stage == "dit step")
+
+
+def test_no_run_context_no_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(dry_run_cache, "cache_folder", lambda: tmp_path)
+    assert dry_run_cache.stage_key("dit step", (), donate=(), static=(), keep_unused=False) is None
+
+
+def test_the_cpu_row_block_choice_is_in_the_key(monkeypatch):
+    """Row blocks change the compiled program without changing a source file: another choice, another entry."""
+    monkeypatch.delenv("VIDAX_CPU_ROW_BLOCK", raising=False)
+    with dry_run_cache.run_context("run"):
+        key = lambda: dry_run_cache.stage_key("dit step", (), donate=(), static=(), keep_unused=False)  # noqa: E731
+        plain = key()
+        monkeypatch.setenv("VIDAX_CPU_ROW_BLOCK", "0")
+        assert key() not in (None, plain)
