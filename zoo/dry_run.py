@@ -382,14 +382,19 @@ def _hunyuan_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
 
 
 def _hunyuan_cond(family: Any, s: Any, batch: int) -> Any:
-    """Text-to-video: the prompt's tokens as the planner counts them (`hunyuan_video.family.text_tokens`)."""
+    """The prompt's tokens as the planner counts them (`hunyuan_video.family.text_tokens`); image-to-video
+    (token_replace) adds the first frame's latent, which replaces latent frame 0 at every step."""
     from vidax.zoo.hunyuan_video.family import Condition, text_tokens
 
     cfg, f32 = family.dit_config, jnp.float32
-    tokens = text_tokens(s, False)
+    tokens = text_tokens(s, family.i2v)
+    image = None
+    if family.i2v:
+        channels, _, height, width = family.latent_shape(s)[1:]
+        image = jax.ShapeDtypeStruct((1, channels, 1, height, width), f32)
     return Condition(jax.ShapeDtypeStruct((batch, tokens, cfg.text_embed_dim), f32),
                      jax.ShapeDtypeStruct((batch, tokens), jnp.bool_),
-                     jax.ShapeDtypeStruct((batch, cfg.pooled_projection_dim), f32), None)
+                     jax.ShapeDtypeStruct((batch, cfg.pooled_projection_dim), f32), image)
 
 
 def _ltx_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
