@@ -170,3 +170,60 @@ def test_vidax_gen_without_shipped_ratios_is_one_line(tmp_path):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code != 0 and len(lines) == 1 and "no published ratios for wan-tiny" in lines[0], result.output
     assert not list(tmp_path.iterdir())
+
+
+# --- through a tiny Wan: the branches decide apart, against diffusers' hooks given a list per context ---
+
+# 8 steps of the shipped wan2.1-t2v-1.3b lists: at threshold 0.0575, up to 4 skips, retention 0.1 the
+# cond and uncond branches decide apart on steps 4, 5 and 6
+SPLIT = dict(cache_threshold=0.0575, cache_max_skip=4, cache_retention=0.1)
+
+
+class _RatiosPerContext:
+    """diffusers' `MagCacheConfig.mag_ratios` stand-in: each `cache_context` its own list (the context
+    the pipeline entered last, as recorded by `_tracked_contexts`)."""
+
+    def __init__(self, lists: dict, current: dict):
+        self.lists, self.current = lists, current
+
+    def __len__(self):
+        return len(next(iter(self.lists.values())))
+
+    def __getitem__(self, step):
+        return self.lists[self.current["name"]][step]
+
+
+def test_wan_branches_deciding_apart_match_diffusers_hooks(tmp_path):
+    """vidax-gen's default shipped ratios on a tiny Wan registered as wan2.1-t2v-1.3b: per step and
+    branch the same full-DiT calls as diffusers' MagCache hooks given each context's own resampled
+    list, and the same frames within 2e-5."""
+    import contextlib
+
+    import diffusers
+
+    from tests.step_cache import test_wan as wan
+
+    pipe = wan._reference(tmp_path / "model")
+    latents = torch.randn((1, 16, 2, wan.HEIGHT // 8, wan.WIDTH // 8), generator=torch.Generator().manual_seed(3))
+    np.save(tmp_path / "latents.npy", latents.numpy())
+    published = magcache_ratio_set("wan2.1-t2v-1.3b").ratios
+    lists = {b: diffusers_nearest_interp(torch.tensor(published[k::2], dtype=torch.float32), wan.STEPS)
+             for k, b in enumerate(BRANCHES)}
+    current, entered = {}, pipe.transformer.cache_context
+
+    @contextlib.contextmanager
+    def tracked(name, **where):
+        current["name"] = name
+        with entered(name, **where):
+            yield
+
+    pipe.transformer.cache_context = tracked
+    config = diffusers.MagCacheConfig(threshold=SPLIT["cache_threshold"], max_skip_steps=SPLIT["cache_max_skip"],
+                                      retention_ratio=SPLIT["cache_retention"], num_inference_steps=wan.STEPS,
+                                      mag_ratios=[1.0] * wan.STEPS)
+    config.mag_ratios = _RatiosPerContext(lists, current)
+    frames, calls, _ = wan._cached_run(pipe, latents, config)
+    assert np.any(calls[:, 0] != calls[:, 1]), calls  # the branches decided apart
+    result, log = wan._generate(tmp_path, tmp_path / "v.npy", cache="magcache", **SPLIT)
+    assert [[entry["full_dit"][b] for b in BRANCHES] for entry in log] == calls.tolist()
+    np.testing.assert_allclose(result.frames, frames, atol=wan.FRAME_ATOL, rtol=0)
