@@ -4,8 +4,9 @@ The table against values typed from the MagCache reference code (Zehong-Ma/MagCa
 MagCache4HunyuanVideo); the resampling to another step count against diffusers' `nearest_interp`,
 applied per CFG branch as the reference does; vidax's per-branch decisions against the reference's own
 loop over its interleaved list (one call counter, accumulators alternating with its parity), written
-here from the reference's description; a step whose branches decide differently; the default of a
-request without `--mag-ratios`. No DiT runs: everything here is host data and one tiny array step.
+here from the reference's description; a step whose branches decide differently, on one array step
+and on a tiny Wan (against diffusers' hooks handed one list per cache context); the default of a
+request without `--mag-ratios`.
 """
 
 from __future__ import annotations
