@@ -13,6 +13,9 @@ tested against hand-computed values and the reference's coefficients.
   at or below the `start_percent` point take the rule; from the `end_percent` point on every step
   runs and nothing is recorded (`PercentScale`: where a family's percents fall, as ComfyUI's model
   sampling of that model places them). The prompt branch decides for all branches.
+- MagCache's published per-step ratios (`magcache.toml`, from the MagCache reference code): per
+  model the list as published and the DiT calls of a step it alternates over; `branch_ratios` gives
+  each call its own slice (the rule itself lives in `step_cache`).
 """
 
 from __future__ import annotations
