@@ -423,7 +423,8 @@ class StepCache:
             return EasyTrack()
         if isinstance(self.config, TaylorSeerConfig):
             return TaylorState()
-        return (MagState(),) * len(self.ratios or (None,)), ()  # inside the DiT: (MagCache accumulators per row, per-call states)
+        # inside the DiT: (MagCache accumulators per decision row, per-call states)
+        return (MagState(),) * len(self.ratios or (None,)), ()
 
     def predict(self, denoiser: Any, predict: Callable, expert: int, step: int, latents, timestep, cond, knobs):
         if expert != self.expert:  # a new denoiser starts from nothing (its own hooks in diffusers)

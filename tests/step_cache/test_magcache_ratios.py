@@ -118,7 +118,8 @@ def test_branches_decide_apart_as_in_the_reference(model, steps, threshold, firs
     options = _options(model, cache_threshold=threshold, cache_max_skip=3, cache_retention=0.2)
     runs = _vidax_runs(options, steps)
     assert np.flatnonzero(runs[:, 0] != runs[:, 1])[0] == first_apart
-    np.testing.assert_array_equal(runs, _reference_loop(list(magcache_ratio_set(model).ratios), steps, threshold, 3, 0.2))
+    reference = _reference_loop(list(magcache_ratio_set(model).ratios), steps, threshold, 3, 0.2)
+    np.testing.assert_array_equal(runs, reference)
 
 
 def test_a_step_whose_branches_decide_apart():
