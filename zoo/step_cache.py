@@ -578,9 +578,9 @@ def _first_block_config(options) -> FirstBlockCacheConfig:
 
 
 def _magcache_config(options) -> MagCacheConfig:
-    defaults = MagCacheConfig()
     from vidax.zoo.step_cache_rules import magcache_ratio_sets
 
+    defaults = MagCacheConfig()
     calibrate = options.cache_calibrate is not None
     shipped = options.mag_ratios is None and not calibrate  # the model's published ratios, or none to use
     if shipped and options.model not in magcache_ratio_sets():
