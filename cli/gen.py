@@ -227,7 +227,8 @@ def main_command(
     cache_retention: float = typer.Option(None, "--cache-retention", help="magcache: fraction of first steps never "
                                           "skipped (default 0.2)"),
     mag_ratios: Path = typer.Option(None, "--mag-ratios", help="magcache: .npy of the model's per-step "
-                                    "magnitude ratios"),
+                                    "magnitude ratios (default: the published ones of Wan2.1 and HunyuanVideo, "
+                                    "zoo/magcache.toml)"),
     cache_calibrate: Path = typer.Option(None, "--cache-calibrate", help="magcache: skip nothing, write the per-step "
                                          "ratios of this run to this .npy"),
     dry_run: bool = typer.Option(False, "--dry-run", help="compile every stage at its real size on abstract weights "

@@ -256,13 +256,15 @@ class FirstBlockStep:
 @dataclasses.dataclass(frozen=True)
 class MagCacheConfig:
     """diffusers `MagCacheConfig` (vidax flags: --cache-threshold, --cache-max-skip, --cache-retention,
-    --mag-ratios, --cache-calibrate); `num_inference_steps` is the pass's step count."""
+    --mag-ratios, --cache-calibrate); `num_inference_steps` is the pass's step count. `shipped_for`:
+    without `mag_ratios`, the model whose published ratios (`magcache.toml`) apply, per DiT call."""
 
     threshold: float = 0.06
     max_skip_steps: int = 3
     retention_ratio: float = 0.2
     mag_ratios: tuple[float, ...] | None = None
     calibrate: bool = False
+    shipped_for: str | None = None
 
 
 def nearest_interp(ratios: np.ndarray, length: int) -> np.ndarray:
@@ -300,6 +302,24 @@ def magcache_decide(config: MagCacheConfig, ratios: np.ndarray | None, steps: in
     return True, dataclasses.replace(state, ratio=np.float32(1.0), error=np.float32(0.0), skipped=0)
 
 
+def decision_ratios(config: MagCacheConfig, rows: tuple[str, ...], steps: int,
+                    height: int | None = None) -> tuple[np.ndarray | None, ...]:
+    """Per decision row (a DiT call of a step: `rows`, its cache context names) its ratios over `steps`
+    steps: the given ones for every row, as diffusers applies one list to each context; or each call's
+    own published list, nearest-interpolated on its own as the reference does (None: calibrating)."""
+    from vidax.zoo.step_cache_rules import branch_ratios, magcache_ratio_set
+
+    if config.mag_ratios is not None:
+        return (nearest_interp(np.asarray(config.mag_ratios), steps),) * len(rows)
+    if config.shipped_for is None:
+        return (None,) * len(rows)
+    published = magcache_ratio_set(config.shipped_for, height)
+    try:
+        return tuple(nearest_interp(np.asarray(branch_ratios(published, row)), steps) for row in rows)
+    except KeyError as err:
+        raise PipelineError(f"--cache magcache: {err.args[0]} (pass --mag-ratios FILE.npy)") from None
+
+
 def magcache_advance(state: MagState, computed: bool, steps: int) -> MagState:
     """The state after a step: the next index; a full pass of `steps` starts over."""
     if state.step + 1 >= steps:
@@ -318,18 +338,25 @@ def magnitude_ratio(residual: jax.Array, previous: jax.Array, per_row: bool) -> 
 class MagStep:
     """One call's MagCache step inside the DiT: every block (`compute`) or the input plus the last
     residual of each output stream (the video; LTX-2's audio too); other streams (text) pass through, as
-    the reference's skipped blocks pass them."""
+    the reference's skipped blocks pass them. `compute`: per decision row (one, or one per CFG branch of
+    the batch); where the rows differ the blocks run and the skipping rows take the cached residual."""
 
-    compute: bool
+    compute: tuple[bool, ...]
     calibrate: bool
     per_row: bool
 
     def __call__(self, state, h0, run_part):
         streams = _output_streams(h0)
-        if not self.compute:
+        if not any(self.compute):
             return _with_streams(h0, {k: v + state[k] for k, v in streams.items()}), state, jnp.zeros((1,), bool)
         h_n = run_part(h0, "all")
         residual = {k: out - streams[k] for k, out in _output_streams(h_n).items()}
+        if not all(self.compute):  # one branch reuses its residual while the other computes
+            runs = {k: _rows(jnp.repeat(jnp.asarray(self.compute), v.shape[0] // len(self.compute)), v)
+                    for k, v in streams.items()}
+            outs = {k: jnp.where(runs[k], out, streams[k] + state[k]) for k, out in _output_streams(h_n).items()}
+            residual = {k: jnp.where(runs[k], r, state[k]) for k, r in residual.items()}
+            h_n = _with_streams(h_n, outs)
         if self.calibrate:  # the ratio of the video stream's residuals
             video = next(iter(residual))
             ratio = jnp.ones((1,)) if state is None else magnitude_ratio(residual[video], state[video], self.per_row)
@@ -372,15 +399,15 @@ class StepCache:
     """
 
     def __init__(self, config, branches: tuple[str, ...], steps: int, calibrate_to: Any = None,
-                 percents: Any = None, timesteps: Any = None):
+                 percents: Any = None, timesteps: Any = None, height: int | None = None):
         self.config, self.branches, self.steps, self.calibrate_to = config, branches, steps, calibrate_to
         self.percents = percents  # EasyCache: where its percents fall on the pass's steps (a PercentScale)
         self.timesteps = timesteps  # the pass's host timesteps (EasyCache's sigma without a device read)
         # one statistic per batch row (Wan's per-branch calls) unless the reference batches a pair ("cond_uncond")
         self.per_row = len(branches) > 1 and BATCHED_PAIR not in branches
-        self.ratios = None
-        if isinstance(config, MagCacheConfig) and config.mag_ratios is not None:
-            self.ratios = nearest_interp(np.asarray(config.mag_ratios), steps)
+        self.ratios = None  # MagCache: per decision row (`decision_ratios`), one row unless `per_row`
+        if isinstance(config, MagCacheConfig):
+            self.ratios = decision_ratios(config, branches if self.per_row else branches[:1], steps, height)
         self.expert: int | None = None
         self.log: list[dict] = []
 
@@ -396,7 +423,8 @@ class StepCache:
             return EasyTrack()
         if isinstance(self.config, TaylorSeerConfig):
             return TaylorState()
-        return MagState(), ()  # inside the DiT: (MagCache accumulators, per-call states)
+        # inside the DiT: (MagCache accumulators per decision row, per-call states)
+        return (MagState(),) * len(self.ratios or (None,)), ()
 
     def predict(self, denoiser: Any, predict: Callable, expert: int, step: int, latents, timestep, cond, knobs):
         if expert != self.expert:  # a new denoiser starts from nothing (its own hooks in diffusers)
@@ -452,7 +480,8 @@ class StepCache:
                                 f"STG / modality guidance, or use --cache taylorseer or magcache")
         mag, calls = self.state
         if isinstance(self.config, MagCacheConfig):
-            compute, mag = magcache_decide(self.config, self.ratios, self.steps, mag)
+            decided = [magcache_decide(self.config, row, self.steps, s) for row, s in zip(self.ratios, mag)]
+            compute, mag = tuple(c for c, _ in decided), tuple(s for _, s in decided)
             step = MagStep(compute, self.config.calibrate, self.per_row)
         else:
             step, compute = FirstBlockStep(self.config.threshold, self.per_row, denoiser.streamed is not None), None
@@ -465,7 +494,7 @@ class StepCache:
                                           cond, knobs)
         calls = tuple(new for new, _ in made)
         if compute is not None:
-            self.state = (magcache_advance(mag, compute, self.steps), calls)
+            self.state = (tuple(magcache_advance(s, c, self.steps) for s, c in zip(mag, compute)), calls)
             return out, (compute, made[0][1] if self.config.calibrate else None)
         self.state = (mag, calls)
         return out, made[0][1]
@@ -549,16 +578,19 @@ def _first_block_config(options) -> FirstBlockCacheConfig:
 
 
 def _magcache_config(options) -> MagCacheConfig:
+    from vidax.zoo.step_cache_rules import magcache_ratio_sets
+
     defaults = MagCacheConfig()
     calibrate = options.cache_calibrate is not None
-    if options.mag_ratios is None and not calibrate:
-        raise PipelineError("--cache magcache needs --mag-ratios FILE.npy (per-step ratios of this model; "
-                            "--cache-calibrate FILE.npy writes them)")
+    shipped = options.mag_ratios is None and not calibrate  # the model's published ratios, or none to use
+    if shipped and options.model not in magcache_ratio_sets():
+        raise PipelineError(f"--cache magcache needs --mag-ratios FILE.npy: no published ratios for {options.model} "
+                            f"(shipped for {', '.join(magcache_ratio_sets())}; --cache-calibrate FILE.npy writes them)")
     ratios = None if options.mag_ratios is None else _read_ratios(options.mag_ratios)
     config = MagCacheConfig(threshold=_pick(options.cache_threshold, defaults.threshold),
                             max_skip_steps=_pick(options.cache_max_skip, defaults.max_skip_steps),
                             retention_ratio=_pick(options.cache_retention, defaults.retention_ratio),
-                            mag_ratios=ratios, calibrate=calibrate)
+                            mag_ratios=ratios, calibrate=calibrate, shipped_for=options.model if shipped else None)
     if config.max_skip_steps < 0 or not 0 <= config.retention_ratio <= 1 or config.threshold < 0:
         raise PipelineError("--cache-max-skip and --cache-threshold must be 0 or more, --cache-retention from 0 to 1")
     return config
@@ -628,7 +660,8 @@ def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, percents
         from vidax.zoo.step_cache_rules import PercentScale
 
         scale = percents if isinstance(percents, PercentScale) else percent_scale(*percents)
-    return StepCache(config, branches, steps, options.cache_calibrate, scale, timesteps)
+    height = getattr(percents[1], "height", None) if isinstance(percents, tuple) else None  # (family, settings)
+    return StepCache(config, branches, steps, options.cache_calibrate, scale, timesteps, height)
 
 
 def _pick(value, default):

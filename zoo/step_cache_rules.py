@@ -13,6 +13,9 @@ tested against hand-computed values and the reference's coefficients.
   at or below the `start_percent` point take the rule; from the `end_percent` point on every step
   runs and nothing is recorded (`PercentScale`: where a family's percents fall, as ComfyUI's model
   sampling of that model places them). The prompt branch decides for all branches.
+- MagCache's published per-step ratios (`magcache.toml`, from the MagCache reference code): per
+  model the list as published and the DiT calls of a step it alternates over; `branch_ratios` gives
+  each call its own slice (the rule itself lives in `step_cache`).
 """
 
 from __future__ import annotations
@@ -186,3 +189,52 @@ def easycache_after_full(state: EasyState, input_change: float | None, output_ch
     if output_change is not None and state.output_norm is not None and input_change is not None:
         rate = output_change / input_change
     return dataclasses.replace(state, rate=rate, output_norm=output_norm)
+
+
+# --- MagCache: the published ratios -------------------------------------------------------------
+
+MAG_RATIOS_FILE = Path(__file__).with_name("magcache.toml")
+
+
+@dataclasses.dataclass(frozen=True)
+class MagRatioSet:
+    """One published MagCache calibration: the reference's list as published (`ratios`, its leading
+    padding included), the DiT calls of a step it alternates over (`interleave`; empty: one list for
+    every call), the step count it was calibrated for and, where the reference keeps one set per
+    video height, that height."""
+
+    ratios: tuple[float, ...]
+    interleave: tuple[str, ...]
+    steps: int
+    height: int | None = None
+
+
+@cache
+def magcache_ratio_sets() -> dict[str, tuple[MagRatioSet, ...]]:
+    """{model: its published sets} from `magcache.toml`."""
+    table = tomllib.loads(MAG_RATIOS_FILE.read_text())["magcache"]
+    return {model: tuple(MagRatioSet(tuple(s["ratios"]), tuple(s["interleave"]), s["steps"], s.get("height"))
+                         for s in sets) for model, sets in table.items()}
+
+
+def magcache_ratio_set(model: str, height: int | None = None) -> MagRatioSet:
+    """The published set of `model` for a video `height` (the nearest calibrated height where the
+    reference keeps several); KeyError naming the models that have one."""
+    sets = magcache_ratio_sets().get(model)
+    if not sets:
+        raise KeyError(f"no published MagCache ratios for {model} (published: {', '.join(magcache_ratio_sets())})")
+    if height is None or len(sets) == 1:
+        return sets[0]
+    return min(sets, key=lambda s: abs(s.height - height))
+
+
+def branch_ratios(published: MagRatioSet, branch: str) -> tuple[float, ...]:
+    """The per-step ratios of one DiT call of a step (`branch`, a diffusers cache context name): its
+    slice of an interleaved list (the reference's call counter indexes the list, and its accumulators
+    alternate with the counter's parity), or the whole list where one serves every call."""
+    if not published.interleave:
+        return published.ratios
+    if branch not in published.interleave:
+        raise KeyError(f"the published ratios are per DiT call {'/'.join(published.interleave)}; "
+                       f"this run calls it as {branch!r}")
+    return published.ratios[published.interleave.index(branch)::len(published.interleave)]

@@ -31,9 +31,10 @@ def launch(cases: dict, out: Path, devices_per_process: int, heartbeat: int = 60
     process's end (`time.time()`; exact for processes that end in id order, as a survivor after the one
     that died before it does).
     """
+    python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # the caller's after ours
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_process}",
            "JAX_PLATFORMS": "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest", "VIDAX_NO_COMPILE_CACHE": "1",
-           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "HEARTBEAT": str(heartbeat),
+           "HF_HUB_OFFLINE": "1", "PYTHONPATH": python_path, "HEARTBEAT": str(heartbeat),
            "JOIN_TIMEOUT": str(join_timeout)}
     port = port or free_port()
     start = time.perf_counter()

@@ -24,7 +24,9 @@ PROMPT = "a red kite over a grey sea"
 WAN = dict(height=32, width=48, frames=5, steps=2, guidance=4.0, negative_prompt="blurry", dtype="float32",
            compile_cache=False, save_latents=True)
 WAN_LAYOUTS = {"dp2_tp2_sp2_first_block": dict(dp=2, tp=2, sp=2, cache="first-block", cache_threshold=10.0), "tp2_sp4": dict(tp=2, sp=4), "sp8": dict(sp=8),
-               "tp2_sp4_offload_lora": dict(tp=2, sp=4, offload_chunk=1)}
+               "tp2_sp4_offload_lora": dict(tp=2, sp=4, offload_chunk=1),
+               # TeaCache reads its statistic to the host each step; 4 steps: its first and last always run
+               "dp2_tp2_sp2_teacache": dict(dp=2, tp=2, sp=2, steps=4, cache="teacache", cache_threshold=1e4)}
 LORA_LAYOUT = "tp2_sp4_offload_lora"  # a LoRA merged on each process, then streamed by offload over two hosts
 
 

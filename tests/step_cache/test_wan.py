@@ -197,7 +197,7 @@ def test_magcache_calibration_writes_the_reference_ratios(reference, tmp_path):
     (dict(cache_interval=2), "--cache-interval need --cache"),
     (dict(cache="taylorseer", cache_warmup=0), "--cache-warmup must be at least 1"),
     (dict(cache="taylorseer", cache_interval=0), "--cache-interval must be at least 1"),
-    (dict(cache="magcache"), "needs --mag-ratios"),
+    (dict(cache="magcache", cache_retention=1.5), "--cache-retention from 0 to 1"),
     (dict(cache="first-block", cache_interval=2), "--cache first-block takes no --cache-interval"),
     (dict(cache="magcache", mag_ratios=Path("/nonexistent.npy")), "not a readable .npy"),
 ])
@@ -212,8 +212,8 @@ def test_cache_misuse_is_one_line(extra, message):
 
 def test_misuse_fails_before_any_work(reference, tmp_path):
     folder, _ = reference
-    with pytest.raises(PipelineError, match="needs --mag-ratios"):
-        _generate(folder, tmp_path / "v.npy", cache="magcache")
+    with pytest.raises(PipelineError, match="not a readable .npy"):
+        _generate(folder, tmp_path / "v.npy", cache="magcache", mag_ratios=tmp_path / "missing.npy")
     assert not list(tmp_path.iterdir())
 
 
