@@ -247,8 +247,11 @@ def measure_row_blocks(dtype: Any, block: int, *, shape: tuple[int, int, int] = 
     """Time one `rows x k x n` product of `dtype` in one call and in blocks of `block` rows."""
     from vidax.zoo import layers
 
-    result = measure_products({"one call": _plain_dot, "row blocks": lambda x, w: layers.in_row_blocks(x, w, block=block)},
-                              dtype, shape=shape, rounds=rounds, clock=clock)
+    def blocked(x, w):
+        return layers.in_row_blocks(x, w, block=block)
+
+    result = measure_products({"one call": _plain_dot, "row blocks": blocked}, dtype, shape=shape, rounds=rounds,
+                              clock=clock)
     return {**result, "block": block}
 
 
