@@ -9,6 +9,7 @@ interleaved, and the two outputs are compared bit for bit.
 
     .venv/bin/python -m bench matmul
     .venv/bin/python -m bench.bench_matmul bf16   # bf16: XLA's variants (flags, output dtype) against torch
+    .venv/bin/python -m bench.bench_matmul bf16-dit   # a bf16 Wan DiT forward, default vs fp32-result products
     VIDAX_BENCH_SMOKE=1 ...   # small shapes: checks that the benchmark runs, no figures
 """
 
@@ -144,5 +145,47 @@ def bf16_main() -> None:
                 reference="torch bf16", note="failed to start: " + ", ".join(failed) if failed else "")
 
 
+# --- bf16 on CPU: a whole DiT forward with the default products and with fp32 results ----------------------------
+
+# Wan2.1-1.3B layer shapes, 2 blocks, 9 frames 240x416 (3 x 15 x 26 = 1170 video tokens), 512 text tokens
+DIT_CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16,
+                  out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=2, cross_attn_norm=True)
+DIT_LATENT, DIT_TEXT = ((1, 4, 4), 8) if SMOKE else ((3, 30, 52), 512)
+
+
+def bf16_dit_main() -> None:
+    """The same bf16 DiT forward compiled with `VIDAX_CPU_FP32_RESULT=0` (XLA's default bf16 products) and
+    `=1` (fp32 results cast back), timed interleaved, the load printed, the outputs compared."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from bench.families import pieces
+    from bench.protocol import announce_load, print_table
+    from vidax.zoo import cpu_tuning
+    from vidax.zoo.dit import place_resident
+
+    os.environ[cpu_tuning.FP32_RESULT_ENV] = "0"  # nothing measured or written while the model is built
+    WanTransformer, WanTransformerConfig = pieces("wan", "WanTransformer", "WanTransformerConfig")
+    model = WanTransformer(WanTransformerConfig.from_hf_config(DIT_CONFIG), dtype=jnp.bfloat16)
+    params = jax.tree.map(lambda v: v.astype(jnp.bfloat16), model.init_params(jax.random.key(0)))
+    params = place_resident(model, params)
+    rng = np.random.default_rng(0)
+    inputs = (jnp.asarray(rng.standard_normal((1, 16, *DIT_LATENT), np.float32)), jnp.asarray([700.0]),
+              jnp.asarray(rng.standard_normal((1, DIT_TEXT, 4096), np.float32)))
+    announce_load(f"bf16 Wan DiT forward ({DIT_CONFIG['num_layers']} blocks, latent {DIT_LATENT}) on CPU")
+    compiled = {}
+    for name, choice in (("bf16 result (XLA default)", "0"), ("fp32 result, cast back", "1")):
+        os.environ[cpu_tuning.FP32_RESULT_ENV] = choice  # read while tracing: a fresh function per choice
+        compiled[name] = jax.jit(lambda p, *a: model(p, *a)).lower(params, *inputs).compile()
+    os.environ.pop(cpu_tuning.FP32_RESULT_ENV)
+    timings = interleaved({name: lambda run=run: run(params, *inputs) for name, run in compiled.items()}, REPEATS)
+    default, fast = (np.asarray(out, np.float32) for out in timings.outputs.values())
+    print_table("bf16 Wan2.1-1.3B-shaped DiT forward (jit, warm), one CPU device", timings,
+                reference="bf16 result (XLA default)",
+                note=f"max |fp32-result - default| {np.abs(fast - default).max():.3g} (outputs up to "
+                     f"{np.abs(default).max():.3g})")
+
+
 if __name__ == "__main__":
-    bf16_main() if sys.argv[1:2] == ["bf16"] else main()
+    {"bf16": bf16_main, "bf16-dit": bf16_dit_main}.get(sys.argv[1] if sys.argv[1:] else "", main)()

@@ -10,10 +10,18 @@ written to `cpu-tuning.json` in the compile cache folder (`vidax.zoo.runtime.def
 keyed by the CPU's identity, its core count and the jax / jaxlib versions, so a new machine, a new
 jax or a different core count measures again.
 
+fp32 results (`vidax.zoo.layers.project`): a bf16 (or fp16) product with a bf16 result runs on XLA's
+CPU at fp32 speed, while the same operands asked for an fp32 result (`preferred_element_type`) reach a
+bf16 kernel: 3.7x faster on a 2-core Intel Xeon with AMX (`python -m bench.bench_matmul bf16`). Its
+values are the fp32 product of the operands (closer to the exact product), cast back to the input's
+dtype after the bias; the bits differ from the default's in a few rounding places, so it is timed the
+same way (the same product, both forms, interleaved) and used only where it wins by the margin.
+
 Overrides, read at every decision:
 - `VIDAX_CPU_ROW_BLOCK=N`: blocks of at most N rows (0: always one call); nothing is measured.
-- `VIDAX_NO_CPU_TUNING=1`: the built-in choice (row blocks of `layers.CPU_ROW_BLOCK` rows); nothing is
-  measured or written (the test suite runs this way).
+- `VIDAX_CPU_FP32_RESULT=1` (or 0): bf16/fp16 CPU products always (never) ask for an fp32 result.
+- `VIDAX_NO_CPU_TUNING=1`: the built-in choices (row blocks of `layers.CPU_ROW_BLOCK` rows, the
+  product's own dtype as its result); nothing is measured or written (the test suite runs this way).
 - deleting the cache file measures again; `python -m vidax.zoo.cpu_tuning` (or `vidax-gen --tune-cpu`)
   measures now and prints.
 """
@@ -35,12 +43,13 @@ from typing import Any
 from vidax.translator import VidaxError
 
 ROW_BLOCK_ENV = "VIDAX_CPU_ROW_BLOCK"
+FP32_RESULT_ENV = "VIDAX_CPU_FP32_RESULT"
 NO_TUNING_ENV = "VIDAX_NO_CPU_TUNING"
 CACHE_NAME = "cpu-tuning.json"
 FORMAT = 1
 MEASURE_SHAPE = (3510, 3072, 3072)  # a DiT projection at 3510 tokens (HunyuanVideo 1.0 / Wan at 33 x 240x416)
 ROUNDS = 5  # timed calls per contender, interleaved, after one warm-up call each
-MARGIN = 0.02  # row blocks must beat the one call by 2%: within the noise, the one call (the plain program) stays
+MARGIN = 0.02  # a tuned form must beat the built-in one by 2%: within the noise, the built-in program stays
 
 Measure = Callable[..., dict[str, Any]]
 
@@ -63,6 +72,16 @@ def row_block_override() -> int | None:
     if not value.isdigit():
         raise CpuTuningError(f"{ROW_BLOCK_ENV}={value!r}: give the most rows per CPU matmul block, or 0 for one call")
     return int(value)
+
+
+def fp32_result_override() -> bool | None:
+    """`VIDAX_CPU_FP32_RESULT` as a choice, or None when unset."""
+    value = os.environ.get(FP32_RESULT_ENV, "").strip().lower()
+    if not value:
+        return None
+    if value not in ("0", "1", "true", "false", "yes", "no"):
+        raise CpuTuningError(f"{FP32_RESULT_ENV}={value!r}: give 1 (bf16 CPU products with an fp32 result) or 0")
+    return value in ("1", "true", "yes")
 
 
 def tuning_disabled() -> bool:
@@ -124,6 +143,23 @@ def row_blocks_faster(dtype: Any, block: int, *, measure: Measure | None = None)
 
     entry = f"row_blocks {np.dtype(dtype).name} {block}"
     return _decide(entry, lambda: (measure or measure_row_blocks)(np.dtype(dtype), block))
+
+
+def fp32_result_faster(dtype: Any, *, measure: Measure | None = None) -> bool:
+    """Whether `dtype` (bf16 / fp16) products run faster on this machine asked for an fp32 result.
+
+    `VIDAX_CPU_FP32_RESULT` says it; else `VIDAX_NO_CPU_TUNING=1`: False (the built-in choice); else the
+    cache file's answer for this machine, or a measurement (`measure`, default `measure_fp32_result`).
+    """
+    override = fp32_result_override()
+    if override is not None:
+        return override
+    if tuning_disabled():
+        return False
+    import numpy as np
+
+    entry = f"fp32_result {np.dtype(dtype).name}"
+    return _decide(entry, lambda: (measure or measure_fp32_result)(np.dtype(dtype)))
 
 
 def _decide(entry: str, measure: Callable[[], dict[str, Any]]) -> bool:
@@ -208,7 +244,40 @@ def time_interleaved(contenders: dict[str, Callable[[], Any]], rounds: int,
 
 def measure_row_blocks(dtype: Any, block: int, *, shape: tuple[int, int, int] = MEASURE_SHAPE,
                        rounds: int = ROUNDS, clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
-    """Time one `rows x k x n` product of `dtype` in one call and in blocks of `block` rows.
+    """Time one `rows x k x n` product of `dtype` in one call and in blocks of `block` rows."""
+    from vidax.zoo import layers
+
+    def blocked(x, w):
+        return layers.in_row_blocks(x, w, block=block)
+
+    result = measure_products({"one call": _plain_dot, "row blocks": blocked}, dtype, shape=shape, rounds=rounds,
+                              clock=clock)
+    return {**result, "block": block}
+
+
+def measure_fp32_result(dtype: Any, *, shape: tuple[int, int, int] = MEASURE_SHAPE, rounds: int = ROUNDS,
+                        clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """Time one `rows x k x n` product of `dtype` with its own dtype as the result and with an fp32
+    result cast back (what `layers.project` runs when this is chosen)."""
+    import jax.numpy as jnp
+
+    def fp32_result(x, w):
+        return jnp.dot(x, w, preferred_element_type=jnp.float32).astype(x.dtype)
+
+    return measure_products({"default": _plain_dot, "fp32 result": fp32_result}, dtype, shape=shape, rounds=rounds,
+                            clock=clock)
+
+
+def _plain_dot(x, w):
+    import jax.numpy as jnp
+
+    return jnp.dot(x, w)
+
+
+def measure_products(forms: dict[str, Callable[[Any, Any], Any]], dtype: Any, *, shape: tuple[int, int, int],
+                     rounds: int, clock: Callable[[], float]) -> dict[str, Any]:
+    """Time one `rows x k x n` product of `dtype` in two forms (the built-in one first), compiled once
+    each and interleaved; `faster`: the second form's median is below the first's by `MARGIN`.
 
     Runs eagerly even when called while a model is being traced (the first big projection decides).
     """
@@ -216,22 +285,27 @@ def measure_row_blocks(dtype: Any, block: int, *, shape: tuple[int, int, int] = 
     import jax.numpy as jnp
     import numpy as np
 
-    from vidax.zoo import layers
-
     rows, k, n = shape
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     rng = np.random.default_rng(0)
     with jax.ensure_compile_time_eval():
         x = jnp.asarray(rng.standard_normal((rows, k), np.float32), dtype)
         w = jnp.asarray(rng.standard_normal((k, n), np.float32), dtype)
-        one_call = jax.jit(jnp.dot).lower(x, w).compile()
-        blocked = jax.jit(lambda x, w: layers.in_row_blocks(x, w, block=block)).lower(x, w).compile()
-        medians = time_interleaved({"one call": lambda: one_call(x, w), "row blocks": lambda: blocked(x, w)},
+        compiled = {name: jax.jit(form).lower(x, w).compile() for name, form in forms.items()}
+        medians = time_interleaved({name: functools.partial(run, x, w) for name, run in compiled.items()},
                                    rounds, clock)
-    faster = medians["row blocks"] < (1 - MARGIN) * medians["one call"]
-    return {"faster": faster, "median_seconds": medians, "block": block,
-            "shape": list(shape), "rounds": rounds, "load_average": load,
-            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    built_in, candidate = forms
+    faster = medians[candidate] < (1 - MARGIN) * medians[built_in]
+    return {"faster": faster, "median_seconds": medians, "shape": list(shape), "rounds": rounds,
+            "load_average": load, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+
+
+def _measure_and_print(entry: str, result: dict[str, Any], path: Path, key: str, chosen: str, kept: str) -> None:
+    _write(path, key, entry, result)
+    _warn_if_busy(result, path)
+    times = ", ".join(f"{contender} {seconds:.3f} s" for contender, seconds in result["median_seconds"].items())
+    dtype = entry.split()[1]
+    print(f"{dtype} {' x '.join(map(str, result['shape']))}: {times} -> {chosen if result['faster'] else kept}")
 
 
 def main() -> int:
@@ -244,14 +318,13 @@ def main() -> int:
     path, key, block = cache_path(), machine_key(), layers.CPU_ROW_BLOCK
     print(f"{key}\n{path}")
     for dtype in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
-        result = measure_row_blocks(dtype, block)
-        _write(path, key, f"row_blocks {dtype.name} {block}", result)
-        _warn_if_busy(result, path)
-        times = ", ".join(f"{contender} {seconds:.3f} s" for contender, seconds in result["median_seconds"].items())
-        print(f"{dtype.name} {' x '.join(map(str, result['shape']))}: {times} -> "
-              f"{f'row blocks of {block} rows' if result['faster'] else 'one call'}")
-    if row_block_override() is not None or tuning_disabled():
-        print(f"({ROW_BLOCK_ENV} or {NO_TUNING_ENV} is set: it overrides these while it is)")
+        _measure_and_print(f"row_blocks {dtype.name} {block}", measure_row_blocks(dtype, block), path, key,
+                           f"row blocks of {block} rows", "one call")
+    bf16 = jnp.dtype(jnp.bfloat16)
+    _measure_and_print(f"fp32_result {bf16.name}", measure_fp32_result(bf16), path, key,
+                       "fp32 result", "bf16 result")
+    if row_block_override() is not None or fp32_result_override() is not None or tuning_disabled():
+        print(f"({ROW_BLOCK_ENV}, {FP32_RESULT_ENV} or {NO_TUNING_ENV} is set: it overrides these while it is)")
     forget()  # this process's later decisions read the new file
     return 0
 

@@ -121,11 +121,11 @@ def _environment() -> str:
 
 
 def _cpu_choices() -> str:
-    """What decides the CPU's row blocks (`cpu_tuning`: its overrides and its measured answers), which change
+    """What decides the CPU's row blocks and bf16 result type (`cpu_tuning`: its overrides and its measured answers), which change
     the programs a CPU run compiles without changing any source."""
     from vidax.zoo import cpu_tuning
 
-    names = (cpu_tuning.ROW_BLOCK_ENV, cpu_tuning.NO_TUNING_ENV)
+    names = (cpu_tuning.ROW_BLOCK_ENV, cpu_tuning.NO_TUNING_ENV, cpu_tuning.FP32_RESULT_ENV)
     overrides = sorted((k, v) for k, v in os.environ.items() if k in names)
     path = cpu_tuning.cache_path()
     measured = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""

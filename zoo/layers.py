@@ -68,14 +68,36 @@ def project(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *,
     `python -m bench matmul`). `vidax.zoo.cpu_tuning` measures it once per machine and dtype, or
     `VIDAX_CPU_ROW_BLOCK` says it. Accelerators, and sharded products (each device's share is already
     smaller), take the one call.
+
+    A bf16 / fp16 product on CPU may be asked for an fp32 result, cast back after the bias
+    (`cpu_fp32_result`): XLA's CPU runs the default form at fp32 speed, this one on its bf16 kernel.
     """
     activate = input_activation or (lambda v: v)
     rows = math.prod(x.shape[:-1])
     block = _cpu_row_block(rows, x.dtype)
+    fp32_result = cpu_fp32_result(x.dtype)
     if not block:
-        y = jnp.dot(activate(x), kernel)
+        return _product(activate(x), kernel, bias, fp32_result=fp32_result)
+    return in_row_blocks(x, kernel, bias, block=block, activate=activate, fp32_result=fp32_result)
+
+
+def _product(x: jax.Array, kernel: jax.Array, bias: jax.Array | None, *, fp32_result: bool) -> jax.Array:
+    """`x @ kernel (+ bias)`; with `fp32_result`, the product is asked for in fp32 (XLA's CPU then runs
+    bf16 operands on its bf16 kernel), the bias added in fp32 and the sum cast back to `x`'s dtype."""
+    if not fp32_result:
+        y = jnp.dot(x, kernel)
         return y if bias is None else y + bias
-    return in_row_blocks(x, kernel, bias, block=block, activate=activate)
+    y = jnp.dot(x, kernel, preferred_element_type=jnp.float32)
+    y = y if bias is None else y + bias.astype(jnp.float32)
+    return y.astype(x.dtype)
+
+
+def cpu_fp32_result(dtype) -> bool:
+    """Whether a product of `dtype` operands asks for an fp32 result: only bf16 / fp16 on a CPU run, where
+    `cpu_tuning` measured it faster (or `VIDAX_CPU_FP32_RESULT` says so). Accelerators: never."""
+    if jax.default_backend() != "cpu" or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+        return False
+    return cpu_tuning.fp32_result_faster(dtype)
 
 
 def _cpu_row_block(rows: int, dtype) -> int:
@@ -90,15 +112,15 @@ def _cpu_row_block(rows: int, dtype) -> int:
 
 
 def in_row_blocks(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *, block: int,
-                  activate: Callable[[jax.Array], jax.Array] = lambda v: v) -> jax.Array:
+                  activate: Callable[[jax.Array], jax.Array] = lambda v: v, fp32_result: bool = False) -> jax.Array:
     """`project`'s product as balanced blocks of at most `block` rows run one after another."""
     rows = math.prod(x.shape[:-1])
     count, size = balanced_blocks(rows, block)
     flat = x.reshape(rows, x.shape[-1])
 
     def one_block(first):
-        y = jnp.dot(activate(jax.lax.dynamic_slice_in_dim(flat, first, size)), kernel)
-        return y if bias is None else y + bias
+        return _product(activate(jax.lax.dynamic_slice_in_dim(flat, first, size)), kernel, bias,
+                        fp32_result=fp32_result)
 
     def write_block(i, out):  # the last block ends at the last row (overlapping its neighbour: same values)
         first = jnp.minimum(i * size, rows - size)
@@ -172,7 +194,8 @@ class PatchEmbed(nn.Module):
         kernel = logical_param(self, "kernel", (*self.patch, c, self.features), (None, None, None, "conv_in", "embed"))
         bias = logical_param(self, "bias", (self.features,), ("embed",), nn.initializers.zeros)
         x = patchify(x, self.patch)  # [B, S, pt*ph*pw*C]
-        return jnp.dot(x, kernel.reshape(-1, self.features).astype(x.dtype)) + bias.astype(x.dtype)
+        return _product(x, kernel.reshape(-1, self.features).astype(x.dtype), bias.astype(x.dtype),
+                        fp32_result=cpu_fp32_result(x.dtype))
 
 
 def patchify(video: jax.Array, patch: tuple[int, int, int], *, channels_first: bool = False) -> jax.Array:

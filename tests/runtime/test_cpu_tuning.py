@@ -20,6 +20,7 @@ def tuning(monkeypatch, tmp_path):
     monkeypatch.setenv("VIDAX_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(cpu_tuning.NO_TUNING_ENV, raising=False)
     monkeypatch.delenv(cpu_tuning.ROW_BLOCK_ENV, raising=False)
+    monkeypatch.delenv(cpu_tuning.FP32_RESULT_ENV, raising=False)
     cpu_tuning.forget()
     yield tmp_path / cpu_tuning.CACHE_NAME
     cpu_tuning.forget()
@@ -178,9 +179,12 @@ def test_tune_cpu_command_measures_both_dtypes_and_overwrites(tuning, monkeypatc
     measure = FakeMeasure(faster=False)
     monkeypatch.setattr(cpu_tuning, "measure_row_blocks",
                         lambda dtype, block: {**measure(dtype, block), "shape": [8, 8, 8]})
+    monkeypatch.setattr(cpu_tuning, "measure_fp32_result", lambda dtype: {
+        "faster": True, "median_seconds": {"default": 2.0, "fp32 result": 0.5}, "shape": [8, 8, 8]})
     result = CliRunner().invoke(app, ["--tune-cpu"])
     assert result.exit_code == 0, result.output
     assert measure.calls == [("float32", 1024), ("bfloat16", 1024)]
+    assert "bfloat16 8 x 8 x 8: default 2.000 s, fp32 result 0.500 s -> fp32 result" in result.output
     assert key in result.output
     assert "float32 8 x 8 x 8: one call 1.000 s, row blocks 1.100 s -> one call" in result.output
     assert json.loads(tuning.read_text())["machines"][key][ENTRY]["faster"] is False
@@ -193,3 +197,94 @@ def test_cpu_identity_names_the_model_its_numbers_and_matrix_extensions():
             "processor\t: 1\nmodel name\t: ignored\n")
     assert cpu_tuning.cpu_identity(info) == ("Intel(R) Xeon(R) Platinum 8481C "
                                              "(GenuineIntel 6/143/8; avx2 avx512f amx_bf16)")
+
+
+# --- fp32 results for bf16 products ---------------------------------------------------------------
+
+
+class FakeFp32Measure:
+    """Stands in for `measure_fp32_result`: counts its calls and answers `faster`."""
+
+    def __init__(self, faster: bool):
+        self.faster, self.calls = faster, []
+
+    def __call__(self, dtype):
+        self.calls.append(np.dtype(dtype).name)
+        return {"faster": self.faster, "median_seconds": {"default": 1.0, "fp32 result": 0.3}}
+
+
+@pytest.fixture(scope="module")
+def bf16_dense():
+    """A bf16 Dense's operands (input, kernel, bias) and the fp32 product of them plus the bias, rounded to bf16."""
+    rng = np.random.default_rng(1)
+    x, kernel, bias = (jnp.asarray(rng.standard_normal(shape, np.float32), jnp.bfloat16)
+                       for shape in ((2, 37, 64), (64, 24), (24,)))
+    wide = (np.asarray(x, np.float64) @ np.asarray(kernel, np.float64) + np.asarray(bias, np.float64))
+    return x, kernel, bias, np.asarray(jnp.asarray(wide.astype(np.float32), jnp.bfloat16))
+
+
+def _dense(x, kernel, bias):
+    module = layers.Dense(features=kernel.shape[-1])
+    return np.asarray(jax.jit(module.apply)({"params": {"kernel": kernel, "bias": bias}}, x))
+
+
+def test_fp32_result_choice_is_measured_once_cached_and_reaches_dense(tuning, monkeypatch, bf16_dense):
+    """Measured faster: a bf16 Dense is the fp32 product of its bf16 operands (plus the bias in fp32)
+    rounded to bf16, in one call and in row blocks; the file answers the next process."""
+    x, kernel, bias, wide = bf16_dense
+    measure = FakeFp32Measure(faster=True)
+    monkeypatch.setattr(cpu_tuning, "measure_fp32_result", measure)
+    monkeypatch.setattr(cpu_tuning, "measure_row_blocks", FakeMeasure(faster=False))
+    out = _dense(x, kernel, bias)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(out.astype(np.float32), wide.astype(np.float32))
+    assert measure.calls == ["bfloat16"]
+    assert json.loads(tuning.read_text())["machines"][cpu_tuning.machine_key()]["fp32_result bfloat16"]["faster"]
+    cpu_tuning.forget()
+    monkeypatch.setattr(cpu_tuning, "measure_fp32_result", _never)
+    assert cpu_tuning.fp32_result_faster(jnp.bfloat16) is True
+    monkeypatch.setenv(cpu_tuning.ROW_BLOCK_ENV, "16")  # 74 rows in blocks: the same values
+    np.testing.assert_array_equal(_dense(x, kernel, bias).astype(np.float32), wide.astype(np.float32))
+
+
+def test_fp32_result_not_chosen_keeps_the_default_product(tuning, monkeypatch, bf16_dense):
+    x, kernel, bias, wide = bf16_dense
+    monkeypatch.setattr(cpu_tuning, "measure_fp32_result", FakeFp32Measure(faster=False))
+    monkeypatch.setattr(cpu_tuning, "measure_row_blocks", FakeMeasure(faster=False))
+    default = np.asarray(jnp.dot(x, kernel) + bias)  # bf16 result, bf16 bias add: today's product
+    out = _dense(x, kernel, bias)
+    np.testing.assert_array_equal(out.astype(np.float32), default.astype(np.float32))
+    assert not np.array_equal(out.astype(np.float32), wide.astype(np.float32))  # the two forms differ here
+
+
+def test_fp32_result_overrides_and_fp32_untouched(tuning, monkeypatch, bf16_dense):
+    """`VIDAX_CPU_FP32_RESULT` wins over the file and over `VIDAX_NO_CPU_TUNING`; fp32 never asks."""
+    x, kernel, bias, wide = bf16_dense
+    monkeypatch.setattr(cpu_tuning, "measure_fp32_result", _never)
+    monkeypatch.setattr(cpu_tuning, "measure_row_blocks", _never)
+    monkeypatch.setenv(cpu_tuning.NO_TUNING_ENV, "1")
+    assert cpu_tuning.fp32_result_faster(jnp.bfloat16) is False  # the built-in choice
+    monkeypatch.setenv(cpu_tuning.FP32_RESULT_ENV, "1")
+    np.testing.assert_array_equal(_dense(x, kernel, bias).astype(np.float32), wide.astype(np.float32))
+    monkeypatch.delenv(cpu_tuning.NO_TUNING_ENV)
+    key = cpu_tuning.machine_key()
+    tuning.write_text(json.dumps({"format": 1, "machines": {key: {"fp32_result bfloat16": {"faster": True}}}}))
+    monkeypatch.setenv(cpu_tuning.FP32_RESULT_ENV, "0")
+    assert cpu_tuning.fp32_result_faster(jnp.bfloat16) is False
+    assert "preferred_element_type=float32" not in str(jax.make_jaxpr(lambda a: layers.project(a, kernel))(x))
+    monkeypatch.setenv(cpu_tuning.FP32_RESULT_ENV, "maybe")
+    with pytest.raises(cpu_tuning.CpuTuningError, match="VIDAX_CPU_FP32_RESULT='maybe'"):
+        layers.project(x, kernel)
+    f32_programs = []
+    for choice in ("0", "1"):
+        monkeypatch.setenv(cpu_tuning.FP32_RESULT_ENV, choice)
+        f32_programs.append(str(jax.make_jaxpr(lambda a: layers.project(a, jnp.ones((8, 4)), jnp.ones(4)))(
+            jnp.ones((3, 8), jnp.float32))))
+    assert "preferred_element_type=float32" in str(jax.make_jaxpr(lambda a: layers.project(a, kernel))(x))
+    assert f32_programs[0] == f32_programs[1] and layers.cpu_fp32_result(jnp.float32) is False
+
+
+def test_measure_fp32_result_times_both_forms_by_the_margin():
+    ticks = iter([0, 1, 1, 1.5] * 3)  # default 1 s, fp32 result 0.5 s
+    result = cpu_tuning.measure_fp32_result(jnp.bfloat16, shape=(16, 8, 8), rounds=3, clock=lambda: next(ticks))
+    assert result["faster"] is True and result["median_seconds"] == {"default": 1, "fp32 result": 0.5}
