@@ -13,6 +13,7 @@ prompt whichever token it lands on; stage 2 keeps this encoder frozen.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import numpy as np
@@ -77,13 +78,16 @@ def main(steps: int, lr: float) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    summary = {"steps": steps, "cpu_seconds": round(time.process_time(), 1)}
     with torch.no_grad():
-        for name, (c, l) in {"training": (captions, labels), "held-out": (held_captions, held_labels)}.items():
+        for name, (c, l) in {"training": (captions, labels), "held_out": (held_captions, held_labels)}.items():
             loss, hits = field_losses_and_hits(torch, *token_logits(torch, encoder, head, tok, c), l)
+            summary[name] = {"captions": len(c), "loss": round(loss.item(), 4), "every_token_right": hits}
             print(f"{name} captions ({len(c)}): loss {loss.item():.4f}; every token right: "
                   + ", ".join(f"{f} {h:.1%}" for f, h in hits.items()), flush=True)
     encoder.save_pretrained(RUN / "text_encoder")
-    print(f"text encoder: {steps} steps, {time.process_time():.1f} CPU-seconds", flush=True)
+    (RUN / "text_pretrain.json").write_text(json.dumps(summary, indent=1))
+    print(f"text encoder: {steps} steps, {summary['cpu_seconds']} CPU-seconds", flush=True)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,16 @@ def colour_loss(torch, probe, latents, targets):
         ce(logits[..., 6:].reshape(-1, 6), targets[1].reshape(-1), ignore_index=-100)
 
 
+def fix_log_variance(torch, vae, log_variance: float = -8.0) -> None:
+    """The posterior's log-variance as a constant (-8: std 0.02). Training uses the means alone (see
+    `vae_loss`), so the log-variance half of the head never trains and stays at its init, a std of
+    several latent units; stage 2 samples latents from the posterior, so it must be small."""
+    z = vae.config.z_dim
+    with torch.no_grad():  # quant_conv (1x1) mixes the head's two halves: its log-variance rows go constant
+        vae.quant_conv.weight[z:] = 0.0
+        vae.quant_conv.bias[z:] = log_variance
+
+
 def vae_loss(torch, vae, video, mask, train_encoder: bool, probe=None, targets=None, probe_weight: float = 0.0):
     with torch.set_grad_enabled(train_encoder):
         posterior = vae.encode(video).latent_dist
@@ -133,6 +143,8 @@ def main(image_steps: int, video_start: int, steps: int, stop: int | None, batch
         if step == image_steps:  # the encoder is final from here on: stage 2 may start from this copy
             if pca:
                 pca_head(torch, vae, clip_batch(rng, train, PCA_FRAMES, 1)[0])
+            else:
+                fix_log_variance(torch, vae)
             vae.save_pretrained(RUN / "vae_encoder")
         combos = []
         video, mask = clip_batch(rng, train, image_batch, 1, crop, combos) if step < video_start else clip_batch(rng, train, batch, FRAMES)
