@@ -23,12 +23,15 @@ def setup_torch(seed: int):
 
 
 def clip_batch(rng: np.random.Generator, combos: list, count: int, frames: int,
-               crop: int = data.SIZE) -> tuple[np.ndarray, np.ndarray]:
+               crop: int = data.SIZE, chosen: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`[B, 3, frames, crop, crop]` in [-1, 1] and a `[B, 1, frames, crop, crop]` shape mask, at random
-    places in time, across the motion and (`crop` < 64) in the frame, kept near the shape."""
+    places in time, across the motion and (`crop` < 64) in the frame, kept near the shape. The drawn
+    combinations are appended to `chosen` when given."""
     videos, masks = [], []
     for _ in range(count):
         combo = combos[rng.integers(len(combos))]
+        if chosen is not None:
+            chosen.append(combo)
         clip = data.render(combo, float(rng.uniform(14, 50)))
         start = int(rng.integers(0, data.FRAMES - frames + 1))
         clip = clip[start:start + frames]

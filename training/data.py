@@ -127,13 +127,14 @@ def random_placement(rng: np.random.Generator, combo: Combo) -> tuple[float, flo
     return float(rng.uniform(margin, SIZE - margin)), float(rng.uniform(low, high))
 
 
-def dataset(combos: list[Combo], seed: int, centred: bool = True) -> tuple[list[str], list[tuple[Combo, float, float | None]]]:
+def dataset(combos: list[Combo], seed: int, centred: bool = True,
+            placements: int = PLACEMENTS) -> tuple[list[str], list[tuple[Combo, float, float | None]]]:
     """(combo, across, start) items: every combo once at each `ACROSS` offset with the travel centred
-    (start None), or (not `centred`) `PLACEMENTS` times at seeded random places; in a seeded order,
+    (start None), or (not `centred`) `placements` times at seeded random places; in a seeded order,
     each with a caption from a seeded template."""
     rng = np.random.default_rng(seed)
     items = [(c, a, None) for c in combos for a in ACROSS] if centred else \
-        [(c, *random_placement(rng, c)) for c in combos for _ in range(PLACEMENTS)]
+        [(c, *random_placement(rng, c)) for c in combos for _ in range(placements)]
     order = rng.permutation(len(items))
     items = [items[i] for i in order]
     captions = [c.caption(int(rng.choice(len(TEMPLATES), p=(0.6, 0.2, 0.2)))) for c, *_ in items]

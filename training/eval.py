@@ -2,7 +2,7 @@
 exported to a scratch folder, vidax loads it as `wan-tiny` (translator, zoo pipeline, native
 settings) and the test's detector reads each clip.
 
-    .venv/bin/python -m training.eval   # prints the table's counts of 24
+    .venv/bin/python -m training.eval [guidance]   # prints the table's counts of 24
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "embedded
 from detector import detect  # noqa: E402
 
 
-def main() -> None:
+def main(guidance: float | None = None) -> None:
     from vidax.zoo.pipeline import GenerateOptions
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.wan import tiny
 
     tiny.TRAINED = Path(tempfile.mkdtemp()) / "tiny_model"  # read by tiny.source() when the pipeline loads
     export.main(tiny.TRAINED)
-    options = GenerateOptions(model="wan-tiny", prompt="", release_stages=False)
+    options = GenerateOptions(model="wan-tiny", prompt="", release_stages=False, guidance=guidance)
     pipeline = make_pipeline("wan-tiny", options)
     right = {"colour": 0, "background": 0, "direction": 0, "all": 0}
     _, held_out = data.split()
@@ -40,4 +40,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(float(sys.argv[1]) if len(sys.argv) > 1 else None)  # a guidance scale other than the native one

@@ -56,7 +56,8 @@ def main(target: Path = TARGET) -> None:
     (target / "scheduler" / "scheduler_config.json").write_text(json.dumps(SCHEDULER, indent=1))
     (target / "model_index.json").write_text(json.dumps(MODEL_INDEX, indent=1))
     _, held_out = data.split()
-    provenance = {"recipe": "training/ (README there)", "vae": _loss_summary("vae"), "dit": _loss_summary("dit"),
+    text = json.loads((RUN / "text_pretrain.json").read_text()) if (RUN / "text_pretrain.json").is_file() else None
+    provenance = {"recipe": "training/ (README there)", "text_encoder": text, "vae": _loss_summary("vae"), "dit": _loss_summary("dit"),
                   "held_out": [c.__dict__ for c in held_out], "held_out_prompts": [c.caption() for c in held_out]}
     (target / "training.json").write_text(json.dumps(provenance, indent=1))
     print(f"wrote {target}")

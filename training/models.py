@@ -13,7 +13,8 @@ DIT = dict(patch_size=[1, 2, 2], num_attention_heads=4, attention_head_dim=24, i
            out_channels=Z_DIM, text_dim=32, freq_dim=64, ffn_dim=256, num_layers=4, cross_attn_norm=True,
            qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None, added_kv_proj_dim=None,
            rope_max_seq_len=1024, pos_embed_seq_len=None)
-MAX_TEXT = 512  # Wan pads every prompt's features to 512 tokens with zeros: training does the same
+MAX_TEXT = 512  # Wan pads every prompt's features to 512 tokens with zeros by default
+TINY_MAX_TEXT = 16  # ... wan-tiny to 16 (its registry setting `max_sequence_length`): training does the same
 
 
 def make_vae(latents_mean=None, latents_std=None):

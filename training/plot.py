@@ -22,6 +22,13 @@ def _smooth(values: np.ndarray, width: int = 15) -> np.ndarray:
     return np.convolve(values, kernel, mode="valid")
 
 
+def cpu_seconds(rows: list[dict]) -> float:
+    """CPU seconds of a log written by one or more resumed runs (each run's counter starts again)."""
+    counts = [r.get("cpu_seconds_this_run", 0.0) for r in rows]
+    ends = [a for a, b in zip(counts, counts[1:]) if b < a] + counts[-1:]
+    return float(sum(ends))
+
+
 def _panel(title: str, rows: list[dict]) -> Image.Image:
     image = Image.new("RGB", (W, H), "white")
     draw = ImageDraw.Draw(image)
@@ -34,8 +41,8 @@ def _panel(title: str, rows: list[dict]) -> Image.Image:
     smooth = _smooth(loss)
     draw.line([to_xy(s, v) for s, v in zip(steps[len(steps) - len(smooth):], smooth)], fill=(20, 40, 160), width=2)
     draw.rectangle([PAD, PAD, W - PAD, H - PAD], outline="black")
-    minutes = rows[-1]["seconds"] / 60
-    draw.text((PAD, 10), f"{title}: {len(rows)} steps, {minutes:.0f} min wall on a shared CPU", fill="black")
+    minutes, cpu = rows[-1]["seconds"] / 60, cpu_seconds(rows) / 60
+    draw.text((PAD, 10), f"{title}: {len(rows)} steps, {cpu:.0f} CPU-min ({minutes:.0f} min wall, shared CPU)", fill="black")
     draw.text((4, PAD - 12), f"{10 ** hi:.3g}", fill="black")
     draw.text((4, H - PAD), f"{10 ** lo:.3g}", fill="black")
     draw.text((W - PAD - 40, H - PAD + 6), f"step {int(steps[-1]) + 1}", fill="black")
@@ -45,7 +52,7 @@ def _panel(title: str, rows: list[dict]) -> Image.Image:
 
 def main() -> None:
     panels = [_panel(title, [json.loads(l) for l in (RUN / f"{name}_loss.jsonl").read_text().splitlines()])
-              for name, title in (("vae", "VAE"), ("dit", "DiT + UMT5 (flow matching)"))]
+              for name, title in (("vae", "VAE"), ("dit", "DiT, UMT5 frozen"))]
     sheet = Image.new("RGB", (W * len(panels), H), "white")
     for i, panel in enumerate(panels):
         sheet.paste(panel, (i * W, 0))

@@ -44,16 +44,17 @@ def token_batch(tok, prompts: list[str]):
     return ids, mask
 
 
-def text_features(torch, encoder, ids, mask):
-    """`[B, 512, D]`: masked UMT5 features zeroed past each prompt (attention never crosses the mask,
-    so the short batch gives the same features as the zoo's 512-token one), then zero padded."""
+def text_features(torch, encoder, ids, mask, max_text: int = MAX_TEXT):
+    """`[B, max_text, D]`: masked UMT5 features zeroed past each prompt (attention never crosses the mask,
+    so the short batch gives the same features as the zoo's `max_sequence_length` one), then zero padded."""
     ids, mask = torch.from_numpy(ids), torch.from_numpy(mask)
     features = encoder(input_ids=ids, attention_mask=mask).last_hidden_state * mask[..., None]
-    return torch.nn.functional.pad(features, (0, 0, 0, MAX_TEXT - features.shape[1]))
+    return torch.nn.functional.pad(features, (0, 0, 0, max_text - features.shape[1]))
 
 
-def compact_text(torch, encoder, ids, mask):
-    """Wan's 512-token features without the 512: `(features [B, L + 1, D], bias [B, 1, 1, L + 1])`.
+def compact_text(torch, encoder, ids, mask, max_text: int = MAX_TEXT):
+    """Wan's `max_text`-token features (512 unless the model's `max_sequence_length` says less) without
+    the padding: `(features [B, L + 1, D], bias [B, 1, 1, L + 1])`.
 
     Past each prompt every row is zero, so every padding key and value is the same vector; attending
     to n equal keys is attending to one of them with log(n) added to its logit. The compact batch
@@ -62,10 +63,10 @@ def compact_text(torch, encoder, ids, mask):
     """
     import numpy as np
 
-    features = text_features(torch, encoder, ids, mask)[:, : ids.shape[1] + 1]
+    features = text_features(torch, encoder, ids, mask, max_text)[:, : ids.shape[1] + 1]
     lengths = mask.sum(axis=1)
     zero_rows = features.shape[1] - lengths
-    extra = np.log((MAX_TEXT - lengths) / zero_rows).astype(np.float32)
+    extra = np.log((max_text - lengths) / zero_rows).astype(np.float32)
     columns = np.arange(features.shape[1])[None, :]
     bias = np.where(columns >= lengths[:, None], extra[:, None], 0.0).astype(np.float32)
     return features, torch.from_numpy(bias[:, None, None, :])

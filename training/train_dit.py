@@ -18,7 +18,7 @@ import numpy as np
 
 from training import data
 from training.common import RUN, LossLog, setup_torch
-from training.models import make_dit, make_text_encoder
+from training.models import MAX_TEXT, make_dit, make_text_encoder
 from training.text import build_tokenizer, compact_text, token_batch, use_compact_text
 
 SEED = 2
@@ -26,14 +26,14 @@ SHIFT = 3.0
 DROP_CAPTION = 0.1
 
 
-def encode_dataset(torch, vae_folder, centred: bool):
+def encode_dataset(torch, vae_folder, centred: bool, placements: int = data.PLACEMENTS):
     """(captions, latent means, latent stds) of every training clip, cached in the run folder."""
     cache = RUN / "latents.npz"
     if cache.is_file():
         saved = np.load(cache)
         return list(saved["captions"]), saved["mean"], saved["std"]
     train, _ = data.split()
-    captions, items = data.dataset(train, SEED, centred)
+    captions, items = data.dataset(train, SEED, centred, placements)
     mean, std = encode_clips(torch, vae_folder, [data.render(*item) for item in items])
     np.savez(cache, captions=np.asarray(captions), mean=mean, std=std)
     return captions, mean, std
@@ -60,11 +60,11 @@ def encode_clips(torch, vae_folder, clips: list[np.ndarray], batch: int = 32) ->
     return np.concatenate(means), np.concatenate(stds)
 
 
-def shape_masks(centred: bool, frames_per_latent: int = 4, factor: int = 8) -> np.ndarray:
+def shape_masks(centred: bool, placements: int = data.PLACEMENTS, frames_per_latent: int = 4, factor: int = 8) -> np.ndarray:
     """`[N, 1, F', 8, 8]`: the share of each latent pixel the shape covers, in the latent frames' own
     video frames (0, 4, 8, ...), for every training clip in `encode_dataset`'s order."""
     train, _ = data.split()
-    _, items = data.dataset(train, SEED, centred)
+    _, items = data.dataset(train, SEED, centred, placements)
     masks = []
     for combo, across, start in items:
         clip = data.render(combo, across, start)[::frames_per_latent]
@@ -101,22 +101,26 @@ def decay_groups(*models) -> list[dict]:
 
 
 def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: float, checkpoint_every: int,
-         patch: int, centred: bool, cross_norm_init: float) -> None:
+         patch: int, centred: bool, cross_norm_init: float, placements: int = data.PLACEMENTS,
+         frozen_text: bool = False, max_text: int = MAX_TEXT) -> None:
     torch = setup_torch(SEED)
     tok = build_tokenizer(RUN / "tokenizer")
-    captions, latents_mean, latents_std = encode_dataset(torch, RUN / "vae_encoder", centred)
+    captions, latents_mean, latents_std = encode_dataset(torch, RUN / "vae_encoder", centred, placements)
     stats = channel_stats(latents_mean)
-    masks = shape_masks(centred) if shape_weight != 1 else np.zeros((len(latents_mean), 1) + latents_mean.shape[2:], np.float32)
+    masks = shape_masks(centred, placements) if shape_weight != 1 else np.zeros((len(latents_mean), 1) + latents_mean.shape[2:], np.float32)
     (RUN / "latent_stats.json").write_text(json.dumps({"mean": stats[0].tolist(), "std": stats[1].tolist()}))
     folder = RUN / "dit"
     resume = (folder / "step.txt").is_file()
     dit = type(make_dit()).from_pretrained(folder / "transformer") if resume else make_dit(patch, cross_norm_init)
-    encoder = type(make_text_encoder(8)).from_pretrained(folder / "text_encoder") if resume \
+    encoder_folder = folder / "text_encoder" if resume else RUN / "text_encoder"  # stage 0's when frozen
+    encoder = type(make_text_encoder(8)).from_pretrained(encoder_folder) if resume or frozen_text \
         else make_text_encoder(tok.get_vocab_size())
+    encoder.requires_grad_(not frozen_text)
     start = int((folder / "step.txt").read_text()) if resume else 0
-    cross_attention = use_compact_text(dit)  # exact, and a fraction of the 512-token cost
-    params = list(dit.parameters()) + list(encoder.parameters())
-    groups = decay_groups(dit, encoder) if cross_norm_init != 1 else [{"params": params, "weight_decay": 0.01}]
+    cross_attention = use_compact_text(dit)  # exact, and a fraction of the padded cost
+    trained = [dit] if frozen_text else [dit, encoder]
+    params = [p for m in trained for p in m.parameters()]
+    groups = decay_groups(*trained) if cross_norm_init != 1 else [{"params": params, "weight_decay": 0.01}]
     optimizer = torch.optim.AdamW(groups, lr=lr)
     if resume:
         optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
@@ -126,7 +130,8 @@ def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: floa
         rng = np.random.default_rng([SEED, step])  # per step: a resumed run draws what an unbroken one does
         rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch)
         prompts = ["" if rng.uniform() < DROP_CAPTION else str(captions[r]) for r in rows]
-        text, cross_attention.bias = compact_text(torch, encoder, *token_batch(tok, prompts))
+        with torch.set_grad_enabled(not frozen_text):
+            text, cross_attention.bias = compact_text(torch, encoder, *token_batch(tok, prompts), max_text)
         for group in optimizer.param_groups:
             group["lr"] = float(schedule(step))
         predicted = dit(noisy, timestep, text, return_dict=False)[0]
@@ -158,6 +163,11 @@ if __name__ == "__main__":
                         help="clips placed at random in the frame (default: the travel centred, at 3 offsets across it)")
     parser.add_argument("--cross-norm-init", type=float, default=1.0,
                         help="cross-attention's query/key norm scales at init; != 1 also exempts norms and biases from weight decay")
+    parser.add_argument("--placements", type=int, default=data.PLACEMENTS, help="with --random-places: clips per combination")
+    parser.add_argument("--frozen-text", action="store_true",
+                        help="the stage-0 text encoder (training/out/text_encoder, pretrain_text.py), frozen")
+    parser.add_argument("--max-text", type=int, default=MAX_TEXT,
+                        help="text features padded to this many tokens (the model's max_sequence_length setting)")
     args = parser.parse_args()
     main(args.steps, args.stop, args.batch, args.lr, args.shape_weight, args.checkpoint_every, args.patch,
-         not args.random_places, args.cross_norm_init)
+         not args.random_places, args.cross_norm_init, args.placements, args.frozen_text, args.max_text)

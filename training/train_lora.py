@@ -21,6 +21,7 @@ import numpy as np
 from training import data
 from training.common import RUN, LossLog, setup_torch
 from training.export import TARGET as MODEL
+from training.models import TINY_MAX_TEXT
 from training.text import build_tokenizer, compact_text, token_batch, use_compact_text
 from training.train_dit import DROP_CAPTION, encode_clips, flow_batch
 
@@ -69,7 +70,7 @@ def main(steps: int, batch: int, lr: float) -> None:
         rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch)
         prompts = ["" if rng.uniform() < DROP_CAPTION else str(captions[r]) for r in rows]
         with torch.no_grad():
-            text, cross_attention.bias = compact_text(torch, encoder, *token_batch(tok, prompts))
+            text, cross_attention.bias = compact_text(torch, encoder, *token_batch(tok, prompts), TINY_MAX_TEXT)
         loss = ((dit(noisy, timestep, text, return_dict=False)[0] - target) ** 2).mean()
         optimizer.zero_grad()
         loss.backward()

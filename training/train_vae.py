@@ -26,6 +26,8 @@ SHAPE_WEIGHT = 10.0
 LATENT_NOISE = 0.05
 MEAN_WEIGHT = 1e-4
 PCA_FRAMES = 64
+COLOURS = list(data.PALETTE)
+SHAPE_COVER = 0.3  # a latent pixel's shape colour is a target where the shape covers this share of it
 
 
 def make_framewise(torch, vae) -> None:
@@ -73,7 +75,36 @@ def pca_head(torch, vae, frames: np.ndarray) -> None:
         quant.bias.zero_()
 
 
-def vae_loss(torch, vae, video, mask, train_encoder: bool):
+def colour_targets(torch, combos, mask, factor: int = 8):
+    """Per latent pixel: the background's colour index `[B, h, w]` and the shape's (-100, ignored, where
+    the shape covers less than `SHAPE_COVER` of the pixel), from the batch's combinations and pixel mask."""
+    pooled = torch.nn.functional.avg_pool2d(mask[:, 0, :1], factor)[:, 0]  # [B, h, w], the first frame
+    background = torch.tensor([COLOURS.index(c.background) for c in combos])[:, None, None].expand_as(pooled)
+    colour = torch.tensor([COLOURS.index(c.colour) for c in combos])[:, None, None].expand_as(pooled)
+    return background, torch.where(pooled >= SHAPE_COVER, colour, torch.full_like(colour, -100))
+
+
+def colour_loss(torch, probe, latents, targets):
+    """Cross-entropy of a linear probe reading both colours off each latent pixel: it keeps the six
+    colours linearly apart in the latent on every background (reconstruction alone merged the dark ones)."""
+    pixels = latents[:, :, 0].permute(0, 2, 3, 1)  # [B, h, w, z]
+    logits = probe(pixels)  # [B, h, w, 12]: background's six, then the shape's six
+    ce = torch.nn.functional.cross_entropy
+    return ce(logits[..., :6].reshape(-1, 6), targets[0].reshape(-1)) + \
+        ce(logits[..., 6:].reshape(-1, 6), targets[1].reshape(-1), ignore_index=-100)
+
+
+def fix_log_variance(torch, vae, log_variance: float = -8.0) -> None:
+    """The posterior's log-variance as a constant (-8: std 0.02). Training uses the means alone (see
+    `vae_loss`), so the log-variance half of the head never trains and stays at its init, a std of
+    several latent units; stage 2 samples latents from the posterior, so it must be small."""
+    z = vae.config.z_dim
+    with torch.no_grad():  # quant_conv (1x1) mixes the head's two halves: its log-variance rows go constant
+        vae.quant_conv.weight[z:] = 0.0
+        vae.quant_conv.bias[z:] = log_variance
+
+
+def vae_loss(torch, vae, video, mask, train_encoder: bool, probe=None, targets=None, probe_weight: float = 0.0):
     with torch.set_grad_enabled(train_encoder):
         posterior = vae.encode(video).latent_dist
     # the mean plus small fixed noise: sampling at the initial std (1) drowns the mean, and the KL's
@@ -83,19 +114,25 @@ def vae_loss(torch, vae, video, mask, train_encoder: bool):
     decoded = vae.decode(latents).sample
     weight = 1 + (SHAPE_WEIGHT - 1) * mask
     reconstruction = (weight * (decoded - video) ** 2).mean()
-    return reconstruction + MEAN_WEIGHT * (posterior.mean ** 2).mean(), reconstruction
+    loss = reconstruction + MEAN_WEIGHT * (posterior.mean ** 2).mean()
+    if probe_weight and train_encoder:
+        loss = loss + probe_weight * colour_loss(torch, probe, latents, targets)
+    return loss, reconstruction
 
 
 def main(image_steps: int, video_start: int, steps: int, stop: int | None, batch: int, image_batch: int, crop: int,
-         lr: float, checkpoint_every: int) -> None:
+         lr: float, checkpoint_every: int, probe_weight: float = 0.0, pca: bool = True) -> None:
     torch = setup_torch(SEED)
     folder = RUN / "vae"
     resume = (folder / "config.json").is_file()
     vae = type(make_vae()).from_pretrained(folder) if resume else make_vae()
     if not resume:
         make_framewise(torch, vae)
+    probe = torch.nn.Linear(vae.config.z_dim, 12)  # not shipped: only its gradient shapes the encoder
+    if resume and (folder / "probe.pt").is_file():
+        probe.load_state_dict(torch.load(folder / "probe.pt"))
     start = int((folder / "step.txt").read_text()) if resume else 0
-    optimizer = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(list(vae.parameters()) + list(probe.parameters()), lr=lr, weight_decay=0.0)
     schedule = lambda s: lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
     log = LossLog(RUN / "vae_loss.jsonl", resume)
     train, _ = data.split()
@@ -104,12 +141,18 @@ def main(image_steps: int, video_start: int, steps: int, stop: int | None, batch
     for step in range(start, min(steps, stop or steps)):
         rng = np.random.default_rng([SEED, step])  # per step: a resumed run draws what an unbroken one does
         if step == image_steps:  # the encoder is final from here on: stage 2 may start from this copy
-            pca_head(torch, vae, clip_batch(rng, train, PCA_FRAMES, 1)[0])
+            if pca:
+                pca_head(torch, vae, clip_batch(rng, train, PCA_FRAMES, 1)[0])
+            else:
+                fix_log_variance(torch, vae)
             vae.save_pretrained(RUN / "vae_encoder")
-        video, mask = clip_batch(rng, train, image_batch, 1, crop) if step < video_start else clip_batch(rng, train, batch, FRAMES)
+        combos = []
+        video, mask = clip_batch(rng, train, image_batch, 1, crop, combos) if step < video_start else clip_batch(rng, train, batch, FRAMES)
+        video, mask = torch.from_numpy(video), torch.from_numpy(mask)
         for group in optimizer.param_groups:
             group["lr"] = float(schedule(step))
-        loss, reconstruction = vae_loss(torch, vae, torch.from_numpy(video), torch.from_numpy(mask), step < image_steps)
+        targets = colour_targets(torch, combos, mask) if probe_weight and step < image_steps else None
+        loss, reconstruction = vae_loss(torch, vae, video, mask, step < image_steps, probe, targets, probe_weight)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
@@ -118,6 +161,7 @@ def main(image_steps: int, video_start: int, steps: int, stop: int | None, batch
         if (step + 1) % checkpoint_every == 0 or step + 1 in (steps, stop):
             vae.save_pretrained(folder)
             torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+            torch.save(probe.state_dict(), folder / "probe.pt")
             (folder / "step.txt").write_text(str(step + 1))
             print(f"vae step {step + 1}: loss {loss.item():.4f}", flush=True)
 
@@ -133,5 +177,9 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--checkpoint-every", type=int, default=25)
+    parser.add_argument("--probe-weight", type=float, default=0.0,
+                        help="weight of the linear colour probe's cross-entropy on the latents (encoder phase)")
+    parser.add_argument("--no-pca", action="store_true", help="keep the trained encoder head at --image-steps (no PCA head)")
     args = parser.parse_args()
-    main(args.image_steps, args.video_start, args.steps, args.stop, args.batch, args.image_batch, args.crop, args.lr, args.checkpoint_every)
+    main(args.image_steps, args.video_start, args.steps, args.stop, args.batch, args.image_batch, args.crop, args.lr,
+         args.checkpoint_every, args.probe_weight, not args.no_pca)

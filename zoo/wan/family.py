@@ -61,6 +61,7 @@ class WanSettings(Settings):
 
     guidance_2: float | None = None  # the low-noise expert's guidance (A14B)
     boundary_ratio: float | None = None  # A14B expert switch: t >= ratio x 1000 runs `transformer`
+    max_sequence_length: int = MAX_SEQUENCE_LENGTH  # UMT5 tokens per prompt (the pipelines' `max_sequence_length`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +150,8 @@ class WanFamily(Family):
         Flag("--guidance-2", "guidance_2", float, "guidance of the low-noise expert (Wan2.2 A14B; default --guidance)"),
         Flag("--last-image", "last_image", Path, "last-frame image (first-last-frame models: wan2.1-flf2v-*)",
              image=True),
+        Flag("--max-sequence-length", "max_sequence_length", int,
+             "UMT5 tokens per prompt, features zero past the prompt (diffusers' max_sequence_length; default 512)"),
     )
 
     # --- configs ----------------------------------------------------------------------------
@@ -228,6 +231,11 @@ class WanFamily(Family):
             raise PipelineError(f"{self.name}: a two-expert Wan2.2 checkpoint needs a boundary ratio")
         if s.guidance_2 is not None and not self.model.two_experts:
             raise PipelineError("--guidance-2 is the low-noise expert's scale: only two-expert models (wan2.2-*-a14b) take it")
+        if s.max_sequence_length < 1:
+            raise PipelineError(f"--max-sequence-length must be at least 1, got {s.max_sequence_length}")
+        if self.model.image_encoder is not None and s.max_sequence_length != MAX_SEQUENCE_LENGTH:
+            raise PipelineError(f"{self.name} splits its context into text and image at {MAX_SEQUENCE_LENGTH} tokens "
+                                f"(diffusers' I2V attention): --max-sequence-length must be {MAX_SEQUENCE_LENGTH}")
 
     def image_roles(self) -> dict[str, bool]:
         if self.model.expand_timesteps:
@@ -257,14 +265,15 @@ class WanFamily(Family):
     # --- encode -----------------------------------------------------------------------------
 
     def encode(self, run: Run, s: WanSettings, inputs: Inputs) -> WanCondition:
-        text = self.encode_prompts(run, inputs.prompt, inputs.negative_prompt)
+        text = self.encode_prompts(run, inputs.prompt, inputs.negative_prompt, s.max_sequence_length)
         image = inputs.images.get("image")
         if image is None:
             return WanCondition(text, None, None, None)
         return self.encode_images(run, s, image, inputs.images.get("last_image"), text)
 
-    def encode_prompts(self, run: Run, prompt: str, negative: str | None) -> jax.Array:
-        """`[1 or 2, 512, text_dim]` fp32 UMT5 embeddings (prompt, then negative when guided); zero past each prompt."""
+    def encode_prompts(self, run: Run, prompt: str, negative: str | None,
+                       max_length: int = MAX_SEQUENCE_LENGTH) -> jax.Array:
+        """`[1 or 2, max_length, text_dim]` fp32 UMT5 embeddings (prompt, then negative when guided); zero past each prompt."""
         folder = self.source.find("tokenizer", "google/umt5-xxl", component="text_encoder")
         if folder is None:
             raise PipelineError(f"{self.source.label}: no tokenizer folder found")
@@ -274,7 +283,7 @@ class WanFamily(Family):
         config = self.model.text_encoder or T5Config.from_shapes(shapes)
         model = T5EncoderModel(config, dtype=jnp.float32)  # fp32 encode, cast after (docs/PRECISION.md)
         prompts = [prompt] + ([negative] if negative is not None else [])
-        embeds = wan_text_features(model, {"params": params}, load_tokenizer(folder), prompts)
+        embeds = wan_text_features(model, {"params": params}, load_tokenizer(folder), prompts, max_length=max_length)
         embeds.block_until_ready()
         run.done(params)
         return embeds
@@ -379,7 +388,7 @@ class WanFamily(Family):
         return Job(
             dit,
             tokens=self.tokens(s),
-            text_tokens=MAX_SEQUENCE_LENGTH + image_tokens,
+            text_tokens=s.max_sequence_length + image_tokens,
             batch=2 if s.guided else 1,
             weight_bytes=width,
             activation_bytes=width,
