@@ -80,3 +80,23 @@ def modulated_input(model: Any, params: Params, hidden: Any, ctx: Any, name: str
     first, _ = split_stack(params[group.name])
     first = first[0] if isinstance(first, tuple) else jax.tree.map(lambda leaf: leaf[0], first)
     return how(model, first, hidden, ctx)
+
+
+def recording_calls(forward: Callable, step: Callable, states: tuple) -> tuple[Callable, list]:
+    """`(run, made)`: `run(*inputs)` is `forward(*inputs, blocks=...)` with each DiT call's blocks run by
+    `step(state, hidden, run_part)`, the call's state taken from `states` in call order (None past their
+    end: a fresh cache); each call appends `(its new state, its flags)` to `made`. One closure for the
+    resident forward (`forward_split`) and the streamed one (`step_cache_offload.streamed_forward_split`)."""
+    made = []
+
+    def run(*inputs):
+        state = states[len(made)] if len(made) < len(states) else None
+
+        def blocks(h0, run_part):
+            h_n, new_state, flags = step(state, h0, run_part)
+            made.append((new_state, flags))
+            return h_n
+
+        return forward(*inputs, blocks=blocks)
+
+    return run, made

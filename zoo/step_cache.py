@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 import numpy as np
 
-from vidax.zoo.block_split import forward_split, splittable
+from vidax.zoo.block_split import forward_split, recording_calls, splittable
 from vidax.zoo.dit import forward
 from vidax.zoo.distributed import to_host
 from vidax.zoo.pipeline import PipelineError
@@ -368,18 +368,7 @@ class MagStep:
 def _split_prediction(predict, dit, step, params, states, latents, timestep, cond, knobs):
     """`predict` with each DiT call's blocks run by `step(state, hidden, run_part)`; returns the
     prediction and, per call, (its new state, its flags)."""
-    made = []
-
-    def run(*inputs):
-        state = states[len(made)] if len(made) < len(states) else None
-
-        def blocks(h0, run_part):
-            h_n, new_state, flags = step(state, h0, run_part)
-            made.append((new_state, flags))
-            return h_n
-
-        return forward_split(dit, params, *inputs, blocks=blocks)
-
+    run, made = recording_calls(partial(forward_split, dit, params), step, states)
     return predict(run, latents, timestep, cond, knobs), tuple(made)
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from vidax.zoo.block_split import modulated_input
+from vidax.zoo.block_split import modulated_input, recording_calls
 from vidax.zoo.dit import block_groups, scan_blocks
 
 
@@ -86,19 +86,8 @@ def streamed_split_prediction(predict: Callable, denoiser: Any, step: Callable, 
                               cond, knobs):
     """`step_cache._split_prediction` for a streamed denoiser (a host loop): the prediction and, per DiT
     call, (its new state, its flags)."""
-    made = []
-
-    def run(*inputs):
-        state = states[len(made)] if len(made) < len(states) else None
-
-        def blocks(h0, run_part):
-            h_n, new_state, flags = step(state, h0, run_part)
-            made.append((new_state, flags))
-            return h_n
-
-        return streamed_forward_split(denoiser.streamed, denoiser.params, denoiser.host_blocks, *inputs,
-                                      blocks=blocks)
-
+    run, made = recording_calls(partial(streamed_forward_split, denoiser.streamed, denoiser.params,
+                                        denoiser.host_blocks), step, states)
     return predict(run, latents, timestep, cond, knobs), tuple(made)
 
 

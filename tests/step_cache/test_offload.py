@@ -96,19 +96,23 @@ def test_skipped_steps_stream_no_block_weights(model, resident, tmp_path, monkey
     np.testing.assert_allclose(streamed, resident, atol=FRAME_ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("method", ["teacache", "easycache"])
-def test_branches_split_over_a_mesh_take_the_same_decisions(model, resident, tmp_path, monkeypatch, method):
+@pytest.mark.parametrize("method, mesh", [pytest.param(method, mesh, id=f"{method}-{name}")
+                                          for method in ("teacache", "easycache")
+                                          for name, mesh in (("dp2tp2", dict(dp=2, tp=2)), ("dp2sp2", dict(dp=2, sp=2)))])
+def test_branches_split_over_a_mesh_take_the_same_decisions(model, resident, tmp_path, monkeypatch, method, mesh):
     """dp 2 x tp 2 (the CFG branches on two device pairs, each branch's statistic a row of the split batch,
-    the heads and feed-forward split in two): the same decisions per branch and the same frames as on one
-    device."""
+    the heads and feed-forward split in two) and dp 2 x sp 2 (the video tokens split too: each statistic, a
+    mean over the tokens, spans both devices' halves): the same decisions per branch and the same frames as on
+    one device. The reference DiT's two heads allow tp 2 or sp 2, not both."""
     from vidax.zoo import generation
 
     knobs, expected = METHODS[method]
     meshes, make_run = [], generation.Run
     monkeypatch.setattr(generation, "Run", lambda family, options, mesh, *rest: meshes.append(mesh) or make_run(
         family, options, mesh, *rest))
-    frames, ran = _generate(model, tmp_path / "v.npy", dp=2, tp=2, **knobs)
-    assert dict(meshes[0].shape) == {"data": 2, "tensor": 2, "sequence": 1}, meshes[0].shape
+    frames, ran = _generate(model, tmp_path / "v.npy", **knobs, **mesh)
+    axes = {"data": mesh.get("dp", 1), "tensor": mesh.get("tp", 1), "sequence": mesh.get("sp", 1)}
+    assert dict(meshes[0].shape) == axes, meshes[0].shape
     one_frames, one_ran = resident(method)
     assert ran[:, 0].tolist() == expected
     np.testing.assert_array_equal(ran, one_ran)
