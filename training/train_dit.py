@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import numpy as np
+
+from pathlib import Path
 
 from training import data
 from training.common import RUN, LossLog, setup_torch
@@ -92,6 +95,45 @@ def flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int):
     return rows, as_torch((1 - s) * x0 + s * noise), as_torch(sigma * 1000), as_torch(noise - x0)
 
 
+OPPOSITE = {"left": "right", "right": "left", "up": "down", "down": "up"}
+
+
+def reversal_pairs(centred: bool, placements: int = data.PLACEMENTS) -> np.ndarray:
+    """The training rows (in `encode_dataset`'s order) whose time-reversed clip is also a training clip: the
+    same scene moving the opposite way. A held-out combination's reversal is never drawn, so the held-out
+    scenes stay unseen with their captions."""
+    train, _ = data.split()
+    allowed = set(train)
+    _, items = data.dataset(train, SEED, centred, placements)
+    return np.asarray([i for i, (combo, *_) in enumerate(items)
+                       if data.Combo(combo.colour, combo.shape, OPPOSITE[combo.direction], combo.background) in allowed])
+
+
+def reversed_caption(caption: str) -> str:
+    """The caption with its direction word swapped for the opposite one (every template has exactly one)."""
+    words = re.split(r"(\W+)", caption)
+    return "".join(OPPOSITE.get(w, w) for w in words)
+
+
+def paired_flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int, pairs: np.ndarray):
+    """`flow_batch` as `batch // 2` clips and their time reversals, each pair under the same noise and
+    timestep. The encoder is per frame, so reversing the latent frames is the reversed clip's latent exactly.
+    Within a pair only the direction word and the signal's time order differ: the pair's loss can only fall
+    by reading the direction word, a gradient the unpaired batches spread thin."""
+    half = batch // 2
+    rows = pairs[rng.integers(len(pairs), size=half)]
+    centre, spread = (s.reshape(1, -1, 1, 1, 1) for s in stats)
+    x0 = (latents_mean[rows] + latents_std[rows] * rng.standard_normal(latents_mean[rows].shape) - centre) / spread
+    x0 = np.concatenate([x0, x0[:, :, ::-1]])
+    noise = rng.standard_normal(x0[:half].shape)
+    noise = np.concatenate([noise, noise])
+    u = rng.uniform(size=half)
+    sigma = np.tile(SHIFT * u / (1 + (SHIFT - 1) * u), 2)
+    s = sigma.reshape(-1, 1, 1, 1, 1)
+    as_torch = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float32))
+    return rows, as_torch((1 - s) * x0 + s * noise), as_torch(sigma * 1000), as_torch(noise - x0)
+
+
 def decay_groups(*models) -> list[dict]:
     """Weight decay on matrices only: decay on the norms' scales would pull cross-attention's back
     under the padding rows' weight (see training.models.make_dit)."""
@@ -102,16 +144,19 @@ def decay_groups(*models) -> list[dict]:
 
 def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: float, checkpoint_every: int,
          patch: int, centred: bool, cross_norm_init: float, placements: int = data.PLACEMENTS,
-         frozen_text: bool = False, max_text: int = MAX_TEXT) -> None:
+         frozen_text: bool = False, max_text: int = MAX_TEXT, init: str | None = None,
+         paired_reversal: bool = False) -> None:
     torch = setup_torch(SEED)
     tok = build_tokenizer(RUN / "tokenizer")
     captions, latents_mean, latents_std = encode_dataset(torch, RUN / "vae_encoder", centred, placements)
     stats = channel_stats(latents_mean)
     masks = shape_masks(centred, placements) if shape_weight != 1 else np.zeros((len(latents_mean), 1) + latents_mean.shape[2:], np.float32)
+    pairs = reversal_pairs(centred, placements) if paired_reversal else None
     (RUN / "latent_stats.json").write_text(json.dumps({"mean": stats[0].tolist(), "std": stats[1].tolist()}))
     folder = RUN / "dit"
     resume = (folder / "step.txt").is_file()
-    dit = type(make_dit()).from_pretrained(folder / "transformer") if resume else make_dit(patch, cross_norm_init)
+    start_from = folder / "transformer" if resume else init and Path(init) / "transformer"  # --init: fresh optimizer
+    dit = type(make_dit()).from_pretrained(start_from) if start_from else make_dit(patch, cross_norm_init)
     encoder_folder = folder / "text_encoder" if resume else RUN / "text_encoder"  # stage 0's when frozen
     encoder = type(make_text_encoder(8)).from_pretrained(encoder_folder) if resume or frozen_text \
         else make_text_encoder(tok.get_vocab_size())
@@ -128,14 +173,22 @@ def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: floa
     log = LossLog(RUN / "dit_loss.jsonl", resume)
     for step in range(start, min(steps, stop or steps)):
         rng = np.random.default_rng([SEED, step])  # per step: a resumed run draws what an unbroken one does
-        rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch)
-        prompts = ["" if rng.uniform() < DROP_CAPTION else str(captions[r]) for r in rows]
+        if paired_reversal:
+            rows, noisy, timestep, target = paired_flow_batch(torch, rng, latents_mean, latents_std, stats, batch, pairs)
+            kept = [str(captions[r]) for r in rows]
+            kept = ["" if rng.uniform() < DROP_CAPTION else c for c in kept]  # a dropped pair drops both captions
+            prompts = kept + [reversed_caption(c) for c in kept]
+            weight_masks = np.concatenate([masks[rows], masks[rows][:, :, ::-1]])
+        else:
+            rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch)
+            prompts = ["" if rng.uniform() < DROP_CAPTION else str(captions[r]) for r in rows]
+            weight_masks = masks[rows]
         with torch.set_grad_enabled(not frozen_text):
             text, cross_attention.bias = compact_text(torch, encoder, *token_batch(tok, prompts), max_text)
         for group in optimizer.param_groups:
             group["lr"] = float(schedule(step))
         predicted = dit(noisy, timestep, text, return_dict=False)[0]
-        weight = 1 + (shape_weight - 1) * torch.from_numpy(masks[rows])  # the shape's latent pixels count more
+        weight = 1 + (shape_weight - 1) * torch.from_numpy(np.ascontiguousarray(weight_masks))  # the shape's pixels count more
         loss = (weight * (predicted - target) ** 2).mean()
         optimizer.zero_grad()
         loss.backward()
@@ -168,6 +221,11 @@ if __name__ == "__main__":
                         help="the stage-0 text encoder (training/out/text_encoder, pretrain_text.py), frozen")
     parser.add_argument("--max-text", type=int, default=MAX_TEXT,
                         help="text features padded to this many tokens (the model's max_sequence_length setting)")
+    parser.add_argument("--init", default=None,
+                        help="start the DiT from this diffusers folder's transformer/ (a fresh optimizer and schedule)")
+    parser.add_argument("--paired-reversal", action="store_true",
+                        help="each batch as clips and their time reversals under the same noise, the direction word swapped")
     args = parser.parse_args()
     main(args.steps, args.stop, args.batch, args.lr, args.shape_weight, args.checkpoint_every, args.patch,
-         not args.random_places, args.cross_norm_init, args.placements, args.frozen_text, args.max_text)
+         not args.random_places, args.cross_norm_init, args.placements, args.frozen_text, args.max_text,
+         args.init, args.paired_reversal)

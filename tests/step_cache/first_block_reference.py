@@ -60,7 +60,7 @@ class ScheduledResidualBlocks(torch.nn.ModuleList):
     def __init__(self, blocks, schedule: list[bool], branches: int, video: int | None = None):
         super().__init__(list(blocks))
         self.schedule, self.branches, self.calls, self.residuals = schedule, branches, 0, {}
-        self.video = video
+        self.video, self.streams = video, None
 
     def __iter__(self):
         blocks = list(self._modules.values())
@@ -68,12 +68,15 @@ class ScheduledResidualBlocks(torch.nn.ModuleList):
         self.calls += 1
 
         def run_streams(*args):
-            streams = len(args) - 1  # the blocks' last argument is their context (rotary tables)
+            # the blocks return their leading arguments (the streams); the rest is context (embeddings, masks,
+            # rotary tables), passed to every block. A full call comes first (step 0), so the count is known.
             if not self.schedule[step]:
-                return tuple(a + self.residuals[branch] if i == self.video else a for i, a in enumerate(args[:streams]))
-            out = args[:streams]
-            for block in blocks:
-                out = block(*out, *args[streams:])
+                return tuple(a + self.residuals[branch] if i == self.video else a
+                             for i, a in enumerate(args[:self.streams]))
+            out = blocks[0](*args)
+            self.streams = len(out)
+            for block in blocks[1:]:
+                out = block(*out, *args[self.streams:])
             self.residuals[branch] = out[self.video] - args[self.video]
             return out
 

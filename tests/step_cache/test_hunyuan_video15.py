@@ -6,6 +6,9 @@ pipeline of tests/hunyuan_video15; the reference pipeline calls the DiT once per
 - `--cache first-block`: decisions, and frames, against the pipeline with its block list run by
   tests/step_cache/first_block_reference.py (each branch its own state; decisions typed by hand from the
   changes that loop measured).
+- `--cache magcache`: decisions against the hand-computed ones of tests/step_cache/batched.py's ratios, frames
+  against the pipeline with those decisions applied to its block list (each branch its own residual of the
+  video stream; a skipped call passes the text stream through unchanged).
 """
 
 from __future__ import annotations
@@ -86,4 +89,31 @@ def test_hunyuan_video15_first_block_matches_a_torch_first_block_cache(saved, tm
     result = generate(_options(root, tmp_path, cache="first-block", cache_threshold=FIRST_BLOCK))
     log = json.loads((tmp_path / "v.json").read_text())["step_cache_steps"]
     np.testing.assert_array_equal([[entry["full_dit"]["cond"], entry["full_dit"]["uncond"]] for entry in log], ran)
+    np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
+
+
+def test_hunyuan_video15_magcache_takes_the_hand_computed_decisions(saved, tmp_path):  # noqa: F811
+    """`--cache magcache` with tests/step_cache/batched.py's made-up ratios: its hand-computed decisions (full at
+    0, 3, 4) for each branch; frames against the pipeline with those decisions applied by
+    first_block_reference.ScheduledResidualBlocks."""
+    from tests.step_cache import batched
+
+    assert batched.STEPS == STEPS
+    pipe, root = saved
+    run = _run(_latents(tmp_path))
+    blocks = pipe.transformer.transformer_blocks
+    with torch.no_grad():
+        plain = pipe(**run).frames[0]
+        pipe.transformer.transformer_blocks = first_block_reference.ScheduledResidualBlocks(
+            blocks, batched.MAG_STEPS, branches=2, video=0)
+        try:
+            expected = pipe(**run).frames[0]
+        finally:
+            pipe.transformer.transformer_blocks = blocks
+    assert np.abs(expected - plain).max() > 10 * FRAME_ATOL
+    batched.save_ratios(tmp_path / "ratios.npy")
+    result = generate(_options(root, tmp_path, cache="magcache", **batched.knobs("magcache", tmp_path / "ratios.npy")))
+    log = json.loads((tmp_path / "v.json").read_text())["step_cache_steps"]
+    ran = [[entry["full_dit"]["cond"], entry["full_dit"]["uncond"]] for entry in log]
+    assert ran == [[full, full] for full in batched.MAG_STEPS]
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
