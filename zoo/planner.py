@@ -44,12 +44,22 @@ class DiTSizes:
         return self.total_block_params if self.total_block_params is not None else self.depth * self.block_params
 
 
+_PARAM_COUNTS: dict[tuple, int] = {}
+
+
 def abstract_param_count(module, *example_inputs) -> int:
-    """Parameters of a linen module, from `jax.eval_shape` of its init (nothing is allocated)."""
+    """Parameters of a linen module, from `jax.eval_shape` of its init (nothing is allocated).
+
+    Tracing a multi-billion-parameter encoder's init takes seconds, and many models share one (every Wan
+    the same UMT5, every HunyuanVideo-1.5 variant the same Qwen2.5-VL and ByT5), so the count is kept per
+    process, keyed by the module's class and fields (its repr) and the inputs' shapes and dtypes."""
     import jax
 
-    shapes = jax.eval_shape(module.init, jax.random.key(0), *example_inputs)
-    return int(sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes)))
+    key = (type(module), repr(module), tuple((tuple(x.shape), str(x.dtype)) for x in example_inputs))
+    if key not in _PARAM_COUNTS:
+        shapes = jax.eval_shape(module.init, jax.random.key(0), *example_inputs)
+        _PARAM_COUNTS[key] = int(sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes)))
+    return _PARAM_COUNTS[key]
 
 
 def dit_sizes(param_shapes: dict[str, tuple[int, ...]], *, dim: int, ffn_dim: int, heads: int, text_dim: int = 0,
