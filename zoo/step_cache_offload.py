@@ -9,9 +9,10 @@ step does not need never leave host memory:
 - TeaCache reads the modulated input of the first block, which may need a few of block 0's weights
   (its shift and scale table): only the leaves the family's hook reads are copied to the devices,
   once per denoiser, and kept there; a skipped step then fetches no chunk.
-- The first-block cache fetches the first chunk, runs its first block, brings the decision flags to
-  the host (`distributed.to_host`: every process reads the same value) and streams the rest of the
-  chunks only when a row runs.
+- The first-block cache runs block 0 every step, so block 0 alone is kept on the devices (cut from the
+  first chunk's one fetch, and kept while the DiT's host blocks are the same); it brings the decision
+  flags to the host (`distributed.to_host`: every process reads the same value) and streams the chunks
+  only when a row runs (the first chunk again, for its other blocks, when it holds more than block 0).
 
 Outside the block loop these steps run op by op on the host, as the streamed forward does.
 """
@@ -41,26 +42,39 @@ def _block_runners(streamed: Any, group: str) -> tuple[Callable, Callable]:
     return runners[group]
 
 
+def resident_first_block(streamed: Any, host: Any, group: str) -> Any:
+    """Block 0 of `group` on the devices: the first chunk fetched once (placed as every chunk is) and cut to
+    its first block there. Kept on the streamed DiT while its host chunks are the same objects (a new host
+    tree, after a LoRA change, fetches again), so the steps of a pass, and later passes, fetch nothing for it."""
+    first_chunk = host[group].chunks[0]
+    kept = streamed.__dict__.get("_resident_first_block")
+    if kept is None or kept[0] is not first_chunk:
+        block = jax.tree.map(lambda a: a[:1], streamed._fetch(group, first_chunk))
+        kept = streamed.__dict__["_resident_first_block"] = (first_chunk, block)
+    return kept[1]
+
+
 class StreamedParts:
-    """`run_part(hidden, part)` of `block_split.forward_split` for one call of a streamed DiT: "first"
-    fetches the first group's first chunk and runs its block 0; "rest" runs that chunk's other blocks
-    (no second fetch) and streams every later chunk and group; "all" streams everything."""
+    """`run_part(hidden, part)` of `block_split.forward_split` for one call of a streamed DiT: "first" runs
+    the first group's block 0 from its resident copy (`resident_first_block`: no fetch); "rest" fetches the
+    first chunk for its other blocks (when it has any) and streams every later chunk and group; "all"
+    streams everything."""
 
     def __init__(self, streamed: Any, host: Any, ctx: Any):
         self.streamed, self.host, self.ctx = streamed, host, ctx
         self.groups = block_groups(streamed.model)
-        self.first_chunk = None
 
     def __call__(self, hidden: Any, part: str) -> Any:
         hidden = jax.tree.map(jnp.copy, hidden)  # the chunk runners donate their input: the caller keeps its own
         leading = self.groups[0].name
         if part == "first":
-            self.first_chunk = self.streamed._fetch(leading, self.host[leading].chunks[0])
-            return _block_runners(self.streamed, leading)[0](self.first_chunk, hidden, self.ctx)
+            block = resident_first_block(self.streamed, self.host, leading)
+            return _block_runners(self.streamed, leading)[0](block, hidden, self.ctx)
         if part == "rest":
             if self.host[leading].sizes[0] > 1:
-                hidden = _block_runners(self.streamed, leading)[1](self.first_chunk, hidden, self.ctx)
-            self.first_chunk = None
+                first_chunk = self.streamed._fetch(leading, self.host[leading].chunks[0])
+                hidden = _block_runners(self.streamed, leading)[1](first_chunk, hidden, self.ctx)
+                del first_chunk
             hidden = self.streamed.run_group(leading, self.host[leading], hidden, self.ctx, start=1)
         else:
             hidden = self.streamed.run_group(leading, self.host[leading], hidden, self.ctx)

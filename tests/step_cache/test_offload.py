@@ -90,9 +90,25 @@ def test_skipped_steps_stream_no_block_weights(model, resident, tmp_path, monkey
     assert ran[:, 0].tolist() == expected and (ran[:, 0] == ran[:, 1]).all()
     np.testing.assert_array_equal(ran, resident_ran)
     full_steps, skipped_steps = int(ran[:, 0].sum()), int((~ran[:, 0]).sum())
-    # both branches run in one call per step on vidax's batched pair; first-block fetches the first chunk always
-    first_chunks = skipped_steps if method == "first-block" else 0
-    assert len(fetched) == CHUNKS_PER_CALL * full_steps + first_chunks, len(fetched)
+    assert skipped_steps > 0
+    # both branches run in one call per step on vidax's batched pair; first-block keeps block 0 (chunk 0 here)
+    # on the devices, fetched once, and streams the other chunk on full steps only
+    expected_fetches = 1 + (CHUNKS_PER_CALL - 1) * full_steps if method == "first-block" else \
+        CHUNKS_PER_CALL * full_steps
+    assert len(fetched) == expected_fetches, len(fetched)
+    np.testing.assert_allclose(streamed, resident, atol=FRAME_ATOL, rtol=0)
+
+
+def test_first_block_with_block_zero_inside_a_larger_chunk(model, resident, tmp_path, monkeypatch):
+    """`--offload-chunk 2` (one chunk holding both blocks): block 0 is cut from the chunk's one fetch and kept;
+    a full step fetches the chunk again for block 1, a skipped step fetches nothing; frames and decisions are
+    the resident run's."""
+    knobs, _ = METHODS["first-block"]
+    resident, resident_ran = resident("first-block")
+    fetched = _fetch_counter(monkeypatch)
+    streamed, ran = _generate(model, tmp_path / "streamed.npy", offload_chunk=2, **knobs)
+    np.testing.assert_array_equal(ran, resident_ran)
+    assert len(fetched) == 1 + int(ran[:, 0].sum()), len(fetched)
     np.testing.assert_allclose(streamed, resident, atol=FRAME_ATOL, rtol=0)
 
 
