@@ -26,7 +26,10 @@ WAN = dict(height=32, width=48, frames=5, steps=2, guidance=4.0, negative_prompt
 WAN_LAYOUTS = {"dp2_tp2_sp2_first_block": dict(dp=2, tp=2, sp=2, cache="first-block", cache_threshold=10.0), "tp2_sp4": dict(tp=2, sp=4), "sp8": dict(sp=8),
                "tp2_sp4_offload_lora": dict(tp=2, sp=4, offload_chunk=1),
                # TeaCache reads its statistic to the host each step; 4 steps: its first and last always run
-               "dp2_tp2_sp2_teacache": dict(dp=2, tp=2, sp=2, steps=4, cache="teacache", cache_threshold=1e4)}
+               "dp2_tp2_sp2_teacache": dict(dp=2, tp=2, sp=2, steps=4, cache="teacache", cache_threshold=1e4),
+               # EasyCache reads its flags the same way; its first three steps run (the rate needs two), then skips
+               "dp2_tp2_sp2_easycache": dict(dp=2, tp=2, sp=2, steps=5, cache="easycache", cache_threshold=1e4,
+                                             cache_start_percent=0.0, cache_end_percent=1.0)}
 LORA_LAYOUT = "tp2_sp4_offload_lora"  # a LoRA merged on each process, then streamed by offload over two hosts
 
 
