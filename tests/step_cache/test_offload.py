@@ -113,10 +113,10 @@ def test_first_block_with_block_zero_inside_a_larger_chunk(model, resident, tmp_
 
 
 @pytest.mark.parametrize("method, mesh", [pytest.param(method, mesh, id=f"{method}-{name}")
-                                          for method in ("teacache", "easycache")
+                                          for method in ("magcache", "teacache", "easycache")
                                           for name, mesh in (("dp2tp2", dict(dp=2, tp=2)), ("dp2sp2", dict(dp=2, sp=2)))])
 def test_branches_split_over_a_mesh_take_the_same_decisions(model, resident, tmp_path, monkeypatch, method, mesh):
-    """dp 2 x tp 2 (the CFG branches on two device pairs, each branch's statistic a row of the split batch,
+    """dp 2 x tp 2 (the CFG branches on two device pairs, each branch's statistic or residual a row of the split batch,
     the heads and feed-forward split in two) and dp 2 x sp 2 (the video tokens split too: each statistic, a
     mean over the tokens, spans both devices' halves): the same decisions per branch and the same frames as on
     one device. The reference DiT's two heads allow tp 2 or sp 2, not both."""

@@ -295,10 +295,12 @@ def test_taylorseer_skipped_steps_stream_no_weights(reference, tmp_path, monkeyp
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("method", ["taylorseer", "first-block"])
-def test_sequence_parallel_takes_the_same_decisions(reference, tmp_path, monkeypatch, method):
+@pytest.mark.parametrize("method, mesh", [("taylorseer", dict(sp=2)), ("first-block", dict(sp=2)),
+                                          ("taylorseer", dict(dp=2, tp=2))])
+def test_split_over_a_mesh_takes_the_same_decisions(reference, tmp_path, monkeypatch, method, mesh):
     """sp 2 (the video tokens split over two devices): the first-block statistic is a mean over the split
-    tokens; decisions and frames are those of diffusers' hooks, as on one device."""
+    tokens; decisions and frames are those of diffusers' hooks, as on one device. TaylorSeer also with the
+    CFG branches split over dp 2 and the heads over tp 2 (each branch's factors a row of the split batch)."""
     from vidax.zoo import generation
 
     folder, runs = reference
@@ -307,7 +309,8 @@ def test_sequence_parallel_takes_the_same_decisions(reference, tmp_path, monkeyp
     monkeypatch.setattr(generation, "Run", lambda family, options, mesh, *rest: meshes.append(mesh) or make_run(
         family, options, mesh, *rest))
     knobs = TAYLOR if method == "taylorseer" else dict(cache_threshold=FIRST_BLOCK)
-    result, log = _generate(folder, tmp_path / "v.npy", cache=method, sp=2, **knobs)
-    assert dict(meshes[0].shape) == {"data": 1, "tensor": 1, "sequence": 2}, meshes[0].shape
+    result, log = _generate(folder, tmp_path / "v.npy", cache=method, **mesh, **knobs)
+    axes = {"data": mesh.get("dp", 1), "tensor": mesh.get("tp", 1), "sequence": mesh.get("sp", 1)}
+    assert dict(meshes[0].shape) == axes, meshes[0].shape
     np.testing.assert_array_equal(_ran(log), ran)
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
