@@ -295,8 +295,9 @@ def test_taylorseer_skipped_steps_stream_no_weights(reference, tmp_path, monkeyp
     np.testing.assert_allclose(result.frames, expected, atol=FRAME_ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("method, mesh", [("taylorseer", dict(sp=2)), ("first-block", dict(sp=2)),
-                                          ("taylorseer", dict(dp=2, tp=2))])
+@pytest.mark.parametrize("method, mesh", [pytest.param("taylorseer", dict(sp=2), id="taylorseer-sp2"),
+                                          pytest.param("first-block", dict(sp=2), id="first-block-sp2"),
+                                          pytest.param("taylorseer", dict(dp=2, tp=2), id="taylorseer-dp2tp2")])
 def test_split_over_a_mesh_takes_the_same_decisions(reference, tmp_path, monkeypatch, method, mesh):
     """sp 2 (the video tokens split over two devices): the first-block statistic is a mean over the split
     tokens; decisions and frames are those of diffusers' hooks, as on one device. TaylorSeer also with the
