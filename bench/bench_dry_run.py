@@ -14,7 +14,7 @@ attention; these compiles: CPU, the blockwise kernel), not as an expectation.
     python -m bench dry_run                 # the seeds' models (minutes; run it on a quiet machine)
     python -m bench.bench_dry_run --warm MODEL [DEVICES GIB DTYPE]    # cold vs warm for one model
     python -m bench.bench_dry_run --table OUT.jsonl [MODEL ...]       # every registry model (default), cold
-        only, 4 x 30.75 and 8 x 80 GiB, both dtypes, one JSON line per stage appended to OUT (a rerun skips the
+        and warm, 4 x 30.75 and 8 x 80 GiB, both dtypes (--dtype float32: one), one JSON line per stage appended to OUT (a rerun skips the
         rows OUT has); --format OUT.jsonl prints it as a markdown table, --summary OUT.jsonl one row per run
     python -m bench.bench_dry_run --worker MODEL DEVICES GIB DTYPE CACHE [DP TP SP [CHUNK]]   # one process
 """
@@ -157,9 +157,13 @@ if __name__ == "__main__":
         model, *rest = sys.argv[2:]
         warm_start(model, *(kind(value) for kind, value in zip((int, float, str), rest)))
     elif sys.argv[1:2] == ["--table"]:
-        from bench.dry_run_table import run_table
+        from bench.dry_run_table import TABLE_DTYPES, run_table
 
-        run_table(sys.argv[2], sys.argv[3:])
+        out, *models = sys.argv[2:]
+        dtypes = TABLE_DTYPES
+        if models[:1] == ["--dtype"]:
+            dtypes, models = (models[1],), models[2:]
+        run_table(out, models, dtypes)
     elif sys.argv[1:2] == ["--format"]:
         from bench.dry_run_table import format_table
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bench.families import pieces
 from vidax.zoo.family import Settings
-from vidax.zoo.planner import GIB, Job, Layout, dit_sizes, plan, predict
+from vidax.zoo.planner import GIB, Job, Layout, plan, predict
 
 HunyuanConfig, HunyuanVAEConfig, hunyuan_memory_job = pieces("hunyuan_video15", "TransformerConfig", "VAEConfig",
                                                              "memory_job")
@@ -24,7 +24,7 @@ H200 = 141 * GIB
 
 def wan14b_720p() -> Job:
     cfg = WanTransformerConfig(num_attention_heads=40, attention_head_dim=128, ffn_dim=13824, num_layers=40)
-    sizes = dit_sizes(WanTransformer(cfg).param_shapes(), dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim, heads=40, text_dim=cfg.inner_dim)
+    sizes = WanTransformer(cfg).memory_sizes(dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim, heads=40, text_dim=cfg.inner_dim)
     return Job(
         sizes,
         tokens=21 * 45 * 80,  # 81 frames 720x1280 -> latent 21x90x160 -> patches 1x2x2

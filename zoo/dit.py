@@ -129,6 +129,10 @@ def param_shapes(init_params: Callable[[jax.Array], Params]) -> dict[str, tuple[
     return {path: tuple(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
 
 
+_MEMORY_SIZES: dict[tuple, Any] = {}
+_PARAM_SHAPES: dict[Any, dict[str, tuple[int, ...]]] = {}
+
+
 class StackedTransformer:
     """Base of the family DiTs (the `StackedDiT` shape plus everything derived from its parts).
 
@@ -212,8 +216,34 @@ class StackedTransformer:
         return params
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree."""
-        return param_shapes(self.init_params)
+        """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree. Kept per config (a
+        full-size init traces for seconds; the planner, the translator and the dry run each ask)."""
+        if self not in _PARAM_SHAPES:
+            _PARAM_SHAPES[self] = param_shapes(self.init_params)
+        return dict(_PARAM_SHAPES[self])
+
+    def tensor_whole_paths(self) -> frozenset[str]:
+        """Flat paths of the params tensor parallel keeps whole on every device: their logical spec names no
+        axis the DiT rules map to the tensor axis (an adaLN modulation's `[dim, 6 x dim]` kernel)."""
+        from vidax.zoo.mesh import TENSOR
+        from vidax.zoo.sharding import TRANSFORMER_RULES
+
+        split = {name for name, axis in TRANSFORMER_RULES if axis == TENSOR}
+        specs = flax.traverse_util.flatten_dict(self.logical_specs(), sep="/")
+        return frozenset(path for path, spec in specs.items() if not split & set(spec or ()))
+
+    def memory_sizes(self, **widths: Any) -> Any:
+        """The planner's `DiTSizes` of this transformer (`planner.dit_sizes` over its param shapes, block groups
+        and TP-whole params; `widths`: dim, ffn_dim, heads, text_dim). Kept per config and widths: tracing a
+        full-size init takes seconds, and `--plan` and the dry run ask for the same sizes again."""
+        from vidax.zoo.planner import dit_sizes
+
+        key = (self, tuple(sorted(widths.items())))
+        if key not in _MEMORY_SIZES:
+            groups = tuple(group.name for group in self.block_groups)
+            _MEMORY_SIZES[key] = dit_sizes(self.param_shapes(), groups=groups, whole_under_tp=self.tensor_whole_paths(),
+                                           **widths)
+        return _MEMORY_SIZES[key]
 
     def logical_specs(self) -> Params:
         """Logical PartitionSpecs of the full tree (block groups with their leading "layers" axis)."""

@@ -506,15 +506,10 @@ def stages_of(family: Any) -> FamilyStages:
 
 def job_at_depth(job: Any, dit: Any, depth: int | None) -> Any:
     """The planner's job with the DiT's sizes read off the (cut) module that is compiled."""
-    from vidax.zoo.dit import block_groups
-    from vidax.zoo.planner import dit_sizes
-
     if depth is None:
         return job
     d = job.dit
-    groups = tuple(group.name for group in block_groups(dit))
-    sizes = dit_sizes(dit.param_shapes(), dim=d.dim, ffn_dim=d.ffn_dim, heads=d.heads, text_dim=d.text_dim,
-                      groups=groups)
+    sizes = dit.memory_sizes(dim=d.dim, ffn_dim=d.ffn_dim, heads=d.heads, text_dim=d.text_dim)
     return dataclasses.replace(job, dit=dataclasses.replace(sizes, partial_sums=d.partial_sums))
 
 

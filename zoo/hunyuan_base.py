@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.zoo.family import DiTPart, Family, Settings
-from vidax.zoo.planner import Job, dit_sizes
+from vidax.zoo.planner import Job
 
 
 class HunyuanBase(Family):
@@ -97,8 +97,7 @@ def joint_job(dit: Any, vae: Any, latent_grid: tuple[int, int, int], s: Settings
     block's sequence (joint attention); CFG's two branches as the batch; weights, activations and the
     residual stream in `dtype_bytes`."""
     cfg = dit.cfg
-    sizes = dit_sizes(dit.param_shapes(), dim=cfg.inner_dim, ffn_dim=cfg.mlp_dim, heads=cfg.num_attention_heads,
-                      groups=tuple(group.name for group in dit.block_groups))
+    sizes = dit.memory_sizes(dim=cfg.inner_dim, ffn_dim=cfg.mlp_dim, heads=cfg.num_attention_heads)
     f, h, w = latent_grid
     video_tokens = (f // cfg.patch_size_t) * (h // cfg.patch_size) * (w // cfg.patch_size)
     return Job(

@@ -38,6 +38,12 @@ class DiTSizes:
     # independent products before their sum, so all are live at once, whole under tp > 1 too, where its
     # all-reduce combiner joins their all-reductions into one whose outputs sit beside its inputs (twice as many)
     partial_sums: int = 0
+    # parameters of every block that TP leaves whole on each device: their logical spec names no axis the rules
+    # split over "tensor" (the adaLN modulation linears of HunyuanVideo, CogVideoX and Cosmos-Predict2.5, a third
+    # of a HunyuanVideo-1.5 block; counted as split, the DiT step at tp=2 was 10-22% under XLA's figure)
+    whole_block_params: int = 0
+    # parameters outside the blocks that TP does split (HunyuanVideo's token refiner: attention and MLP)
+    split_other_params: int = 0
 
     @property
     def all_blocks(self) -> int:
@@ -63,12 +69,14 @@ def abstract_param_count(module, *example_inputs) -> int:
 
 
 def dit_sizes(param_shapes: dict[str, tuple[int, ...]], *, dim: int, ffn_dim: int, heads: int, text_dim: int = 0,
-              groups: tuple[str, ...] = ("blocks",)) -> DiTSizes:
+              groups: tuple[str, ...] = ("blocks",), whole_under_tp: frozenset[str] | None = None) -> DiTSizes:
     """DiTSizes from a model's flat param shapes (`{"blocks/...": (L, ...), ...}`, zoo/dit.py layout).
 
     `groups` are the stacked block groups (HunyuanVideo 1.0: `blocks`, `single_blocks`): depth counts
     the blocks of all of them, and `block_params` is the largest group's block (what an offload chunk
-    of that group holds, so the prediction does not undercount).
+    of that group holds, so the prediction does not undercount). `whole_under_tp`: the paths TP keeps whole,
+    in the blocks and outside them (`StackedTransformer.tensor_whole_paths`; None: every block param split, every
+    other whole). `StackedTransformer.memory_sizes` passes all of these.
     """
     count = lambda shapes: sum(math.prod(shape) for shape in shapes)  # noqa: E731
     depth, largest, total, stacked = 0, 0, 0, set()
@@ -85,8 +93,13 @@ def dit_sizes(param_shapes: dict[str, tuple[int, ...]], *, dim: int, ffn_dim: in
     others = [shape for path, shape in param_shapes.items() if path not in stacked]
     block = [param_shapes[path][1:] for path in stacked]
     inputs, outputs = block.count((dim, ffn_dim)), block.count((ffn_dim, dim))
+    if whole_under_tp is None:
+        whole, split_others = 0, 0
+    else:
+        whole = count(param_shapes[path] for path in stacked & whole_under_tp)
+        split_others = count(shape for path, shape in param_shapes.items() if path not in stacked | whole_under_tp)
     return DiTSizes(depth, dim, ffn_dim, heads, largest, count(others), text_dim, total, max(inputs, 1),
-                    max(outputs, 1))
+                    max(outputs, 1), whole_block_params=whole, split_other_params=split_others)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,14 +163,17 @@ class Prediction:
 
 
 def dit_weight_bytes(job: Job, layout: Layout) -> int:
-    """Resident DiT weights per device: TP splits every block; offload keeps two chunks on device."""
+    """Resident DiT weights per device: TP splits each block's params except those it keeps whole
+    (`DiTSizes.whole_block_params`); offload keeps two chunks on device."""
     d = job.dit
     if layout.offload_chunk is None:
         blocks = d.all_blocks
     else:  # two chunks of the largest block kind on device
         blocks = min(d.depth, 2 * layout.offload_chunk) * d.block_params
+    whole = blocks * d.whole_block_params / d.all_blocks
     per_block_param = job.block_weight_bytes if job.block_weight_bytes is not None else job.weight_bytes
-    return int(blocks * per_block_param / layout.tp + d.other_params * job.weight_bytes)
+    others = d.other_params - d.split_other_params + d.split_other_params / layout.tp
+    return int(((blocks - whole) / layout.tp + whole) * per_block_param + others * job.weight_bytes)
 
 
 def dit_activation_bytes(job: Job, layout: Layout) -> int:

@@ -57,7 +57,7 @@ from vidax.zoo.encoders.tokenizer import load_tokenizer
 from vidax.zoo.stages import Run
 from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.planner import Job, abstract_param_count
 from vidax.zoo.quantize import quantized_job
 from vidax.zoo.video_io import vae_image
 
@@ -379,8 +379,8 @@ def memory_job(dit: CogVideoXTransformerConfig, vae: CogVideoXVAEConfig, s: CogV
       t5_bytes: the text encoder's weight width (fp32 in the registry).
       blockwise_attention: the CPU kernel (score tiles in memory) rather than flash attention.
     """
-    sizes = dit_sizes(CogVideoXTransformer(dit).param_shapes(), dim=dit.inner_dim, ffn_dim=dit.ff_inner_dim,
-                      heads=dit.num_attention_heads)
+    sizes = CogVideoXTransformer(dit).memory_sizes(dim=dit.inner_dim, ffn_dim=dit.ff_inner_dim,
+                                                  heads=dit.num_attention_heads)
     if t5 is None:
         t5_params = T5_XXL_PARAMS
     else:

@@ -43,7 +43,7 @@ from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
 from vidax.zoo.stages import Run
 from vidax.zoo.family import Flag, Inputs, Settings
 from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.planner import Job, abstract_param_count
 from vidax.zoo.quantize import quantized_job
 
 REASON1_PARAMS = 7_070_000_000  # Qwen2.5-VL-7B's language tower, when no config says otherwise
@@ -254,8 +254,8 @@ class CosmosFamily(CosmosBase):
         """What the memory planner needs at the requested size (configs only, nothing loaded)."""
         s = self.resolve_settings(options)
         cfg, vae = self.dit_config, self.vae_config
-        dit = dit_sizes(CosmosTransformer(cfg).param_shapes(), dim=cfg.inner_dim, ffn_dim=cfg.mlp_dim,
-                        heads=cfg.num_attention_heads, text_dim=cfg.text_embed_dim)
+        dit = CosmosTransformer(cfg).memory_sizes(dim=cfg.inner_dim, ffn_dim=cfg.mlp_dim, heads=cfg.num_attention_heads,
+                                                  text_dim=cfg.text_embed_dim)
         width = 4 if options.dtype == "float32" else 2
         try:
             ids = jnp.zeros((1, 8), jnp.int32)

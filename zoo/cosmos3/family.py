@@ -40,7 +40,7 @@ from vidax.zoo.cosmos3.transformer import Cosmos3Transformer, patch_grid
 from vidax.zoo.stages import Run
 from vidax.zoo.family import Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.planner import Job, dit_sizes
+from vidax.zoo.planner import Job
 from vidax.zoo.quantize import quantized_job
 from vidax.zoo.wan_vae import WanVAEConfig
 
@@ -227,8 +227,8 @@ def memory_job(cfg: Cosmos3TransformerConfig, vae: WanVAEConfig, s: Settings, *,
                prompt_tokens: int = PLANNED_PROMPT_TOKENS, blockwise_attention: bool = False) -> Job:
     """The planner's job for one generation: both pathways' weights per layer, the joint sequence (video tokens
     plus about `prompt_tokens` of prompt), CFG's two prompts as the batch; no text encoder."""
-    dit = dit_sizes(Cosmos3Transformer(cfg).param_shapes(), dim=cfg.hidden_size, ffn_dim=cfg.intermediate_size,
-                    heads=cfg.num_attention_heads)
+    dit = Cosmos3Transformer(cfg).memory_sizes(dim=cfg.hidden_size, ffn_dim=cfg.intermediate_size,
+                                               heads=cfg.num_attention_heads)
     latent = ((s.frames - 1) // vae.scale_factor_temporal + 1, s.height // vae.scale_factor_spatial,
               s.width // vae.scale_factor_spatial)
     video_tokens = math.prod(patch_grid(latent, cfg.latent_patch_size))

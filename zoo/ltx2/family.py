@@ -60,7 +60,7 @@ from vidax.zoo.ltx2.upsampler import UpsamplerConfig
 from vidax.zoo.ltx2.vae import LTX2VideoVAE, decode_peak_bytes, encode_peak_bytes
 from vidax.zoo.vae_tiling import TileSizes, tiles_for
 from vidax.zoo.pipeline import GenerateOptions, PipelineError, load_latents
-from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.planner import Job, abstract_param_count
 from vidax.zoo.quantize import quantized_job
 
 ANCESTRAL = "euler-ancestral"  # LTXEulerAncestralRFScheduler on the same (shifted) sigma grid
@@ -717,8 +717,8 @@ def memory_job(model: LTX2Model, s: LTX2Settings, passes: int, *, dtype_bytes: i
     cross-attend to `max_sequence_length` prompt tokens of the video width.
     """
     dit = model.transformer
-    sizes = dit_sizes(LTX2Transformer(dit).param_shapes(), dim=dit.inner_dim, ffn_dim=4 * dit.inner_dim,
-                      heads=math.gcd(dit.num_attention_heads, dit.audio_num_attention_heads), text_dim=dit.inner_dim)
+    sizes = LTX2Transformer(dit).memory_sizes(dim=dit.inner_dim, ffn_dim=4 * dit.inner_dim, text_dim=dit.inner_dim,
+                                              heads=math.gcd(dit.num_attention_heads, dit.audio_num_attention_heads))
     vae = model.vae
     f, h, w = lat.latent_grid(s.frames, s.height, s.width, temporal_ratio=vae.temporal_ratio,
                               spatial_ratio=vae.spatial_ratio)

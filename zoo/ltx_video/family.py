@@ -78,7 +78,7 @@ from vidax.zoo.ltx_video.vae import LTXVideoVAE, decode_peak_bytes, encode_peak_
 from vidax.zoo.vae_tiling import TileSizes, tiles_for
 from vidax.zoo.video_io import vae_image
 from vidax.zoo.pipeline import PipelineError, Progress, WeightsSource
-from vidax.zoo.planner import Job, abstract_param_count, dit_sizes
+from vidax.zoo.planner import Job, abstract_param_count
 from vidax.zoo.quantize import quantized_job
 
 CONDITION_PIPELINES = ("LTXConditionPipeline",)
@@ -806,8 +806,8 @@ class LTXVideoFamily(Family):
         s = self.resolve_settings(options, images)
         cfg, vae_cfg = self.dit_config, self.vae_config
         dit = LTXVideoTransformer(cfg)
-        sizes = dit_sizes(dit.param_shapes(), dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim, heads=cfg.num_attention_heads,
-                          text_dim=cfg.inner_dim)
+        sizes = dit.memory_sizes(dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim, heads=cfg.num_attention_heads,
+                                 text_dim=cfg.inner_dim)
         passes, pad = self._passes(s), self.padding(s)
         tokens = max(math.prod(self._grid(pad.frames, p.height, p.width)) for p in passes)
         batch = 1

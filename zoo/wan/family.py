@@ -38,7 +38,7 @@ from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings, c
 from vidax.zoo.stages import Run
 from vidax.zoo.pipeline import PipelineError
 from vidax.zoo.video_io import vae_image
-from vidax.zoo.planner import BLOCKWISE_LAYOUT_COPIES, Job, abstract_param_count, dit_sizes
+from vidax.zoo.planner import BLOCKWISE_LAYOUT_COPIES, Job, abstract_param_count
 from vidax.zoo.quantize import block_bytes_per_param
 from vidax.zoo.samplers import TwoExperts
 from vidax.zoo.wan.config import WanTransformerConfig
@@ -379,7 +379,8 @@ class WanFamily(Family):
         s = self.resolve_settings(options)
         cfg, vae_cfg = self.model.transformer, self.model.vae
         shapes = WanTransformer(cfg).param_shapes()
-        dit = dit_sizes(shapes, dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim, heads=cfg.num_attention_heads, text_dim=cfg.inner_dim)
+        dit = WanTransformer(cfg).memory_sizes(dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim, heads=cfg.num_attention_heads,
+                                               text_dim=cfg.inner_dim)
         width = 4 if options.dtype == "float32" else 2
         block_bytes = block_bytes_per_param(shapes, ("blocks",), options.weights_dtype, width)  # --weights-dtype
         text = self.model.text_encoder or UMT5_XXL
