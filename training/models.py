@@ -31,14 +31,15 @@ def make_text_encoder(vocab_size: int):
     return UMT5EncoderModel(UMT5Config(vocab_size=vocab_size, **TEXT))
 
 
-def make_dit(patch: int = 2, cross_norm_init: float = 1.0):
-    """A fresh DiT. `cross_norm_init` != 1 starts cross-attention's query/key RMS-norm scales there:
+def make_dit(patch: int = 2, cross_norm_init: float = 1.0, **sizes):
+    """A fresh DiT (`sizes`: DIT's fields to change, e.g. num_layers, num_attention_heads, attention_head_dim,
+    ffn_dim). `cross_norm_init` != 1 starts cross-attention's query/key RMS-norm scales there:
     at diffusers' 1 a word's attention logit is at most |q||k|/sqrt(d) = sqrt(24) ~ 4.9, below the
     log(512 - l) ~ 6.2 of the zero padding rows Wan attends to (they share one key)."""
     import torch
     from diffusers import WanTransformer3DModel
 
-    dit = WanTransformer3DModel(**(DIT | {"patch_size": [1, patch, patch]}))
+    dit = WanTransformer3DModel(**(DIT | {"patch_size": [1, patch, patch]} | sizes))
     with torch.no_grad():
         for block in dit.blocks:
             block.attn2.norm_q.weight.fill_(cross_norm_init)

@@ -145,7 +145,7 @@ def decay_groups(*models) -> list[dict]:
 def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: float, checkpoint_every: int,
          patch: int, centred: bool, cross_norm_init: float, placements: int = data.PLACEMENTS,
          frozen_text: bool = False, max_text: int = MAX_TEXT, init: str | None = None,
-         paired_reversal: bool = False) -> None:
+         paired_reversal: bool = False, sizes: dict | None = None) -> None:
     torch = setup_torch(SEED)
     tok = build_tokenizer(RUN / "tokenizer")
     captions, latents_mean, latents_std = encode_dataset(torch, RUN / "vae_encoder", centred, placements)
@@ -156,7 +156,7 @@ def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: floa
     folder = RUN / "dit"
     resume = (folder / "step.txt").is_file()
     start_from = folder / "transformer" if resume else init and Path(init) / "transformer"  # --init: fresh optimizer
-    dit = type(make_dit()).from_pretrained(start_from) if start_from else make_dit(patch, cross_norm_init)
+    dit = type(make_dit()).from_pretrained(start_from) if start_from else make_dit(patch, cross_norm_init, **(sizes or {}))
     encoder_folder = folder / "text_encoder" if resume else RUN / "text_encoder"  # stage 0's when frozen
     encoder = type(make_text_encoder(8)).from_pretrained(encoder_folder) if resume or frozen_text \
         else make_text_encoder(tok.get_vocab_size())
@@ -225,7 +225,13 @@ if __name__ == "__main__":
                         help="start the DiT from this diffusers folder's transformer/ (a fresh optimizer and schedule)")
     parser.add_argument("--paired-reversal", action="store_true",
                         help="each batch as clips and their time reversals under the same noise, the direction word swapped")
+    parser.add_argument("--layers", type=int, default=None, help="the DiT's depth (default: training.models.DIT's)")
+    parser.add_argument("--heads", type=int, default=None, help="its attention heads")
+    parser.add_argument("--head-dim", type=int, default=None, help="its width per head")
+    parser.add_argument("--ffn", type=int, default=None, help="its MLP width")
     args = parser.parse_args()
+    fields = {"num_layers": args.layers, "num_attention_heads": args.heads, "attention_head_dim": args.head_dim,
+              "ffn_dim": args.ffn}
     main(args.steps, args.stop, args.batch, args.lr, args.shape_weight, args.checkpoint_every, args.patch,
          not args.random_places, args.cross_norm_init, args.placements, args.frozen_text, args.max_text,
-         args.init, args.paired_reversal)
+         args.init, args.paired_reversal, {k: v for k, v in fields.items() if v is not None})

@@ -124,13 +124,32 @@ def forward(model: StackedDiT, params: Params, *inputs: Any, run_blocks=scan_blo
 
 def param_shapes(init_params: Callable[[jax.Array], Params]) -> dict[str, tuple[int, ...]]:
     """Flat `{"a/b/kernel": shape}` of a model's full tree from an abstract run of its `init_params`
-    (nothing allocated): the translator's expected tree and the memory planner's sizes."""
-    tree = jax.eval_shape(init_params, jax.random.key(0))
-    return {path: tuple(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+    (nothing allocated): the translator's expected tree and the memory planner's sizes.
+
+    Kept per process for a model whose config (`cfg` or `config`, a frozen dataclass) says what it is: a
+    full-size VAE traces for seconds, and many registry models share one (every HunyuanVideo-1.5 variant,
+    every Wan2.1), which `--plan` and the dry run size again and again."""
+    owner = getattr(init_params, "__self__", None)
+    config = getattr(owner, "cfg", getattr(owner, "config", None))
+    key = (type(owner), init_params.__name__, config)
+    try:
+        cached = _SHAPES_BY_CONFIG.get(key) if config is not None else None
+    except TypeError:  # an unhashable config: traced each time
+        config = None
+        cached = None
+    if cached is None:
+        tree = jax.eval_shape(init_params, jax.random.key(0))
+        cached = {path: tuple(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+        if config is not None:
+            _SHAPES_BY_CONFIG[key] = cached
+    return dict(cached)
+
+
+_SHAPES_BY_CONFIG: dict[tuple, dict[str, tuple[int, ...]]] = {}
 
 
 _MEMORY_SIZES: dict[tuple, Any] = {}
-_PARAM_SHAPES: dict[Any, dict[str, tuple[int, ...]]] = {}
+_ABSTRACT_PARTS: dict[Any, tuple] = {}
 
 
 class StackedTransformer:
@@ -215,12 +234,32 @@ class StackedTransformer:
         params.update(nn.unbox(self.head_module.init(k_head, *self.head_inputs(*last))["params"]))
         return params
 
+    def _abstract_parts(self) -> tuple[Params, dict[str, Params], Params]:
+        """One abstract init of the embedder, one block of each group and the head (boxed: each leaf's shape and
+        logical names), which `param_shapes` and `logical_specs` both read. Kept per config: a full-size model
+        traces for seconds, and the planner, the translator and the dry run each ask."""
+        if self not in _ABSTRACT_PARTS:
+            inputs = self.dummy_inputs()
+            key = jax.random.key(0)
+            embed = jax.eval_shape(self.embedder.init, key, *inputs)["params"]
+            entering, last = jax.eval_shape(lambda p: self._group_inputs(p, inputs), nn.unbox(embed))
+            blocks = {group.name: jax.eval_shape(group.block.init, key, hidden, ctx)["params"]
+                      for group, (hidden, ctx) in zip(self.block_groups, entering)}
+            head = jax.eval_shape(self.head_module.init, key, *self.head_inputs(*last))["params"]
+            _ABSTRACT_PARTS[self] = (embed, blocks, head)
+        return _ABSTRACT_PARTS[self]
+
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree. Kept per config (a
-        full-size init traces for seconds; the planner, the translator and the dry run each ask)."""
-        if self not in _PARAM_SHAPES:
-            _PARAM_SHAPES[self] = param_shapes(self.init_params)
-        return dict(_PARAM_SHAPES[self])
+        """Flat `{"a/b/kernel": shape}` of the full tree (what `init_params` makes, blocks stacked): the
+        translator's expected tree."""
+        embed, blocks, head = self._abstract_parts()
+        tree = {**nn.unbox(embed), **nn.unbox(head)}
+        for name, block in blocks.items():
+            depth = self.num_blocks(name)
+            tree[name] = jax.tree.map(lambda leaf, d=depth: jax.ShapeDtypeStruct((d, *leaf.shape), leaf.dtype),
+                                      nn.unbox(block))
+        tree = jax.tree.map(lambda leaf: leaf, tree)  # jax's key order, as `init_params`'s tree comes out
+        return {path: tuple(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
 
     def tensor_whole_paths(self) -> frozenset[str]:
         """Flat paths of the params tensor parallel keeps whole on every device: their logical spec names no
@@ -249,13 +288,8 @@ class StackedTransformer:
         """Logical PartitionSpecs of the full tree (block groups with their leading "layers" axis)."""
         from vidax.zoo.sharding import stack_specs
 
-        inputs = self.dummy_inputs()
-        key = jax.random.key(0)
-        embed = jax.eval_shape(self.embedder.init, key, *inputs)["params"]
+        embed, blocks, head = self._abstract_parts()
         specs = dict(nn.get_partition_spec(embed))
-        entering, last = jax.eval_shape(lambda p: self._group_inputs(p, inputs), nn.unbox(embed))
-        for group, (hidden, ctx) in zip(self.block_groups, entering):
-            specs[group.name] = stack_specs(jax.eval_shape(group.block.init, key, hidden, ctx)["params"])
-        head = jax.eval_shape(self.head_module.init, key, *self.head_inputs(*last))["params"]
+        specs.update({name: stack_specs(block) for name, block in blocks.items()})
         specs.update(nn.get_partition_spec(head))
         return specs

@@ -606,10 +606,9 @@ class WanVAE:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"encoder/conv_in/kernel": shape}` of the full tree."""
-        from flax import traverse_util
+        from vidax.zoo.dit import param_shapes
 
-        tree = jax.eval_shape(self.init_params, jax.random.key(0))
-        return {p: tuple(l.shape) for p, l in traverse_util.flatten_dict(tree, sep="/").items()}
+        return param_shapes(self.init_params)
 
     def logical_specs(self) -> Any:
         """Logical PartitionSpecs of the tree, for `vidax.zoo.sharding.place` with `WAN_VAE_RULES`."""

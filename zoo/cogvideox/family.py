@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from functools import cached_property
+from functools import cache, cached_property
 
 import jax
 import jax.numpy as jnp
@@ -141,6 +141,7 @@ def decode_peak_bytes(vae: CogVideoXVAEConfig, frames: int, height: int, width: 
     return int(working + decode_cache_bytes(vae, h, w) + video)
 
 
+@cache  # a full-size decode traces for seconds; every CogVideoX 1.0 model shares one VAE, every 1.5 another
 def decode_cache_bytes(vae: CogVideoXVAEConfig, height: int, width: int) -> int:
     """Bytes of the decoder's causal conv cache for `height` x `width` pixels, from an abstract first batch."""
     from vidax.zoo.cogvideox.vae import _run

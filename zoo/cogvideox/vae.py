@@ -28,7 +28,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import traverse_util
 from vidax.translator import VidaxError
 from vidax.zoo.cogvideox.config import CogVideoXVAEConfig
 from vidax.zoo.layers import logical_param
@@ -491,8 +490,9 @@ class CogVideoXVAE:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"encoder/conv_in/conv/kernel": shape}` of the full tree: the translator's expected tree."""
-        tree = jax.eval_shape(self.init_params, jax.random.key(0))
-        return {p: tuple(leaf.shape) for p, leaf in traverse_util.flatten_dict(tree, sep="/").items()}
+        from vidax.zoo.dit import param_shapes
+
+        return param_shapes(self.init_params)
 
     def logical_specs(self) -> Any:
         """Logical PartitionSpecs of the tree, for `vidax.zoo.sharding.place` with `VAE_RULES`."""
