@@ -17,6 +17,7 @@ SIZE = 64  # frames are SIZE x SIZE
 FRAMES = 17  # Wan's VAE takes 1 + 4k frames
 STEP = 2.0  # pixels per frame: 32 px over the clip
 HALF = 9.0  # half the shape's extent in pixels
+EDGE_MARGIN = HALF + 1  # the shape's centre stays this far inside the frame in random placements
 
 # names and sRGB values far apart in colour, so a nearest-colour detector cannot confuse them
 PALETTE = {
@@ -122,7 +123,7 @@ def random_placement(rng: np.random.Generator, combo: Combo) -> tuple[float, flo
     but can learn "one frame on, the shape is further left": random placements teach the motion
     as a relation between frames and leave where it happens to the noise."""
     sign = sum(DIRECTIONS[combo.direction])
-    margin = HALF + 1
+    margin = EDGE_MARGIN
     low, high = (margin, SIZE - margin - STEP * (FRAMES - 1)) if sign > 0 else (margin + STEP * (FRAMES - 1), SIZE - margin)
     return float(rng.uniform(margin, SIZE - margin)), float(rng.uniform(low, high))
 

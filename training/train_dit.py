@@ -229,7 +229,11 @@ if __name__ == "__main__":
     parser.add_argument("--heads", type=int, default=None, help="its attention heads")
     parser.add_argument("--head-dim", type=int, default=None, help="its width per head")
     parser.add_argument("--ffn", type=int, default=None, help="its MLP width")
+    parser.add_argument("--step-px", type=float, default=data.STEP, help="pixels the shape moves per frame")
+    parser.add_argument("--edge-margin", type=float, default=data.EDGE_MARGIN,
+                        help="with --random-places: how far inside the frame the shape's centre stays")
     args = parser.parse_args()
+    data.STEP, data.EDGE_MARGIN = args.step_px, args.edge_margin
     fields = {"num_layers": args.layers, "num_attention_heads": args.heads, "attention_head_dim": args.head_dim,
               "ffn_dim": args.ffn}
     main(args.steps, args.stop, args.batch, args.lr, args.shape_weight, args.checkpoint_every, args.patch,
