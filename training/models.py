@@ -31,11 +31,13 @@ def make_text_encoder(vocab_size: int):
     return UMT5EncoderModel(UMT5Config(vocab_size=vocab_size, **TEXT))
 
 
-def make_dit(patch: int = 2, cross_norm_init: float = 1.0, **sizes):
+def make_dit(patch: int = 2, cross_norm_init: float = 1.0, self_norm_init: float = 1.0, **sizes):
     """A fresh DiT (`sizes`: DIT's fields to change, e.g. num_layers, num_attention_heads, attention_head_dim,
     ffn_dim). `cross_norm_init` != 1 starts cross-attention's query/key RMS-norm scales there:
     at diffusers' 1 a word's attention logit is at most |q||k|/sqrt(d) = sqrt(24) ~ 4.9, below the
-    log(512 - l) ~ 6.2 of the zero padding rows Wan attends to (they share one key)."""
+    log(512 - l) ~ 6.2 of the zero padding rows Wan attends to (they share one key). `self_norm_init` does
+    the same for self-attention, whose RoPE logits must single out one latent pixel's neighbour to follow a
+    shape from frame to frame: at scale 1 the neighbour's logit stands at most ~2 above the next pixel's."""
     import torch
     from diffusers import WanTransformer3DModel
 
@@ -44,4 +46,6 @@ def make_dit(patch: int = 2, cross_norm_init: float = 1.0, **sizes):
         for block in dit.blocks:
             block.attn2.norm_q.weight.fill_(cross_norm_init)
             block.attn2.norm_k.weight.fill_(cross_norm_init)
+            block.attn1.norm_q.weight.fill_(self_norm_init)
+            block.attn1.norm_k.weight.fill_(self_norm_init)
     return dit

@@ -95,6 +95,24 @@ def flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int):
     return rows, as_torch((1 - s) * x0 + s * noise), as_torch(sigma * 1000), as_torch(noise - x0)
 
 
+def oracle_text(torch, prompts: list[str]):
+    """`[B, 4, 32]` text features that are the caption's attributes themselves, for a diagnostic run
+    (`--oracle-text`): one row per attribute (shape colour, shape, direction, background), each a one-hot
+    in its own block of the 32 columns, so no attribute's features overlap another's; "" gives zeros."""
+    columns = [list(data.PALETTE), list(data.SHAPES), list(data.DIRECTIONS), list(data.PALETTE)]
+    offsets = np.cumsum([0] + [len(c) for c in columns])
+    features = np.zeros((len(prompts), 4, 32), np.float32)
+    for row, prompt in enumerate(prompts):
+        if not prompt:
+            continue
+        words = re.findall(r"[a-z]+", prompt)
+        colour, background = words[words.index(next(w for w in words if w in data.SHAPES)) - 1], words[-2]
+        values = (colour, next(w for w in words if w in data.SHAPES), next(w for w in words if w in data.DIRECTIONS), background)
+        for field, value in enumerate(values):
+            features[row, field, offsets[field] + columns[field].index(value)] = 4.0
+    return torch.from_numpy(features)
+
+
 OPPOSITE = {"left": "right", "right": "left", "up": "down", "down": "up"}
 
 
@@ -145,7 +163,8 @@ def decay_groups(*models) -> list[dict]:
 def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: float, checkpoint_every: int,
          patch: int, centred: bool, cross_norm_init: float, placements: int = data.PLACEMENTS,
          frozen_text: bool = False, max_text: int = MAX_TEXT, init: str | None = None,
-         paired_reversal: bool = False, sizes: dict | None = None) -> None:
+         paired_reversal: bool = False, sizes: dict | None = None, oracle: bool = False,
+         motion_weight: float = 0.0, self_norm_init: float = 1.0) -> None:
     torch = setup_torch(SEED)
     tok = build_tokenizer(RUN / "tokenizer")
     captions, latents_mean, latents_std = encode_dataset(torch, RUN / "vae_encoder", centred, placements)
@@ -156,7 +175,7 @@ def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: floa
     folder = RUN / "dit"
     resume = (folder / "step.txt").is_file()
     start_from = folder / "transformer" if resume else init and Path(init) / "transformer"  # --init: fresh optimizer
-    dit = type(make_dit()).from_pretrained(start_from) if start_from else make_dit(patch, cross_norm_init, **(sizes or {}))
+    dit = type(make_dit()).from_pretrained(start_from) if start_from else make_dit(patch, cross_norm_init, self_norm_init, **(sizes or {}))
     encoder_folder = folder / "text_encoder" if resume else RUN / "text_encoder"  # stage 0's when frozen
     encoder = type(make_text_encoder(8)).from_pretrained(encoder_folder) if resume or frozen_text \
         else make_text_encoder(tok.get_vocab_size())
@@ -183,13 +202,19 @@ def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: floa
             rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch)
             prompts = ["" if rng.uniform() < DROP_CAPTION else str(captions[r]) for r in rows]
             weight_masks = masks[rows]
-        with torch.set_grad_enabled(not frozen_text):
-            text, cross_attention.bias = compact_text(torch, encoder, *token_batch(tok, prompts), max_text)
+        if oracle:
+            text, cross_attention.bias = oracle_text(torch, prompts), None
+        else:
+            with torch.set_grad_enabled(not frozen_text):
+                text, cross_attention.bias = compact_text(torch, encoder, *token_batch(tok, prompts), max_text)
         for group in optimizer.param_groups:
             group["lr"] = float(schedule(step))
         predicted = dit(noisy, timestep, text, return_dict=False)[0]
         weight = 1 + (shape_weight - 1) * torch.from_numpy(np.ascontiguousarray(weight_masks))  # the shape's pixels count more
-        loss = (weight * (predicted - target) ** 2).mean()
+        error = predicted - target
+        loss = (weight * error ** 2).mean()
+        if motion_weight:  # same minimiser (a weighted MSE); errors that change between latent frames count more
+            loss = loss + motion_weight * ((error[:, :, 1:] - error[:, :, :-1]) ** 2).mean()
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -229,6 +254,12 @@ if __name__ == "__main__":
     parser.add_argument("--heads", type=int, default=None, help="its attention heads")
     parser.add_argument("--head-dim", type=int, default=None, help="its width per head")
     parser.add_argument("--ffn", type=int, default=None, help="its MLP width")
+    parser.add_argument("--oracle-text", action="store_true",
+                        help="diagnostic: the DiT reads one-hot attribute rows instead of the text encoder (training.eval_oracle)")
+    parser.add_argument("--self-norm-init", type=float, default=1.0,
+                        help="self-attention's query/key norm scales at init (sharper relative lookups)")
+    parser.add_argument("--motion-weight", type=float, default=0.0,
+                        help="extra loss weight of the error's change between latent frames (where a wrong direction shows)")
     parser.add_argument("--step-px", type=float, default=data.STEP, help="pixels the shape moves per frame")
     parser.add_argument("--edge-margin", type=float, default=data.EDGE_MARGIN,
                         help="with --random-places: how far inside the frame the shape's centre stays")
@@ -238,4 +269,5 @@ if __name__ == "__main__":
               "ffn_dim": args.ffn}
     main(args.steps, args.stop, args.batch, args.lr, args.shape_weight, args.checkpoint_every, args.patch,
          not args.random_places, args.cross_norm_init, args.placements, args.frozen_text, args.max_text,
-         args.init, args.paired_reversal, {k: v for k, v in fields.items() if v is not None})
+         args.init, args.paired_reversal, {k: v for k, v in fields.items() if v is not None}, args.oracle_text,
+         args.motion_weight, args.self_norm_init)
