@@ -258,6 +258,8 @@ if __name__ == "__main__":
                         help="diagnostic: the DiT reads one-hot attribute rows instead of the text encoder (training.eval_oracle)")
     parser.add_argument("--self-norm-init", type=float, default=1.0,
                         help="self-attention's query/key norm scales at init (sharper relative lookups)")
+    parser.add_argument("--train-shift", type=float, default=SHIFT,
+                        help="the shift of the training noise levels (above the sampler's 3: more steps at the high noise where a track is chosen)")
     parser.add_argument("--motion-weight", type=float, default=0.0,
                         help="extra loss weight of the error's change between latent frames (where a wrong direction shows)")
     parser.add_argument("--step-px", type=float, default=data.STEP, help="pixels the shape moves per frame")
@@ -265,6 +267,7 @@ if __name__ == "__main__":
                         help="with --random-places: how far inside the frame the shape's centre stays")
     args = parser.parse_args()
     data.STEP, data.EDGE_MARGIN = args.step_px, args.edge_margin
+    SHIFT = args.train_shift
     fields = {"num_layers": args.layers, "num_attention_heads": args.heads, "attention_head_dim": args.head_dim,
               "ffn_dim": args.ffn}
     main(args.steps, args.stop, args.batch, args.lr, args.shape_weight, args.checkpoint_every, args.patch,
