@@ -83,13 +83,18 @@ def channel_stats(mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean.mean(axis=(0, 2, 3, 4)), mean.std(axis=(0, 2, 3, 4))
 
 
-def flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int):
+def shifted(u, shift: float):
+    """Uniform draws mapped to noise levels as a flow sampler's shift spaces its steps."""
+    return shift * u / (1 + (shift - 1) * u)
+
+
+def flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int, shift: float = SHIFT):
     rows = rng.integers(len(latents_mean), size=batch)
     centre, spread = (s.reshape(1, -1, 1, 1, 1) for s in stats)
     x0 = (latents_mean[rows] + latents_std[rows] * rng.standard_normal(latents_mean[rows].shape) - centre) / spread
     noise = rng.standard_normal(x0.shape)
     u = rng.uniform(size=batch)
-    sigma = SHIFT * u / (1 + (SHIFT - 1) * u)
+    sigma = shifted(u, shift)
     s = sigma.reshape(-1, 1, 1, 1, 1)
     as_torch = lambda a: torch.from_numpy(np.asarray(a, np.float32))
     return rows, as_torch((1 - s) * x0 + s * noise), as_torch(sigma * 1000), as_torch(noise - x0)
@@ -133,7 +138,8 @@ def reversed_caption(caption: str) -> str:
     return "".join(OPPOSITE.get(w, w) for w in words)
 
 
-def paired_flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int, pairs: np.ndarray):
+def paired_flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int, pairs: np.ndarray,
+                      shift: float = SHIFT):
     """`flow_batch` as `batch // 2` clips and their time reversals, each pair under the same noise and
     timestep. The encoder is per frame, so reversing the latent frames is the reversed clip's latent exactly.
     Within a pair only the direction word and the signal's time order differ: the pair's loss can only fall
@@ -146,7 +152,7 @@ def paired_flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int, 
     noise = rng.standard_normal(x0[:half].shape)
     noise = np.concatenate([noise, noise])
     u = rng.uniform(size=half)
-    sigma = np.tile(SHIFT * u / (1 + (SHIFT - 1) * u), 2)
+    sigma = np.tile(shifted(u, shift), 2)
     s = sigma.reshape(-1, 1, 1, 1, 1)
     as_torch = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float32))
     return rows, as_torch((1 - s) * x0 + s * noise), as_torch(sigma * 1000), as_torch(noise - x0)
@@ -164,7 +170,7 @@ def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: floa
          patch: int, centred: bool, cross_norm_init: float, placements: int = data.PLACEMENTS,
          frozen_text: bool = False, max_text: int = MAX_TEXT, init: str | None = None,
          paired_reversal: bool = False, sizes: dict | None = None, oracle: bool = False,
-         motion_weight: float = 0.0, self_norm_init: float = 1.0) -> None:
+         motion_weight: float = 0.0, self_norm_init: float = 1.0, shift: float = SHIFT) -> None:
     torch = setup_torch(SEED)
     tok = build_tokenizer(RUN / "tokenizer")
     captions, latents_mean, latents_std = encode_dataset(torch, RUN / "vae_encoder", centred, placements)
@@ -193,13 +199,13 @@ def main(steps: int, stop: int | None, batch: int, lr: float, shape_weight: floa
     for step in range(start, min(steps, stop or steps)):
         rng = np.random.default_rng([SEED, step])  # per step: a resumed run draws what an unbroken one does
         if paired_reversal:
-            rows, noisy, timestep, target = paired_flow_batch(torch, rng, latents_mean, latents_std, stats, batch, pairs)
+            rows, noisy, timestep, target = paired_flow_batch(torch, rng, latents_mean, latents_std, stats, batch, pairs, shift)
             kept = [str(captions[r]) for r in rows]
             kept = ["" if rng.uniform() < DROP_CAPTION else c for c in kept]  # a dropped pair drops both captions
             prompts = kept + [reversed_caption(c) for c in kept]
             weight_masks = np.concatenate([masks[rows], masks[rows][:, :, ::-1]])
         else:
-            rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch)
+            rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch, shift)
             prompts = ["" if rng.uniform() < DROP_CAPTION else str(captions[r]) for r in rows]
             weight_masks = masks[rows]
         if oracle:
@@ -267,10 +273,9 @@ if __name__ == "__main__":
                         help="with --random-places: how far inside the frame the shape's centre stays")
     args = parser.parse_args()
     data.STEP, data.EDGE_MARGIN = args.step_px, args.edge_margin
-    SHIFT = args.train_shift
     fields = {"num_layers": args.layers, "num_attention_heads": args.heads, "attention_head_dim": args.head_dim,
               "ffn_dim": args.ffn}
     main(args.steps, args.stop, args.batch, args.lr, args.shape_weight, args.checkpoint_every, args.patch,
          not args.random_places, args.cross_norm_init, args.placements, args.frozen_text, args.max_text,
          args.init, args.paired_reversal, {k: v for k, v in fields.items() if v is not None}, args.oracle_text,
-         args.motion_weight, args.self_norm_init)
+         args.motion_weight, args.self_norm_init, args.train_shift)
