@@ -6,7 +6,7 @@ Every training clip (combination x offset across the motion) is encoded once by 
 the latents are normalised per channel with their own mean and std, which go into the VAE's config
 (`latents_mean`, `latents_std`) as Wan's do. Flow matching as Wan samples it: x_t = (1 - s) x0 + s
 noise, the DiT predicts noise - x0 at timestep 1000 s, s drawn uniformly then shifted by 3 (the
-sampler's shift). One caption in ten is dropped to "" so classifier-free guidance has its branch.
+sampler's shift; `--train-shift` changes it). One caption in ten is dropped to "" so classifier-free guidance has its branch.
 """
 
 from __future__ import annotations
