@@ -1,10 +1,15 @@
 """Loss curves of both stages as one PNG (PIL only: no plotting library needed).
 
-    .venv/bin/python -m training.plot   # -> docs/wan_tiny_loss.png
+    .venv/bin/python -m training.plot              # -> docs/wan_tiny_loss.png
+    .venv/bin/python -m training.plot --only dit   # redraw the DiT's panel, keep the VAE's
+
+`--only` serves a run that retrained one stage on another run's weights: it has no log of the stage it
+reused, whose panel in the existing PNG still shows the weights that ship.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -50,16 +55,26 @@ def _panel(title: str, rows: list[dict]) -> Image.Image:
     return image
 
 
-def main() -> None:
-    panels = [_panel(title, [json.loads(l) for l in (RUN / f"{name}_loss.jsonl").read_text().splitlines()])
-              for name, title in (("vae", "VAE"), ("dit", "DiT, UMT5 frozen"))]
-    sheet = Image.new("RGB", (W * len(panels), H), "white")
-    for i, panel in enumerate(panels):
-        sheet.paste(panel, (i * W, 0))
+STAGES = (("vae", "VAE"), ("dit", "DiT, motion-weighted loss"))  # one panel each, left to right
+
+
+def main(only: str | None = None) -> None:
+    if only is None:
+        sheet = Image.new("RGB", (W * len(STAGES), H), "white")
+    else:
+        sheet = Image.open(OUT).convert("RGB")
+        if sheet.size != (W * len(STAGES), H):
+            raise SystemExit(f"{OUT} is not a {len(STAGES)}-panel sheet of {W}x{H}: redraw every panel (no --only)")
+    for i, (name, title) in enumerate(STAGES):
+        if only in (None, name):
+            rows = [json.loads(line) for line in (RUN / f"{name}_loss.jsonl").read_text().splitlines()]
+            sheet.paste(_panel(title, rows), (i * W, 0))
     OUT.parent.mkdir(exist_ok=True)
     sheet.save(OUT)
     print(f"wrote {OUT}")
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=[name for name, _ in STAGES], help="redraw this stage's panel alone")
+    main(parser.parse_args().only)

@@ -23,7 +23,7 @@ from training.common import RUN, LossLog, setup_torch
 from training.export import TARGET as MODEL
 from training.models import TINY_MAX_TEXT
 from training.text import build_tokenizer, compact_text, token_batch, use_compact_text
-from training.train_dit import DROP_CAPTION, encode_clips, flow_batch
+from training.train_dit import DROP_CAPTION, SHIFT, encode_clips, flow_batch
 
 SEED = 4
 RANK = 4
@@ -46,7 +46,7 @@ def striped_latents(torch):
     return captions, mean, std
 
 
-def main(steps: int, batch: int, lr: float) -> None:
+def main(steps: int, batch: int, lr: float, shift: float = SHIFT) -> None:
     torch = setup_torch(SEED)
     from diffusers import WanTransformer3DModel
     from peft import LoraConfig
@@ -67,7 +67,7 @@ def main(steps: int, batch: int, lr: float) -> None:
     log = LossLog(RUN / "lora_loss.jsonl", resume=False)
     for step in range(steps):
         rng = np.random.default_rng([SEED, step])
-        rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch)
+        rows, noisy, timestep, target = flow_batch(torch, rng, latents_mean, latents_std, stats, batch, shift)
         prompts = ["" if rng.uniform() < DROP_CAPTION else str(captions[r]) for r in rows]
         with torch.no_grad():
             text, cross_attention.bias = compact_text(torch, encoder, *token_batch(tok, prompts), TINY_MAX_TEXT)
@@ -87,5 +87,8 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--train-shift", type=float, default=SHIFT,
+                        help="the shift of the training noise levels; the DiT's own (train_dit.py --train-shift) puts the "
+                             "steps where its layout is chosen")
     args = parser.parse_args()
-    main(args.steps, args.batch, args.lr)
+    main(args.steps, args.batch, args.lr, args.train_shift)
