@@ -55,7 +55,7 @@ def _panel(title: str, rows: list[dict]) -> Image.Image:
     return image
 
 
-STAGES = (("vae", "VAE"), ("dit", "DiT, motion-weighted loss"))  # one panel each, left to right
+STAGES = (("vae", "VAE"), ("dit", "DiT, UMT5 frozen"))  # one panel each, left to right
 
 
 def main(only: str | None = None) -> None:

@@ -88,7 +88,6 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--train-shift", type=float, default=SHIFT,
-                        help="the shift of the training noise levels; the DiT's own (train_dit.py --train-shift) puts the "
-                             "steps where its layout is chosen")
+                        help="the shift of the training noise levels (default the sampler's, as train_dit.py's --train-shift)")
     args = parser.parse_args()
     main(args.steps, args.batch, args.lr, args.train_shift)
