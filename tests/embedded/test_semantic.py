@@ -6,10 +6,11 @@ settings and a plain detector (tests/embedded/detector.py) reads the shape's col
 background's colour and the direction of the shape's centroid. The table is printed (`pytest -s`).
 
 Issue 33 asks for 90% of the 24 with all three right. The shipped model does not get there: it
-draws the background it is asked for (24 of 24 when it was trained), the shape's colour most of
-the time (19) and moves the shape, but mostly not the way asked (7; 6 of 24 fully right). The
-floors below hold what it does, a little under the measured counts (bf16 on other CPUs may round a
-borderline clip the other way), so a model that regresses fails; raise them with a better model.
+draws the background it is asked for (24 of 24 when it was trained), the direction asked for (19)
+and the shape's colour (19); the misses are shapes that barely move and dark or yellow shapes
+drawn in another colour (16 of 24 fully right). The floors below hold what it does, a little under
+the measured counts (bf16 on other CPUs may round a borderline clip the other way), so a model that
+regresses fails; raise them with a better model.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from vidax.zoo.registry import make_pipeline
 from vidax.zoo.wan.tiny import TRAINED
 
 TARGET = 0.9  # issue 33: share of the 24 prompts with shape colour, background and direction right
-FLOORS = {"background": 22, "colour": 17, "direction": 5}  # of 24, what the shipped model is held to (measured 24, 19, 7)
+FLOORS = {"background": 22, "colour": 17, "direction": 16}  # of 24, what the shipped model is held to (measured 24, 19, 19)
+ALL_THREE_FLOOR = 14  # of 24 with colour, background and direction right (measured 16)
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +65,7 @@ def test_held_out_prompts_are_drawn(held_out, generated):
                      + ", ".join(f"{field} {count}/{len(rows)}" for field, count in right.items())]))
     assert len(rows) == 24
     assert all(right[field] >= floor for field, floor in FLOORS.items()), right
+    assert passed >= ALL_THREE_FLOOR, passed
 
 
 def test_generated_clip_has_readme_size(generated):
