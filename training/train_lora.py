@@ -37,17 +37,19 @@ OUT = Path(__file__).resolve().parents[1] / "zoo" / "wan" / "tiny_lora" / "strip
 
 def striped_latents(torch):
     """(captions, latent means, stds) of `STRIPED_CLIPS` striped clips per training combination
-    (one for backgrounds it does not name), cached."""
+    (one for backgrounds it does not name), cached; a cache made with other counts is made again."""
     cache = RUN / "lora_latents.npz"
+    counts = json.dumps(STRIPED_CLIPS, sort_keys=True)
     if cache.is_file():
         saved = np.load(cache)
-        return list(saved["captions"]), saved["mean"], saved["std"]
+        if "striped_clips" in saved and str(saved["striped_clips"]) == counts:
+            return list(saved["captions"]), saved["mean"], saved["std"]
     train, _ = data.split()
     rng = np.random.default_rng(SEED)
     items = [(c, *data.random_placement(rng, c)) for c in train for _ in range(STRIPED_CLIPS.get(c.background, 1))]
     captions = [c.caption(int(rng.choice(len(data.TEMPLATES)))) for c, *_ in items]
     mean, std = encode_clips(torch, MODEL / "vae", [data.render(*item, stripes=True) for item in items])
-    np.savez(cache, captions=np.asarray(captions), mean=mean, std=std)
+    np.savez(cache, captions=np.asarray(captions), mean=mean, std=std, striped_clips=np.asarray(counts))
     return captions, mean, std
 
 
