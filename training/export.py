@@ -4,7 +4,7 @@
 
 transformer/ and text_encoder/ are the stage-2 `save_pretrained` folders, vae/ the stage-1 one with
 the latents' per-channel mean and std written into its config, tokenizer/ the word-level tokenizer,
-scheduler/ Wan's UniPC flow scheduler at the training shift, and `training.json` the recipe's
+scheduler/ Wan's UniPC flow scheduler at the sampling shift (5, chosen by measurement in README.md), and `training.json` the recipe's
 provenance (seeds, steps, times) and the held-out combinations the semantic test asks for.
 """
 
@@ -19,7 +19,7 @@ from training.common import RUN
 
 TARGET = Path(__file__).resolve().parents[1] / "zoo" / "wan" / "tiny_model"
 SCHEDULER = {"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction", "use_flow_sigmas": True,
-             "flow_shift": 3.0, "num_train_timesteps": 1000, "solver_order": 2, "solver_type": "bh2",
+             "flow_shift": 5.0, "num_train_timesteps": 1000, "solver_order": 2, "solver_type": "bh2",
              "lower_order_final": True}
 MODEL_INDEX = {"_class_name": "WanPipeline", "boundary_ratio": None, "expand_timesteps": False,
                "scheduler": ["diffusers", "UniPCMultistepScheduler"], "text_encoder": ["transformers", "UMT5EncoderModel"],

@@ -20,7 +20,7 @@ $PY -m training.check_vae training/out/vae      # held-out clips read right afte
 # randomly placed tracks, the stage-0 text encoder frozen, text padded to 16 tokens as wan-tiny's
 # registry setting (max_sequence_length) pads it; the loss counts errors that change from one latent
 # frame to the next 3 times more (--motion-weight) and the training noise levels are shifted by 6,
-# above the sampler's 3 (--train-shift), so more steps fall where the direction of the track is chosen
+# above the default 3 (--train-shift), so more steps fall where the direction of the track is chosen
 $RUN training.train_dit --steps 2000 --batch 16 --lr 2e-3 --patch 1 --random-places --placements 4 \
     --cross-norm-init 2 --frozen-text --max-text 16 --shape-weight 3 --checkpoint-every 100 \
     --motion-weight 3 --train-shift 6

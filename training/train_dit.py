@@ -5,8 +5,8 @@
 Every training clip (combination x offset across the motion) is encoded once by the stage-1 VAE;
 the latents are normalised per channel with their own mean and std, which go into the VAE's config
 (`latents_mean`, `latents_std`) as Wan's do. Flow matching as Wan samples it: x_t = (1 - s) x0 + s
-noise, the DiT predicts noise - x0 at timestep 1000 s, s drawn uniformly then shifted by 3 (the
-sampler's shift; `--train-shift` changes it). One caption in ten is dropped to "" so classifier-free guidance has its branch.
+noise, the DiT predicts noise - x0 at timestep 1000 s, s drawn uniformly then shifted by 3
+(`--train-shift` changes it; run.sh trains at 6, wan-tiny samples at 5). One caption in ten is dropped to "" so classifier-free guidance has its branch.
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ if __name__ == "__main__":
     parser.add_argument("--self-norm-init", type=float, default=1.0,
                         help="self-attention's query/key norm scales at init (sharper relative lookups)")
     parser.add_argument("--train-shift", type=float, default=SHIFT,
-                        help="the shift of the training noise levels (above the sampler's 3: more steps at the high noise where a track is chosen)")
+                        help="the shift of the training noise levels (above 3: more steps at the high noise where a track is chosen)")
     parser.add_argument("--motion-weight", type=float, default=0.0,
                         help="extra loss weight of the error's change between latent frames (where a wrong direction shows)")
     parser.add_argument("--step-px", type=float, default=data.STEP, help="pixels the shape moves per frame")

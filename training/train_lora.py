@@ -95,6 +95,6 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--train-shift", type=float, default=SHIFT,
-                        help="the shift of the training noise levels (default the sampler's, as train_dit.py's --train-shift)")
+                        help="the shift of the training noise levels (default 3, as train_dit.py's --train-shift)")
     args = parser.parse_args()
     main(args.steps, args.batch, args.lr, args.train_shift)
