@@ -1,6 +1,6 @@
 """Held-out counts of a DiT trained with `train_dit.py --oracle-text` (a diagnostic: the DiT reads one-hot
 attribute rows, not the text encoder, so vidax's pipeline cannot run it). Samples as wan-tiny's native
-settings do, in torch with diffusers' own scheduler and VAE: 20 UniPC flow steps at shift 5, guidance 3, the
+settings do, in torch with diffusers' own scheduler and VAE: 20 UniPC flow steps at shift 5, guidance 2, the
 initial noise from vidax's seeded host draw, then the semantic test's detector.
 
     TINY_RUN_DIR=... .venv/bin/python -m training.eval_oracle
@@ -18,7 +18,7 @@ from training.eval import score
 from training.export import SCHEDULER
 from training.train_dit import oracle_text
 
-STEPS, GUIDANCE, SEED = 20, 3.0, 0
+STEPS, GUIDANCE, SEED = 20, 2.0, 0
 LATENT = (1, 8, 5, 8, 8)  # 17 frames of 64 x 64: Wan's VAE packs 4 frames and 8 x 8 pixels per latent
 
 

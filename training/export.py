@@ -33,12 +33,16 @@ def _copy_weights(source: Path, target: Path) -> None:
     for name in WEIGHTS:
         if (source / name).is_file():
             shutil.copyfile(source / name, target / name)
+    config = json.loads((target / "config.json").read_text())
+    if config.pop("_name_or_path", None) is not None:  # a resumed run's checkpoint path: this machine's, not the model's
+        (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _loss_summary(name: str) -> dict:
     rows = [json.loads(line) for line in (RUN / f"{name}_loss.jsonl").read_text().splitlines()]
     tail = rows[-50:]
-    return {"steps": len(rows), "seconds": rows[-1]["seconds"], "final_loss_mean_of_last_50": sum(r["loss"] for r in tail) / len(tail)}
+    # a resumed run logs the steps after its last checkpoint again: each step counts once
+    return {"steps": len({r["step"] for r in rows}), "seconds": rows[-1]["seconds"], "final_loss_mean_of_last_50": sum(r["loss"] for r in tail) / len(tail)}
 
 
 def main(target: Path = TARGET) -> None:

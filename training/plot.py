@@ -34,9 +34,10 @@ def cpu_seconds(rows: list[dict]) -> float:
     return float(sum(ends))
 
 
-def _panel(title: str, rows: list[dict]) -> Image.Image:
+def _panel(title: str, log: list[dict]) -> Image.Image:
     image = Image.new("RGB", (W, H), "white")
     draw = ImageDraw.Draw(image)
+    rows = list({r["step"]: r for r in log}.values())  # a resumed run logs again the steps after its checkpoint: keep its rows
     steps = np.asarray([r["step"] for r in rows], float)
     loss = np.log10(np.asarray([r["loss"] for r in rows], float))
     lo, hi = loss.min(), loss.max()
@@ -46,7 +47,7 @@ def _panel(title: str, rows: list[dict]) -> Image.Image:
     smooth = _smooth(loss)
     draw.line([to_xy(s, v) for s, v in zip(steps[len(steps) - len(smooth):], smooth)], fill=(20, 40, 160), width=2)
     draw.rectangle([PAD, PAD, W - PAD, H - PAD], outline="black")
-    minutes, cpu = rows[-1]["seconds"] / 60, cpu_seconds(rows) / 60
+    minutes, cpu = rows[-1]["seconds"] / 60, cpu_seconds(log) / 60
     draw.text((PAD, 10), f"{title}: {len(rows)} steps, {cpu:.0f} CPU-min ({minutes:.0f} min wall, shared CPU)", fill="black")
     draw.text((4, PAD - 12), f"{10 ** hi:.3g}", fill="black")
     draw.text((4, H - PAD), f"{10 ** lo:.3g}", fill="black")

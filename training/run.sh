@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recipe exactly as the shipped weights were trained (issue 33's seventh attempt, run G), in order. Each
+# The recipe exactly as the shipped weights were trained (issue 33's seventh attempt, run H), in order. Each
 # step draws its batch from (seed, step), so a run stopped and resumed from its checkpoint in
 # training/out/ draws what an unbroken one does. One torch thread each (TINY_THREADS), nice 5: the
 # 2 cores were shared with other agents' test runs. README.md in this folder gives what each stage measured.
@@ -21,7 +21,9 @@ $PY -m training.check_vae training/out/vae      # held-out clips read right afte
 # registry setting (max_sequence_length) pads it; the loss counts errors that change from one latent
 # frame to the next 3 times more (--motion-weight) and the training noise levels are shifted by 6,
 # above the default 3 (--train-shift), so more steps fall where the direction of the track is chosen
-$RUN training.train_dit --steps 2000 --batch 16 --lr 2e-3 --patch 1 --random-places --placements 4 \
+# (run H: one cosine over 3000 steps; it ran on one torch thread to step 750, then resumed from that
+# checkpoint with TINY_THREADS=2)
+$RUN training.train_dit --steps 3000 --batch 16 --lr 2e-3 --patch 1 --random-places --placements 4 \
     --cross-norm-init 2 --frozen-text --max-text 16 --shape-weight 3 --checkpoint-every 100 \
     --motion-weight 3 --train-shift 6
 # (the decoder's clip phase, the same VAE command without --stop, was not run for the shipped weights)

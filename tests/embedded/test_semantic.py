@@ -5,18 +5,18 @@ out of training (never rendered with a caption). For each, the model generates a
 settings and a plain detector (tests/embedded/detector.py) reads the shape's colour, the
 background's colour and the direction of the shape's centroid. The table is printed (`pytest -s`).
 
-Issue 33 asks for 90% of the 24 with all three right. The shipped model does not get there: at
-its native settings (guidance 3, shift 5) it draws the background it is asked for (24 of 24 when it
-was trained), the shape's colour (22) and the direction asked for (21); the misses are black shapes
-drawn in another colour and shapes that move the wrong way (19 of 24 fully right). The floors below
-hold what it does, a little under the measured counts (bf16 on other CPUs may round a borderline
-clip the other way), so a model that regresses fails; raise them with a better model.
+Issue 33 asks for 90% of the 24 with all three right, and the test holds the shipped model to it. At
+its native settings (guidance 2, shift 5) it draws the background (24 of 24) and the direction (24)
+asked for and the shape's colour in 22: 22 of 24 fully right, the same in float32 and with the CPU
+tuning off (`VIDAX_NO_CPU_TUNING=1`): the same two clips miss. They are two white squares,
+drawn blue on green and red on red.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -27,8 +27,6 @@ from vidax.zoo.registry import make_pipeline
 from vidax.zoo.wan.tiny import TRAINED
 
 TARGET = 0.9  # issue 33: share of the 24 prompts with shape colour, background and direction right
-FLOORS = {"background": 22, "colour": 20, "direction": 19}  # of 24, what the shipped model is held to (measured 24, 22, 21)
-ALL_THREE_FLOOR = 17  # of 24 with colour, background and direction right (measured 19)
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +62,7 @@ def test_held_out_prompts_are_drawn(held_out, generated):
                      f"{passed}/{len(rows)} fully right ({passed / len(rows):.0%}; issue 33's target {TARGET:.0%}); "
                      + ", ".join(f"{field} {count}/{len(rows)}" for field, count in right.items())]))
     assert len(rows) == 24
-    assert all(right[field] >= floor for field, floor in FLOORS.items()), right
-    assert passed >= ALL_THREE_FLOOR, passed
+    assert passed >= math.ceil(TARGET * len(rows)), (passed, right)
 
 
 def test_generated_clip_has_readme_size(generated):
