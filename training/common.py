@@ -64,3 +64,9 @@ class LossLog:
                "cpu_seconds_this_run": round(time.process_time(), 1), **values}
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+def each_step_once(rows: list[dict]) -> list[dict]:
+    """A loss log's rows with each step once: a resumed run logs again the steps after its last
+    checkpoint, and its rows are the ones kept."""
+    return list({row["step"]: row for row in rows}.values())

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from training import data
-from training.common import RUN
+from training.common import RUN, each_step_once
 
 TARGET = Path(__file__).resolve().parents[1] / "zoo" / "wan" / "tiny_model"
 SCHEDULER = {"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction", "use_flow_sigmas": True,
@@ -39,10 +39,9 @@ def _copy_weights(source: Path, target: Path) -> None:
 
 
 def _loss_summary(name: str) -> dict:
-    rows = [json.loads(line) for line in (RUN / f"{name}_loss.jsonl").read_text().splitlines()]
+    rows = each_step_once([json.loads(line) for line in (RUN / f"{name}_loss.jsonl").read_text().splitlines()])
     tail = rows[-50:]
-    # a resumed run logs the steps after its last checkpoint again: each step counts once
-    return {"steps": len({r["step"] for r in rows}), "seconds": rows[-1]["seconds"], "final_loss_mean_of_last_50": sum(r["loss"] for r in tail) / len(tail)}
+    return {"steps": len(rows), "seconds": rows[-1]["seconds"], "final_loss_mean_of_last_50": sum(r["loss"] for r in tail) / len(tail)}
 
 
 def main(target: Path = TARGET) -> None:

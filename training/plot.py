@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from training.common import RUN
+from training.common import RUN, each_step_once
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "wan_tiny_loss.png"
 W, H, PAD = 420, 260, 40
@@ -37,7 +37,7 @@ def cpu_seconds(rows: list[dict]) -> float:
 def _panel(title: str, log: list[dict]) -> Image.Image:
     image = Image.new("RGB", (W, H), "white")
     draw = ImageDraw.Draw(image)
-    rows = list({r["step"]: r for r in log}.values())  # a resumed run logs again the steps after its checkpoint: keep its rows
+    rows = each_step_once(log)
     steps = np.asarray([r["step"] for r in rows], float)
     loss = np.log10(np.asarray([r["loss"] for r in rows], float))
     lo, hi = loss.min(), loss.max()
