@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from vidax.translator import scaled_io
+from vidax.translator.comfy_prefix import Unprefixed, unprefixed
 from vidax.translator.errors import FormatError
 from vidax.translator.safetensors_io import SafetensorsFile, TensorInfo, read_index
 
@@ -55,6 +56,15 @@ class Checkpoint:
         checkpoint.paths = [reader.path for reader in readers]
         checkpoint._index(readers)
         return checkpoint
+
+    def without_comfy_prefix(self) -> "Checkpoint | None":
+        """The same tensors with ComfyUI's `model.diffusion_model.` prefix dropped from their keys
+        (`comfy_prefix`), or None when no key carries it."""
+        readers = list(dict.fromkeys(self._owner.values()))
+        names = [unprefixed(reader.tensors, reader.path) for reader in readers]
+        if not any(names):
+            return None
+        return Checkpoint.from_readers([Unprefixed(r, n) if n else r for r, n in zip(readers, names)])
 
     def _index(self, readers: list) -> None:
         self._owner: dict[str, object] = {}

@@ -12,7 +12,7 @@ What ComfyUI-GGUF's converter writes, and this reader follows:
 - `general.architecture` names the DiT (`wan`, `hyvid`, `ltxv`, `cosmos`); a file of another
   architecture than the spec's family is refused before any tensor is read.
 - keys are the ORIGINAL checkpoint's (Wan's `blocks.0.self_attn.q.weight`), sometimes under ComfyUI's
-  `model.diffusion_model.` prefix, which is dropped.
+  `model.diffusion_model.` prefix, which is dropped (`comfy_prefix`, as for every single-file source).
 - ggml tensors have at most 4 dimensions: a 5-D convolution weight is either stored whole in F32 or
   flattened, with its shape in the array field `comfy.gguf.orig_shape.<tensor name>` (torch order);
   a tensor without that field has the reverse of its ggml dimensions (numpy order).
@@ -27,6 +27,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from vidax.translator.comfy_prefix import unprefixed
 from vidax.translator.errors import FormatError, SourceError, brief, describe
 from vidax.translator.safetensors_io import TensorInfo
 
@@ -37,7 +38,6 @@ SUPPORTED = (*PLAIN, *QUANTIZED)
 
 ARCHITECTURE_FIELD = "general.architecture"
 ORIG_SHAPE_FIELD = "comfy.gguf.orig_shape."
-COMFY_PREFIX = "model.diffusion_model."
 
 # family folder of a spec (`wan/transformer` -> wan) -> the `general.architecture` of its GGUF DiTs
 ARCHITECTURES = {"wan": "wan", "hunyuan_video": "hyvid", "ltx_video": "ltxv", "cosmos": "cosmos"}
@@ -94,14 +94,14 @@ class GGUFFile:
         self._entries: dict[str, tuple[object, str, tuple[int, ...]]] = {}
         self.tensors: dict[str, TensorInfo] = {}
         unsupported = []
-        prefixed = any(t.name.startswith(COMFY_PREFIX) for t in self._reader.tensors)
+        names = unprefixed([t.name for t in self._reader.tensors], self.path) or {}  # a GGUF's keys are the original's
+        bare = {name: key for key, name in names.items()}
         for tensor in self._reader.tensors:
             kind = getattr(tensor.tensor_type, "name", str(tensor.tensor_type))
             if kind not in SUPPORTED:
                 unsupported.append(f"{tensor.name} ({kind})")
                 continue
-            self._add(tensor, kind, tensor.name[len(COMFY_PREFIX):] if prefixed and tensor.name.startswith(COMFY_PREFIX)
-                      else tensor.name)
+            self._add(tensor, kind, bare.get(tensor.name, tensor.name))
         if unsupported:
             listed = ", ".join(unsupported[:8]) + (f" and {len(unsupported) - 8} more" if len(unsupported) > 8 else "")
             raise FormatError(f"{self.path}: GGUF tensor types not supported: {listed} (supported: {', '.join(SUPPORTED)})")
@@ -111,8 +111,6 @@ class GGUFFile:
         if math.prod(shape) != int(tensor.n_elements):
             raise FormatError(f"{self.path}, tensor {brief(tensor.name, 120)}: original shape {list(shape)} does not hold "
                               f"its {int(tensor.n_elements)} values")
-        if key in self._entries:
-            raise FormatError(f"{self.path}: tensor {brief(key, 120)} appears twice (with and without {COMFY_PREFIX})")
         dtype = PLAIN.get(kind, np.dtype("<f4"))
         start = int(tensor.data_offset)
         self._entries[key] = (tensor, kind, shape)

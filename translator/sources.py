@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vidax.translator.checkpoint import Checkpoint
+from vidax.translator.comfy_prefix import COMFY_PREFIX
 from vidax.translator.errors import GatedRepoError, SourceError
 from vidax.translator.gguf_io import check_architecture
 from vidax.translator.spec import Layout, Spec
@@ -45,21 +46,43 @@ def layout_files(layout: Layout, root: Path) -> list[Path]:
     return []
 
 
+def _fits(layout: Layout, keys: list[str]) -> bool:
+    return all(any(s.fullmatch(k) for k in keys) for s in layout.signature)
+
+
 def detect_layout(spec: Spec, keys: list[str], where: str) -> Layout:
     """The one layout whose every signature regex matches some key."""
-    hits = [l for l in spec.layouts.values() if all(any(s.fullmatch(k) for k in keys) for s in l.signature)]
+    hits = [l for l in spec.layouts.values() if _fits(l, keys)]
     if len(hits) != 1:
         what = "no layout" if not hits else f"several layouts ({', '.join(l.name for l in hits)})"
         raise SourceError(f"{where}: {what} of spec {spec.name} match its keys (layouts: {', '.join(spec.layouts)})")
     return hits[0]
 
 
+def read_keys(spec: Spec, ckpt: Checkpoint, layout: str | None, where: str) -> tuple[Layout, Checkpoint]:
+    """The layout of `ckpt` (detected from its keys, or the one named) and the checkpoint to read it through:
+    its keys as the files spell them or, when no layout fits those (or the named one does not), the same keys
+    without ComfyUI's `model.diffusion_model.` prefix (`comfy_prefix`)."""
+    keys = ckpt.keys()
+    if layout is not None:
+        chosen = spec.layouts[layout]
+        bare = None if _fits(chosen, keys) else ckpt.without_comfy_prefix()
+        return chosen, (bare if bare is not None and _fits(chosen, bare.keys()) else ckpt)
+    if any(_fits(l, keys) for l in spec.layouts.values()):
+        return detect_layout(spec, keys, where), ckpt
+    bare = ckpt.without_comfy_prefix()
+    if bare is None:
+        return detect_layout(spec, keys, where), ckpt
+    try:
+        return detect_layout(spec, bare.keys(), where), bare
+    except SourceError as err:
+        raise SourceError(f"{err} (read with and without {COMFY_PREFIX})") from None
+
+
 def _from_files(spec: Spec, files: list[Path], layout: str | None, where: str) -> tuple[Layout, Checkpoint]:
     ckpt = Checkpoint(files)
     check_architecture(spec.name, ckpt.paths, ckpt.metadata)  # a GGUF names its model: before its keys are read
-    if layout is not None:
-        return spec.layouts[layout], ckpt
-    return detect_layout(spec, ckpt.keys(), where), ckpt
+    return read_keys(spec, ckpt, layout, where)
 
 
 def open_local(spec: Spec, path: Path, layout: str | None = None) -> Source:
@@ -78,13 +101,10 @@ def open_local(spec: Spec, path: Path, layout: str | None = None) -> Source:
         tried += [f"{candidate.name}: {', '.join(candidate.files)}"]
         if not files:
             continue
-        ckpt = Checkpoint(files)
-        if layout:
-            return Source(candidate, ckpt, ckpt.paths, origin=str(path))
         # a glob may find another layout's files (a diffusers `transformer/` folder) or another
         # component's (a root-level DiT when looking for a VAE): detect, and go on if nothing fits
         try:
-            found = detect_layout(spec, ckpt.keys(), str(path))
+            found, ckpt = read_keys(spec, Checkpoint(files), layout, str(path))
         except SourceError as err:
             mismatched.append(str(err))
             continue
