@@ -1,15 +1,18 @@
 """The embedded `wan-tiny` draws what the prompt says, for prompts it never saw in training.
 
 The shipped folder's `training.json` lists the colour-shape-direction-background combinations held
-out of training (never rendered with a caption). For each, the model generates at its native
-settings and a plain detector (tests/embedded/detector.py) reads the shape's colour, the
-background's colour and the direction of the shape's centroid. The table is printed (`pytest -s`).
+out of training (never rendered with a caption). For each, at each of four seeds (0-3), the model
+generates at its native settings and a plain detector (tests/embedded/detector.py) reads the shape's
+colour, the background's colour and the direction of the shape's centroid. The table is printed
+(`pytest -s`).
 
-Issue 33 asks for 90% of the 24 with all three right, and the test holds the shipped model to it. At
-its native settings (guidance 2, shift 5) it draws the background (24 of 24) and the direction (24)
-asked for and the shape's colour in 22: 22 of 24 fully right, the same in float32 and with the CPU
-tuning off (`VIDAX_NO_CPU_TUNING=1`): the same two clips miss. They are two white squares,
-drawn blue on green and red on red.
+Issue 51 asks for 85% of the 24 prompts x 4 seeds with all three right (issue 33's 90% was met at seed 0
+only), and the test holds the shipped model to it. Measured (`pytest -s`, CPU tuning off as in every
+test): 86 of 96 fully right (89.6%; seeds 0-3: 22, 21, 21, 22 of 24); background 96 and direction 96
+of 96, the shape's colour 86. The misses are colours only: the white square moving up on red is drawn
+red at every seed, the yellow triangle on black red at seeds 1-3, the green square on red yellow at
+seeds 1 and 2, the white square on green blue at seed 0. About two minutes on 2 shared cores (25 s for
+one seed).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from vidax.zoo.pipeline import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.wan.tiny import TRAINED
 
-TARGET = 0.9  # issue 33: share of the 24 prompts with shape colour, background and direction right
+TARGET = 0.85  # issue 51: share of the 24 prompts x 4 seeds with shape colour, background and direction right
+SEEDS = (0, 1, 2, 3)
 
 
 @pytest.fixture(scope="module")
@@ -36,37 +40,42 @@ def held_out():
 
 @pytest.fixture(scope="module")
 def generated(held_out):
-    """One clip per held-out combination, from one pipeline (weights loaded and units compiled once)."""
+    """{(seed, index): clip} for every held-out combination at every seed, from one pipeline (weights loaded
+    and units compiled once)."""
     options = GenerateOptions(model="wan-tiny", prompt="", release_stages=False)
     pipeline = make_pipeline("wan-tiny", options)
-    clips = []
-    for combo in held_out:
-        prompt = f"a {combo['colour']} {combo['shape']} moves {combo['direction']} on a {combo['background']} background"
-        clips.append(pipeline.generate(dataclasses.replace(options, prompt=prompt)).frames)
+    clips = {}
+    for seed in SEEDS:
+        for index, combo in enumerate(held_out):
+            prompt = f"a {combo['colour']} {combo['shape']} moves {combo['direction']} on a {combo['background']} background"
+            clips[seed, index] = pipeline.generate(dataclasses.replace(options, prompt=prompt, seed=seed)).frames
     return clips
 
 
 def test_held_out_prompts_are_drawn(held_out, generated):
-    rows, passed = [], 0
+    rows, passed, per_seed = [], 0, dict.fromkeys(SEEDS, 0)
     right = {"colour": 0, "background": 0, "direction": 0}
-    for combo, frames in zip(held_out, generated):
-        seen = detect(frames)
+    for (seed, index), frames in generated.items():
+        combo, seen = held_out[index], detect(frames)
         for field in right:
             right[field] += getattr(seen, field) == combo[field]
         ok = (seen.colour, seen.background, seen.direction) == (combo["colour"], combo["background"], combo["direction"])
         passed += ok
-        rows.append(f"{combo['colour']:>6} {combo['shape']:<8} {combo['direction']:<5} on {combo['background']:<6} | "
-                    f"seen {seen.colour or '-':>6} {seen.direction or '-':<5} on {seen.background:<6} "
-                    f"travel {seen.travel:4.1f} px | {'pass' if ok else 'FAIL'}")
-    print("\n".join(["", "held-out prompt                        | detected", *rows,
-                     f"{passed}/{len(rows)} fully right ({passed / len(rows):.0%}; issue 33's target {TARGET:.0%}); "
-                     + ", ".join(f"{field} {count}/{len(rows)}" for field, count in right.items())]))
-    assert len(rows) == 24
-    assert passed >= math.ceil(TARGET * len(rows)), (passed, right)
+        per_seed[seed] += ok
+        rows.append(f"seed {seed} | {combo['colour']:>6} {combo['shape']:<8} {combo['direction']:<5} on "
+                    f"{combo['background']:<6} | seen {seen.colour or '-':>6} {seen.direction or '-':<5} on "
+                    f"{seen.background:<6} travel {seen.travel:4.1f} px | {'pass' if ok else 'FAIL'}")
+    print("\n".join(["", "seed   | held-out prompt                        | detected", *rows,
+                     f"{passed}/{len(rows)} fully right ({passed / len(rows):.1%}; issue 51's target {TARGET:.0%}); "
+                     + ", ".join(f"{field} {count}/{len(rows)}" for field, count in right.items()) + "; per seed "
+                     + ", ".join(f"{seed}: {count}/{len(held_out)}" for seed, count in per_seed.items())]))
+    assert len(held_out) == 24 and len(rows) == 24 * len(SEEDS)
+    assert passed >= math.ceil(TARGET * len(rows)), (passed, right, per_seed)
 
 
 def test_generated_clip_has_readme_size(generated):
-    assert generated[0].shape[0] >= 16 and generated[0].shape[1] >= 64 and generated[0].shape[2] >= 64
+    clip = generated[0, 0]
+    assert clip.shape[0] >= 16 and clip.shape[1] >= 64 and clip.shape[2] >= 64
 
 
 # --- the detector itself: it must tell a right drawing from a wrong one --------------------------
