@@ -6,8 +6,13 @@ matmuls run at highest precision so fp32 parity with the PyTorch references is m
 
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# `VIDAX_TEST_TPU=1 python -m pytest -m tpu tests/tpu` runs the TPU tier on a TPU host, in one process
+# (one process can hold the chip): jax keeps its TPU there. Everywhere else every test runs on the CPU.
+ON_TPU = os.environ.get("VIDAX_TEST_TPU", "").strip() in ("1", "true", "yes")
+TPU_TIER_SKIP = "the TPU tier needs a TPU: on a TPU host run VIDAX_TEST_TPU=1 python -m pytest -m tpu tests/tpu"
+if not ON_TPU:
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VIDAX_NO_COMPILE_CACHE", "1")
 os.environ.setdefault("VIDAX_NO_CPU_TUNING", "1")  # no test times matmuls: the built-in row blocks (zoo/cpu_tuning.py)
@@ -51,13 +56,26 @@ def _release_compiled_programs():
 _SKIPPED: list[str] = []
 
 
+_TPU_TIER_SKIPPED: list[str] = []
+
+
+def pytest_collection_modifyitems(config, items):
+    """Off a TPU, the `tpu` tier is skipped with its reason (the one skip that does not fail the run);
+    on one, it must run on the chip itself: no CPU fallback passes it."""
+    for item in items:
+        if item.get_closest_marker("tpu") is not None and not ON_TPU:
+            item.add_marker(pytest.mark.skip(reason=TPU_TIER_SKIP))
+
+
 def pytest_collectreport(report):
     if report.skipped:
         _SKIPPED.append(f"{report.nodeid or 'collection'}: {_reason(report)}")
 
 
 def pytest_runtest_logreport(report):
-    if report.skipped:
+    if report.skipped and _reason(report).endswith(TPU_TIER_SKIP):
+        _TPU_TIER_SKIPPED.append(report.nodeid)
+    elif report.skipped:
         _SKIPPED.append(f"{report.nodeid}: {_reason(report)}")
 
 
@@ -72,6 +90,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _TPU_TIER_SKIPPED:
+        terminalreporter.section("TPU tier skipped", yellow=True)
+        terminalreporter.line(f"{len(_TPU_TIER_SKIPPED)} tests: {TPU_TIER_SKIP}")
     if _SKIPPED:
         terminalreporter.section("skipped tests fail the run (a missing oracle must not pass)", red=True)
         for line in _SKIPPED:

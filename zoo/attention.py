@@ -8,8 +8,9 @@ no key to attend return zeros, never NaN.
 
 Kernels (`zoo/kernels/`), chosen per call: short attention (Sq·Skv ≤ PLAIN_MAX_LOGITS, e.g. cross
 attention to a few hundred text tokens at low resolution) runs plain softmax; otherwise TPU runs
-the Pallas flash kernel, GPU runs cuDNN flash where dtype/shape allow (prefix masks as lengths),
-and everything else the blockwise online-softmax kernel. No path materialises S×S above the threshold.
+JAX's Pallas splash (or flash) kernel at the blocks `kernels/tpu_blocks.py` chooses for the chip and
+shape, GPU runs cuDNN flash where dtype/shape allow (prefix masks as lengths), and everything else
+the blockwise online-softmax kernel. No path materialises S×S above the threshold.
 
 Under a mesh (`vidax.zoo.runtime.use_mesh`, i.e. jax's mesh context) the kernel runs inside
 `shard_map`, batch on "data", heads on "tensor" (Megatron: q/k/v come out of column-parallel
@@ -22,6 +23,7 @@ whole (replicated) keys, with no all-to-all.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import jax
@@ -30,13 +32,17 @@ from jax.sharding import PartitionSpec as P
 from vidax.zoo.kernels.blockwise import blockwise_attention
 from vidax.zoo.kernels.cudnn import cudnn_attention, cudnn_supports
 from vidax.zoo.kernels.neighborhood import neighborhood_attention  # noqa: F401  (local 3-D windows: LTX-2.5's decoder)
-from vidax.zoo.kernels.pallas_tpu import flash_attention
+from vidax.zoo.kernels import tpu_blocks
+from vidax.zoo.kernels.pallas_tpu import TpuAttention, tpu_attention
 from vidax.zoo.kernels.plain import plain_attention
 from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR, axis_size, check_heads
 from vidax.zoo.runtime import active_mesh
 
 PLAIN_MAX_LOGITS = 1 << 20  # Sq·Skv per (batch, head): 4 MiB of fp32 logits
-IMPLEMENTATIONS = ("plain", "blockwise", "cudnn", "pallas", "pallas_interpret")
+# "pallas": the TPU kernel and blocks `tpu_blocks.choose` picks; "splash"/"flash": that kernel at the chip's
+# built-in blocks; the `_interpret` forms run the same kernels in Pallas' interpreter (on CPU, in tests).
+IMPLEMENTATIONS = ("plain", "blockwise", "cudnn", "pallas", "splash", "flash",
+                   "pallas_interpret", "splash_interpret", "flash_interpret")
 
 
 def attention(q, k, v, *, kv_mask=None, scale=None, implementation: str | None = None):
@@ -116,15 +122,24 @@ def local_attention(q, k, v, kv_mask=None, *, scale, implementation=None):
     name = implementation or choose_kernel(q, k, kv_mask)
     if name == "plain":
         return plain_attention(q, k, v, kv_mask, scale)
-    if name == "pallas":
-        return flash_attention(q, k, v, kv_mask, scale)
-    if name == "pallas_interpret":
-        return flash_attention(q, k, v, kv_mask, scale, interpret=True)
+    if name in ("pallas", "splash", "flash", "pallas_interpret", "splash_interpret", "flash_interpret"):
+        return tpu_attention(q, k, v, kv_mask, scale, _tpu_choice(name, q, k, kv_mask),
+                             interpret=name.endswith("_interpret"))
     if name == "cudnn":
         return cudnn_attention(q, k, v, kv_mask, scale)
     return blockwise_attention(q, k, v, kv_mask, scale)
 
 
+
+def _tpu_choice(name: str, q, k, kv_mask) -> TpuAttention:
+    kernel = name.removesuffix("_interpret")
+    if kernel == "pallas":
+        if name.endswith("_interpret"):  # no chip to time on: the built-in blocks
+            return tpu_blocks.FALLBACK
+        return tpu_blocks.choose(q, k, kv_mask)
+    built_in = tpu_blocks.FALLBACK if name.endswith("_interpret") else tpu_blocks.default_for(
+        jax.devices()[0].device_kind)
+    return dataclasses.replace(built_in, kernel=kernel)
 
 
 def _joint_local(kernel, q, k, v, q_txt, k_txt, v_txt, video_mask, txt_mask):

@@ -166,11 +166,11 @@ def _decide(entry: str, measure: Callable[[], dict[str, Any]]) -> bool:
     path, key = cache_path(), machine_key()
     memo = (str(path), key, entry)
     if memo not in _decided:
-        stored = _read(path).get("machines", {}).get(key, {}).get(entry)
+        stored = read_tuning_file(path).get("machines", {}).get(key, {}).get(entry)
         if not isinstance(stored, dict) or not isinstance(stored.get("faster"), bool):
             print(f"vidax: timing {entry} on this CPU once (a few seconds; kept in {path})", file=sys.stderr)
             stored = measure()
-            _write(path, key, entry, stored)
+            write_tuning_entry(path, key, entry, stored)
             _warn_if_busy(stored, path)
         _decided[memo] = stored["faster"]
     return _decided[memo]
@@ -191,7 +191,7 @@ def forget() -> None:
 # --- the cache file ----------------------------------------------------------------------------
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_tuning_file(path: Path) -> dict[str, Any]:
     """The file's contents; {} when it is missing, unreadable or not this format (then it is rewritten)."""
     try:
         data = json.loads(path.read_text())
@@ -203,10 +203,10 @@ def _read(path: Path) -> dict[str, Any]:
     return {**data, "machines": machines}
 
 
-def _write(path: Path, key: str, entry: str, result: dict[str, Any]) -> None:
+def write_tuning_entry(path: Path, key: str, entry: str, result: dict[str, Any]) -> None:
     """Add one result, atomically (a temporary file renamed over the old one): a reader sees the old
     file or the new one, never half of one. A folder that cannot be written keeps the choice in memory."""
-    data = _read(path) or {"format": FORMAT, "machines": {}}
+    data = read_tuning_file(path) or {"format": FORMAT, "machines": {}}
     data["machines"].setdefault(key, {})[entry] = result
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -218,7 +218,7 @@ def _write(path: Path, key: str, entry: str, result: dict[str, Any]) -> None:
         finally:
             Path(temporary).unlink(missing_ok=True)  # left only when the write or the rename failed
     except OSError as error:
-        print(f"vidax: could not write {path} ({error.strerror}); the CPU choice holds for this run only",
+        print(f"vidax: could not write {path} ({error.strerror}); the measured choice holds for this run only",
               file=sys.stderr)
 
 
@@ -301,7 +301,7 @@ def measure_products(forms: dict[str, Callable[[Any, Any], Any]], dtype: Any, *,
 
 
 def _measure_and_print(entry: str, result: dict[str, Any], path: Path, key: str, chosen: str, kept: str) -> None:
-    _write(path, key, entry, result)
+    write_tuning_entry(path, key, entry, result)
     _warn_if_busy(result, path)
     times = ", ".join(f"{contender} {seconds:.3f} s" for contender, seconds in result["median_seconds"].items())
     dtype = entry.split()[1]

@@ -7,6 +7,7 @@ builds the family, chooses the layout, calls `generate_video` and writes the out
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import jax
@@ -46,7 +47,20 @@ def generate_video(family: Family, options: GenerateOptions, progress: Progress 
     """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents.
 
     `cache` keeps every placed weight for the next call (a long-lived process); None releases them.
+    `--dtype float32` traces every program at the highest matmul precision: a TPU otherwise multiplies
+    fp32 operands in bf16 passes (and a GPU in TF32), so "float32" would not be fp32.
     """
+    with matmul_precision(options.dtype):
+        return _generate_video(family, options, progress, cache)
+
+
+def matmul_precision(dtype: str | None):
+    """The matmul precision a run of `--dtype dtype` traces at: "highest" for float32, else as it is."""
+    return jax.default_matmul_precision("highest") if dtype == "float32" else contextlib.nullcontext()
+
+
+def _generate_video(family: Family, options: GenerateOptions, progress: Progress | None,
+                    cache: StageCache | None) -> GenerateResult:
     from vidax.zoo.distributed import agree, run_record
 
     timer = StageTimer(progress)

@@ -35,7 +35,7 @@ CASES = {  # (Sq, Skv): self, ragged (not a block multiple), cross attention sha
     "ragged": (37, 37),
     "cross": (29, 11),
 }
-KERNELS = ["plain", "blockwise", "pallas_interpret"]
+KERNELS = ["plain", "blockwise", "splash_interpret", "flash_interpret"]
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

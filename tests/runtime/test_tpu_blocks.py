@@ -1,0 +1,87 @@
+"""The TPU attention choice: override, built-in table, measured once per shape and kept; the kernels'
+block maps never leak a tracer from one program into the next."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vidax.zoo.attention import local_attention
+from vidax.zoo.kernels import tpu_blocks
+from vidax.zoo.kernels.pallas_tpu import TpuAttention
+
+
+def test_override_parses_and_bad_values_are_one_line(monkeypatch):
+    monkeypatch.setenv(tpu_blocks.CHOICE_ENV, "flash:512,1024,256")
+    assert tpu_blocks.override() == TpuAttention("flash", 512, 1024, 256)
+    for bad in ("splash:1000,2048,1024", "magic:128,128,128", "splash:1024,2048", "splash:1024,1024,2048"):
+        with pytest.raises(tpu_blocks.TpuAttentionChoiceError, match=tpu_blocks.CHOICE_ENV):
+            tpu_blocks.parse(bad)
+
+
+def test_built_in_table_by_chip():
+    assert tpu_blocks.default_for("TPU v5 lite") == TpuAttention("splash", 1024, 2048, 1024)
+    assert tpu_blocks.default_for("TPU v6 lite") == TpuAttention("splash", 2048, 2048, 1024)
+    assert tpu_blocks.default_for("cpu") == tpu_blocks.FALLBACK
+
+
+def test_blocks_fit_short_sequences():
+    """Cross attention to 300 text tokens runs as one 384-key block; blocks never exceed the padded length."""
+    fitted = TpuAttention("splash", 1024, 2048, 1024).fitted(32760, 300)
+    assert fitted == TpuAttention("splash", 1024, 384, 384)
+    assert TpuAttention("splash", 1024, 2048, 1024).fitted(200, 640) == TpuAttention("splash", 256, 640, 640)
+
+
+@pytest.fixture
+def tuning_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("VIDAX_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(tpu_blocks.CHOICE_ENV, raising=False)
+    monkeypatch.delenv(tpu_blocks.NO_TUNING_ENV, raising=False)
+    tpu_blocks.forget()
+    yield tmp_path / tpu_blocks.CACHE_NAME
+    tpu_blocks.forget()
+
+
+def test_measured_once_inside_a_trace_then_read_from_the_file(tuning_file, monkeypatch):
+    """The first call of a shape times the candidates (here in Pallas' interpreter) while a program is
+    being traced, keeps the fastest in the file, and a new process's call reads it without timing."""
+    calls = []
+    real_measure = tpu_blocks.measure
+
+    def measure(*args, **kwargs):
+        calls.append(args[:2])
+        return real_measure(*args, **kwargs, interpret=True)
+
+    monkeypatch.setattr(tpu_blocks, "measure", measure)
+    q = jnp.ones((1, 300, 2, 64), jnp.bfloat16)
+    chosen = []
+    jax.jit(lambda q: chosen.append(tpu_blocks.choose(q, q, None)) or q)(q)
+    assert calls == [((1, 300, 2, 64), 300)]
+    stored = json.loads(tuning_file.read_text())
+    (entries,) = stored["machines"].values()
+    assert entries["b1 h2 sq300 skv300 d64 bfloat16 open"]["choice"] == chosen[0].label()
+    tpu_blocks.forget()  # as a new process
+    assert tpu_blocks.choose(q, q, None) == chosen[0] and len(calls) == 1
+
+
+def test_no_tuning_and_override_measure_nothing(tuning_file, monkeypatch):
+    monkeypatch.setattr(tpu_blocks, "measure", lambda *a, **k: pytest.fail("measured"))
+    q = jnp.ones((1, 300, 2, 64), jnp.bfloat16)
+    monkeypatch.setenv(tpu_blocks.NO_TUNING_ENV, "1")
+    assert tpu_blocks.choose(q, q, None) == tpu_blocks.default_for(jax.devices()[0].device_kind)
+    monkeypatch.setenv(tpu_blocks.CHOICE_ENV, "flash:256,256,128")
+    assert tpu_blocks.choose(q, q, None) == TpuAttention("flash", 256, 256, 128)
+    assert not tuning_file.exists()
+
+
+def test_a_kernel_reused_by_two_programs_holds_no_tracer(rng):
+    """The splash kernel for a shape is built once; two programs (and a grad) that trace it both run."""
+    q = jnp.asarray(rng.standard_normal((1, 200, 2, 128)), jnp.float32)
+    first = jax.jit(lambda q: local_attention(q, q, q, scale=0.1, implementation="splash_interpret"))(q)
+    second = jax.jit(lambda q: 2 * local_attention(q, q, q, scale=0.1, implementation="splash_interpret"))(q)
+    np.testing.assert_allclose(np.asarray(second), 2 * np.asarray(first), rtol=1e-6)
+    jax.jit(jax.grad(lambda q: local_attention(q, q, q, scale=0.1, implementation="splash_interpret").sum()))(q)
