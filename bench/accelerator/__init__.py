@@ -7,5 +7,5 @@
 Modules: `cases` (shapes, FLOPs, chip peaks), `families` (every per-family fact, one row per family:
 its zoo and diffusers classes, geometry, inputs and FLOP count), `vidax_side` (JAX), `torch_side`
 (the diffusers worker process), `timing` (protocol and budget), `report` (the Markdown table), `run`
-(the order).
+(the order). `maxdiffusion_side`: MaxDiffusion's own Wan 2.1 transformer as a peer (scripts/prepare_maxdiffusion.sh).
 """
