@@ -19,7 +19,7 @@ import torch
 
 # the spec's usual reference class when the config names none
 DEFAULT_CLASS = {
-    "wan/transformer": "WanTransformer3DModel", "wan/vae": "AutoencoderKLWan", "wan/vae22": "AutoencoderKLWan",
+    "wan/transformer": "WanTransformer3DModel", "wan/vace_transformer": "WanVACETransformer3DModel", "wan/vae": "AutoencoderKLWan", "wan/vae22": "AutoencoderKLWan",
     "encoders/umt5": "UMT5EncoderModel", "encoders/t5": "T5EncoderModel", "encoders/clip_vision": "CLIPVisionModel",
     "encoders/siglip_vision": "SiglipVisionModel", "encoders/clip_text": "CLIPTextModel",
     "encoders/llava": "LlavaForConditionalGeneration",
@@ -111,6 +111,11 @@ def _wan_transformer(state: dict) -> dict:
     return {fx.official_key(k): v for k, v in state.items()}
 
 
+def _wan_vace_transformer(state: dict) -> dict:
+    fx = _fixtures("wan_vace.vace_spec_fixtures")
+    return {fx.official_key(k): v for k, v in state.items()}
+
+
 def _wan_vae(spec: str) -> Callable[[dict], dict]:
     return lambda state: {_fixtures("wan_vae.wan_vae_spec_fixtures").official_key(spec, k): v for k, v in state.items()}
 
@@ -142,6 +147,7 @@ def _attr(module: str, name: str) -> Callable[[dict], dict]:
 # (spec, spec layout) -> diffusers state dict -> the official file's
 OFFICIAL: dict[tuple[str, str], Callable[[dict], dict]] = {
     ("wan/transformer", "official"): _wan_transformer,
+    ("wan/vace_transformer", "official"): _wan_vace_transformer,
     ("wan/vae", "official"): _wan_vae("wan/vae"),
     ("wan/vae22", "official"): _wan_vae("wan/vae22"),
     ("encoders/umt5", "official"): _umt5,
@@ -175,6 +181,7 @@ def _converter(name: str) -> Callable[[dict], dict]:
 # diffusers' single-file converters of the official layouts: official state dict -> diffusers'
 CONVERTERS: dict[str, Callable[[dict], dict]] = {
     "wan/transformer": _converter("convert_wan_transformer_to_diffusers"),
+    "wan/vace_transformer": _converter("convert_wan_transformer_to_diffusers"),
     "wan/vae": _converter("convert_wan_vae_to_diffusers"),
     "cosmos/transformer": _converter("convert_cosmos_transformer_checkpoint_to_diffusers"),
     "hunyuan_video/transformer": _converter("convert_hunyuan_video_transformer_to_diffusers"),

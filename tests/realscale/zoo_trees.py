@@ -34,6 +34,12 @@ def wan_transformer(config: Mapping) -> Shapes:
     return WanTransformer(WanTransformerConfig.from_hf_config(config)).param_shapes()
 
 
+def wan_vace_transformer(config: Mapping) -> Shapes:
+    from vidax.zoo.wan.vace import WanVACEConfig, WanVACETransformer
+
+    return WanVACETransformer(WanVACEConfig.from_hf_config(config)).param_shapes()
+
+
 def wan_vae(config: Mapping) -> Shapes:
     from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
 
@@ -215,7 +221,7 @@ def cogvideox_vae(config: Mapping) -> Shapes:
 
 
 ZOO_TREES: dict[str, Callable[[Mapping], Shapes]] = {
-    "wan/transformer": wan_transformer, "wan/vae": wan_vae, "wan/vae22": wan_vae,
+    "wan/transformer": wan_transformer, "wan/vace_transformer": wan_vace_transformer, "wan/vae": wan_vae, "wan/vae22": wan_vae,
     "encoders/umt5": t5, "encoders/t5": t5, "encoders/clip_vision": clip_vision,
     "encoders/siglip_vision": siglip_vision, "encoders/clip_text": clip_text, "encoders/decoder": decoder,
     "encoders/llava": llava, "encoders/gemma": gemma,

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +20,7 @@ import pytest
 import torch
 from flax import traverse_util
 
+from tests.wan_vace import vace_spec_fixtures as fixtures
 from vidax.translator import convert, load_spec
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.offload import StreamedDiT
@@ -32,8 +31,6 @@ from vidax.zoo.wan.sharding import DIT_RULES
 from vidax.zoo.wan.transformer import Context
 from vidax.zoo.wan.vace import MainState, VaceContext, VaceState, WanVACEConfig, WanVACETransformer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vace_spec_fixtures as fixtures  # noqa: E402
 
 LATENT = (3, 4, 6)  # latent frames, height, width -> 18 tokens after the (1, 2, 2) patch
 SCALES = {"default": None, "one value": 0.6, "per layer": [1.4, -0.5]}

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 from tests import oracle
 from tests.oracle import build_perturbed, save_state, state_of
+from tests.translator import wan_transformer_spec_fixtures as wan_fixtures
 from vidax.translator.testing import SpecCase, register_spec_fixture
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "translator"))
-import wan_transformer_spec_fixtures as wan_fixtures  # noqa: E402
 
 # hidden 16, 3 main layers with hints after layers 0 and 2 (a layer without one in between)
 TINY = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=4,
