@@ -28,6 +28,13 @@ def umt5_encoder(vocab: int) -> transformers.UMT5EncoderModel:
     return transformers.UMT5EncoderModel(config).eval()
 
 
+# The tiny Wan pipelines' DiT sizes (tests/wan's WanTransformer3DModel; tests/wan_vace's WanVACETransformer3DModel
+# adds its VACE layers to the same)
+WAN_PIPELINE_DIT = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=16,
+                        out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
+                        qk_norm="rms_norm_across_heads", rope_max_seq_len=64)
+
+
 def wan_pipeline_vae() -> diffusers.AutoencoderKLWan:
     """The tiny Wan pipelines' VAE (one resnet per level: cheaper than the spec fixtures' `WAN_VAE_21`)."""
     return diffusers.AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1,

@@ -276,6 +276,9 @@ class FamilyStages:
 def _wan_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
     from vidax.zoo.wan.transformer import WanTransformer
 
+    if hasattr(family, "dry_run_dit"):  # Wan VACE builds its own (vidax.zoo.wan.vace_family)
+        return family.dry_run_dit(s, depth, dtype)
+
     return WanTransformer(_depth(family.model.transformer, depth), dtype=jnp.dtype(dtype))
 
 
@@ -283,6 +286,8 @@ def _wan_cond(family: Any, s: Any, batch: int) -> Any:
     from vidax.zoo.wan.family import WanCondition
     from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH
 
+    if hasattr(family, "dry_run_cond"):  # Wan VACE's condition (vidax.zoo.wan.vace_family)
+        return family.dry_run_cond(s, batch)
     m = family.model
     f32 = jnp.float32
     text = jax.ShapeDtypeStruct((batch, MAX_SEQUENCE_LENGTH, m.transformer.text_dim), f32)

@@ -43,6 +43,7 @@ from vidax.zoo.quantize import block_bytes_per_param
 from vidax.zoo.samplers import TwoExperts
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH, wan_text_features
+from vidax.zoo.wan.vace_inputs import FLAGS as VACE_FLAGS
 from vidax.zoo.wan.transformer import WanTransformer
 from vidax.zoo.wan_vae import (
     WAN21_VAE,
@@ -62,6 +63,14 @@ class WanSettings(Settings):
     guidance_2: float | None = None  # the low-noise expert's guidance (A14B)
     boundary_ratio: float | None = None  # A14B expert switch: t >= ratio x 1000 runs `transformer`
     max_sequence_length: int = MAX_SEQUENCE_LENGTH  # UMT5 tokens per prompt (the pipelines' `max_sequence_length`)
+    # VACE (wan2.1-vace-*, `vidax.zoo.wan.vace_family`): WanVACEPipeline's video, mask, reference_images,
+    # conditioning_scale (one value or a comma list), and --extend's clip and overlap
+    video: Path | None = None
+    mask: Path | None = None
+    reference_images: tuple[Path, ...] = ()
+    conditioning_scale: str | None = None
+    extend: Path | None = None
+    extend_overlap: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +161,17 @@ class WanFamily(Family):
              image=True),
         Flag("--max-sequence-length", "max_sequence_length", int,
              "UMT5 tokens per prompt, features zero past the prompt (diffusers' max_sequence_length; default 512)"),
+        *VACE_FLAGS,
     )
+    vace = False  # the VACE models are `WanVACEFamily` (a registry entry whose DiT spec is wan/vace_transformer)
+    transformer_config = WanTransformerConfig
+
+    def __new__(cls, entry=None, *args, **kwargs):
+        if cls is WanFamily and entry is not None and _is_vace(entry):
+            from vidax.zoo.wan.vace_family import WanVACEFamily
+
+            cls = WanVACEFamily
+        return super().__new__(cls)
 
     # --- configs ----------------------------------------------------------------------------
 
@@ -164,7 +183,7 @@ class WanFamily(Family):
         # official configs cannot say whether an "i2v" DiT has the CLIP branch (Wan2.2 I2V-A14B has
         # none): the converted tree's shapes decide
         shapes = self._dit_shapes() if official else None
-        dit = WanTransformerConfig.from_hf_config(dit_json, param_shapes=shapes)
+        dit = self.transformer_config.from_hf_config(dit_json, param_shapes=shapes)
         vae_json = self.read_config("vae", "vae/config.json")
         if vae_json is not None:
             vae = WanVAEConfig.from_hf_config(vae_json)
@@ -236,6 +255,9 @@ class WanFamily(Family):
         if self.model.image_encoder is not None and s.max_sequence_length != MAX_SEQUENCE_LENGTH:
             raise PipelineError(f"{self.name} splits its context into text and image at {MAX_SEQUENCE_LENGTH} tokens "
                                 f"(diffusers' I2V attention): --max-sequence-length must be {MAX_SEQUENCE_LENGTH}")
+        given = [flag.name for flag in VACE_FLAGS if getattr(s, flag.field) not in (None, ())]
+        if given and not self.vace:
+            raise PipelineError(f"{self.name} takes no {', '.join(given)} (the VACE models do: wan2.1-vace-*)")
 
     def image_roles(self) -> dict[str, bool]:
         if self.model.expand_timesteps:
@@ -401,6 +423,11 @@ class WanFamily(Family):
             block_weight_bytes=block_bytes,
             attention_input_copies=BLOCKWISE_LAYOUT_COPIES,  # over the rotated q and k (tests/dryrun: 14B at 720p)
         )
+
+
+def _is_vace(entry) -> bool:
+    transformer = entry.components.get("transformer")
+    return transformer is not None and transformer.spec == "wan/vace_transformer"
 
 
 FAMILY = WanFamily
