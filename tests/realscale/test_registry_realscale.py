@@ -32,9 +32,7 @@ from .zoo_trees import ZOO_TREES
 
 # Components whose released config is not recorded in the registry, with the reason (conversion_specs/README.md
 # "Real-scale coverage" names them too). Everything else must carry its config.
-NO_REAL_CONFIG = {
-    ("ltx-2.5", "text_encoder"): "Gemma 4 12B (gated): its config.json was not readable when the entry was written",
-}
+NO_REAL_CONFIG: dict[tuple[str, str], str] = {}
 # (family, component, registry layout) -> the class that layout's repo holds when it differs from the config's
 CLASS_BY_LAYOUT = {("hunyuan_video15", "text_encoder", "diffusers"): "Qwen2_5_VLTextModel"}
 # (family, component, registry layout) -> the spec layout its files are in when the names differ
@@ -175,6 +173,117 @@ def test_registry_model_at_real_scale(model, variant, layout, folder):
         trees.update(convert_model(model, source=str(path), components=(name,), variant=variant, check=True).trees)
     assert set(trees) == set(in_folder) | set(single)
     _check_trees(entry, trees)
+
+
+# --- aliases and presets: covered through their base model and their LoRAs ---------------------------------
+
+LORA_RANK = 64  # lightx2v's distilled LoRAs' rank; any rank checks the same shapes of the base
+
+
+def lora_table(spec: str, state: dict) -> dict:
+    """A LoRA at the base DiT's real shapes, in the original-key format (`diffusion_model.` + the official
+    names where the spec fixtures have the key map, else diffusers' under `transformer.`): every matrix a
+    low-rank pair (`lora_down` / `lora_up`), every bias a `diff_b`, every norm scale a `diff`, every
+    modulation table a `diff_m` (lightx2v's full deltas)."""
+    official = (spec, "official") in OFFICIAL
+    names, prefix = (OFFICIAL[(spec, "official")](state), "diffusion_model.") if official else (state, "transformer.")
+    table = {}
+    for key, (shape, code) in table_of(names).items():
+        module, _, leaf = key.rpartition(".")
+        if leaf == "modulation":
+            table[f"{prefix}{module}.diff_m"] = (shape, code)
+        elif leaf == "weight" and len(shape) == 2:
+            table[f"{prefix}{module}.lora_down.weight"] = ((LORA_RANK, shape[1]), code)
+            table[f"{prefix}{module}.lora_up.weight"] = ((shape[0], LORA_RANK), code)
+        elif leaf == "bias" and len(shape) == 1:
+            table[f"{prefix}{module}.diff_b"] = (shape, code)
+        elif leaf == "weight" and len(shape) == 1:
+            table[f"{prefix}{module}.diff"] = (shape, code)
+    return table
+
+
+def serve_lora(source: str, table: dict, cache: Path, monkeypatch) -> None:
+    """A preset's Hub LoRA (`owner/name/file.safetensors`) as a header-only file in an offline Hub cache."""
+    import huggingface_hub.constants
+
+    owner, name, file = source.split("=")[0].split("/", 2)
+    storage = cache / f"models--{owner}--{name}"
+    write_header_only(table, storage / "snapshots" / ("0" * 40) / file)
+    (storage / "refs").mkdir(parents=True, exist_ok=True)
+    (storage / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+
+
+def _presets():
+    for name, entry in load_registry().items():
+        if entry.alias_of and entry.loras:
+            for layout in _layouts(entry):
+                yield pytest.param(name, layout, id=f"{name}-{layout}")
+
+
+@pytest.mark.parametrize("model, layout", list(_presets()))
+def test_preset_at_real_scale_with_its_loras(model, layout, folder, monkeypatch):
+    """A preset (an alias: base model + LoRAs + settings) at real size: its base model's files as above and each
+    of its LoRAs as a header-only file at the base's shapes, served under the preset's own Hub source; the
+    conversion (`vidax-convert PRESET --check`) merges every LoRA tensor and plans the zoo module's tree."""
+    entry = get_model(model)
+    cache = folder / "hub"
+    for option, texts in entry.loras.items():
+        component = entry.components[{"lora": "transformer", "lora_2": "transformer_2"}[option]]
+        state, _ = _state(entry, component, layout)
+        for text in texts:
+            serve_lora(text, lora_table(component.spec, state), cache, monkeypatch)
+    in_folder, single = _write(entry, layout, folder / "base")
+    denoisers = [c for c in ("transformer", "transformer_2") if c in entry.components]
+    trees = {}
+    if set(denoisers) & set(in_folder):
+        trees.update(convert_model(model, source=str(folder / "base" / "model"), layout=layout,
+                                   components=tuple(c for c in denoisers if c in in_folder), check=True).trees)
+    for name in set(denoisers) & single.keys():
+        trees.update(convert_model(model, source=str(single[name]), components=(name,), check=True).trees)
+    assert set(trees) == set(denoisers)
+    for option, texts in entry.loras.items():
+        name = {"lora": "transformer", "lora_2": "transformer_2"}[option]
+        records = trees[name].source.checkpoint.records
+        lora = lora_table(entry.components[name].spec, _state(entry, entry.components[name], layout)[0])
+        deltas = sum(k.endswith((".lora_down.weight", ".diff", ".diff_b", ".diff_m")) for k in lora)  # one per base tensor
+        assert [(r["source"], r["applied"], r["ignored"]) for r in records] == [(t, deltas, []) for t in texts]
+    _check_trees(entry, trees)
+
+
+def coverage() -> dict[str, str]:
+    """How this module covers each registry name at real size: a model by its own cases (each variant in each
+    layout), an alias through its base model (and a preset's LoRAs through `test_preset_at_real_scale_with_its_loras`),
+    the embedded model not at all (nothing to convert: tests/embedded runs it)."""
+    registry, runs = load_registry(), [p.values[0] for p in _cases()]
+    cases, presets = set(runs), {p.values[0] for p in _presets()}
+    report = {}
+    for name, entry in registry.items():
+        if entry.embedded:
+            report[name] = "nothing to convert (built locally; tests/embedded runs it)"
+        elif entry.alias_of:
+            base = f"`{entry.alias_of}`" + (f" (variant {entry.variant})" if entry.variant else "")
+            loras = [t for texts in entry.loras.values() for t in texts]
+            covered = entry.alias_of in cases and (not loras or name in presets)
+            report[name] = (f"covered through its base model {base}" + (f" and its LoRAs ({', '.join(loras)})" if loras else "")
+                            if covered else f"NOT covered (its base model {base} is not)")
+        else:
+            gaps = sorted(c for m, c in NO_REAL_CONFIG if m == name)
+            report[name] = (f"covered: {runs.count(name)} case(s)" if name in cases else "NOT covered (no case)") \
+                + (f"; not its {', '.join(gaps)} (NO_REAL_CONFIG)" if gaps else "")
+    return report
+
+
+def test_every_registry_name_is_covered():
+    """Every name is covered by its own cases or, an alias, through its base model and LoRAs (`pytest -s`
+    prints the report)."""
+    report = coverage()
+    print("\n" + "\n".join(f"{name}: {line}" for name, line in report.items()))
+    assert not [name for name, line in report.items() if line.startswith("NOT")]
+    assert report["wan2.1-t2v-14b-lightx2v-4step"] == (
+        "covered through its base model `wan2.1-t2v-14b` and its LoRAs "
+        "(lightx2v/Wan2.1-Distill-Loras/wan2.1_t2v_14b_lora_rank64_lightx2v_4step.safetensors)")
+    assert report["ltx-2.5-distilled"] == "covered through its base model `ltx-2.5` (variant distilled)"
 
 
 def test_exceptions_are_still_needed():
