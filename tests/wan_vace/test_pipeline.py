@@ -284,3 +284,9 @@ def test_plan_and_dry_run():
     report = dry_run(family, options, Layout(1, 2, 2), 4, 30 << 30, depth=3, stages=("dit",))
     (stage,) = report.stages
     assert stage.stage == "dit step" and stage.argument > 0 and stage.temp > 0
+
+
+def test_step_caches_are_refused_before_any_work(reference, tmp_path):
+    folder, _, inputs = reference
+    with pytest.raises(PipelineError, match="--cache is not supported for wan2.1-vace-1.3b"):
+        generate(_options(folder, tmp_path / "x.npy", None, video=inputs["video"], cache="first-block"))
