@@ -145,6 +145,25 @@ def test_second_expert_file_on_both_clis(files, tmp_path):
     _same(make_pipeline(model, options).load_tree("transformer_2", "wan/transformer", dtype="float32"), expected)
 
 
+def test_prefixed_eight_bit_file_converts_as_the_plain_one(files, tmp_path):
+    """An fp8 file with scales (ComfyUI's current layout: F8 `.weight` + `.weight_scale`) reads the same with
+    the prefix as without it: the scales are consumed first, then the prefix read."""
+    plain, _, _ = files("wan/transformer")
+    tensors = {}
+    for key, value in load_file(plain).items():
+        if key.endswith(".weight") and value.ndim == 2:
+            scale = value.abs().amax().clamp(min=1e-8) / 448.0
+            tensors[key] = (value / scale).to(torch.float8_e4m3fn)
+            tensors[key[:-len(".weight")] + ".weight_scale"] = scale.reshape(())
+        else:
+            tensors[key] = value
+    for name, prefix in (("plain", ""), ("comfy", COMFY_PREFIX)):
+        save_file({prefix + k: v for k, v in tensors.items()}, tmp_path / f"{name}-fp8.safetensors")
+    want = convert("wan/transformer", tmp_path / "plain-fp8.safetensors", dtype="float32")
+    assert sum(k.endswith(".weight_scale") for k in tensors) >= 10
+    _same(convert("wan/transformer", tmp_path / "comfy-fp8.safetensors", dtype="float32"), dict(want))
+
+
 def test_prefixed_file_of_another_model_says_both_were_tried(files):
     """A prefixed file no layout reads, with or without the prefix, is still one line naming the spec."""
     _, prefixed, _ = files("cosmos/transformer")
