@@ -6,7 +6,8 @@ single files of that family are published in: the official keys, or diffusers' f
 files carry those) saved once without and once with the prefix, converted through `convert` (the library),
 `convert_model(source=FILE)` (`vidax-convert MODEL --source FILE`), `convert_model(transformer=FILE)`
 (`vidax-convert --transformer FILE`) and a pipeline's `load_tree` (`vidax-gen --transformer FILE`); Wan2.2
-A14B's `--transformer-2` on both CLIs. The tiny references are built once per module.
+A14B's `--transformer-2` on both CLIs; an fp8 file with scales under the prefix too. The tiny references are
+built once per module.
 """
 
 from __future__ import annotations
