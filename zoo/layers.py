@@ -284,9 +284,29 @@ class FeedForward(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = Linear(self.hidden, ("embed", self.hidden_axis), use_bias=self.use_bias, name="net_0")(x)
-        return Dense(self.dim, axes=(self.hidden_axis, "embed"), use_bias=self.use_bias, input_activation=self.activation,
-                     name="net_2")(h)
+        net_0 = Linear(self.hidden, ("embed", self.hidden_axis), use_bias=self.use_bias, name="net_0")
+        net_2 = Dense(self.dim, axes=(self.hidden_axis, "embed"), use_bias=self.use_bias,
+                      input_activation=self.activation, name="net_2")
+        chunks = ffn_token_chunks(x.shape, self.hidden, x.dtype)
+        if chunks == 1:
+            return net_2(net_0(x))
+        # [B, S, D] in token chunks one after the other: the hidden activation of one chunk is live at a
+        # time (Wan2.1-14B at 720p: 4.2 GB for the whole sequence, the largest temporary of its block)
+        size = -(-x.shape[1] // chunks)
+        return jnp.concatenate([net_2(net_0(x[:, i:i + size])) for i in range(0, x.shape[1], size)], axis=1)
+
+
+FFN_CHUNK_BYTES = 1 << 30  # accelerators: the feed-forward's hidden activation in pieces of at most ~1 GiB
+
+
+def ffn_token_chunks(shape: tuple[int, ...], hidden: int, dtype: Any) -> int:
+    """How many token chunks a feed-forward over `[B, S, D]` runs in: 1 on a CPU, under a mesh (a chunk
+    of a sequence-split axis would move data) or when its hidden activation is small."""
+    mesh = active_mesh()
+    if len(shape) != 3 or jax.default_backend() == "cpu" or (mesh is not None and mesh.size > 1):
+        return 1
+    hidden_bytes = shape[0] * shape[1] * hidden * jnp.dtype(dtype).itemsize
+    return max(1, min(shape[1], -(-hidden_bytes // FFN_CHUNK_BYTES)))
 
 
 def unpatchify(tokens: jax.Array, grid: tuple[int, int, int], patch: tuple[int, int, int], channels: int, *,

@@ -66,6 +66,9 @@ WAN14B = dict(  # Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json
     text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40, cross_attn_norm=True,
     qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024,
 )
+WAN13B = dict(  # Wan-AI/Wan2.1-T2V-1.3B-Diffusers transformer/config.json
+    WAN14B, num_attention_heads=12, ffn_dim=8960, num_layers=30,
+)
 HV15 = dict(  # HunyuanVideo-1.5 480p/720p transformer (diffusers defaults: 54 dual blocks, 2048 wide)
     in_channels=65, out_channels=32, num_attention_heads=16, attention_head_dim=128, num_layers=54,
     num_refiner_layers=2, mlp_ratio=4.0, patch_size=1, patch_size_t=1, text_embed_dim=3584,
@@ -208,6 +211,7 @@ class Profile:
 
 def _dit(key, family, config, frames, height, width, run_depth, text):
     label = families.row(family).label if config in (WAN14B, HV15) else f"toy {key.split('-')[0]}"
+    label = "Wan2.1-1.3B" if config is WAN13B else label
     return DitCase(key, family, f"{label} {height}x{width} {frames}f", config, frames, height, width, run_depth,
                    text=text)
 
@@ -240,6 +244,7 @@ def _real() -> Profile:
     dits = (
         _dit("wan-480p", "wan", WAN14B, 81, 480, 832, 8, WAN_TEXT),  # 21x30x52 = 32760 tokens
         _dit("hv15-480p", "hunyuan_video15", HV15, 121, 480, 848, 4, HV_TEXT),  # 31x30x53 = 49290 tokens
+        _dit("wan13-480p", "wan", WAN13B, 81, 480, 832, 30, WAN_TEXT),  # the whole 1.3B step (30 blocks)
         # HunyuanVideo-1.5 first: diffusers' [B, 1, S, S] mask needs ~100 GB at 720p, and JAX's pool
         # keeps the largest size it has grown to (the Wan 720p program's) until the process ends
         _dit("hv15-720p", "hunyuan_video15", HV15, 121, 720, 1280, 2, HV_TEXT),  # 31x45x80 = 111600 tokens

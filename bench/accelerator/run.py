@@ -279,6 +279,8 @@ class Run:
         self.part("calibration", "compile_warm", lambda: self.results.__setitem__(
             "calibration", vidax_side.calibrate(self.profile.matmul, self.profile.repeats)))
         dits = self.profile.dits
+        if args.cases:
+            dits = tuple(c for c in dits if c.key in args.cases.split(","))
         low, high = [c for c in dits if c.key.endswith("480p")], [c for c in dits if not c.key.endswith("480p")]
         if "dit" in wanted:
             for case in low:
@@ -334,6 +336,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the chip's dense bf16 peak (overrides the table by device kind)")
     parser.add_argument("--cache-dir", default=None, help="persistent compile cache (default: a fresh temp folder)")
     parser.add_argument("--only", default=None, help=f"comma-separated sections of {','.join(SECTIONS)}")
+    parser.add_argument("--cases", default=None, help="comma-separated DiT case keys (default: all of the profile)")
     parser.add_argument("--torch-device", default="auto",
                         help="the diffusers side: auto (cuda where torch sees one, else cpu for toy shapes), "
                              "cuda, cpu or none")

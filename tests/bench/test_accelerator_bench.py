@@ -88,7 +88,8 @@ def test_real_shapes():
     assert (dits["hv15-480p"].tokens, dits["hv15-720p"].tokens) == (49290, 111600)
     assert dits["hv15-480p"].text_tokens == 1985 and dits["wan-480p"].text_tokens == 512
     assert all(c.batch == 2 for c in dits.values())
-    assert {c.depth for c in dits.values()} == {40, 54}
+    assert {c.depth for c in dits.values()} == {30, 40, 54}
+    assert dits["wan13-480p"].run_depth == dits["wan13-480p"].depth == 30  # the whole 1.3B step
     assert cases.peak_tflops("NVIDIA H200") == 989.0 and cases.peak_tflops("NVIDIA H100 PCIe") == 756.0
     assert cases.peak_tflops("TPU v5 lite") == 197.0 and cases.peak_tflops("cpu") is None
     assert cases.peak_tflops("NVIDIA H200", override=900.0) == 900.0

@@ -54,3 +54,25 @@ def test_the_input_activation_is_applied_to_every_row_block(monkeypatch):
     dense = layers.Dense(8, input_activation=layers.gelu_tanh)
     params = {"params": {"kernel": kernel, "bias": jnp.zeros(8)}}
     np.testing.assert_allclose(np.asarray(dense.apply(params, x)), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_feed_forward_in_token_chunks_equals_one_pass(monkeypatch, chunks):
+    """Accelerators run a large feed-forward in token chunks (one hidden activation chunk live at a
+    time); the output is the one pass's, row for row (7 tokens: a short last chunk)."""
+    ffn = layers.FeedForward(dim=8, hidden=16)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 7, 8)), jnp.float32)
+    params = ffn.init(jax.random.key(0), x)
+    whole = ffn.apply(params, x)
+    monkeypatch.setattr(layers, "ffn_token_chunks", lambda *a: chunks)
+    np.testing.assert_array_equal(np.asarray(ffn.apply(params, x)), np.asarray(whole))
+
+
+def test_feed_forward_chunks_only_where_it_pays(monkeypatch):
+    big = (2, 75600, 5120)  # Wan2.1-14B at 720p, the CFG pair: 4.2 GB of bf16 hidden activation
+    assert layers.ffn_token_chunks(big, 13824, jnp.bfloat16) == 1  # a CPU run: its own row blocks
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert layers.ffn_token_chunks(big, 13824, jnp.bfloat16) == 4
+    assert layers.ffn_token_chunks((2, 1024, 5120), 13824, jnp.bfloat16) == 1
+    with use_mesh(make_mesh(1, 1, 2)):
+        assert layers.ffn_token_chunks(big, 13824, jnp.bfloat16) == 1  # a sequence-split axis is not cut

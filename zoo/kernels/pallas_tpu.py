@@ -84,6 +84,9 @@ def _pad_to(x, axis: int, size: int):
 
 def tpu_attention(q, k, v, kv_mask, scale: float, choice: TpuAttention, *, interpret: bool = False):
     """Attention for `[B, S, H, D]` inputs with one TPU kernel choice; `interpret=True` runs it on CPU."""
+    if q.dtype.itemsize > 2:  # fp32 tiles take twice the VMEM: 1024 x 2048 failed to compile on v5e
+        choice = dataclasses.replace(choice, block_q=min(choice.block_q, 512), block_kv=min(choice.block_kv, 1024),
+                                     block_kv_compute=min(choice.block_kv_compute, 512))
     choice = choice.fitted(q.shape[1], k.shape[1])
     if choice.kernel == "splash":
         out = _splash(q, k, v, kv_mask, scale, choice, interpret)
