@@ -88,14 +88,25 @@ def tpu_attention(q, k, v, kv_mask, scale: float, choice: TpuAttention, *, inter
         choice = dataclasses.replace(choice, block_q=min(choice.block_q, 512), block_kv=min(choice.block_kv, 1024),
                                      block_kv_compute=min(choice.block_kv_compute, 512))
     choice = choice.fitted(q.shape[1], k.shape[1])
-    if choice.kernel == "splash":
-        out = _splash(q, k, v, kv_mask, scale, choice, interpret)
-    else:
-        with pltpu.force_tpu_interpret_mode() if interpret else contextlib.nullcontext():
-            out = _flash(q, k, v, kv_mask, scale, choice)
+    with _kernel_precision(q.dtype):
+        if choice.kernel == "splash":
+            out = _splash(q, k, v, kv_mask, scale, choice, interpret)
+        else:
+            with pltpu.force_tpu_interpret_mode() if interpret else contextlib.nullcontext():
+                out = _flash(q, k, v, kv_mask, scale, choice)
     if kv_mask is not None:
         out = jnp.where(kv_mask.astype(bool).any(axis=1)[:, None, None, None], out, 0)
     return out.astype(q.dtype)
+
+
+def _kernel_precision(dtype):
+    """bf16 / fp16 operands trace the kernel at the default matmul precision: the MXU multiplies them
+    exactly with an fp32 sum either way, and on the chip every bf16 kernel call failed while the
+    precision in effect was "highest" (the test suite's setting), while fp32 ones ran. fp32 operands
+    keep the precision in effect (`--dtype float32` asks for "highest")."""
+    if jnp.dtype(dtype).itemsize <= 2:
+        return jax.default_matmul_precision("default")
+    return contextlib.nullcontext()
 
 
 def _heads_major(x, length: int, d_pad: int):  # [B, S, H, D] -> [B, H, S_pad, D_pad]
