@@ -129,6 +129,8 @@ def _compile_table(compile_: dict) -> list[str]:
     names = {"cold": "this process, empty cache (its first compile)",
              "cold_process": "fresh process, empty cache folder",
              "warm": "fresh process, the cache folder filled above"}
+    if compile_.get("warm", {}).get("in_process"):
+        names["warm"] = "this process again, in-memory caches dropped (a TPU opens for one process)"
     for key, name in names.items():
         row = compile_.get(key)
         if row is None:

@@ -195,6 +195,11 @@ class Run:
         compile_ = self.results.setdefault("compile", {})
         key = compile_.get("key", self.profile.dits[0].key)
         compile_.setdefault("label", next(c.label for c in self.profile.dits if c.key == key))
+        if self.in_process_compile(cache_dir):
+            from bench.accelerator import vidax_side
+
+            compile_[row] = {**vidax_side.probe_here(self.args.profile, key), "in_process": True}
+            return
         cmd = [sys.executable, "-m", "bench.accelerator.vidax_side", "probe", "--profile", self.args.profile,
                "--key", key] + (["--cache-dir", cache_dir] if cache_dir else [])
         try:
@@ -206,6 +211,15 @@ class Run:
                 compile_[row] = json.loads(done.stdout.strip().splitlines()[-1])
         except subprocess.TimeoutExpired:
             compile_[row] = {"error": "probe timed out"}
+
+    def in_process_compile(self, cache_dir: str | None) -> bool:
+        """A TPU opens for one process at a time, so while this one holds it a fresh process cannot
+        compile: the warm compile is then this process's, its in-memory caches dropped first (the
+        persistent cache folder is the run's own). A cold compile in another folder cannot be had so."""
+        wanted = self.args.compile_in_process
+        if wanted == "auto":
+            return self.results["meta"].get("backend") == "tpu" and cache_dir == self.results["meta"]["cache_dir"]
+        return wanted == "yes" and cache_dir == self.results["meta"]["cache_dir"]
 
     def compile_warm(self) -> None:
         """A fresh process compiles the first DiT case again from the run's cache folder; where this
@@ -297,7 +311,8 @@ class Run:
         if "vae" in wanted:
             for case in self.profile.vaes:
                 self.part(f"vae {case.key}", "vae", lambda case=case: self.vae(case))
-        if "compile" in wanted and self.profile.cold_process_compile and "cold_process" not in self.results["compile"]:
+        if ("compile" in wanted and self.profile.cold_process_compile and "cold_process" not in self.results["compile"]
+                and not self.in_process_compile(meta["cache_dir"])):
             fresh = tempfile.mkdtemp(prefix="vidax-cold-cache-")
             self.part("compile cold process", "compile_cold", lambda: self.compile_probe("cold_process", fresh))
         if self.worker is not None:
@@ -336,6 +351,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the chip's dense bf16 peak (overrides the table by device kind)")
     parser.add_argument("--cache-dir", default=None, help="persistent compile cache (default: a fresh temp folder)")
     parser.add_argument("--only", default=None, help=f"comma-separated sections of {','.join(SECTIONS)}")
+    parser.add_argument("--compile-in-process", default="auto", choices=["auto", "yes", "no"],
+                        help="warm compile in this process (auto: on a TPU, which one process holds at a time)")
     parser.add_argument("--cases", default=None, help="comma-separated DiT case keys (default: all of the profile)")
     parser.add_argument("--torch-device", default="auto",
                         help="the diffusers side: auto (cuda where torch sees one, else cpu for toy shapes), "

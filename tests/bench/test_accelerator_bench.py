@@ -154,3 +154,24 @@ def test_block_time_is_split_into_attention_and_the_rest():
     table = report.render({"meta": {"peak_tflops": 1000.0}, "dit": {"wan": dit}, "attention": {"wan": attention}})
     # block 400 ms: attention 250 ms (62%, 400 TFLOP/s), the rest 150 ms doing 1e14 FLOPs (667 TFLOP/s)
     assert "| Wan | 400.0 | 250.0 (cudnn) | 62% | 400.0 | 150.0 | 666.7 |" in table
+
+
+def test_warm_compile_in_the_same_process(tmp_path):
+    """On a TPU (one process holds the chip) the warm compile is the bench's own process with its
+    in-memory caches dropped: the persistent cache folder alone serves it."""
+    script = (
+        "import json, sys\n"
+        "from vidax.zoo.runtime import configure_compile_cache\n"
+        "from bench.accelerator import vidax_side\n"
+        f"configure_compile_cache(True, {str(tmp_path)!r}, min_compile_secs=0)\n"
+        "cold = vidax_side._timed_compile('toy', 'wan-480p')\n"
+        "warm = vidax_side.probe_here('toy', 'wan-480p')\n"
+        "print(json.dumps([cold, warm]))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "VIDAX_NO_COMPILE_CACHE")}
+    env.update(JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cold, warm = json.loads(done.stdout.strip().splitlines()[-1])
+    assert cold["misses"] >= 1 and cold["hits"] == 0
+    assert warm["hits"] >= 1 and warm["misses"] == 0
