@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The TPU table as one command, on a TPU host where jax[tpu] is installed: no torch, vidax not installed.
+#
+#   bash scripts/bench_tpu.sh [BUDGET_S]          # default 540 s; every step is time-boxed, in priority order
+#
+# Steps: the TPU tier (pytest -m tpu), attention alone at the Wan and HunyuanVideo-1.5 480p shapes
+# (every candidate block choice), vidax's DiTs at 480p (Wan2.1-14B block, the whole Wan2.1-1.3B step,
+# HunyuanVideo-1.5 block; cold and warm compile), MaxDiffusion's Wan transformer at the same shapes
+# (only where .bench/maxdiffusion holds its source: scripts/prepare_maxdiffusion.sh), then the 720p
+# blocks, each in a process of its own (JAX's memory pool keeps the largest size it grew to).
+# Output: $OUT (the device tool's folder) or .bench/tpu: tpu.md (the table), the JSON and logs.
+# Python: $PYTHON or python3. Missing runtime packages (flax, ...) are installed into a temporary
+# folder appended to PYTHONPATH, so the host's own JAX stays first: set PIP_INDEX_URL (or
+# VIDAX_BENCH_PIP_ARGS, e.g. "--index-url file:///opt/pypi/simple") where PyPI is not reachable.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+budget=${1:-540}
+out=${OUT:-.bench/tpu}
+mkdir -p "$out"
+python=${PYTHON:-python3}
+start=$(date +%s)
+left() { echo $(( budget - ($(date +%s) - start) )); }
+step() { echo "[bench_tpu] $1 at $(( $(date +%s) - start )) s" ; }
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1 VIDAX_CACHE_DIR=${VIDAX_CACHE_DIR:-/tmp/vidax-bench-tpu-cache}
+
+if ! "$python" -c 'import flax, typer, rich, psutil' 2>/dev/null; then
+  site=$(mktemp -d /tmp/vidax-bench-site.XXXX)
+  # shellcheck disable=SC2086  # VIDAX_BENCH_PIP_ARGS is a list of pip options
+  PIP_CONFIG_FILE=${PIP_CONFIG_FILE:-/dev/null} "$python" -m pip install -q --only-binary=:all: --target "$site" \
+    ${VIDAX_BENCH_PIP_ARGS:-} flax typer rich huggingface-hub psutil pillow tokenizers sentencepiece jinja2 \
+    safetensors ftfy av gguf einops pyyaml pytest > /tmp/vidax-bench-pip.log 2>&1 || tail -5 /tmp/vidax-bench-pip.log
+  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$site
+fi
+shim=$(mktemp -d /tmp/vidax-shim.XXXX)  # `vidax.*` from this checkout without installing it
+mkdir -p "$shim/vidax"
+for d in translator zoo cli conversion_specs; do ln -s "$PWD/$d" "$shim/vidax/$d"; done
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$shim:$PWD
+step "set up"
+
+VIDAX_TEST_TPU=1 timeout 150 "$python" -m pytest -m tpu tests/tpu -q -s -p no:cacheprovider --tb=line -rf \
+  > "$out/tier.log" 2>&1
+step "TPU tier"
+timeout 120 "$python" -m vidax.zoo.kernels.tpu_blocks 2,40,32760,32760,128 2,40,32760,512,128 \
+  2,16,51275,51275,128,masked > "$out/sweep.log" 2>&1
+step "attention alone"
+VIDAX_NO_TPU_TUNING=1 timeout 220 "$python" -m bench.accelerator --profile real --torch-device none --only dit,compile \
+  --cases wan-480p,wan13-480p,hv15-480p --budget 200 --out /tmp/vidax480.md --json "$out/vidax480.json" \
+  --cache-dir "$VIDAX_CACHE_DIR" > /tmp/vidax480.log 2>&1
+step "vidax 480p"
+if [ -d .bench/maxdiffusion ]; then
+  timeout $(( $(left) > 110 ? 110 : $(left) )) "$python" -m bench.accelerator.maxdiffusion_side --shape wan14b_480p \
+    --layers 1,8 --blocks 512,512,512 --blocks 1024,2048,1024 --out "$out/md14.json" > /tmp/md14.log 2>&1
+  step "MaxDiffusion 14B"
+  timeout $(( $(left) > 90 ? 90 : $(left) )) "$python" -m bench.accelerator.maxdiffusion_side --shape wan1.3b_480p \
+    --layers 30 --blocks 512,512,512 --blocks 1024,2048,1024 --out "$out/md13.json" > /tmp/md13.log 2>&1
+  step "MaxDiffusion 1.3B"
+fi
+for case in wan-720p hv15-720p; do
+  [ "$(left)" -lt 50 ] && { step "skipped $case (budget)"; continue; }
+  VIDAX_NO_TPU_TUNING=1 timeout $(( $(left) > 80 ? 80 : $(left) )) "$python" -m bench.accelerator --profile real \
+    --torch-device none --only dit --cases "$case" --budget 60 --out "/tmp/vidax-$case.md" \
+    --json "$out/vidax-$case.json" --cache-dir "$VIDAX_CACHE_DIR" > "/tmp/vidax-$case.log" 2>&1
+  step "vidax $case"
+done
+"$python" -m bench.accelerator.tpu_table "$out" | tee "$out/tpu.md"
