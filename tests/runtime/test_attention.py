@@ -12,18 +12,7 @@ from vidax.zoo.kernels.cudnn import cudnn_attention
 from vidax.zoo.mesh import MeshError, make_mesh
 from vidax.zoo.runtime import use_mesh
 
-
-def naive(q, k, v, mask=None, scale=None):
-    """Reference: softmax(q kᵀ) v in float64 NumPy."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    logits = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    if mask is not None:
-        logits = np.where(np.asarray(mask)[:, None, None, :], logits, -np.inf)
-    with np.errstate(invalid="ignore"):
-        probs = np.exp(logits - logits.max(-1, keepdims=True))
-        probs = probs / probs.sum(-1, keepdims=True)
-    return np.einsum("bhqk,bkhd->bqhd", probs, v)
+from tests.attention_reference import naive
 
 
 def make(rng, b, s, h, d):

@@ -18,19 +18,9 @@ from vidax.zoo.kernels.pallas_tpu import TpuAttention, tpu_attention
 from vidax.zoo.mesh import make_mesh
 from vidax.zoo.runtime import use_mesh
 
+from tests.attention_reference import naive
+
 pytestmark = pytest.mark.tpu
-
-
-def naive(q, k, v, mask, scale):
-    """softmax(q kᵀ) v in float64 NumPy; rows with no key are zero."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    logits = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    if mask is not None:
-        logits = np.where(np.asarray(mask)[:, None, None, :], logits, -np.inf)
-    with np.errstate(invalid="ignore"):
-        probs = np.exp(logits - logits.max(-1, keepdims=True))
-        probs = probs / probs.sum(-1, keepdims=True)
-    return np.nan_to_num(np.einsum("bhqk,bkhd->bqhd", probs, v))
 
 
 def test_the_tier_runs_on_a_tpu():
