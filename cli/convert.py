@@ -3,13 +3,16 @@
     vidax-convert wan2.1-t2v-1.3b --out out/wan13b
     vidax-convert hunyuanvideo-1.5 --variant 720p_i2v --out ckpt/hv15-720p-i2v
     vidax-convert wan2.1-t2v-1.3b --source /models/Wan2.1-T2V-1.3B --check
+    vidax-convert wan2.1-t2v-1.3b --synthetic --out ckpt/wan13b-synthetic   # random weights at the real shapes
     vidax-convert --list
 
-Thin: Typer parses the flags into `ConvertOptions` and calls `vidax.translator.convert_model`.
+Thin: Typer parses the flags into `ConvertOptions` and calls `vidax.translator.convert_model`
+(`--synthetic`: `SyntheticOptions` and `vidax.zoo.synthetic.write_synthetic`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -18,7 +21,7 @@ import typer
 from rich.table import Table
 
 from vidax.cli import interrupts
-from vidax.cli.common import byte_progress, console, run_guarded
+from vidax.cli.common import byte_progress, console, require_packages, run_guarded
 from vidax.translator import ConversionHooks, ConvertOptions, LazyTree, convert_model, load_registry
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -66,6 +69,30 @@ def run(opts: ConvertOptions) -> int:
     return 0
 
 
+# flags that name where real weights come from: meaningless for a synthetic folder
+_NOT_SYNTHETIC = ("--source", "--revision", "--layout", "--transformer", "--transformer-2", "--lora", "--lora-2")
+
+
+def run_synthetic(model: str, out: Path | None, components: tuple[str, ...], dtype: str | None, variant: str | None,
+                  seed: int, check: bool) -> int:
+    """`--synthetic`: the plan of every component as a table, then (without --check) the folder written."""
+    from vidax.zoo.synthetic import SyntheticOptions, write_synthetic
+
+    opts = SyntheticOptions(model, out, components, dtype, variant, seed, check)
+    plan = write_synthetic(dataclasses.replace(opts, check=True))  # the plan first: every error before any work
+    table = Table("component", "spec", "leaves", "GB", "dtypes", title=f"{plan.entry.name}: synthetic (seed {seed})")
+    for name, tree in plan.trees.items():
+        dtypes: dict[str, int] = {}
+        for leaf in tree.leaves.values():
+            dtypes[str(leaf.dtype)] = dtypes.get(str(leaf.dtype), 0) + 1
+        table.add_row(name, tree.spec.name, str(len(tree)), f"{tree.nbytes / 1e9:.3f}", ", ".join(f"{n} {d}" for d, n in dtypes.items()))
+    table.add_row("total", "", str(sum(len(t) for t in plan.trees.values())), f"{plan.nbytes / 1e9:.3f}", "")
+    console.print(table)
+    if not check:
+        write_synthetic(opts, hooks=RichHooks())
+    return 0
+
+
 def list_models() -> int:
     table = Table("model", "default repo", "other layouts", "variants", "components", "description")
     table.columns[0].no_wrap = table.columns[1].no_wrap = True
@@ -103,6 +130,9 @@ def main_command(
     lora: list[str] = typer.Option(None, "--lora", help="LoRA baked into the DiT: SOURCE[=STRENGTH] (a .safetensors "
                                    "file, a folder holding one, or a Hub owner/name, or owner/name/file.safetensors); repeatable"),
     lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
+    synthetic: bool = typer.Option(False, "--synthetic", help="no checkpoint: every tensor at its real shape and dtype "
+                                   "with seeded random values, the configs and a stand-in tokenizer (docs/SYNTHETIC.md)"),
+    seed: int = typer.Option(0, "--seed", help="--synthetic: the values' seed", min=0),
 ) -> None:
     """Convert a model's PyTorch checkpoints into vidax's safetensors host trees."""
     if list_:
@@ -111,6 +141,15 @@ def main_command(
         console.print("error: give a MODEL name (see vidax-convert --list)")
         raise typer.Exit(2)
     names = tuple(n for item in components or () for n in item.split(",") if n)  # --components a,b or repeated
+    if synthetic:
+        given = [flag for flag, value in zip(_NOT_SYNTHETIC, (source, revision, layout, transformer, transformer_2, lora, lora_2))
+                 if value]
+        if given:
+            console.print(f"error: --synthetic takes no {', '.join(given)} (it reads no checkpoint)")
+            raise typer.Exit(2)
+        require_packages("vidax-convert --synthetic", ("flax", "jax", "tokenizers"), "zoo")  # the zoo's trees
+        out = out if out is not None or check else Path("out") / f"{model}-synthetic"
+        raise typer.Exit(run_guarded(lambda: run_synthetic(model, out, names, dtype, variant, seed, check), debug=debug))
     opts = ConvertOptions(model, source, revision, out, names, dtype, layout, check, variant, transformer, transformer_2,
                           lora=tuple(lora or ()), lora_2=tuple(lora_2 or ()))
     raise typer.Exit(run_guarded(lambda: run(opts), debug=debug))

@@ -143,7 +143,11 @@ def run(options) -> int:
     """Generate with `options` and print where the video went and each stage's time (process 0)."""
     from vidax.zoo.distributed import is_writer
     from vidax.zoo.pipeline import generate
+    from vidax.zoo.synthetic import synthetic_note
 
+    note = synthetic_note(options.weights) if is_writer() else None
+    if note is not None:  # random weights must not pass for the model's
+        console.print(note, highlight=False, soft_wrap=True)
     progress = RichProgress() if is_writer() else None
     try:
         result = generate(options, progress)

@@ -194,7 +194,8 @@ class Family:
             return importlib.import_module(self.entry.embedded).source()
         layout = "diffusers" if "diffusers" in self.entry.repos else self.entry.default_layout
         revision = self.entry.revision_of(layout) if self.options.weights is None else None
-        return WeightsSource.resolve(self.options.weights, self.entry.repo(layout), revision)
+        default = self.entry.repo(layout) if self.entry.repos else None  # an embedded model has no repo
+        return WeightsSource.resolve(self.options.weights, default, revision)
 
     @cached_property
     def source_or_none(self) -> WeightsSource | None:
