@@ -44,6 +44,12 @@ class DiTSizes:
     whole_block_params: int = 0
     # parameters outside the blocks that TP does split (HunyuanVideo's token refiner: attention and MLP)
     split_other_params: int = 0
+    # [batch, tokens, dim] activations every block step holds besides its own, carried from block to block: split
+    # with the rows (dp) and tokens (sp), whole under TP. Wan VACE: its hints (one per VACE layer, activation dtype),
+    # made by the VACE blocks and read by the main blocks, and the video stream (residual dtype) beside the control
+    # stream while the VACE blocks run
+    carried_activations: int = 0
+    carried_streams: int = 0
 
     @property
     def all_blocks(self) -> int:
@@ -206,7 +212,8 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     mlp = unit * max(hidden, reduced) * act
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4
-    return int(residual + max(attention, mlp) + text + modulation + scanned_mlp_bytes(job, layout)
+    carried = unit * (d.carried_activations * act + d.carried_streams * res)
+    return int(residual + max(attention, mlp) + text + modulation + carried + scanned_mlp_bytes(job, layout)
                + job.step_input_bytes)
 
 

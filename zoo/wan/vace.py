@@ -24,7 +24,6 @@ from typing import Any, Mapping
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from vidax.zoo.dit import BlockGroup, Params
@@ -221,13 +220,18 @@ class WanVACETransformer(WanTransformer):
     def head_inputs(self, hidden: MainState, ctx: Context) -> tuple:
         return hidden.hidden, ctx.temb
 
+    def memory_sizes(self, **widths: Any) -> Any:
+        """The planner's sizes (`StackedTransformer.memory_sizes`), corrected for VACE: a block of either group has
+        one MLP (the generic count reads the two groups' [dim, ffn] matrices as one block's two pathways), and the
+        blocks carry the hints `[len(vace_layers), B, S, D]` from the first VACE block to the last main block, and
+        the video stream beside the control stream while the VACE blocks run."""
+        sizes = super().memory_sizes(**widths)
+        return dataclasses.replace(sizes, mlp_inputs=1, mlp_outputs=1, carried_activations=len(self.cfg.vace_layers),
+                                   carried_streams=1)
+
     def dummy_inputs(self, batch: int = 1):
         cfg = self.cfg
         latents, timestep, text, image = super().dummy_inputs(batch)
         control = jnp.zeros((batch, cfg.vace_in_channels, *cfg.patch_size), jnp.float32)
         return latents, timestep, text, image, control, jnp.ones((batch, len(cfg.vace_layers)), jnp.float32)
 
-
-def hint_memory_bytes(cfg: WanVACEConfig, tokens: int, batch: int, width: int) -> int:
-    """Bytes of the hints the main blocks read (`[len(vace_layers), B, S, D]` in the activation dtype)."""
-    return int(np.prod((len(cfg.vace_layers), batch, tokens, cfg.inner_dim))) * width
