@@ -1,0 +1,109 @@
+"""A trained LoRA as the files LoRA loaders read (docs/LORA.md, "Formats"), and read back.
+
+- `peft` (default): diffusers/PEFT names, `transformer.blocks.{i}.<diffusers module>.lora_A.weight` `[r, in]` and
+  `.lora_B.weight` `[out, r]`, with the LoraConfig (`r`, `lora_alpha`, `target_modules`) in the file's
+  `lora_adapter_metadata`, keyed `transformer.<field>` as diffusers' `save_lora_weights` writes it: what
+  `WanPipeline.load_lora_weights` reads, alpha included.
+- `comfy`: the official Wan module names under `diffusion_model.`, `.lora_down.weight` `[r, in]`,
+  `.lora_up.weight` `[out, r]` and `.alpha` (a 0-d tensor), as ComfyUI, musubi-tuner and diffusion-pipe write
+  them; the official names come from the family's pairs in `conversion_specs/<family>/lora.toml`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from vidax.train.lora import Lora, LoraConfig, diffusers_name
+from vidax.translator.lora import PEFT_METADATA, load_mapping
+from vidax.translator.output import write_file
+from vidax.translator.safetensors_io import SafetensorsFile, header_bytes
+
+FORMATS = ("peft", "comfy")
+PEFT_PREFIX = "transformer."
+COMFY_PREFIX = "diffusion_model."
+TRAINING_METADATA = "vidax_training"  # the settings the file was trained with (JSON)
+
+
+class LoraFileError(ValueError):
+    """A LoRA file that does not hold what `read_peft` expects."""
+
+
+def _official(module: str, spec: str) -> str:
+    """A block module's official name (`blocks.0.attn1.to_q` -> `blocks.0.self_attn.q`)."""
+    names = load_mapping(spec).other_names(module)
+    if len(names) != 1:
+        raise LoraFileError(f"{module} has no official name in the {spec} LoRA pairs")
+    return names[0]
+
+
+def lora_tensors(lora: Lora, config: LoraConfig, fmt: str, spec: str = "wan/transformer",
+                 group: str = "blocks") -> dict[str, np.ndarray]:
+    """Flat `{key: float32 array}` of `lora` in format `fmt` (module docstring)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    out = {}
+    for module, pair in sorted(lora.items()):
+        a, b = np.asarray(pair["A"], np.float32), np.asarray(pair["B"], np.float32)  # [L, in, r], [L, r, out]
+        for i in range(a.shape[0]):
+            name = f"{group}.{i}.{diffusers_name(module)}"
+            down, up = np.ascontiguousarray(a[i].T), np.ascontiguousarray(b[i].T)  # [r, in], [out, r]
+            if fmt == "peft":
+                out[f"{PEFT_PREFIX}{name}.lora_A.weight"], out[f"{PEFT_PREFIX}{name}.lora_B.weight"] = down, up
+            else:
+                key = COMFY_PREFIX + _official(name, spec)
+                out[f"{key}.lora_down.weight"], out[f"{key}.lora_up.weight"] = down, up
+                out[f"{key}.alpha"] = np.asarray(config.lora_alpha, np.float32)
+    return out
+
+
+def peft_metadata(config: LoraConfig) -> str:
+    """diffusers' `lora_adapter_metadata` for the transformer's LoraConfig."""
+    fields = {"r": config.rank, "lora_alpha": config.lora_alpha, "target_modules": sorted(config.targets),
+              "lora_dropout": 0.0, "bias": "none"}
+    return json.dumps({f"{PEFT_PREFIX}{k}": v for k, v in fields.items()}, indent=2, sort_keys=True)
+
+
+def save_lora(path: str | Path, lora: Lora, config: LoraConfig, fmt: str = "peft", settings: dict | None = None,
+              spec: str = "wan/transformer") -> Path:
+    """Write `lora` to `path` (whole or not at all) in format `fmt`; `settings` go to the metadata."""
+    tensors = lora_tensors(lora, config, fmt, spec)
+    metadata = {"format": "pt"}
+    if fmt == "peft":
+        metadata[PEFT_METADATA] = peft_metadata(config)
+    if settings is not None:
+        metadata[TRAINING_METADATA] = json.dumps(settings, sort_keys=True)
+    entries = [(k, v.dtype, tuple(v.shape)) for k, v in tensors.items()]
+    data = header_bytes(entries, metadata) + b"".join(v.tobytes() for v in tensors.values())
+    return write_file(path, data)
+
+
+PEFT_KEY = re.compile(r"transformer\.(?P<group>\w+)\.(?P<i>\d+)\.(?P<module>.+)\.lora_(?P<role>[AB])\.weight")
+
+
+def read_peft(path: str | Path, module_paths: dict[str, str]) -> tuple[Lora, LoraConfig]:
+    """A PEFT-format LoRA file (as `save_lora` writes it) back as `Lora` params and its config.
+
+    Args:
+      module_paths: diffusers module name -> param path of the block layers (`attn1.to_out.0` -> `attn1/to_out_0`).
+    """
+    file = SafetensorsFile(path)
+    layers: dict[str, dict[str, dict[int, np.ndarray]]] = {}
+    for key in file.tensors:
+        found = PEFT_KEY.fullmatch(key)
+        if not found or found["module"] not in module_paths:
+            raise LoraFileError(f"{path}: {key} is not a PEFT LoRA tensor of a block layer")
+        role = "A" if found["role"] == "A" else "B"
+        layers.setdefault(module_paths[found["module"]], {}).setdefault(role, {})[int(found["i"])] = \
+            np.asarray(file.array(key), np.float32).T
+    meta = json.loads(file.metadata.get(PEFT_METADATA, "{}"))
+    fields = {k.rsplit(".", 1)[-1]: v for k, v in meta.items()}
+    lora = {m: {role: np.stack([by_layer[i] for i in sorted(by_layer)]) for role, by_layer in pair.items()}
+            for m, pair in layers.items()}
+    rank = next(iter(lora.values()))["A"].shape[-1]
+    config = LoraConfig(rank=rank, alpha=fields.get("lora_alpha"), targets=tuple(fields.get("target_modules") or
+                                                                                  sorted({diffusers_name(m) for m in lora})))
+    return lora, config
