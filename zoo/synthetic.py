@@ -216,7 +216,17 @@ def synthetic_plan(opts: SyntheticOptions) -> SyntheticPlan:
     for name, rel in (("scheduler", SCHEDULER_FILE), ("model_index", MODEL_INDEX_FILE)):
         if name in configs:
             plan.configs[rel] = configs[name]
+    _check_files_only(entry, _names(entry, opts), plan)
     return plan
+
+
+def _check_files_only(entry: ModelEntry, names: list[str], plan: SyntheticPlan) -> None:
+    """Every selected files-only component (tokenizers, scheduler, processors) is in the plan, or one line."""
+    missing = [n for n in names if entry.components[n].spec is None and n not in plan.tokenizers
+               and not any(rel.startswith(f"{n}/") for rel in plan.configs)]
+    if missing:
+        raise SourceError(f"{entry.name}: no synthetic stand-in for {', '.join(missing)} (no recorded config or "
+                          "tokenizer of its kind): leave it out with --components")
 
 
 def _check_room(out: Path, nbytes: int) -> None:
