@@ -9,28 +9,19 @@ Compared at fp32 with highest matmul precision: the loss, every LoRA gradient, a
 
 from __future__ import annotations
 
-import json
-
 import jax
 import numpy as np
 import pytest
 import torch
-from flax import traverse_util
 from peft import LoraConfig as PeftLoraConfig
 from peft import inject_adapter_in_model
 from peft.utils import get_peft_model_state_dict
 from safetensors.torch import save_file
 
-from tests.oracle import build_perturbed, save_diffusers
+from tests.train.tiny import CONFIG, build
 from vidax.train.export import read_peft
-from vidax.train.lora import DEFAULT_TARGETS, LoraConfig, dense_layers, diffusers_name, init_lora, lora_blocks
+from vidax.train.lora import DEFAULT_TARGETS, LoraConfig, dense_layers, diffusers_name, init_lora
 from vidax.train.objective import AdamW, Objective, loss_and_grad, step_noise, train_step
-from vidax.translator import convert
-from vidax.zoo.wan.config import WanTransformerConfig
-from vidax.zoo.wan.transformer import WanTransformer
-
-CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=4,
-              text_dim=24, freq_dim=12, ffn_dim=40, num_layers=2, cross_attn_norm=True)
 LATENT = (2, 4, 3, 4, 6)  # batch 2, 4 channels, 3 x 4 x 6 latents -> 18 tokens per clip
 RANK, ALPHA = 4, 8.0
 ADAMW = AdamW(lr=1e-3, weight_decay=0.01)
@@ -45,12 +36,7 @@ def rel(got, want) -> float:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("wan")
-    ref = build_perturbed(__import__("diffusers").WanTransformer3DModel, CONFIG, seed=0)
-    save_diffusers(ref, root / "transformer")
-    cfg = WanTransformerConfig.from_hf_config(json.loads((root / "transformer" / "config.json").read_text()))
-    model = WanTransformer(cfg)
-    params = traverse_util.unflatten_dict(dict(convert("wan/transformer", root, model.param_shapes(),
-                                                       dtype="float32")), sep="/")
+    ref, model, params = build(root)
     torch.manual_seed(1)
     peft = inject_adapter_in_model(PeftLoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=list(DEFAULT_TARGETS)), ref)
     gen = torch.Generator().manual_seed(2)
