@@ -8,7 +8,7 @@ The key-value store carries the messages because the followers wait for jobs far
 empty for hours) and a collective would time out; inside a job the collectives keep them in step.
 
 Messages, by job number `n` (0: the warm-up):
-  `vidax/serve/job/{n}`: `{"options": ..., "uploads": {field: base64}}`, or `{"stop": true}`;
+  `vidax/serve/job/{n}`: `{"options": ..., "uploads": {field: file(s)}}` (`job_message`), or `{"stop": true}`;
   `vidax/serve/job/{n}/hook/{k}`: "go", "cancel" (the job stops, the server goes on) or "stop".
 """
 
@@ -64,14 +64,7 @@ class Announcer:
 
     def announce(self, options) -> None:
         self.job += 1
-        fields = {k: v for k, v in dataclasses.asdict(options).items() if k not in ("out", "image", "images")}
-        extra = {k: v for k, v in fields.pop("extra").items() if not isinstance(v, Path)}
-        files = {"image": options.image, **{f"images/{r}": p for r, p in options.images.items()},
-                 **{f"extra/{k}": v for k, v in options.extra.items() if isinstance(v, Path)}}
-        message = {"options": {**fields, "extra": extra, "suffix": Path(options.out).suffix},
-                   "uploads": {name: base64.b64encode(Path(path).read_bytes()).decode()
-                               for name, path in files.items() if path is not None}}
-        _client().key_value_set(f"vidax/serve/job/{self.job}", json.dumps(message, default=str))
+        _client().key_value_set(f"vidax/serve/job/{self.job}", json.dumps(job_message(options), default=str))
 
     def stop(self) -> None:
         """No more jobs: the followers leave."""
@@ -166,15 +159,56 @@ def _next_message(key: str) -> str:
                 raise
 
 
+def job_message(options) -> dict:
+    """A job as process 0 announces it: its options, and the bytes of every file it reads (the image, the
+    images, a family's file inputs: one file, a repeatable flag's files, or a folder of frames), by name."""
+    fields = {k: v for k, v in dataclasses.asdict(options).items() if k not in ("out", "image", "images")}
+    extra = {k: v for k, v in fields.pop("extra").items() if not _is_file(v)}
+    files = {"image": options.image, **{f"images/{r}": p for r, p in options.images.items()},
+             **{f"extra/{k}": v for k, v in options.extra.items() if _is_file(v)}}
+    return {"options": {**fields, "extra": extra, "suffix": Path(options.out).suffix},
+            "uploads": {name: _packed(path) for name, path in files.items() if path is not None}}
+
+
+def _is_file(value) -> bool:
+    return isinstance(value, Path) or (isinstance(value, tuple) and bool(value) and
+                                       all(isinstance(v, Path) for v in value))
+
+
+def _packed(path) -> Any:
+    """One file `{"name", "data"}`, a folder `{"name", "files": {name: data}}`, several files a list of them."""
+    if isinstance(path, tuple):
+        return [_packed(one) for one in path]
+    path = Path(path)
+    if path.is_dir():
+        return {"name": path.name, "files": {p.name: _bytes(p) for p in sorted(path.iterdir()) if p.is_file()}}
+    return {"name": path.name, "data": _bytes(path)}
+
+
+def _bytes(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def _unpacked(packed: Any, folder: Path) -> Any:
+    """The files of `_packed` written under `folder` (their names kept: readers go by suffix), their path(s)."""
+    if isinstance(packed, list):
+        return tuple(_unpacked(one, folder / str(i)) for i, one in enumerate(packed))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / packed["name"]
+    if "files" in packed:
+        path.mkdir()
+        for name, data in packed["files"].items():
+            (path / name).write_bytes(base64.b64decode(data))
+    else:
+        path.write_bytes(base64.b64decode(packed["data"]))
+    return path
+
+
 def _options(make, message: dict[str, Any], folder: Path):
     """The job's options on this host: its uploads written under `folder`, its output there too (only
     process 0 writes outputs; the path must only be valid)."""
     folder.mkdir(parents=True)
-    paths = {}
-    for name, data in message["uploads"].items():
-        path = folder / name.replace("/", "_")
-        path.write_bytes(base64.b64decode(data))
-        paths[name] = path
+    paths = {name: _unpacked(packed, folder / name.replace("/", "_")) for name, packed in message["uploads"].items()}
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in message["options"].items()}  # JSON's lists
     suffix = fields.pop("suffix")
     extra = {**fields.pop("extra"), **{n[6:]: p for n, p in paths.items() if n.startswith("extra/")}}

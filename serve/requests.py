@@ -28,6 +28,7 @@ COMMON_FIELDS: dict[str, tuple[type, ...]] = {
 LORA_FIELD = "lora_strength"
 FORMATS = {"mp4": ".mp4", "npy": ".npy"}  # "format": the MP4 (H.264), or the float32 frames (vidax-gen --out x.npy)
 MAX_PROMPT_CHARS = 4000
+IMAGE, FILE = "image", "file"  # upload kinds: one image (`image`, `last_image`), or a family flag's file(s)
 
 
 class RequestError(VidaxError, ValueError):
@@ -73,16 +74,24 @@ def family_flags(model: str):
 
 
 @functools.cache
-def upload_roles(server: ServerOptions) -> dict[str, str]:
-    """Request fields that take a file (multipart upload) -> "image" or "video"; never a path in JSON."""
+def upload_roles(server: ServerOptions) -> dict[str, dict]:
+    """Request fields that take files (multipart uploads; never a path in JSON) -> how they are read:
+    `{"flag": vidax-gen's flag, "kind": "image" or "file", "multiple": bool}`.
+
+    Every image role of the model (`image`, `last_image`) takes one image. Every family flag that takes a
+    path is an upload of kind "file": one file (a video, a `.npy`, an image, what the flag reads); a repeatable
+    one (`multiple`) takes several, each one value in the order sent; any other takes several images as the
+    frames of a folder, in the order of their file names (vidax-gen reads a frame folder sorted by name).
+    """
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.pipeline import GenerateOptions
 
     pipeline = make_pipeline(server.model, GenerateOptions(model=server.model, prompt="", weights=server.weights))
-    roles = {role: "image" for role in pipeline.image_roles()}
+    roles = {role: {"flag": f"--{role.replace('_', '-')}", "kind": IMAGE, "multiple": False}
+             for role in pipeline.image_roles()}
     for flag in family_flags(server.model):
         if flag.kind is Path and not flag.image:
-            roles[flag.field] = "video"
+            roles[flag.field] = {"flag": flag.name, "kind": FILE, "multiple": flag.multiple}
     return roles
 
 
@@ -156,17 +165,20 @@ def _as_args(flag, value: Any) -> list[str]:
     return args
 
 
-def build_options(server: ServerOptions, fields: Mapping[str, Any], uploads: Mapping[str, Path], out: Path):
-    """The job's `GenerateOptions`: the server's settings, the request's, uploads by role, `out`."""
+def build_options(server: ServerOptions, fields: Mapping[str, Any], uploads: Mapping[str, Path | tuple[Path, ...]],
+                  out: Path):
+    """The job's `GenerateOptions`: the server's settings, the request's, uploads by role (a repeatable flag's:
+    a tuple of files; a set of frames: their folder), `out`."""
     from vidax.cli.gen import family_options
     from vidax.zoo.pipeline import GenerateOptions
 
     common, args = split_request(server.model, fields)
     extra, images = family_options(server.model, args)
-    roles = upload_roles(server)
+    flags = {flag.field: flag for flag in family_flags(server.model)}
     for role, path in uploads.items():
-        if roles.get(role) == "video":
-            extra[role] = path
+        flag = flags.get(role)
+        if flag is not None and flag.kind is Path and not flag.image:  # a family flag's file(s)
+            extra[role] = tuple(path) if flag.multiple else path
         elif role != "image":
             images[role] = path
     settings = {**dataclasses.asdict(server), "lora": job_loras(server, fields.get(LORA_FIELD))}
@@ -180,11 +192,21 @@ def check(options) -> dict:
     from vidax.zoo.registry import make_pipeline
 
     request = prepare(make_pipeline(options.model, options), options)
-    return {**dataclasses.asdict(request.settings), "seed": options.seed}
+    return {**{k: file_names(v) for k, v in dataclasses.asdict(request.settings).items()}, "seed": options.seed}
 
 
-def command_line(server: ServerOptions, request: Mapping[str, Any], uploads: Mapping[str, str]) -> str:
-    """The vidax-gen command that makes the same video (uploads by their role's file name)."""
+def file_names(value: Any) -> Any:
+    """A setting with its files (a path, or several) by their names: an upload by its role's file name."""
+    if isinstance(value, Path):
+        return value.name
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, Path) for v in value):
+        return [v.name for v in value]
+    return value
+
+
+def command_line(server: ServerOptions, request: Mapping[str, Any], uploads: Mapping[str, str | list[str]]) -> str:
+    """The vidax-gen command that makes the same video (uploads by their file names in the job's upload folder:
+    a set of frames by its folder's)."""
     flags = {flag.field: flag for flag in family_flags(server.model)}
     words = ["vidax-gen", server.model]
     for name, value in request.items():
@@ -194,7 +216,9 @@ def command_line(server: ServerOptions, request: Mapping[str, Any], uploads: Map
             words += _as_args(flags[name], value)
         else:
             words += [f"--{name.replace('_', '-')}", str(value)]
-    for role, filename in uploads.items():
-        words += [f"--{role.replace('_', '-')}", filename]
+    for role, names in uploads.items():  # a repeatable flag's files: the flag once per file
+        flag = flags[role].name if role in flags else f"--{role.replace('_', '-')}"
+        for name in names if isinstance(names, list) else [names]:
+            words += [flag, name]
     words += server.cli_flags(job_loras(server, request.get(LORA_FIELD))) + ["--out", f"video{output_suffix(request)}"]
     return shlex.join(words)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from vidax.serve import store as jobs
 from vidax.serve.lockstep import Announcer, JobCancelled, ServerStopping, several_processes
-from vidax.serve.requests import FORMATS, ServerOptions, build_options, check, command_line, output_suffix
+from vidax.serve.requests import FORMATS, ServerOptions, build_options, check, command_line, family_flags, file_names
+from vidax.serve.requests import output_suffix
 from vidax.translator import VidaxError
 from vidax.translator.output import fsync_path
 
@@ -135,12 +136,12 @@ class Service:
 
     # --- requests ---------------------------------------------------------------------------
 
-    def submit(self, fields: dict, uploads: dict[str, Path], job_id: str) -> str:
+    def submit(self, fields: dict, uploads: dict[str, Path | tuple[Path, ...]], job_id: str) -> str:
         """Check a request like vidax-gen would and queue it; raises RequestError / VidaxError (400)."""
         options = build_options(self.server, fields, uploads, self.partial / f"{job_id}{output_suffix(fields)}")
         settings = check(options)
         request = {k: v for k, v in fields.items() if v is not None and k != "model"}
-        request["uploads"] = {role: path.name for role, path in uploads.items()}
+        request["uploads"] = {role: file_names(path) for role, path in uploads.items()}  # a tuple: a list
         self.store.add(request, settings, job_id)
         self.wake.set()
         return job_id
@@ -181,7 +182,7 @@ class Service:
         status = {
             "id": job_id, "status": record["status"], "model": self.server.model,
             "progress": progress or None, "request": request, "uploads": record["request"].get("uploads", {}),
-            "settings": public(record["settings"]),
+            "settings": public(record["settings"], self.server.model),
             "times": record["times"], "error": record["error"], "attempts": record["attempts"],
             "created": record["created"], "started": record["started"], "finished": record["finished"],
             "command": command_line(self.server, request, record["request"].get("uploads", {})),
@@ -243,7 +244,8 @@ class Service:
         request = {k: v for k, v in job["request"].items() if k != "uploads"}
         out = self.partial / f"{job_id}{output_suffix(request)}"
         try:
-            uploads = {role: self.uploads / job_id / name for role, name in job["request"].get("uploads", {}).items()}
+            uploads = {role: tuple(self.uploads / job_id / n for n in name) if isinstance(name, list)
+                       else self.uploads / job_id / name for role, name in job["request"].get("uploads", {}).items()}
             options = build_options(self.server, request, uploads, out)
             result = self._generate(options, job["settings"], JobProgress(self, job_id))
             settings = self._publish_outputs(job_id, out, result.settings["layout_choice"])
@@ -293,7 +295,7 @@ class Service:
         sidecar = json.loads(out.with_suffix(".json").read_text())
         video = self.videos / f"{job_id}{out.suffix}"
         sidecar["outputs"] = {"video": video.name, "sidecar": self.sidecar_path(job_id).name}
-        sidecar["video"] = sidecar["out"] = video.name
+        sidecar["out"] = video.name  # ("video" is a family's setting: VACE's and Cosmos' input clip)
         sidecar["layout_choice"] = layout_choice
         temporary = out.with_suffix(".sidecar")
         temporary.write_text(json.dumps(sidecar, indent=1, default=str) + "\n")
@@ -302,12 +304,16 @@ class Service:
         fsync_path(out)
         os.replace(out, video)
         fsync_path(self.videos)
-        return {k: v for k, v in public(sidecar).items() if k not in ("stage_seconds", "outputs", "out", "video")}
+        return {k: v for k, v in public(sidecar, self.server.model).items()
+                if k not in ("stage_seconds", "outputs", "out")}
 
 
-def public(settings: dict) -> dict:
-    """Settings as a response shows them: no path on the server (uploads go by role, weights by name)."""
-    shown = {k: v for k, v in settings.items() if k not in PRIVATE_SETTINGS}
+def public(settings: dict, model: str) -> dict:
+    """Settings as a response shows them: no path on the server (uploads by their file names, weights by name)."""
+    files = {flag.field for flag in family_flags(model) if flag.kind is Path}
+    shown = {k: _names(v) if k in files else v for k, v in settings.items() if k not in PRIVATE_SETTINGS}
+    if isinstance(shown.get("extra"), dict):  # the options' family fields (the sidecar's)
+        shown["extra"] = {k: _names(v) if k in files else v for k, v in shown["extra"].items()}
     source = settings.get("weights_source")
     if source is not None:
         shown["weights_source"] = _no_path(source)
@@ -319,6 +325,13 @@ def public(settings: dict) -> dict:
 
 def _no_path(source) -> str:
     return source if not str(source).startswith("/") else Path(source).name
+
+
+def _names(files):
+    """A family flag's file(s) by name (the data folder may be a relative path too)."""
+    if isinstance(files, (list, tuple)):
+        return [Path(one).name for one in files]
+    return files if files is None else Path(files).name
 
 
 def _one_line(err: BaseException) -> str:

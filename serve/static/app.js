@@ -47,9 +47,14 @@ function buildForm() {
         "data-kind": flag.kind, placeholder: defaults[flag.field] ?? "" });
     fields.append(el("label", { title: flag.help }, flag.field, input));
   }
-  for (const [role, kind] of Object.entries(model.uploads)) {
-    $("#uploads").append(el("label", {}, role, el("input", { name: role, type: "file", "data-upload": kind,
-      accept: kind === "image" ? "image/*" : "video/*,.npy" })));
+  // one image; a repeatable flag's files (in the order chosen); or one clip, or its frames as images (by name)
+  for (const [role, upload] of Object.entries(model.uploads)) {
+    const image = upload.kind === "image";
+    const title = image ? `${upload.flag}: one image`
+      : upload.multiple ? `${upload.flag}: one or more files, in order`
+      : `${upload.flag}: a video or .npy, or its frames as images (in file-name order)`;
+    $("#uploads").append(el("label", { title }, role, el("input", { name: role, type: "file", "data-upload": upload.kind,
+      multiple: !image, accept: image ? "image/*" : "video/*,image/*,.npy" })));
   }
 }
 
@@ -72,7 +77,7 @@ async function submit(request, files = []) {
   if (files.length) {
     const form = new FormData();
     form.append("request", JSON.stringify(request));
-    for (const input of files) form.append(input.name, input.files[0]);
+    for (const input of files) for (const file of input.files) form.append(input.name, file);
     options = { method: "POST", body: form };
   } else {
     options = { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(request) };

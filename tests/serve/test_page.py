@@ -86,3 +86,29 @@ def test_api_docs_render_from_the_server_alone(page, server):
     assert tab.locator(".opblock").count() >= 4
     assert requested and all(url.startswith(server.url) for url in requested), requested
     context.close()
+
+
+def test_upload_inputs_follow_the_models_file_fields(page, server, tmp_path):
+    """One file input per upload field of GET /v1/models (several files where the field takes them), and the files
+    chosen go with the request: two reference images sent to wan-tiny get the server's refusal of them (a form
+    without its files would have been sent as JSON and queued)."""
+    from tests.serve.test_api import png_bytes
+
+    uploads = httpx.get(server.url + "/v1/models").json()["data"][0]["uploads"]
+    inputs = page.locator("#uploads input[type=file]")
+    assert sorted(inputs.evaluate_all("xs => xs.map(x => x.name)")) == sorted(uploads)
+    for role, upload in uploads.items():
+        several = page.locator(f"#uploads input[name={role}]").evaluate("x => x.multiple")
+        assert several == (upload["kind"] != "image"), role
+    files = []
+    for name in ("first.png", "second.png"):
+        (tmp_path / name).write_bytes(png_bytes())
+        files.append(str(tmp_path / name))
+    page.set_input_files("#uploads input[name=reference_images]", files)
+    page.fill("textarea[name=prompt]", "with references")
+    page.click("#submit")
+    error = page.locator("#form-error")
+    error.filter(has_text="--reference-image").wait_for()
+    assert "wan-tiny takes no --reference-image (the VACE models do" in error.inner_text()
+    page.set_input_files("#uploads input[name=reference_images]", [])
+    page.fill("textarea[name=prompt]", "")
