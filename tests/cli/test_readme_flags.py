@@ -22,7 +22,7 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]")
 # flags of commands that are not vidax CLIs: the file whose source defines each (checked to still do)
 OTHER = {"--test": "scripts/setup.sh", "--warm": "bench/bench_dry_run.py",
          "--profile": "bench/accelerator/run.py", "--torch-device": "bench/accelerator/run.py"}
-EXTERNAL = {"--ntasks": "SLURM's srun"}
+EXTERNAL = {"--ntasks": "SLURM's srun", "--durations": "pytest"}
 
 
 def _options(app) -> set[str]:
