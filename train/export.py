@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vidax.translator import VidaxError
 from vidax.train.lora import Lora, LoraConfig, diffusers_name
 from vidax.translator.lora import PEFT_METADATA, load_mapping
 from vidax.translator.output import write_file
@@ -28,7 +29,7 @@ COMFY_PREFIX = "diffusion_model."
 TRAINING_METADATA = "vidax_training"  # the settings the file was trained with (JSON)
 
 
-class LoraFileError(ValueError):
+class LoraFileError(VidaxError, ValueError):
     """A LoRA file that does not hold what `read_peft` expects."""
 
 

@@ -21,6 +21,7 @@ import flax
 import jax
 import jax.numpy as jnp
 
+from vidax.translator import VidaxError
 from vidax.zoo.sharding import constrain
 
 Lora = dict[str, dict[str, jax.Array]]  # {"attn1/to_q": {"A": [L, in, r], "B": [L, r, out]}}
@@ -30,7 +31,7 @@ DEFAULT_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.ne
 HIDDEN_AXES = ("batch", "seq", "act_embed")
 
 
-class LoraConfigError(ValueError):
+class LoraConfigError(VidaxError, ValueError):
     """A LoRA request that does not fit the model (a target that names no layer, a rank below 1)."""
 
 

@@ -18,19 +18,13 @@ from peft import inject_adapter_in_model
 from peft.utils import get_peft_model_state_dict
 from safetensors.torch import save_file
 
-from tests.train.tiny import CONFIG, build
+from tests.train.tiny import CONFIG, build, rel
 from vidax.train.export import read_peft
 from vidax.train.lora import DEFAULT_TARGETS, LoraConfig, dense_layers, diffusers_name, init_lora
 from vidax.train.objective import AdamW, Objective, loss_and_grad, step_noise, train_step
 LATENT = (2, 4, 3, 4, 6)  # batch 2, 4 channels, 3 x 4 x 6 latents -> 18 tokens per clip
 RANK, ALPHA = 4, 8.0
 ADAMW = AdamW(lr=1e-3, weight_decay=0.01)
-
-
-def rel(got, want) -> float:
-    """Relative error of a whole tensor (its norm): elementwise rtol is meaningless for entries near zero."""
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 from flax import traverse_util
 
 from tests.oracle import build_perturbed, save_diffusers
@@ -27,3 +28,9 @@ def build(root: Path, seed: int = 0):
     model = WanTransformer(cfg)
     tree = convert("wan/transformer", root, model.param_shapes(), dtype="float32")
     return ref, model, traverse_util.unflatten_dict(dict(tree), sep="/")
+
+
+def rel(got, want) -> float:
+    """Relative error of a whole tensor (its norm): elementwise rtol is meaningless for entries near zero."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))

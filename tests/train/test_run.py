@@ -1,0 +1,154 @@
+"""`vidax-train lora` end to end on the embedded wan-tiny (issue 49, items 1 and 2): a folder of two images and
+a clip with captions, encoded once and cached; the command's one-line errors; a run resumed from its checkpoint
+ends bit for bit where the uninterrupted run ends; dp and tp on fake CPU devices equal one device."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tests.train.tiny import rel
+from vidax.cli.train import app
+from vidax.train import data
+from vidax.train.lora import init_lora
+from vidax.train.objective import Objective, loss_and_grad, step_noise
+from vidax.train.run import TrainOptions, batch_arrays, checkpoint_path, mesh_context, prepare, step_key, train_lora
+from vidax.translator.safetensors_io import SafetensorsFile
+
+SIZE = dict(height=32, width=32, frames=5)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from PIL import Image
+
+    from vidax.zoo.video_io import write_mp4
+
+    root = tmp_path_factory.mktemp("clips")
+    rng = np.random.default_rng(0)
+    for i, caption in enumerate(["a red circle moves left on a blue background", "a white square moves up"]):
+        Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(root / f"image{i}.png")
+        (root / f"image{i}.txt").write_text(caption)
+    write_mp4(root / "clip.mp4", rng.random((9, 32, 40, 3)).astype(np.float32), 16)
+    (root / "clip.txt").write_text("a green triangle moves right on a black background")
+    return root
+
+
+def options(folder, out, **kw) -> TrainOptions:
+    base = dict(model="wan-tiny", data=folder, out=out, rank=4, steps=4, batch=2, lr=1e-3, dtype="float32", **SIZE)
+    return TrainOptions(**{**base, **kw})
+
+
+def tensors(path) -> dict:
+    file = SafetensorsFile(path)
+    return {k: np.array(file.array(k)) for k in file.tensors}
+
+
+def test_cli_trains_and_writes_a_comfy_lora(folder, tmp_path):
+    out = tmp_path / "style.safetensors"
+    result = CliRunner().invoke(app, ["lora", "wan-tiny", "--data", str(folder), "--out", str(out), "--rank", "4",
+                                      "--steps", "2", "--batch", "2", "--height", "32", "--width", "32", "--frames", "5",
+                                      "--format", "comfy", "--alpha", "2", "--targets", "to_q,ffn.net.2"])
+    assert result.exit_code == 0, result.output
+    got = tensors(out)
+    assert sorted({k.split(".", 3)[3].rsplit(".", 2)[0] for k in got if k.endswith("lora_down.weight")}) == \
+        ["cross_attn.q", "ffn.2", "self_attn.q"]
+    assert all(float(v) == 2.0 for k, v in got.items() if k.endswith(".alpha"))
+    assert np.abs(got["diffusion_model.blocks.0.self_attn.q.lora_up.weight"]).max() > 0  # B moved off zero
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "missing"], "not a folder"),
+    (["--rank", "0"], "--rank must be at least 1"),
+    (["--format", "kohya"], "--format must be one of peft, comfy"),
+    (["--targets", "to_x"], "--targets to_x name no layer"),
+    (["--batch", "3", "--dp", "2"], "multiple of --dp"),
+])
+def test_bad_requests_are_one_line(folder, tmp_path, args, message):
+    argv = ["lora", "wan-tiny", "--data", str(folder), "--out", str(tmp_path / "x.safetensors"), "--steps", "1",
+            "--height", "32", "--width", "32", "--frames", "5", *args]
+    if args[0] == "--data":
+        argv[3] = str(tmp_path / "missing")
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 1
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_encodings_are_cached_by_content_and_settings(folder, tmp_path):
+    items = data.find_items(folder)
+    calls = []
+
+    def video(pixels):
+        calls.append(pixels.shape)
+        return np.zeros((1, 4, 1 + (pixels.shape[2] - 1) // 4, 4, 4), np.float32)
+
+    def text(caption):
+        return np.zeros((1, 3, 8), np.float32)
+
+    settings = {"model": "m", **SIZE}
+    first = data.encode_items(items, settings, tmp_path, video, text)
+    assert [c[2] for c in calls] == [5, 1, 1]  # the clip's first 5 frames (it has 9), one frame per image
+    assert [e.latents.shape[1] for e in first] == [2, 1, 1]
+    data.encode_items(items, settings, tmp_path, video, text)
+    assert len(calls) == 3  # a rerun encodes nothing
+    data.encode_items(items, {**settings, "height": 16}, tmp_path, video, text)
+    assert len(calls) == 6  # another size encodes everything again
+
+
+def test_resume_continues_bit_for_bit(folder, tmp_path):
+    straight = options(folder, tmp_path / "a.safetensors", checkpoint_every=2)
+    prep = prepare(straight)
+    train_lora(straight, prep=prep)
+    half = options(folder, tmp_path / "b.safetensors", steps=2)
+    train_lora(half, prep=prep)
+    two = tensors(half.out)
+    resumed = dataclasses.replace(half, steps=4, resume=checkpoint_path(half.out))
+    train_lora(resumed, prep=prep)
+    a, b = tensors(straight.out), tensors(resumed.out)
+    assert a.keys() == b.keys()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert not all(np.array_equal(a[k], two[k]) for k in a)  # the last two steps did move the LoRA
+    other = dataclasses.replace(resumed, lr=1e-2)
+    with pytest.raises(ValueError, match="made with other settings"):
+        train_lora(other, prep=prep)
+
+
+def first_step(opts, lora):
+    """Step 0's loss and LoRA gradients as `train_lora` computes them, on the options' mesh."""
+    prep = prepare(opts)
+    latents, text = batch_arrays(prep, opts, 0)
+    objective = Objective(scale=opts.lora_config().scale)
+    noise, sigmas = step_noise(step_key(opts.seed, 0), latents.shape, objective)
+    with mesh_context(prep):
+        return jax.jit(loss_and_grad, static_argnums=(0, 1))(prep.model, objective, prep.base, lora, latents, noise,
+                                                              sigmas, text)
+
+
+def test_dp_and_tp_equal_one_device(folder, tmp_path):
+    """dp 2 x tp 2 on 4 of the fake CPU devices: the loss and every LoRA gradient of a step as on one device
+    (within 1e-5 of each tensor's norm), and a whole run's losses too. The LoRA after AdamW steps is not
+    compared entry by entry: Adam divides each gradient entry by its own magnitude, so an entry whose gradient
+    is near zero turns the reductions' fp32 rounding (another order on 4 devices) into a visible change."""
+    assert len(jax.devices()) >= 4
+    one = options(folder, tmp_path / "one.safetensors", steps=2)
+    mesh = options(folder, tmp_path / "mesh.safetensors", steps=2, dp=2, tp=2)
+    blocks = prepare(one).base["blocks"]
+    lora = init_lora(jax.random.key(3), blocks, one.lora_config())
+    keys = iter(jax.random.split(jax.random.key(4), len(lora)))
+    lora = {m: {"A": p["A"], "B": 0.05 * jax.random.normal(next(keys), p["B"].shape)} for m, p in lora.items()}
+    loss, grads = first_step(one, lora)
+    mesh_loss, mesh_grads = first_step(mesh, lora)
+    assert rel(mesh_loss, loss) < 1e-5
+    for module in grads:
+        for role in ("A", "B"):
+            assert rel(mesh_grads[module][role], grads[module][role]) < 1e-5, (module, role)
+    losses = {}
+    for opts in (one, mesh):
+        seen = losses.setdefault(opts.dp, [])
+        train_lora(opts, lambda step, total, value, rate, seen=seen: seen.append(value))
+    assert rel(losses[2], losses[1]) < 1e-5
