@@ -15,6 +15,7 @@ import typer
 from vidax.cli.convert import app as convert_app
 from vidax.cli.gen import app as gen_app
 from vidax.cli.serve import app as serve_app
+from vidax.cli.train import app as train_app
 from vidax.zoo.registry import family_class, lookup, registered_models
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +28,8 @@ EXTERNAL = {"--ntasks": "SLURM's srun", "--durations": "pytest"}
 
 def _options(app) -> set[str]:
     command = typer.main.get_command(app)
-    return {o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
+    commands = [command, *getattr(command, "commands", {}).values()]  # vidax-train: its subcommands' (lora)
+    return {o for c in commands for p in c.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
 
 
 def _family_flags(family: str) -> set[str]:
@@ -45,7 +47,7 @@ def _readme() -> str:
 
 def test_every_flag_readme_names_exists():
     families = {m.family for m in registered_models().values()}
-    known = _options(gen_app) | _options(convert_app) | _options(serve_app)
+    known = _options(gen_app) | _options(convert_app) | _options(serve_app) | _options(train_app)
     known |= set().union(*(_family_flags(f) for f in families))
     named = set(FLAG.findall(_readme()))
     for flag, path in OTHER.items():
@@ -59,9 +61,9 @@ def _command_lines(text: str) -> list[str]:
     """vidax CLI invocations: lines of fenced code blocks and inline `code` spans that run one."""
     blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
     lines = [line for block in blocks for line in block.splitlines()]
-    lines += re.findall(r"`([^`\n]*vidax-(?:gen|convert|serve) [^`\n]*)`", text)
+    lines += re.findall(r"`([^`\n]*vidax-(?:gen|convert|serve|train) [^`\n]*)`", text)
     lines = [line.split(" #")[0] for line in lines]  # a shell comment after the command
-    return [line for line in lines if re.search(r"(?:^|[\s/])vidax-(?:gen|convert|serve) ", line)]
+    return [line for line in lines if re.search(r"(?:^|[\s/])vidax-(?:gen|convert|serve|train) ", line)]
 
 
 def _tokens(line: str) -> list[str]:
@@ -69,13 +71,14 @@ def _tokens(line: str) -> list[str]:
 
 
 def test_each_example_command_uses_its_own_flags():
-    common = {"gen": _options(gen_app), "convert": _options(convert_app), "serve": _options(serve_app)}
+    common = {"gen": _options(gen_app), "convert": _options(convert_app), "serve": _options(serve_app),
+              "train": _options(train_app)}
     lines = _command_lines(_readme())
     assert len(lines) >= 20  # the Use section's examples, the serving and several-host ones
     problems = []
     for line in lines:
         words = _tokens(line)
-        at = next(i for i, w in enumerate(words) if re.fullmatch(r"(?:.*/)?vidax-(gen|convert|serve)", w))
+        at = next(i for i, w in enumerate(words) if re.fullmatch(r"(?:.*/)?vidax-(gen|convert|serve|train)", w))
         tool = words[at].rsplit("-", 1)[1]
         model = words[at + 1] if len(words) > at + 1 and not words[at + 1].startswith("-") else None
         allowed = set(common[tool])

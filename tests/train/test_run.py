@@ -1,6 +1,6 @@
 """`vidax-train lora` end to end on the embedded wan-tiny (issue 49, items 1 and 2): a folder of two images and
 a clip with captions, encoded once and cached; the command's one-line errors; a run resumed from its checkpoint
-ends bit for bit where the uninterrupted run ends; dp and tp on fake CPU devices equal one device."""
+ends bit for bit where the uninterrupted run ends; dp x tp x sp on fake CPU devices equals one device."""
 
 from __future__ import annotations
 
@@ -129,14 +129,14 @@ def first_step(opts, lora):
                                                               sigmas, text)
 
 
-def test_dp_and_tp_equal_one_device(folder, tmp_path):
-    """dp 2 x tp 2 on 4 of the fake CPU devices: the loss and every LoRA gradient of a step as on one device
+def test_a_mesh_equals_one_device(folder, tmp_path):
+    """dp 2 x tp 2 x sp 2 on the 8 fake CPU devices: the loss and every LoRA gradient of a step as on one device
     (within 1e-5 of each tensor's norm), and a whole run's losses too. The LoRA after AdamW steps is not
     compared entry by entry: Adam divides each gradient entry by its own magnitude, so an entry whose gradient
-    is near zero turns the reductions' fp32 rounding (another order on 4 devices) into a visible change."""
-    assert len(jax.devices()) >= 4
+    is near zero turns the reductions' fp32 rounding (another order on 8 devices) into a visible change."""
+    assert len(jax.devices()) >= 8
     one = options(folder, tmp_path / "one.safetensors", steps=2)
-    mesh = options(folder, tmp_path / "mesh.safetensors", steps=2, dp=2, tp=2)
+    mesh = options(folder, tmp_path / "mesh.safetensors", steps=2, dp=2, tp=2, sp=2)
     blocks = prepare(one).base["blocks"]
     lora = init_lora(jax.random.key(3), blocks, one.lora_config())
     keys = iter(jax.random.split(jax.random.key(4), len(lora)))
@@ -152,3 +152,12 @@ def test_dp_and_tp_equal_one_device(folder, tmp_path):
         seen = losses.setdefault(opts.dp, [])
         train_lora(opts, lambda step, total, value, rate, seen=seen: seen.append(value))
     assert rel(losses[2], losses[1]) < 1e-5
+
+
+def test_help_names_the_issue_flags():
+    """The command's shape is the issue's, so that scripts can rely on it (help prints whole: no markup trap)."""
+    result = CliRunner().invoke(app, ["lora", "--help"], env={"COLUMNS": "200"}, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for flag in ("--weights", "--data", "--out", "--rank", "--alpha", "--steps", "--lr", "--batch", "--seed", "--height",
+                 "--width", "--frames", "--format", "--targets", "--resume", "--tp", "--sp", "--dp"):
+        assert flag in result.output, flag
