@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vidax.translator import VidaxError
 from vidax.train.lora import Lora, LoraConfig, diffusers_name
-from vidax.translator.lora import PEFT_METADATA, load_mapping
+from vidax.translator import VidaxError
+from vidax.translator.lora import PEFT_METADATA, Mapping, load_mapping
 from vidax.translator.output import write_file
 from vidax.translator.safetensors_io import SafetensorsFile, header_bytes
 
@@ -33,11 +33,11 @@ class LoraFileError(VidaxError, ValueError):
     """A LoRA file that does not hold what `read_peft` expects."""
 
 
-def _official(module: str, spec: str) -> str:
+def _official(module: str, mapping: Mapping) -> str:
     """A block module's official name (`blocks.0.attn1.to_q` -> `blocks.0.self_attn.q`)."""
-    names = load_mapping(spec).other_names(module)
+    names = mapping.other_names(module)
     if len(names) != 1:
-        raise LoraFileError(f"{module} has no official name in the {spec} LoRA pairs")
+        raise LoraFileError(f"{module} has no official name in the LoRA pairs of conversion_specs/*/lora.toml")
     return names[0]
 
 
@@ -46,6 +46,7 @@ def lora_tensors(lora: Lora, config: LoraConfig, fmt: str, spec: str = "wan/tran
     """Flat `{key: float32 array}` of `lora` in format `fmt` (module docstring)."""
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    mapping = load_mapping(spec) if fmt == "comfy" else None
     out = {}
     for module, pair in sorted(lora.items()):
         a, b = np.asarray(pair["A"], np.float32), np.asarray(pair["B"], np.float32)  # [L, in, r], [L, r, out]
@@ -55,7 +56,7 @@ def lora_tensors(lora: Lora, config: LoraConfig, fmt: str, spec: str = "wan/tran
             if fmt == "peft":
                 out[f"{PEFT_PREFIX}{name}.lora_A.weight"], out[f"{PEFT_PREFIX}{name}.lora_B.weight"] = down, up
             else:
-                key = COMFY_PREFIX + _official(name, spec)
+                key = COMFY_PREFIX + _official(name, mapping)
                 out[f"{key}.lora_down.weight"], out[f"{key}.lora_up.weight"] = down, up
                 out[f"{key}.alpha"] = np.asarray(config.lora_alpha, np.float32)
     return out

@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from vidax.train import data
 from vidax.train.export import FORMATS, save_lora
-from vidax.train.lora import DEFAULT_TARGETS, LoraConfig, init_lora
+from vidax.train.lora import DEFAULT_TARGETS, LoraConfig, init_lora, targeted
 from vidax.train.objective import SAMPLINGS, AdamW, Objective, train_step
 from vidax.translator import VidaxError
 from vidax.translator.output import write_file
@@ -139,10 +139,11 @@ def prepare(options: TrainOptions) -> Prepared:
     s = family.resolve_settings(gen)
     settings = {"model": options.model, "weights": str(options.weights), "height": s.height, "width": s.width,
                 "frames": s.frames, "max_sequence_length": s.max_sequence_length}
-    encoded = _encode(family, Run(family, gen), s, options, settings)
     part = family.dit_parts(s)[0]
     tree = family.load_tree(part.component, part.spec, part.subfolders, options.dtype or part.dtype)
     model = family.build_dit(part, tree, s)
+    targeted(traverse_util.unflatten_dict(dict(tree), sep="/")["blocks"], options.targets)  # before any encoding
+    encoded = _encode(family, Run(family, gen), s, options, settings)
     mesh = make_mesh(options.dp, options.tp, options.sp) if options.dp * options.tp * options.sp > 1 else None
     rules = family.transformer_rules
     return Prepared(model, _place(model, tree, mesh, rules), encoded, settings, mesh, rules)
