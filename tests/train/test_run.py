@@ -161,3 +161,11 @@ def test_help_names_the_issue_flags():
     for flag in ("--weights", "--data", "--out", "--rank", "--alpha", "--steps", "--lr", "--batch", "--seed", "--height",
                  "--width", "--frames", "--format", "--targets", "--resume", "--tp", "--sp", "--dp"):
         assert flag in result.output, flag
+
+
+@pytest.mark.parametrize("model", ["wan2.1-i2v-14b-480p", "wan2.2-t2v-a14b", "ltx-2"])
+def test_models_it_cannot_train_are_refused_before_any_work(folder, tmp_path, model):
+    """From the registry's configs alone (nothing downloaded): image-conditioned, two-expert, other families."""
+    result = CliRunner().invoke(app, ["lora", model, "--data", str(folder), "--out", str(tmp_path / "x.safetensors")])
+    assert result.exit_code == 1
+    assert "trains Wan 2.1 / 2.2 text-to-video DiTs with one expert" in result.output, result.output
