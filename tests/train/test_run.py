@@ -9,6 +9,7 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+from flax import traverse_util
 from typer.testing import CliRunner
 
 from tests.train.tiny import rel
@@ -118,9 +119,8 @@ def test_resume_continues_bit_for_bit(folder, tmp_path):
         train_lora(other, prep=prep)
 
 
-def first_step(opts, lora):
+def first_step(opts, prep, lora):
     """Step 0's loss and LoRA gradients as `train_lora` computes them, on the options' mesh."""
-    prep = prepare(opts)
     latents, text = batch_arrays(prep, opts, 0)
     objective = Objective(scale=opts.lora_config().scale)
     noise, sigmas = step_noise(step_key(opts.seed, 0), latents.shape, objective)
@@ -137,12 +137,12 @@ def test_a_mesh_equals_one_device(folder, tmp_path):
     assert len(jax.devices()) >= 8
     one = options(folder, tmp_path / "one.safetensors", steps=2)
     mesh = options(folder, tmp_path / "mesh.safetensors", steps=2, dp=2, tp=2, sp=2)
-    blocks = prepare(one).base["blocks"]
-    lora = init_lora(jax.random.key(3), blocks, one.lora_config())
+    preps = {opts.dp: prepare(opts) for opts in (one, mesh)}
+    lora = init_lora(jax.random.key(3), preps[1].base["blocks"], one.lora_config())
     keys = iter(jax.random.split(jax.random.key(4), len(lora)))
     lora = {m: {"A": p["A"], "B": 0.05 * jax.random.normal(next(keys), p["B"].shape)} for m, p in lora.items()}
-    loss, grads = first_step(one, lora)
-    mesh_loss, mesh_grads = first_step(mesh, lora)
+    loss, grads = first_step(one, preps[1], lora)
+    mesh_loss, mesh_grads = first_step(mesh, preps[2], lora)
     assert rel(mesh_loss, loss) < 1e-5
     for module in grads:
         for role in ("A", "B"):
@@ -150,7 +150,7 @@ def test_a_mesh_equals_one_device(folder, tmp_path):
     losses = {}
     for opts in (one, mesh):
         seen = losses.setdefault(opts.dp, [])
-        train_lora(opts, lambda step, total, value, rate, seen=seen: seen.append(value))
+        train_lora(opts, lambda step, total, value, rate, seen=seen: seen.append(value), prep=preps[opts.dp])
     assert rel(losses[2], losses[1]) < 1e-5
 
 
@@ -169,3 +169,20 @@ def test_models_it_cannot_train_are_refused_before_any_work(folder, tmp_path, mo
     result = CliRunner().invoke(app, ["lora", model, "--data", str(folder), "--out", str(tmp_path / "x.safetensors")])
     assert result.exit_code == 1
     assert "trains Wan 2.1 / 2.2 text-to-video DiTs with one expert" in result.output, result.output
+
+
+def test_a_bf16_base_trains_an_fp32_lora(folder, tmp_path):
+    """--dtype bfloat16: the frozen base in bf16, the LoRA and AdamW's moments in fp32; the first loss (the LoRA's
+    B is zero: the base model's) near the fp32 base's (bf16 weights and activations: 1e-2)."""
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        opts = options(folder, tmp_path / f"{dtype}.safetensors", steps=1, dtype=dtype)
+        prep = prepare(opts)
+        kernels = {leaf.dtype for path, leaf in traverse_util.flatten_dict(prep.base, sep="/").items()
+                   if path.startswith("blocks/") and path.endswith("/kernel")}
+        assert kernels == {np.dtype(dtype)}
+        seen = losses.setdefault(dtype, [])
+        train_lora(opts, lambda step, total, value, rate, seen=seen: seen.append(value), prep=prep)
+        with np.load(checkpoint_path(opts.out)) as saved:
+            assert {saved[k].dtype for k in saved.files if k.startswith("leaf_") and saved[k].ndim} == {np.dtype("float32")}
+    assert abs(losses["bfloat16"][0] - losses["float32"][0]) < 1e-2 * losses["float32"][0]
