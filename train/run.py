@@ -201,6 +201,7 @@ def train_lora(options: TrainOptions, progress: Progress | None = None, prep: Pr
       progress: called after every step with (step, total, loss, steps per second).
       prep: `prepare(options)`'s result, when the caller made it already.
     """
+    options.check()
     prep = prep or prepare(options)
     config = options.lora_config()
     adamw = AdamW(options.lr, options.weight_decay)
