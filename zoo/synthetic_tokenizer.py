@@ -17,11 +17,23 @@ T5_SPECIALS = ["<pad>", "</s>", "<unk>"]  # T5's ids 0, 1, 2
 _CHARACTERS = string.ascii_lowercase + string.digits + ".,!?'-:;()"
 
 
+def t5_style_unigram(vocab: list[tuple[str, float]]):
+    """A Unigram tokenizer over `(piece, score)` pairs that splits and ends prompts as T5's does: NFKC and
+    lowercase, metaspace pieces, `</s>` (id 1) appended, `<unk>` at id 2."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    tok = Tokenizer(models.Unigram(vocab, unk_id=2, byte_fallback=False))
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                                       special_tokens=[("</s>", 1)])
+    return tok
+
+
 def t5_tokenizer_files(vocab_size: int) -> dict[str, str]:
     """`tokenizer.json`, `tokenizer_config.json` and `special_tokens_map.json` of a T5-style Unigram
     tokenizer (T5's specials and `</s>` appended, metaspace splitting) of exactly `vocab_size` ids."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-
     if vocab_size < len(T5_SPECIALS) + 2:
         raise ValueError(f"a T5 tokenizer needs at least {len(T5_SPECIALS) + 2} ids, the encoder has {vocab_size}")
     pieces = T5_SPECIALS + ["▁"] + [f"▁{c}" for c in string.ascii_lowercase] + list(_CHARACTERS)
@@ -29,12 +41,7 @@ def t5_tokenizer_files(vocab_size: int) -> dict[str, str]:
     pieces += [f"<synthetic_{i}>" for i in range(vocab_size - len(pieces))]  # never produced from a prompt
     vocab = [(p, 0.0 if p in T5_SPECIALS else -1.0 if len(p) == 1 else -0.5 if p.startswith("▁") else -100.0)
              for p in pieces]
-    tok = Tokenizer(models.Unigram(vocab, unk_id=2, byte_fallback=False))
-    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
-                                                       special_tokens=[("</s>", 1)])
+    tok = t5_style_unigram(vocab)
     config = {"tokenizer_class": "T5Tokenizer", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
               "padding_side": "right", "model_max_length": 512, "synthetic": True}
     special = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}

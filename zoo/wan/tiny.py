@@ -28,17 +28,11 @@ SPECIALS = ["<pad>", "</s>", "<unk>"]  # T5's ids 0, 1, 2
 
 def build_tokenizer(folder: Path) -> int:
     """A character-level Unigram tokenizer with T5's specials and metaspace splitting; returns the vocab size."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from vidax.zoo.synthetic_tokenizer import t5_style_unigram
 
     pieces = SPECIALS + ["▁"] + [f"▁{c}" for c in string.ascii_lowercase] + list(string.ascii_lowercase + string.digits)
     pieces += list(".,!?'-:;()")
-    vocab = [(p, 0.0 if p in SPECIALS else -float(len(p) == 1)) for p in pieces]
-    tok = Tokenizer(models.Unigram(vocab, unk_id=2, byte_fallback=False))
-    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
-                                                       special_tokens=[("</s>", 1)])
+    tok = t5_style_unigram([(p, 0.0 if p in SPECIALS else -float(len(p) == 1)) for p in pieces])
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
     config = {"tokenizer_class": "T5Tokenizer", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
