@@ -4,7 +4,7 @@ and the compile seconds cold and warm.
 For each model and layout (the planner's choice for 4 x 30.75 GiB, the seeds' TPU v4 chip, and 8 x 80 GiB; the
 seeds' own layout where they name one) and each weights dtype, one process compiles every stage on fake CPU
 devices with a fresh persistent compile cache (cold), and a second process compiles the same stages from that
-cache (warm: each stage's executable loaded serialized, `vidax.zoo.dry_run_cache`, without tracing). Printed per
+cache (warm: each stage's executable loaded serialized, `vidax.zoo.plan.dry_run_cache`, without tracing). Printed per
 stage: XLA's total bytes per device (arguments + outputs + temporaries, donated buffers once), the planner's
 figure, their ratio, and the compile seconds cold and warm; then the warm run's share of the cold one, with the
 load average as the pair started (both processes run under the same load, one after the other). The seeds'
@@ -49,11 +49,11 @@ def worker(model: str, devices: int, gib: float, dtype: str, cache: str, layout:
     """One process: compile the stages and print one JSON line per stage, then the dry run's wall seconds."""
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from vidax.zoo.dry_run import dry_run
-    from vidax.zoo.pipeline import GenerateOptions
-    from vidax.zoo.planner import GIB, Layout, plan
+    from vidax.zoo.plan.dry_run import dry_run
+    from vidax.zoo.generator.options import GenerateOptions
+    from vidax.zoo.compute.planner import GIB, Layout, plan
     from vidax.zoo.registry import make_pipeline
-    from vidax.zoo.runtime import configure_compile_cache
+    from vidax.zoo.compute.runtime import configure_compile_cache
 
     configure_compile_cache(True, cache, min_compile_secs=0)
     options = GenerateOptions(model=model, prompt="", dtype=dtype)

@@ -11,8 +11,8 @@ XLA's memory analysis of the widest decoder stage).
 from __future__ import annotations
 
 from bench.families import pieces
-from vidax.zoo.family import Settings
-from vidax.zoo.planner import GIB, Job, Layout, plan, predict
+from vidax.zoo.generator.contract import Settings
+from vidax.zoo.compute.planner import GIB, Job, Layout, plan, predict
 
 HunyuanConfig, HunyuanVAEConfig, hunyuan_memory_job = pieces("hunyuan_video15", "TransformerConfig", "VAEConfig",
                                                              "memory_job")

@@ -80,7 +80,7 @@ def make_checkpoint(layers: int) -> Path:
     """Write the synthetic checkpoint (diffusers repo layout) once; returns the model root."""
     import ml_dtypes
 
-    from vidax.translator.safetensors_io import header_bytes
+    from vidax.translator.formats.safetensors_io import header_bytes
 
     root = ROOT / ".bench" / f"wan2.1-t2v-1.3b-l{layers}"
     path = root / "transformer" / "diffusion_pytorch_model.safetensors"

@@ -7,7 +7,7 @@ contract every generator is reached through) and the piece by its place in that 
 imports a family folder (tests/bench checks it), a renamed piece is one row here, and each family's
 benches are what `python -m bench <family>` selects.
 
-Pieces of shared modules (the Wan VAE that Wan and Cosmos ship, `vidax.zoo.wan_vae`) are no family's
+Pieces of shared modules (the Wan VAE that Wan and Cosmos ship, `vidax.zoo.parts.wan_vae`) are no family's
 and are imported directly.
 """
 

@@ -18,7 +18,7 @@ STEPS = int(os.environ.get("VIDAX_BENCH_QUALITY_STEPS", "30"))
 
 def tiny_folder() -> Path:
     """wan-tiny's diffusers-layout folder, as its generator finds it (the registry's embedded source)."""
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
 
     return Path(make_pipeline("wan-tiny", GenerateOptions(model="wan-tiny", prompt="")).source.root)
@@ -28,7 +28,7 @@ def tiny_run(out: Path, **options: Any) -> tuple[Any, dict]:
     """(frames [F, H, W, 3] in [0, 1], the run's sidecar) of one fp32 wan-tiny run of `PROMPT`, seed 0,
     `STEPS` steps, with `options` (`GenerateOptions` fields: `cache=...`, `weights_dtype=...`), written to
     `out` (`.npy`)."""
-    from vidax.zoo.pipeline import GenerateOptions, generate
+    from vidax.zoo.generator.options import GenerateOptions, generate
 
     settings = GenerateOptions(model="wan-tiny", prompt=PROMPT, steps=STEPS, seed=0, out=out, dtype="float32",
                                **options)

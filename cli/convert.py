@@ -7,7 +7,7 @@
     vidax-convert --list
 
 Thin: Typer parses the flags into `ConvertOptions` and calls `vidax.translator.convert_model`
-(`--synthetic`: `SyntheticOptions` and `vidax.zoo.synthetic.write_synthetic`).
+(`--synthetic`: `SyntheticOptions` and `vidax.zoo.plan.synthetic.write_synthetic`).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ _NOT_SYNTHETIC = ("--source", "--revision", "--layout", "--transformer", "--tran
 def run_synthetic(model: str, out: Path | None, components: tuple[str, ...], dtype: str | None, variant: str | None,
                   seed: int, check: bool) -> int:
     """`--synthetic`: the plan of every component as a table, then (without --check) the folder written."""
-    from vidax.zoo.synthetic import SyntheticOptions, write_synthetic
+    from vidax.zoo.plan.synthetic import SyntheticOptions, write_synthetic
 
     opts = SyntheticOptions(model, out, components, dtype, variant, seed, check)
     plan = write_synthetic(dataclasses.replace(opts, check=True))  # the plan first: every error before any work

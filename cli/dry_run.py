@@ -1,5 +1,5 @@
 """`vidax-gen MODEL --dry-run`: every stage compiled at its real size on abstract weights; XLA's bytes per
-device beside the memory planner's (`vidax.zoo.dry_run`). Exit code 1 when a stage would not fit."""
+device beside the memory planner's (`vidax.zoo.plan.dry_run`). Exit code 1 when a stage would not fit."""
 
 from __future__ import annotations
 
@@ -35,10 +35,10 @@ def print_dry_run(options, devices: int | None, device_bytes: int | None) -> int
     """Compile the stages for the layout the flags name (else the planner's choice) and print the table."""
     from rich.console import Console
 
-    from vidax.zoo.dry_run import dry_run, stages_of
-    from vidax.zoo.pipeline import plan_layouts
+    from vidax.zoo.plan.dry_run import dry_run, stages_of
+    from vidax.zoo.generator.options import plan_layouts
     from vidax.zoo.registry import make_pipeline
-    from vidax.zoo.runtime import configure_compile_cache
+    from vidax.zoo.compute.runtime import configure_compile_cache
 
     configure_compile_cache(options.compile_cache)
     family = make_pipeline(options.model, options)

@@ -6,7 +6,7 @@
     vidax-gen --list
 
 Thin: Typer parses the common flags, the model's family parses its own (`Family.flags`), and one
-library call (`vidax.zoo.pipeline.generate`) does the work.
+library call (`vidax.zoo.generator.options.generate`) does the work.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ FAMILY_FLAGS_HELP = ("Families add flags of their own (Wan2.2 A14B: --guidance-2
 
 
 class RichProgress:
-    """`vidax.zoo.pipeline.Progress` on rich bars: one line per stage, the denoising one with s/step.
+    """`vidax.zoo.generator.options.Progress` on rich bars: one line per stage, the denoising one with s/step.
 
     Every hook first raises a Ctrl-C that Python dropped (`interrupts.check`): the run stops at the next
     stage or step, before its outputs are committed.
@@ -77,7 +77,7 @@ def list_models() -> int:
 
 def family_options(model: str, args: list[str]) -> tuple[dict, dict]:
     """The model family's own flags among the leftover command line: `(settings, images)`."""
-    from vidax.zoo.pipeline import PipelineError
+    from vidax.zoo.generator.options import PipelineError
     from vidax.zoo.registry import family_class, lookup
 
     flags = family_class(lookup(model).family).flags
@@ -113,7 +113,7 @@ def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
     candidate (or the one the layout flags give); exit code 1 when nothing fits."""
     from rich.console import Console
 
-    from vidax.zoo.pipeline import plan_layouts
+    from vidax.zoo.generator.options import plan_layouts
     from vidax.zoo.registry import make_pipeline
 
     planned = plan_layouts(make_pipeline(options.model, options), options, devices, device_bytes)
@@ -141,9 +141,9 @@ def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
 
 def run(options) -> int:
     """Generate with `options` and print where the video went and each stage's time (process 0)."""
-    from vidax.zoo.distributed import is_writer
-    from vidax.zoo.pipeline import generate
-    from vidax.zoo.synthetic import synthetic_note
+    from vidax.zoo.compute.distributed import is_writer
+    from vidax.zoo.generator.options import generate
+    from vidax.zoo.plan.synthetic import synthetic_note
 
     note = synthetic_note(options.weights) if is_writer() else None
     if note is not None:  # random weights must not pass for the model's
@@ -232,7 +232,7 @@ def main_command(
                                           "skipped (default 0.2)"),
     mag_ratios: Path = typer.Option(None, "--mag-ratios", help="magcache: .npy of the model's per-step "
                                     "magnitude ratios (default: the published ones of Wan2.1 and HunyuanVideo, "
-                                    "zoo/magcache.toml)"),
+                                    "zoo/step_caches/magcache.toml)"),
     cache_calibrate: Path = typer.Option(None, "--cache-calibrate", help="magcache: skip nothing, write the per-step "
                                          "ratios of this run to this .npy"),
     dry_run: bool = typer.Option(False, "--dry-run", help="compile every stage at its real size on abstract weights "
@@ -253,7 +253,7 @@ def main_command(
     if list_:
         raise typer.Exit(run_guarded(list_models, debug=debug))
     if tune_cpu:
-        from vidax.zoo.cpu_tuning import main as tune
+        from vidax.zoo.compute.cpu_tuning import main as tune
 
         raise typer.Exit(run_guarded(tune, debug=debug))
     if (plan or dry_run) and model is not None:
@@ -263,8 +263,8 @@ def main_command(
         raise typer.Exit(2)
 
     def options():
-        from vidax.zoo.distributed import join
-        from vidax.zoo.pipeline import GenerateOptions
+        from vidax.zoo.compute.distributed import join
+        from vidax.zoo.generator.options import GenerateOptions
 
         join(coordinator, num_processes, process_id, join_timeout=join_timeout)  # before anything touches a device
         extra, images = family_options(model, ctx.args)
@@ -289,7 +289,7 @@ def main_command(
 
         def compiled():
             from vidax.cli.dry_run import print_dry_run
-            from vidax.zoo.pipeline import check_finite
+            from vidax.zoo.generator.options import check_finite
 
             check_finite({"device_memory": device_memory})
             memory = None if device_memory is None else int(device_memory * 2**30)
@@ -298,7 +298,7 @@ def main_command(
         raise typer.Exit(run_guarded(compiled, debug=debug))
     if plan:
         def planned():
-            from vidax.zoo.pipeline import check_finite
+            from vidax.zoo.generator.options import check_finite
 
             check_finite({"device_memory": device_memory})
             memory = None if device_memory is None else int(device_memory * 2**30)

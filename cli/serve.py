@@ -40,9 +40,9 @@ def serve(server, host: str, port: int, data: Path, token: str | None, max_queue
 
     from vidax.serve.app import create_app
     from vidax.serve.service import Service
-    from vidax.zoo.distributed import join
+    from vidax.zoo.compute.distributed import join
     from vidax.zoo.registry import lookup
-    from vidax.zoo.runtime import configure_compile_cache
+    from vidax.zoo.compute.runtime import configure_compile_cache
 
     lookup(server.model)  # an unknown name is one line, before anything starts
     if token is None and not is_loopback(host):

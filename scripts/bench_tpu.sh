@@ -40,7 +40,7 @@ step "set up"
 VIDAX_TEST_TPU=1 timeout 150 "$python" -m pytest -m tpu tests/tpu -q -s -p no:cacheprovider --tb=line -rf \
   > "$out/tier.log" 2>&1
 step "TPU tier"
-timeout 120 "$python" -m vidax.zoo.kernels.tpu_blocks 2,40,32760,32760,128 2,40,32760,512,128 \
+timeout 120 "$python" -m vidax.zoo.compute.kernels.tpu_blocks 2,40,32760,32760,128 2,40,32760,512,128 \
   2,16,51275,51275,128,masked > "$out/sweep.log" 2>&1
 step "attention alone"
 VIDAX_NO_TPU_TUNING=1 timeout 220 "$python" -m bench.accelerator --profile real --torch-device none --only dit,compile \

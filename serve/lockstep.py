@@ -37,13 +37,13 @@ class ServerStopping(Exception):
 
 
 def _client():
-    from vidax.zoo.distributed import _runtime_state
+    from vidax.zoo.compute.distributed import _runtime_state
 
     return _runtime_state().client
 
 
 def several_processes() -> bool:
-    from vidax.zoo.distributed import multiprocess
+    from vidax.zoo.compute.distributed import multiprocess
 
     return multiprocess()
 
@@ -51,7 +51,7 @@ def several_processes() -> bool:
 def _taken_together(error: BaseException) -> BaseException:
     """An error every process raises at the same hook: the run's guard lets it through as agreed (no
     process leaves alone), and the server goes on to its next job."""
-    from vidax.zoo.distributed import agreed_by_all
+    from vidax.zoo.compute.distributed import agreed_by_all
 
     return agreed_by_all(error)
 
@@ -129,8 +129,8 @@ class FollowerProgress:
 
 def follow(server) -> int:
     """A process other than 0: run every job process 0 announces, in step with it, until it stops."""
-    from vidax.zoo.pipeline import GenerateOptions, generate
-    from vidax.zoo.stages import StageCache
+    from vidax.zoo.generator.options import GenerateOptions, generate
+    from vidax.zoo.generator.stages import StageCache
 
     stages = StageCache()  # the weights stay placed between jobs, as on process 0
     job = 0

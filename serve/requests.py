@@ -1,7 +1,7 @@
 """An API request -> the `GenerateOptions` vidax-gen would build, checked the way vidax-gen checks it.
 
 One code path with the CLI: the family's own fields go through `vidax.cli.gen.family_options` (the
-parser behind vidax-gen's family flags), and the whole request through `vidax.zoo.generation.prepare`
+parser behind vidax-gen's family flags), and the whole request through `vidax.zoo.generator.generation.prepare`
 (the validation `generate` runs before any device work), so a bad request is refused with the line
 vidax-gen would print, before it is queued.
 """
@@ -84,7 +84,7 @@ def upload_roles(server: ServerOptions) -> dict[str, dict]:
     frames of a folder, in the order of their file names (vidax-gen reads a frame folder sorted by name).
     """
     from vidax.zoo.registry import make_pipeline
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
 
     pipeline = make_pipeline(server.model, GenerateOptions(model=server.model, prompt="", weights=server.weights))
     roles = {role: {"flag": f"--{role.replace('_', '-')}", "kind": IMAGE, "multiple": False}
@@ -170,7 +170,7 @@ def build_options(server: ServerOptions, fields: Mapping[str, Any], uploads: Map
     """The job's `GenerateOptions`: the server's settings, the request's, uploads by role (a repeatable flag's:
     a tuple of files; a set of frames: their folder), `out`."""
     from vidax.cli.gen import family_options
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
 
     common, args = split_request(server.model, fields)
     extra, images = family_options(server.model, args)
@@ -186,9 +186,9 @@ def build_options(server: ServerOptions, fields: Mapping[str, Any], uploads: Map
 
 
 def check(options) -> dict:
-    """`vidax.zoo.generation.prepare`, the validation `generate` itself runs before any device work: the
+    """`vidax.zoo.generator.generation.prepare`, the validation `generate` itself runs before any device work: the
     resolved settings."""
-    from vidax.zoo.generation import prepare
+    from vidax.zoo.generator.generation import prepare
     from vidax.zoo.registry import make_pipeline
 
     request = prepare(make_pipeline(options.model, options), options)

@@ -35,7 +35,7 @@ PRIVATE_SETTINGS = ("out", "image", "images", "latents", "weights", "weights_sou
 
 
 class JobProgress:
-    """`vidax.zoo.pipeline.Progress` for a job: stage, step i of N, elapsed and ETA, kept for the API;
+    """`vidax.zoo.generator.options.Progress` for a job: stage, step i of N, elapsed and ETA, kept for the API;
     raises `JobCancelled` at the next hook once the job is cancelled.
 
     Stages nest (weights converted on the fly inside "denoise"): each open stage keeps its own count, and
@@ -105,7 +105,7 @@ class Service:
         self.partial.mkdir()
         self.max_queue = max_queue
         self.warmup = warmup
-        from vidax.zoo.stages import StageCache
+        from vidax.zoo.generator.stages import StageCache
 
         self.stages = StageCache()  # the model's weights, placed by the warm-up, stay for every job
         self.state = "starting"  # -> warming -> ready, or failed (the warm-up's error in self.error)
@@ -228,7 +228,7 @@ class Service:
 
     def _warm_up(self) -> None:
         """One job at the model's default size: loads the weights, compiles every stage's programs."""
-        from vidax.zoo.pipeline import GenerateOptions
+        from vidax.zoo.generator.options import GenerateOptions
 
         out = self.partial / "warmup.mp4"
         start = time.perf_counter()
@@ -272,7 +272,7 @@ class Service:
     def _generate(self, options, settings: dict, progress):
         """`generate`, with the layout the memory planner chose for the same settings before given outright:
         planning builds the model's shapes (seconds on CPU), the same choice each time for one size."""
-        from vidax.zoo.pipeline import Progress, generate
+        from vidax.zoo.generator.options import Progress, generate
 
         key = json.dumps({k: v for k, v in settings.items() if k not in ("seed", "negative_prompt")}, sort_keys=True)
         remembered = self.layouts.get(key)

@@ -14,10 +14,10 @@ import operator
 import jax
 import numpy as np
 from jax.sharding import Mesh
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.offload import stream_blocks
-from vidax.zoo.runtime import use_mesh
-from vidax.zoo.sharding import place_model
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.weights.offload import stream_blocks
+from vidax.zoo.compute.runtime import use_mesh
+from vidax.zoo.compute.sharding import place_model
 
 from tests.oracle import unflatten
 

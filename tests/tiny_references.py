@@ -1,6 +1,6 @@
 """Tiny reference components that tests in more than one folder build, written once.
 
-The Wan VAE (Wan, Cosmos-Predict2.5 and Cosmos3 ship it: `vidax.zoo.wan_vae`), the UMT5 text encoder and
+The Wan VAE (Wan, Cosmos-Predict2.5 and Cosmos3 ship it: `vidax.zoo.parts.wan_vae`), the UMT5 text encoder and
 the flow UniPC scheduler of the tiny Wan pipelines (the multi-host tests run one too), and the Qwen2-VL chat
 template the Cosmos tokenizers are saved with. A family's own references stay in its folder.
 """

@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.wan.transformer import WanTransformer
 

@@ -21,7 +21,7 @@ from vidax.train.lora import Lora, LoraConfig, diffusers_name
 from vidax.translator import VidaxError
 from vidax.translator.lora import PEFT_METADATA, Mapping, load_mapping
 from vidax.translator.output import write_file
-from vidax.translator.safetensors_io import SafetensorsFile, header_bytes
+from vidax.translator.formats.safetensors_io import SafetensorsFile, header_bytes
 
 FORMATS = ("peft", "comfy")
 PEFT_PREFIX = "transformer."

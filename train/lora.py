@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from vidax.translator import VidaxError
-from vidax.zoo.sharding import constrain
+from vidax.zoo.compute.sharding import constrain
 
 Lora = dict[str, dict[str, jax.Array]]  # {"attn1/to_q": {"A": [L, in, r], "B": [L, r, out]}}
 
@@ -110,7 +110,7 @@ def merged(layer: Any, lora: Lora, scale: float) -> Any:
 
 
 def lora_blocks(scale: float, checkpoint: bool = True):
-    """A `vidax.zoo.dit.forward` block runner over `{"base": stacked blocks, "lora": Lora}`: the blocks run
+    """A `vidax.zoo.parts.dit.forward` block runner over `{"base": stacked blocks, "lora": Lora}`: the blocks run
     in one `lax.scan`, each with its LoRA merged, and with `checkpoint` each block's activations are
     recomputed in the backward pass (`jax.checkpoint` per block) instead of kept."""
 

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 
 from vidax.train.lora import Lora, lora_blocks, with_lora
-from vidax.zoo.dit import forward
+from vidax.zoo.parts.dit import forward
 
 SAMPLINGS = ("shift", "uniform")
 

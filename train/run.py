@@ -125,10 +125,10 @@ class Prepared:
 
 def prepare(options: TrainOptions) -> Prepared:
     """The frozen DiT placed and the data encoded (from the cache when it can)."""
-    from vidax.zoo.mesh import make_mesh
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.compute.mesh import make_mesh
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
-    from vidax.zoo.stages import Run
+    from vidax.zoo.generator.stages import Run
 
     options.check()
     gen = GenerateOptions(model=options.model, prompt="", weights=options.weights, height=options.height,
@@ -150,7 +150,7 @@ def prepare(options: TrainOptions) -> Prepared:
 
 
 def _encode(family, run, s, options: TrainOptions, settings: dict) -> list[data.Encoded]:
-    from vidax.zoo.wan_vae import WanVAE, normalize_latents
+    from vidax.zoo.parts.wan_vae import WanVAE, normalize_latents
 
     items = data.find_items(options.data)
     vae = WanVAE(family.model.vae)
@@ -173,7 +173,7 @@ def _encode(family, run, s, options: TrainOptions, settings: dict) -> list[data.
 def _place(model, tree, mesh, rules):
     if mesh is None:
         return jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/"))
-    from vidax.zoo.sharding import place
+    from vidax.zoo.compute.sharding import place
 
     return place(tree, model.logical_specs(), rules, mesh)
 
@@ -231,7 +231,7 @@ def mesh_context(prep: Prepared):
     """`use_mesh` of the run's mesh and DiT rules (nothing on one device)."""
     import contextlib
 
-    from vidax.zoo.runtime import use_mesh
+    from vidax.zoo.compute.runtime import use_mesh
 
     return use_mesh(prep.mesh, prep.rules) if prep.mesh is not None else contextlib.nullcontext()
 

@@ -20,7 +20,7 @@ from detector import detect  # noqa: E402
 
 
 def main(guidance: float | None = None, seeds: tuple[int, ...] = (0,), shipped: bool = False) -> None:
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.wan import tiny
 

@@ -20,7 +20,7 @@ LABEL = 16  # pixels of caption above each row
 
 
 def main() -> None:
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
 
     options = GenerateOptions(model="wan-tiny", prompt="", release_stages=False)

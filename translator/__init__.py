@@ -20,7 +20,7 @@ from vidax.translator.errors import (
 from vidax.translator.models import MODEL_FILE, ConversionHooks, ConvertedModel, ConvertOptions, convert_model
 from vidax.translator.output import MANIFEST, is_complete, load, read_manifest, save_tree
 from vidax.translator.registry import ModelEntry, get_model, load_registry
-from vidax.translator.sources import looks_like_repo
+from vidax.translator.fetch.sources import looks_like_repo
 from vidax.translator.spec import Spec, load_spec
 
 __all__ = [

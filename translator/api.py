@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vidax.translator import executor, sources
+from vidax.translator import executor
+from vidax.translator.fetch import sources
 from vidax.translator.dtypes import policy_dtype
 from vidax.translator.executor import LeafPlan
 from vidax.translator.spec import Spec, load_spec

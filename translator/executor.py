@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from vidax.translator import ops
-from vidax.translator.checkpoint import Checkpoint
+from vidax.translator.formats.checkpoint import Checkpoint
 from vidax.translator.errors import AccountingError
 from vidax.translator.spec import LEAF_PATH, Layout, Rule, Spec
 

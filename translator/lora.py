@@ -31,9 +31,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from vidax.translator.checkpoint import Checkpoint
+from vidax.translator.formats.checkpoint import Checkpoint
 from vidax.translator.errors import TranslatorError, brief
-from vidax.translator.safetensors_io import SafetensorsFile
+from vidax.translator.formats.safetensors_io import SafetensorsFile
 from vidax.translator.spec import SPECS_ROOT
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -118,7 +118,7 @@ def _local_or_hub(source: str) -> Path:
     if path.is_dir():
         return _only_safetensors(path, source)
     if _HUB_FILE.fullmatch(source):
-        from vidax.translator.sources import download
+        from vidax.translator.fetch.sources import download
 
         owner, name, *rest = source.split("/")
         file = "/".join(rest)
@@ -570,7 +570,8 @@ def target_deltas(manifest: dict, adapters: list[Adapter]) -> dict[str, np.ndarr
     are linear (transposes, reshapes, splits, fusions, stacks), so they carry a delta as they carry a weight.
     The source checkpoint the manifest records is read for its headers only (a Hub repo's by range requests
     where the Hub answers); only the leaves an adapter touches are computed."""
-    from vidax.translator import executor, sources
+    from vidax.translator import executor
+    from vidax.translator.fetch import sources
     from vidax.translator.spec import load_spec
 
     spec = load_spec(manifest["spec"])

@@ -31,7 +31,7 @@ import numpy as np
 
 from vidax.translator.errors import OutputError
 from vidax.translator.executor import host_empty
-from vidax.translator.safetensors_io import SafetensorsFile, header_bytes
+from vidax.translator.formats.safetensors_io import SafetensorsFile, header_bytes
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1

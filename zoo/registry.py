@@ -2,7 +2,7 @@
 
 The models are data: `conversion_specs/<family>/models.toml` (the translator's registry) names each
 model's family, repos, components, native settings and configs. A family is the folder of that
-name under `zoo/`, whose `family.py` exports `FAMILY` (a `vidax.zoo.family.Family` subclass). No
+name under `zoo/`, whose `family.py` exports `FAMILY` (a `vidax.zoo.generator.contract.Family` subclass). No
 Python names a model, and adding a family needs no edit here.
 
     pipeline = make_pipeline("wan2.1-t2v-1.3b", options)

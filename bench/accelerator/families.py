@@ -161,7 +161,7 @@ FAMILIES: dict[str, FamilyRow] = {
         zoo="wan", label="Wan2.1-14B", vae_label="Wan2.1 VAE",
         dit="wan:WanTransformer", dit_config="wan:WanTransformerConfig",
         dit_kwargs={"dtype": "bfloat16"}, spec="wan/transformer",
-        vae="vidax.zoo.wan_vae:WanVAE", vae_config="vidax.zoo.wan_vae:WanVAEConfig", decode_kwargs={},
+        vae="vidax.zoo.parts.wan_vae:WanVAE", vae_config="vidax.zoo.parts.wan_vae:WanVAEConfig", decode_kwargs={},
         diffusers_dit="WanTransformer3DModel", diffusers_blocks="blocks", diffusers_vae="AutoencoderKLWan",
         vae_tiling=False, vae_spatial=8, vae_channels=("z_dim", 16),
         patch=lambda c: tuple(c["patch_size"]),

@@ -146,7 +146,7 @@ def _compile_table(compile_: dict) -> list[str]:
 def _attention_table(attention: dict, peak: float | None) -> list[str]:
     if not attention:
         return []
-    lines = ["", "## Attention alone, bf16 (`zoo.attention` vs torch SDPA), FLOPs 4*B*H*Sq*Skv*D over valid keys", "",
+    lines = ["", "## Attention alone, bf16 (`zoo.compute.attention` vs torch SDPA), FLOPs 4*B*H*Sq*Skv*D over valid keys", "",
              "| case | B x S x H x D | side | kernel | ms | TFLOP/s | MFU |", "|---|---|---|---|---|---|---|"]
     for entry in attention.values():
         case, flops = entry["case"], entry["flops"]

@@ -277,7 +277,7 @@ class Run:
         wanted = set(args.only.split(",")) if args.only else set(SECTIONS)
         if args.torch_device != "none":  # torch is never imported here: one CUDA framework per process
             self.worker = TorchWorker(args.profile, args.torch_device)
-        from vidax.zoo.runtime import configure_compile_cache
+        from vidax.zoo.compute.runtime import configure_compile_cache
 
         from bench.accelerator import vidax_side
 

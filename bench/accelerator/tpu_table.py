@@ -5,7 +5,7 @@ the attention sweep and the TPU tier's outcome.
 
 It reads `vidax*.json` (the accelerator bench's own JSON, one per process), `md*.json` or the per-run
 JSON lines of `md*.log` (`bench.accelerator.maxdiffusion_side`), `sweep.log`
-(`python -m vidax.zoo.kernels.tpu_blocks`) and `tier.log` (pytest -m tpu), whichever exist.
+(`python -m vidax.zoo.compute.kernels.tpu_blocks`) and `tier.log` (pytest -m tpu), whichever exist.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def render(out: Path) -> str:
                          f"{peer['layers']}) | {peer.get('temp_gib', 0):.2f} | {speed_up(row, peer):.2f}x |")
     sweep = out / "sweep.log"
     if sweep.exists():
-        lines += ["", "Attention alone (`python -m vidax.zoo.kernels.tpu_blocks`):", "", "```",
+        lines += ["", "Attention alone (`python -m vidax.zoo.compute.kernels.tpu_blocks`):", "", "```",
                   *(line for line in sweep.read_text().strip().splitlines() if "warn" not in line.lower()), "```"]
     tier = out / "tier.log"
     if tier.exists():

@@ -1,7 +1,7 @@
 """The vidax side: the zoo's own DiTs, attention entry point, streamed offload and VAEs under JAX.
 
-Everything runs through the production code path (`zoo.dit.forward` with `scan_blocks`,
-`zoo.attention.attention`, `zoo.offload.StreamedDiT`, the family VAE's `decode`), with the
+Everything runs through the production code path (`zoo.parts.dit.forward` with `scan_blocks`,
+`zoo.compute.attention.attention`, `zoo.weights.offload.StreamedDiT`, the family VAE's `decode`), with the
 classes the case's family row names (`families.py`: nothing here branches on a family), and
 with random weights in the dtypes the conversion specs give real checkpoints (bf16 DiTs with
 their fp32 leaves, fp32 VAEs). Programs are lowered from abstract arguments, so a second process
@@ -26,9 +26,9 @@ import numpy as np
 from flax import traverse_util
 from jax import monitoring
 from vidax.translator import load_spec
-from vidax.zoo.attention import attention, choose_kernel, local_attention
-from vidax.zoo.dit import forward, scan_blocks
-from vidax.zoo.offload import StreamedDiT, chunk_bytes
+from vidax.zoo.compute.attention import attention, choose_kernel, local_attention
+from vidax.zoo.parts.dit import forward, scan_blocks
+from vidax.zoo.weights.offload import StreamedDiT, chunk_bytes
 
 from bench.accelerator import cases, families
 from bench.accelerator.timing import time_calls
@@ -139,10 +139,10 @@ def _unused(case: cases.DitCase) -> tuple:
 
 
 def eight_bit_layout(layout: dict[str, tuple[tuple[int, ...], Any]], model, choice: str | None) -> dict:
-    """The layout `--weights-dtype choice` places (vidax.zoo.quantize): each stacked block kernel 8-bit, a
+    """The layout `--weights-dtype choice` places (vidax.zoo.weights.quantize): each stacked block kernel 8-bit, a
     float32 `kernel_scale` `[layers, out]` beside it; the layout itself for bf16 / None."""
-    from vidax.zoo.dit import block_groups
-    from vidax.zoo.quantize import SCALE, STORAGE, block_kernel_paths
+    from vidax.zoo.parts.dit import block_groups
+    from vidax.zoo.weights.quantize import SCALE, STORAGE, block_kernel_paths
 
     if choice not in STORAGE:
         return layout
@@ -359,7 +359,7 @@ def vae(case: cases.VaeCase, repeats: int, deadline: float) -> dict:
 
 def probe(profile_name: str, key: str, cache_dir: str | None) -> dict:
     """Lower and compile one DiT case's forward in this fresh process; persistent-cache events counted."""
-    from vidax.zoo.runtime import configure_compile_cache
+    from vidax.zoo.compute.runtime import configure_compile_cache
 
     configure_compile_cache(cache_dir is not None, cache_dir, min_compile_secs=0)
     return _timed_compile(profile_name, key)

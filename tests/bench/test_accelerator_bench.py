@@ -104,7 +104,7 @@ def test_counted_flops_match_xla_cost_analysis(monkeypatch):
     from flax.traverse_util import unflatten_dict
 
     from bench.accelerator import vidax_side
-    from vidax.zoo import layers
+    from vidax.zoo.compute import layers
 
     monkeypatch.setattr(layers, "CPU_ROW_BLOCK", 1 << 30)
 
@@ -161,7 +161,7 @@ def test_warm_compile_in_the_same_process(tmp_path):
     in-memory caches dropped: the persistent cache folder alone serves it."""
     script = (
         "import json, sys\n"
-        "from vidax.zoo.runtime import configure_compile_cache\n"
+        "from vidax.zoo.compute.runtime import configure_compile_cache\n"
         "from bench.accelerator import vidax_side\n"
         f"configure_compile_cache(True, {str(tmp_path)!r}, min_compile_secs=0)\n"
         "cold = vidax_side._timed_compile('toy', 'wan-480p')\n"

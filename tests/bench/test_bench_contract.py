@@ -47,7 +47,7 @@ def test_no_bench_imports_a_family_folder():
 def test_the_check_sees_an_import_and_a_module_path(tmp_path):
     sample = tmp_path / "bench_x.py"
     sample.write_text('from vidax.zoo.wan.transformer import WanTransformer\nfrom vidax.zoo import ltx2\n'
-                      'X = "vidax.zoo.cosmos.config:CosmosTransformerConfig"\nfrom vidax.zoo.wan_vae import WanVAE\n')
+                      'X = "vidax.zoo.cosmos.config:CosmosTransformerConfig"\nfrom vidax.zoo.parts.wan_vae import WanVAE\n')
     assert sorted(hit.rpartition(": ")[2] for hit in _family_references(sample)) == [
         "vidax.zoo.cosmos.config", "vidax.zoo.ltx2", "vidax.zoo.wan.transformer"]
 

@@ -85,8 +85,8 @@ def test_the_quantized_bench_compares_int8_fp8_and_a_gguf_with_the_exact_run():
 def test_the_gguf_the_quantized_bench_writes_is_wan_tiny_s_dit_in_q8_0(tmp_path):
     from safetensors.numpy import load_file
 
-    from bench import bench_quantized
-    from vidax.translator.gguf_io import GGUFFile
+    from bench.runtime import bench_quantized
+    from vidax.translator.formats.gguf_io import GGUFFile
 
     written = GGUFFile(bench_quantized.q8_0_gguf(tmp_path / "tiny.gguf"))
     exact = load_file(quality.tiny_folder() / "transformer" / "diffusion_pytorch_model.safetensors")

@@ -58,7 +58,7 @@ def test_bad_values_are_one_line_before_any_work(tmp_path, no_work, flags, fragm
 
 def test_the_options_check_is_the_librarys():
     """One validator: building `GenerateOptions` (as vidax-gen and the server do) runs it."""
-    from vidax.zoo.pipeline import GenerateOptions, PipelineError
+    from vidax.zoo.generator.options import GenerateOptions, PipelineError
 
     with pytest.raises(PipelineError, match="--guidance must be a finite number"):
         GenerateOptions(model="wan-tiny", prompt="", guidance=float("nan"))
@@ -85,7 +85,7 @@ def test_an_out_path_that_is_a_folder_is_refused(tmp_path, no_work):
 def test_a_disk_without_room_for_the_output_is_refused_before_sampling(tmp_path, monkeypatch):
     import shutil
 
-    from vidax.zoo.family import Family
+    from vidax.zoo.generator.contract import Family
 
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr("vidax.zoo.video_io.shutil.disk_usage", lambda path: usage._replace(free=64 << 10))

@@ -109,7 +109,7 @@ def patch_host_noise(monkeypatch, image: np.ndarray | None, steps: list[np.ndarr
     """vidax's host noise replaced by the reference's draws (tests only): stream 1 = the sampler's steps,
     stream 3 = the I2V posterior sample."""
     from vidax.zoo.cogvideox.family import IMAGE_NOISE_STREAM
-    from vidax.zoo.stages import Run
+    from vidax.zoo.generator.stages import Run
 
     def host_noise(self, stream, index, shape):
         value = steps[index] if stream == 1 else image if stream == IMAGE_NOISE_STREAM else None

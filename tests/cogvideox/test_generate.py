@@ -17,7 +17,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from vidax.zoo.pipeline import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions, generate
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached
@@ -90,7 +90,7 @@ def test_a_size_the_reference_fails_on_is_refused(reference, tmp_path):
     """40x48 passes the pipeline's check (multiples of 8) but not its 1.5 DiT's patchify (latents 5 x 6 in 2x2
     patches): vidax refuses it first (multiples of 16)."""
     from diffusers import CogVideoXPipeline
-    from vidax.zoo.pipeline import PipelineError
+    from vidax.zoo.generator.options import PipelineError
 
     pipe = CogVideoXPipeline.from_pretrained(reference[0])
     with pytest.raises(RuntimeError, match="is invalid for input of size"), torch.no_grad():
@@ -140,7 +140,7 @@ def test_straight_from_the_hub(reference, reference_noise, tmp_path, monkeypatch
 def test_seeded_runs_draw_their_own_noise(reference, tmp_path):
     """Without --latents or patched noise: the seed names the initial noise (`--latents` of the same values gives
     the same video: the DPM step noise comes from the seed too, on the host); another seed, another video."""
-    from vidax.zoo.pipeline import seeded_noise
+    from vidax.zoo.generator.options import seeded_noise
 
     base = dict(latents=None, seed=3)
     one = generate(options(reference, tmp_path, **base))

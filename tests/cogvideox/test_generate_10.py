@@ -21,7 +21,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
 
 from . import pipelines as tiny
 from .pipelines import FRAMES, GUIDANCE, HEIGHT, PROMPT, STEPS, WIDTH

@@ -40,6 +40,6 @@ def test_mesh_equals_one_device(setup, dp, tp, sp):
 
 @pytest.mark.parametrize("mesh_degrees", [None, (1, 2, 2)], ids=["one_device", "tp2_sp2"])
 def test_streamed_offload_equals_resident(setup, mesh_degrees):
-    """`vidax.zoo.offload` streams the blocks one per chunk (2 chunks) through the same embed/block/head."""
+    """`vidax.zoo.weights.offload` streams the blocks one per chunk (2 chunks) through the same embed/block/head."""
     host = assert_streamed_equals_resident(*setup, DIT_RULES, mesh_degrees)
     assert host["blocks"].sizes == (1, 1)

@@ -13,7 +13,7 @@ from vidax.zoo.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEC
 from vidax.zoo.cogvideox.latents import reference_scheduler_config
 from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
 from vidax.zoo.cogvideox.vae import CogVideoXVAE
-from vidax.zoo.encoders.t5 import T5Config
+from vidax.zoo.parts.encoders.t5 import T5Config
 from vidax.zoo.samplers import DDIM, CogVideoXDPM, stepper_from_config
 
 from tests.oracle import state_of
@@ -34,7 +34,7 @@ NATIVE = {  # (height, width, frames, fps, sampler, dynamic CFG): THUDM/CogVideo
 def test_settings_and_scheduler(name, tmp_path, monkeypatch):
     """The native settings as `vidax-gen NAME` resolves them before any download (registry only)."""
     from vidax.zoo.cogvideox.family import SAMPLERS
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

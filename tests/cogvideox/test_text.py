@@ -17,8 +17,8 @@ import transformers
 from flax.traverse_util import unflatten_dict
 from vidax.translator import convert, load_spec
 from vidax.zoo.cogvideox.text import MAX_SEQUENCE_LENGTH, encode_prompt
-from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
-from vidax.zoo.encoders.tokenizer import load_tokenizer
+from vidax.zoo.parts.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
 
 from tests.oracle import perturb
 

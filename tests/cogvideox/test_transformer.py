@@ -32,7 +32,7 @@ from vidax.zoo.cogvideox.transformer import (
     JointStream,
     position_mode,
 )
-from vidax.zoo.runtime import BF16
+from vidax.zoo.compute.runtime import BF16
 
 from tests.oracle import recorded, save_diffusers, spec_without_rule, state_of
 

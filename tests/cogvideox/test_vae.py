@@ -23,9 +23,9 @@ from vidax.zoo.cogvideox.vae import (
     Tiling,
     frame_batches,
 )
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.runtime import use_mesh
-from vidax.zoo.sharding import place
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.compute.runtime import use_mesh
+from vidax.zoo.compute.sharding import place
 
 from tests.oracle import save_diffusers
 

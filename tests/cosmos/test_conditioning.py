@@ -1,6 +1,6 @@
 """Cosmos-Predict2.5's pipeline pieces against `Cosmos2_5_PredictBasePipeline` itself.
 
-`prepare_latents` (Wan2.1 VAE encode of the conditioning video through `vidax.zoo.wan_vae`, latent
+`prepare_latents` (Wan2.1 VAE encode of the conditioning video through `vidax.zoo.parts.wan_vae`, latent
 normalisation, condition masks) for text-, image- and video-to-world; and a whole denoising loop
 (output_type="latent", guidance 7, per-frame sigmas, ground-truth velocity on conditioning frames)
 composed of our pieces, our DiT and the shared UniPC stepper built from the shipped scheduler
@@ -24,10 +24,10 @@ from diffusers.pipelines.cosmos.pipeline_cosmos2_5_predict import (
 from PIL import Image
 from vidax.translator import convert, load_spec
 from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
-from vidax.zoo import cosmos_base
+from vidax.zoo.bases import cosmos_base
 from vidax.zoo.cosmos import conditioning as cond
 from vidax.zoo.samplers import stepper_from_config
-from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
+from vidax.zoo.parts.wan_vae import WanVAE, WanVAEConfig
 
 from tests.oracle import perturb, save_diffusers, to_np, unflatten
 

@@ -3,7 +3,7 @@
 One tiny perturbed pipeline (reference.py) saved with `save_pretrained` is the weights folder; the
 reference runs once per mode (text-, image- and video-to-world) from fixed initial latents, and vidax
 generates from the same folder (and from the official layout, a converted folder and a Hub cache of it)
-with the same latents, through `vidax.zoo.pipeline.generate`.
+with the same latents, through `vidax.zoo.generator.options.generate`.
 
 Tolerance: frames in [0, 1] within 2e-5, both sides in fp32 at highest matmul precision; what remains is
 summation order (XLA vs torch kernels, blockwise vs plain softmax) through two guided UniPC steps (guidance 7
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached
@@ -126,7 +126,7 @@ def test_converted_folder_and_layouts(saved, runs, tmp_path):
 
 def test_offload_equals_one_device(saved, runs, tmp_path, monkeypatch):
     """`--offload-chunk 1`: the DiT's blocks stream from host memory one at a time; same frames."""
-    from vidax.zoo.offload import StreamedDiT
+    from vidax.zoo.weights.offload import StreamedDiT
 
     chunks = []
     run_group = StreamedDiT.run_group
@@ -196,7 +196,7 @@ def test_plan_offline_and_the_14b_offload_figure(tmp_path, monkeypatch):
     import huggingface_hub.constants
     from typer.testing import CliRunner
     from vidax.cli.gen import app
-    from vidax.zoo.planner import Layout, predict
+    from vidax.zoo.compute.planner import Layout, predict
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -8,8 +8,8 @@ import pytest
 from vidax.translator.registry import load_registry
 from vidax.zoo.cosmos import CosmosTransformer, CosmosTransformerConfig
 from vidax.zoo.cosmos.text import DEFAULT_NEGATIVE_PROMPT
-from vidax.zoo.encoders.decoder import DecoderConfig
-from vidax.zoo.wan_vae import WanVAEConfig
+from vidax.zoo.parts.encoders.decoder import DecoderConfig
+from vidax.zoo.parts.wan_vae import WanVAEConfig
 
 SIZES = {"cosmos-predict2.5-2b": (1.9e9, 2.2e9), "cosmos-predict2.5-14b": (13.5e9, 15e9)}  # DiT parameters
 

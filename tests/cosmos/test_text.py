@@ -18,7 +18,7 @@ from diffusers.pipelines.cosmos.pipeline_cosmos2_5_predict import (
     Cosmos2_5_PredictBasePipeline,
 )
 from vidax.zoo.cosmos import text as cosmos_text
-from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
+from vidax.zoo.parts.encoders.decoder import DecoderConfig, DecoderTextModel
 
 from tests.encoders.oracle import converted_params
 from tests.encoders.test_tokenizer import qwen_like_folder

@@ -4,7 +4,7 @@ Two tiny perturbed pipelines saved with `save_pretrained` (a Qwen-like tokenizer
 template built locally, a Wan2.2-style VAE, UniPC flow shift 10): "nano" (SwiGLU, q/k norms on both
 pathways, system prompt on) and "edge" (relu2, `k_norm_und_for_gen`, no system prompt,
 `use_native_flow_schedule`). The reference runs once per case from a seeded generator; vidax generates
-from the same folder with that generator's noise as `--latents`, through `vidax.zoo.pipeline.generate`.
+from the same folder with that generator's noise as `--latents`, through `vidax.zoo.generator.options.generate`.
 
 Tolerance: frames in [0, 1] within 2e-5, both sides in fp32 at highest matmul precision; what remains is
 summation order (XLA vs torch kernels, blockwise vs plain softmax) through three guided UniPC steps
@@ -26,7 +26,7 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
 )
 from diffusers.utils.torch_utils import randn_tensor
 from PIL import Image
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached, perturb
@@ -135,7 +135,7 @@ def test_converted_folder_on_the_mesh_and_streamed(saved, runs, tmp_path, monkey
     """`vidax-convert cosmos3-nano` of the folder, then generate from it with the DiT on all 8 fake devices
     (tp 2 x sp 2 x dp 2) and again with its blocks streamed one at a time (`--offload-chunk 1`)."""
     from vidax.translator import convert_model
-    from vidax.zoo.offload import StreamedDiT
+    from vidax.zoo.weights.offload import StreamedDiT
 
     _, root = saved["nano"]
     out = tmp_path / "converted"
@@ -198,7 +198,7 @@ def test_bad_requests_fail_before_any_work(saved, runs, tmp_path, change, messag
 def test_conditioning_image_preprocessing(size):
     """The cover-resize (antialiased bilinear), centre crop and 8-bit rounding of `_preprocess_conditioning_image`;
     float32 filter sums may round a pixel the other way at .5, one 8-bit level (2/255 in [-1, 1])."""
-    from vidax.zoo.conditioning_media import cosmos3_image
+    from vidax.zoo.parts.conditioning_media import cosmos3_image
 
     pixels = np.random.default_rng(sum(size)).integers(0, 256, (*size, 3), dtype=np.uint8)
     expected = _preprocess_conditioning_image(Image.fromarray(pixels), HEIGHT, WIDTH)[0].numpy()

@@ -3,7 +3,7 @@
 A Qwen-like tokenizer (byte-level BPE with Qwen's chat specials and `<|vision_start|>`, Qwen2-VL's
 chat template), a tiny Wan2.2 VAE and a tiny Nano-backbone DiT: `tokenize_prompt` (system prompt,
 fps/duration and resolution sentences, inverse sentences on the negative prompt, image mode, no
-system prompt), `prepare_latents` (VAE encode through `vidax.zoo.wan_vae`, normalisation, the clean
+system prompt), `prepare_latents` (VAE encode through `vidax.zoo.parts.wan_vae`, normalisation, the clean
 conditioning frames written into the initial noise), and a whole guided image-to-video and
 text-to-video loop (output_type="latent") composed of our pieces, our batched DiT and the shared
 UniPC stepper, against the pipeline on the same models and seed.
@@ -28,7 +28,7 @@ from vidax.zoo.cosmos3 import conditioning as cond
 from vidax.zoo.cosmos3 import rope as cosmos3_rope
 from vidax.zoo.cosmos3 import text as cosmos3_text
 from vidax.zoo.samplers import stepper_from_config
-from vidax.zoo.wan_vae import WanVAE, WanVAEConfig
+from vidax.zoo.parts.wan_vae import WanVAE, WanVAEConfig
 
 from tests.tiny_references import QWEN2_VL_TEMPLATE
 from tests.oracle import perturb, save_diffusers

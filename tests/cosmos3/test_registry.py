@@ -8,7 +8,7 @@ import pytest
 from vidax.translator.registry import load_registry
 from vidax.zoo.cosmos3 import Cosmos3Transformer, Cosmos3TransformerConfig
 from vidax.zoo.cosmos3.conditioning import latent_shape
-from vidax.zoo.wan_vae import WanVAEConfig
+from vidax.zoo.parts.wan_vae import WanVAEConfig
 
 # converted DiT parameters (text and video pathways, embeddings; no LM head, sound or action heads)
 SIZES = {"cosmos3-nano": (14e9, 17e9), "cosmos3-edge": (2.8e9, 3.4e9)}

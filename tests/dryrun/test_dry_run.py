@@ -1,4 +1,4 @@
-"""`vidax.zoo.dry_run`: stages compiled at their native size on abstract weights, XLA's figures beside the planner's.
+"""`vidax.zoo.plan.dry_run`: stages compiled at their native size on abstract weights, XLA's figures beside the planner's.
 
 Each family's DiT step is compiled at a reduced depth (2 blocks) that keeps the native sequence length, so what
 the planner models per block (activations, attention tiles, the scanned layer's weights) is measured at real
@@ -16,10 +16,10 @@ import dataclasses
 import jax.numpy as jnp
 import pytest
 
-from vidax.zoo.dry_run import compile_stage, dit_params, dry_run, per_device_bytes, stages_of, wan_vae_decode_units
-from vidax.zoo.pipeline import GenerateOptions, PipelineError
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.planner import GIB, Layout, dit_weight_bytes, plan, predict
+from vidax.zoo.plan.dry_run import compile_stage, dit_params, dry_run, per_device_bytes, stages_of, wan_vae_decode_units
+from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.compute.planner import GIB, Layout, dit_weight_bytes, plan, predict
 from vidax.zoo.registry import make_pipeline
 
 DEPTH = 2
@@ -120,7 +120,7 @@ def test_wan_vae_decode_temp_memory_is_linear_in_pixels(vae_units):
 
 
 def test_a_family_without_stages_is_refused_in_one_line(monkeypatch):
-    from vidax.zoo import dry_run as module
+    from vidax.zoo.plan import dry_run as module
 
     monkeypatch.delitem(module.FAMILY_STAGES, "ltx2")  # every registry family has an entry now
     options = GenerateOptions(model="ltx-2", prompt="")
@@ -132,7 +132,7 @@ def test_an_odd_branch_batch_is_not_split_over_the_data_axis():
     """CFG + STG's three rows: `cfg_batch` splits a batch over dp=2 only when it divides it (LTX-Video's dry run:
     XLA's figure is the same at dp=2 as at dp=1), so the planner counts every row on every device and offers no
     dp=2 layout for it."""
-    from vidax.zoo.planner import DiTSizes, Job, candidate_layouts
+    from vidax.zoo.compute.planner import DiTSizes, Job, candidate_layouts
 
     job = Job(DiTSizes(depth=4, dim=256, ffn_dim=1024, heads=8, block_params=10, other_params=10), tokens=4096, batch=3)
     assert predict(job, Layout(dp=2)).activations == predict(job, Layout()).activations
@@ -172,8 +172,8 @@ def test_tensor_parallel_partial_sums_within_ten_percent_of_xla(model):
 def test_the_planner_offers_no_sequence_split_the_heads_do_not_allow():
     """CogVideoX-2B's 30 heads on 8 x 80 GiB: the planner chose sp=4, which Ulysses cannot split 30 heads over (the
     full-depth dry run bench failed there with the mesh's error); every layout it offers now builds its mesh."""
-    from vidax.zoo.mesh import check_heads
-    from vidax.zoo.planner import candidate_layouts
+    from vidax.zoo.compute.mesh import check_heads
+    from vidax.zoo.compute.planner import candidate_layouts
 
     options = GenerateOptions(model="cogvideox-2b", prompt="")
     job = make_pipeline(options.model, options).memory_job(options)

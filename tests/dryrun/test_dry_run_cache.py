@@ -1,14 +1,14 @@
-"""`vidax.zoo.dry_run_cache`: a dry run's stages found again serialized, without tracing, with XLA's same figures;
+"""`vidax.zoo.plan.dry_run_cache`: a dry run's stages found again serialized, without tracing, with XLA's same figures;
 another run (another size) compiles its own."""
 
 from __future__ import annotations
 
 import pytest
 
-from vidax.zoo import dry_run_cache
-from vidax.zoo.dry_run import dry_run
-from vidax.zoo.pipeline import GenerateOptions
-from vidax.zoo.planner import GIB, Layout
+from vidax.zoo.plan import dry_run_cache
+from vidax.zoo.plan.dry_run import dry_run
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.compute.planner import GIB, Layout
 from vidax.zoo.registry import make_pipeline
 
 MODEL = "wan-tiny"

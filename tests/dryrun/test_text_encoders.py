@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from vidax.zoo.dry_run import dry_run
-from vidax.zoo.pipeline import GenerateOptions
-from vidax.zoo.planner import GIB, Layout
+from vidax.zoo.plan.dry_run import dry_run
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.compute.planner import GIB, Layout
 from vidax.zoo.registry import make_pipeline
 
 

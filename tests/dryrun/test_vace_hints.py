@@ -15,9 +15,9 @@ import dataclasses
 
 import pytest
 
-from vidax.zoo.dry_run import dry_run
-from vidax.zoo.pipeline import GenerateOptions
-from vidax.zoo.planner import GIB, Layout, plan, predict
+from vidax.zoo.plan.dry_run import dry_run
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.compute.planner import GIB, Layout, plan, predict
 from vidax.zoo.registry import make_pipeline
 
 TOLERANCE = 0.10

@@ -16,8 +16,8 @@ import math
 import jax
 import pytest
 
-from vidax.zoo.dry_run import compile_decode_unit, planned_vae_bytes, stages_of, weight_dtype
-from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.plan.dry_run import compile_decode_unit, planned_vae_bytes, stages_of, weight_dtype
+from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 
 TOLERANCE = 0.10

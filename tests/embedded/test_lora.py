@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from detector import FAR_FROM_BACKGROUND, PALETTE, STRIPE, stripe_contrast
-from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.wan.tiny import TRAINED
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from detector import PALETTE, detect
-from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.wan.tiny import TRAINED
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vidax.zoo import generation
-from vidax.zoo.pipeline import GenerateOptions, PipelineError
+from vidax.zoo.generator import generation
+from vidax.zoo.generator.options import GenerateOptions, PipelineError
 from vidax.zoo.registry import make_pipeline
-from vidax.zoo.stages import Run
+from vidax.zoo.generator.stages import Run
 
 PROMPT = "a red circle moves left on a blue background"  # 9 words and </s>: 10 tokens
 

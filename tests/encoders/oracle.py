@@ -16,8 +16,8 @@ from vidax.translator.api import convert
 
 
 # the translator's torch-zip (.pth) reader lands separately; the official-layout round trips run once it exists
-requires_pth_reader = pytest.mark.skipif(importlib.util.find_spec("vidax.translator.torch_zip") is None,
-                                         reason="vidax.translator.torch_zip (.pth reader) not available yet")
+requires_pth_reader = pytest.mark.skipif(importlib.util.find_spec("vidax.translator.formats.torch_zip") is None,
+                                         reason="vidax.translator.formats.torch_zip (.pth reader) not available yet")
 
 
 def expected_shapes(module, *example_args) -> dict[str, tuple[int, ...]]:

@@ -11,7 +11,7 @@ import transformers
 from tests.encoders.oracle import assert_close, converted_params, requires_pth_reader
 from tests.oracle import perturb
 from vidax.translator.errors import TranslatorError
-from vidax.zoo.encoders.clip import CLIPVisionModelWithProjection, clip_preprocess, clip_vision_config
+from vidax.zoo.parts.encoders.clip import CLIPVisionModelWithProjection, clip_preprocess, clip_vision_config
 
 HF_CONFIG = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4, image_size=42,
                  patch_size=14, projection_dim=16, hidden_act="gelu")  # ViT-H/14 (Wan) uses exact GELU

@@ -10,7 +10,7 @@ import transformers
 
 from tests.encoders.oracle import assert_close, converted_params
 from tests.oracle import perturb
-from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel, inverse_frequencies
+from vidax.zoo.parts.encoders.decoder import DecoderConfig, DecoderTextModel, inverse_frequencies
 
 COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
               num_key_value_heads=2, rms_norm_eps=1e-6)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from vidax.translator import convert
-from vidax.zoo.encoders.gemma import GemmaConfig, GemmaTextModel
+from vidax.zoo.parts.encoders.gemma import GemmaConfig, GemmaTextModel
 
 from tests.encoders.oracle import expected_shapes
 from tests.encoders.gemma_spec_fixtures import GEMMA4_TEXT, gemma3_reference, gemma4_reference, gemma_expected, save_transformers

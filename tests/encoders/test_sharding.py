@@ -11,9 +11,9 @@ import pytest
 from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
-from vidax.zoo import sharding
-from vidax.zoo.encoders import clip, decoder, t5
-from vidax.zoo.mesh import make_mesh
+from vidax.zoo.compute import sharding
+from vidax.zoo.parts.encoders import clip, decoder, t5
+from vidax.zoo.compute.mesh import make_mesh
 
 IDS = np.random.default_rng(0).integers(3, 64, size=(2, 8)).astype(np.int32)
 MASK = np.array([[1] * 5 + [0] * 3, [1] * 8], np.int32)

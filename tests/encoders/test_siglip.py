@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 
 from tests.encoders.oracle import assert_close, converted_params
 from tests.oracle import perturb
-from vidax.zoo.encoders.siglip import SiglipVisionModel, siglip_preprocess, siglip_vision_config
+from vidax.zoo.parts.encoders.siglip import SiglipVisionModel, siglip_preprocess, siglip_vision_config
 
 HF_CONFIG = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=44,
                  patch_size=14)  # 44 px: the stride-14 convolution drops a 2 px remainder, as so400m at 384 does

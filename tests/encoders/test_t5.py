@@ -12,7 +12,7 @@ from flax.traverse_util import flatten_dict
 from tests.encoders.oracle import assert_close, converted_params, requires_pth_reader
 from tests.oracle import perturb
 from vidax.translator.errors import TranslatorError
-from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel, relative_position_buckets
+from vidax.zoo.parts.encoders.t5 import T5Config, T5EncoderModel, relative_position_buckets
 
 SIZES = dict(vocab_size=64, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4)
 VARIANTS = {

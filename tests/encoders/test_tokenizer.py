@@ -9,7 +9,7 @@ import pytest
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from vidax.zoo.encoders.tokenizer import TokenizerError, load_tokenizer, qwen_chat_prompt
+from vidax.zoo.parts.encoders.tokenizer import TokenizerError, load_tokenizer, qwen_chat_prompt
 
 CORPUS = ["a red kite over a grey sea", "the cat sat on the mat", "un chat gris dort sur le tapis",
           "waves crash against the rocks at dusk", "a small boat drifts on calm water"] * 20

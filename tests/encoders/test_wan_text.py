@@ -15,8 +15,8 @@ from tests.encoders.oracle import assert_close, converted_params
 from tests.encoders.test_tokenizer import t5_like_folder
 from tests.oracle import perturb
 from vidax.zoo.wan.text import wan_prompt_clean, wan_text_features
-from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
-from vidax.zoo.encoders.tokenizer import load_tokenizer
+from vidax.zoo.parts.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
 
 PROMPTS = ["a red kite  over a grey sea", "the cat &amp;amp; the mat\n\tat dusk " * 3]
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from vidax.zoo.dit import forward
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.offload import StreamedDiT, chunk_bounds
-from vidax.zoo.runtime import use_mesh
+from vidax.zoo.parts.dit import forward
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.weights.offload import StreamedDiT, chunk_bounds
+from vidax.zoo.compute.runtime import use_mesh
 
 from .toy_dit import ToyDiT, block_shardings
 

@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from vidax.cli.gen import app
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, choose_layout
-from vidax.zoo.planner import Layout, predict
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, choose_layout
+from vidax.zoo.compute.planner import Layout, predict
 from vidax.zoo.registry import make_pipeline
 
 SIZE = dict(height=64, width=96, frames=9)
@@ -50,7 +50,7 @@ def test_without_flags_the_planner_chooses_and_says_so(tiny):
 
 def test_nothing_fits_is_one_clear_error(tiny, monkeypatch):
     pipeline, options = tiny
-    monkeypatch.setattr("vidax.zoo.planner.device_memory_bytes", lambda: (1, 1024))
+    monkeypatch.setattr("vidax.zoo.compute.planner.device_memory_bytes", lambda: (1, 1024))
     with pytest.raises(PipelineError, match=r"needs about .* GiB per device.*see --plan"):
         choose_layout(pipeline, options)
 

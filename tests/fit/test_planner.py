@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from vidax.zoo.dit import forward
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.planner import GIB, DiTSizes, Job, Layout, plan, predict
-from vidax.zoo.runtime import use_mesh
+from vidax.zoo.parts.dit import forward
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.compute.planner import GIB, DiTSizes, Job, Layout, plan, predict
+from vidax.zoo.compute.runtime import use_mesh
 
 from .toy_dit import ToyDiT, block_shardings
 

@@ -1,4 +1,4 @@
-"""A tiny model that follows zoo/dit.py's contract (embed / block / head), for runtime-level tests."""
+"""A tiny model that follows zoo/parts/dit.py's contract (embed / block / head), for runtime-level tests."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vidax.zoo.attention import attention
-from vidax.zoo.layers import Dense, LayerNorm, logical_param
+from vidax.zoo.compute.attention import attention
+from vidax.zoo.compute.layers import Dense, LayerNorm, logical_param
 
 
 class ToyBlock(nn.Module):

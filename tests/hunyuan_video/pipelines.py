@@ -83,7 +83,7 @@ def clip_tokenizer_files(folder: Path, texts=None) -> int:
     `<|startoftext|>` and `<|endoftext|>` take the last two ids, as in CLIP's vocabulary."""
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-    from vidax.zoo.encoders.tokenizer import _CLIP_SPLIT
+    from vidax.zoo.parts.encoders.tokenizer import _CLIP_SPLIT
 
     tok = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="</w>"))
     tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached
@@ -87,7 +87,7 @@ def test_true_cfg_on_the_data_and_tensor_axes(saved, tmp_path):
 def test_sequence_parallel_and_streamed_offload(saved, tmp_path, monkeypatch):
     """`--sp 2 --offload-chunk 1`: the joint text+video attention under Ulysses, both block kinds streamed
     from host memory one block at a time (two chunk pools); the reference's frames."""
-    from vidax.zoo.offload import StreamedDiT
+    from vidax.zoo.weights.offload import StreamedDiT
 
     streamed = []
     run_group = StreamedDiT.run_group
@@ -137,7 +137,7 @@ def test_prompt_2_is_clips_prompt(saved, tmp_path):
 
 def test_generate_straight_from_the_hub(saved, tmp_path, monkeypatch):
     """No --weights: the diffusers mirror hunyuanvideo-community/HunyuanVideo from the Hugging Face cache
-    (offline), converted on the fly; through `vidax.zoo.pipeline.generate`, which writes the output."""
+    (offline), converted on the fly; through `vidax.zoo.generator.options.generate`, which writes the output."""
     root, _, noise, expected = saved
     hub_cached(monkeypatch, tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo", root / "model")
     opts = options(None, noise, tmp_path, tp=1)
@@ -179,7 +179,7 @@ def test_official_folder_and_its_conversion(saved, tmp_path):
 ])
 def test_bad_requests_fail_before_work(saved, tmp_path, monkeypatch, change, message):
     """One-line PipelineErrors before any weights are read (reading one would fail the test)."""
-    from vidax.zoo.pipeline import WeightsSource
+    from vidax.zoo.generator.options import WeightsSource
 
     def no_weights(*args, **kwargs):
         raise AssertionError("weights were read before the request was checked")
@@ -205,7 +205,7 @@ def test_plan_offline_from_the_registry(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from vidax.cli.gen import app
-    from vidax.zoo.planner import Layout, predict
+    from vidax.zoo.compute.planner import Layout, predict
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))

@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vidax.zoo.pipeline import GenerateOptions, PipelineError
+from vidax.zoo.generator.options import GenerateOptions, PipelineError
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached

@@ -10,8 +10,8 @@ import pytest
 from vidax.translator import convert
 from vidax.zoo.hunyuan_video.config import TransformerConfig
 from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.sharding import TRANSFORMER_RULES
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.compute.sharding import TRANSFORMER_RULES
 
 from tests.oracle import save_state
 from tests.parallel_checks import assert_mesh_equals_one_device, assert_streamed_equals_resident, one_device

@@ -9,9 +9,9 @@ import pytest
 from diffusers import AutoencoderKLHunyuanVideo, HunyuanVideoTransformer3DModel
 
 from vidax.translator.registry import get_model
-from vidax.zoo.encoders.clip_text import CLIPTextConfig
-from vidax.zoo.encoders.decoder import DecoderConfig
-from vidax.zoo.encoders.llava import LlavaConfig
+from vidax.zoo.parts.encoders.clip_text import CLIPTextConfig
+from vidax.zoo.parts.encoders.decoder import DecoderConfig
+from vidax.zoo.parts.encoders.llava import LlavaConfig
 from vidax.zoo.hunyuan_video.config import TransformerConfig, VAEConfig
 
 

@@ -17,11 +17,11 @@ from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from vidax.translator import convert
-from vidax.zoo.encoders.clip import clip_preprocess
-from vidax.zoo.encoders.clip_text import CLIPTextConfig, CLIPTextModel
-from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
-from vidax.zoo.encoders.llava import LlavaConfig, LlavaTextEncoder
-from vidax.zoo.encoders.tokenizer import load_tokenizer
+from vidax.zoo.parts.encoders.clip import clip_preprocess
+from vidax.zoo.parts.encoders.clip_text import CLIPTextConfig, CLIPTextModel
+from vidax.zoo.parts.encoders.decoder import DecoderConfig, DecoderTextModel
+from vidax.zoo.parts.encoders.llava import LlavaConfig, LlavaTextEncoder
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
 from vidax.zoo.hunyuan_video import text as hv_text
 
 from tests.oracle import perturb, to_np, unflatten

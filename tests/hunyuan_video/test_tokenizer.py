@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import transformers
 
-from vidax.zoo.encoders.tokenizer import FastTokenizer, load_tokenizer
+from vidax.zoo.parts.encoders.tokenizer import FastTokenizer, load_tokenizer
 
 from .pipelines import clip_tokenizer_files, corpus
 

@@ -24,7 +24,7 @@ from vidax.translator.registry import get_model
 from vidax.translator.testing import mismatches
 from vidax.zoo.hunyuan_video15.family import glyph_tokens
 from vidax.zoo.registry import make_pipeline
-from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.generator.options import GenerateOptions
 
 from tests.oracle import perturb, repo_files, save_state
 
@@ -267,7 +267,7 @@ def test_convert_diffusers_pipeline_folder(saved, tmp_path):  # noqa: F811
 def test_gated_vision_encoder_names_the_mirror(monkeypatch):
     """FLUX.1-Redux-dev (the official SigLIP's repo) is gated: the error says what to do, and that the
     variant's diffusers mirror carries every component."""
-    from vidax.translator import sources
+    from vidax.translator.fetch import sources
 
     from vidax.translator.errors import GatedRepoError
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached
@@ -71,7 +71,7 @@ def test_a_size_the_reference_floors_matches_it(saved, reference_run, tmp_path):
 
 def test_a_size_the_reference_fails_on_is_refused(saved, tmp_path):
     """Under 16 pixels the reference's latents are empty and it fails; vidax refuses the request first."""
-    from vidax.zoo.pipeline import PipelineError
+    from vidax.zoo.generator.options import PipelineError
 
     ref, root = saved
     with pytest.raises(RuntimeError, match="Kernel size can't be greater"), torch.no_grad():
@@ -84,7 +84,7 @@ def test_a_size_the_reference_fails_on_is_refused(saved, tmp_path):
 @pytest.mark.parametrize("layout", [dict(offload_chunk=1), dict(offload_chunk=2, tp=2), dict(offload_chunk=1, sp=2, dp=2)])
 def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout, monkeypatch):
     """`--offload-chunk N`: the blocks stream from host memory N at a time (also under a mesh); same frames."""
-    from vidax.zoo.offload import StreamedDiT
+    from vidax.zoo.weights.offload import StreamedDiT
 
     streamed_chunks = []
     run_group = StreamedDiT.run_group
@@ -104,7 +104,7 @@ def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout
                                              (dict(steps=0), "at least 1"),
                                              (dict(extra={"guidance_2": 3.0}), "takes no --guidance-2")])
 def test_bad_requests_fail_before_work(saved, reference_run, tmp_path, change, message):
-    from vidax.zoo.pipeline import PipelineError
+    from vidax.zoo.generator.options import PipelineError
 
     _, root = saved
     with pytest.raises(PipelineError, match=message):  # some when the options are read, the rest before work
@@ -118,11 +118,11 @@ def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
     from typer.testing import CliRunner
 
     from vidax.cli.gen import app
-    from vidax.zoo.family import Settings
+    from vidax.zoo.generator.contract import Settings
     from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
     from vidax.zoo.hunyuan_video15.family import memory_job
-    from vidax.zoo.pipeline import choose_layout
-    from vidax.zoo.planner import Layout, predict
+    from vidax.zoo.generator.options import choose_layout
+    from vidax.zoo.compute.planner import Layout, predict
 
     _, root = saved
     options = GenerateOptions(model="hunyuanvideo-1.5", prompt=PROMPT, weights=str(root), height=32, width=48, frames=5,

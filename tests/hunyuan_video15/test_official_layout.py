@@ -58,7 +58,7 @@ def test_official_dit_with_an_unmodelled_module_is_refused(tmp_path):
 
 def test_layout_is_detected(tmp_path):
     cases = {c.name: c for c in vae_cases(tmp_path)}
-    from vidax.translator.sources import resolve
+    from vidax.translator.fetch.sources import resolve
 
     spec = load_spec("hunyuan_video15/vae")
     assert {name: resolve(spec, c.source).layout.name for name, c in cases.items()} == {"diffusers": "diffusers", "official": "official"}

@@ -17,9 +17,9 @@ from vidax.translator import convert, load_spec
 from vidax.zoo.hunyuan_video15 import HunyuanVideo15Transformer, TransformerConfig
 from vidax.zoo.hunyuan_video15.family import Condition, HunyuanPredict, default_size
 from vidax.zoo.hunyuan_video15.text import TextFeatures
-from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.registry import make_pipeline
-from vidax.zoo.stages import Run
+from vidax.zoo.generator.stages import Run
 
 from tests.oracle import to_np, unflatten
 
@@ -92,7 +92,7 @@ def test_default_size_is_the_reference_bucket():
 def test_settings_fit_sizes_as_the_reference_runs_them(saved, tmp_path):
     """HunyuanVideo15Pipeline checks no size: it makes H // 16 x W // 16 latents (30x40 comes out 16x32) and
     fails on an empty one; frames are any count (the VAE decodes 4k+1 of them)."""
-    from vidax.zoo.pipeline import PipelineError
+    from vidax.zoo.generator.options import PipelineError
 
     _, root = saved
 
@@ -112,7 +112,7 @@ def test_bf16_weights_run_close_to_fp32(saved):
     """Weights converted as shipped (bf16) run the DiT in bf16; the velocity stays near the fp32 one."""
     import jax
 
-    from vidax.zoo.denoise import _resident_prediction
+    from vidax.zoo.generator.denoise import _resident_prediction
 
     ref, root = saved
     dit = HunyuanVideo15Transformer(TransformerConfig.from_hf_config(dict(ref.transformer.config)))

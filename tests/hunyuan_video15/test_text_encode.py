@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from vidax.translator import convert, load_spec
-from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
-from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
-from vidax.zoo.encoders.tokenizer import load_tokenizer
+from vidax.zoo.parts.encoders.decoder import DecoderConfig, DecoderTextModel
+from vidax.zoo.parts.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
 from vidax.zoo.hunyuan_video15.text import PromptEncoder
 
 from tests.oracle import to_np, unflatten

@@ -70,7 +70,7 @@ def test_decode_peak_prediction_matches_xla(latent_frames):
     import jax
 
     from vidax.zoo.hunyuan_video15.vae import decode_peak_bytes, decoder_stages, widest_stage_bytes
-    from vidax.zoo.vae_layers import _stage_params
+    from vidax.zoo.parts.vae_layers import _stage_params
 
     cfg = VAEConfig()
     params = jax.eval_shape(HunyuanVideo15VAE(cfg).init_params, jax.random.key(0))["decoder"]

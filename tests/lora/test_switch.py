@@ -13,8 +13,8 @@ from tests.lora.formats import low_rank_factors, spec_fixtures_save, wan_modules
 from tests.oracle import build_perturbed, state_of
 from vidax.translator import convert
 from vidax.translator.lora import resolve_adapter
-from vidax.zoo.lora_switch import apply, remove, touched_leaves
-from vidax.zoo.mesh import make_mesh
+from vidax.zoo.weights.lora_switch import apply, remove, touched_leaves
+from vidax.zoo.compute.mesh import make_mesh
 
 SPEC = "wan/transformer"
 CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=4,

@@ -22,7 +22,7 @@ from tests.oracle import state_of
 from tests.wan.test_pipeline import FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, STEPS, WIDTH, _latents, _reference_a14b
 from vidax.cli.gen import app
 from vidax.translator import VidaxError
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
 
 # fp32 on both sides at highest matmul precision (tests/wan/test_pipeline.py measures ~1e-6 without LoRAs)
 FRAME_ATOL = 2e-5
@@ -185,7 +185,7 @@ def test_loras_on_an_int8_device_base(a14b_lora, tmp_path):
     of the fp32 LoRA run, and is farther from the int8 run without them than that bound. Both runs share one
     `StageCache` (as vidax-serve's jobs do), base first: 8-bit weights are not switched in place, so the cache
     must key the placed experts by their LoRAs and place them again."""
-    from vidax.zoo.stages import StageCache
+    from vidax.zoo.generator.stages import StageCache
 
     folder, latents, files, expected, _ = a14b_lora
     lora = (f"{files['peft']}={STRENGTHS['peft']}", f"{files['original']}={STRENGTHS['original']}")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vidax.translator import convert, load_spec
-from vidax.zoo.ltx2.audio import LTX2AudioVAE, LTX2Vocoder
+from vidax.zoo.ltx2.decoding.audio import LTX2AudioVAE, LTX2Vocoder
 from vidax.zoo.ltx2.config import AudioVAEConfig, VocoderConfig
 
 from tests.oracle import unflatten

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 from vidax.translator import convert, load_spec
-from vidax.zoo.attention import neighborhood_attention
+from vidax.zoo.compute.attention import neighborhood_attention
 from vidax.zoo.ltx2.config import DiffusionDecoderConfig
-from vidax.zoo.ltx2.diffusion_decoder import LTX2DiffusionDecoder
+from vidax.zoo.ltx2.decoding.diffusion_decoder import LTX2DiffusionDecoder
 
 from tests.oracle import unflatten
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vidax.translator import convert, load_spec
-from vidax.zoo.encoders.gemma import GemmaConfig, GemmaTextModel
+from vidax.zoo.parts.encoders.gemma import GemmaConfig, GemmaTextModel
 
 from tests.oracle import unflatten
 

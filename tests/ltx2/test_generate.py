@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions, PipelineError
+from vidax.zoo.generator.options import GenerateOptions, PipelineError
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import to_np
@@ -82,7 +82,7 @@ def test_from_a_converted_folder_writes_the_soundtrack(saved, reference_run, tmp
     import json
 
     from vidax.translator.models import ConvertOptions, convert_model
-    from vidax.zoo.pipeline import generate
+    from vidax.zoo.generator.options import generate
 
     _, root = saved
     out = tmp_path / "converted"
@@ -138,7 +138,7 @@ def test_any_frame_count_matches_reference(saved, tmp_path):
 def test_mesh_and_offload_match_reference(saved, reference_run, tmp_path, layout, monkeypatch):
     """The four guidance rows split over "data", heads over "tensor", video tokens over "sequence"; or the
     blocks streamed from host memory one at a time (the STG row's layer counter crosses chunks)."""
-    from vidax.zoo.offload import StreamedDiT
+    from vidax.zoo.weights.offload import StreamedDiT
 
     chunks = []
     run_group = StreamedDiT.run_group
@@ -225,7 +225,7 @@ def test_cli_writes_video_and_soundtrack(saved, reference_run, tmp_path):
 def test_no_audio_skips_the_soundtrack(saved, reference_run, tmp_path, monkeypatch):
     """`--no-audio`: the audio stream still rides in the DiT (the model is joint) but nothing decodes it."""
     from vidax.zoo.ltx2 import family
-    from vidax.zoo.pipeline import generate
+    from vidax.zoo.generator.options import generate
 
     monkeypatch.setattr(family, "_audio_decode", lambda *a: pytest.fail("audio decoded"))
     _, root = saved

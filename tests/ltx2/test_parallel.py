@@ -13,9 +13,9 @@ from vidax.translator import convert, load_spec
 from vidax.zoo.ltx2.config import TransformerConfig
 from vidax.zoo.ltx2.sharding import DIT_RULES, place_transformer
 from vidax.zoo.ltx2.transformer import LTX2Transformer
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.offload import stream_blocks
-from vidax.zoo.runtime import use_mesh
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.weights.offload import stream_blocks
+from vidax.zoo.compute.runtime import use_mesh
 
 from .ltx2_spec_fixtures import dit_reference, save_diffusers
 from .test_transformer import make_inputs, our_inputs, tables, unflatten

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from vidax.translator import convert, load_spec
-from vidax.zoo.encoders.gemma import GemmaConfig, GemmaTextModel
-from vidax.zoo.encoders.tokenizer import load_tokenizer
+from vidax.zoo.parts.encoders.gemma import GemmaConfig, GemmaTextModel
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
 from vidax.zoo.ltx2.config import ConnectorsConfig
 from vidax.zoo.ltx2.connectors import TextConnectors
 from vidax.zoo.ltx2.text import prompt_tokens, stack_hidden_states

@@ -206,7 +206,7 @@ def test_bad_inputs_fail_with_one_message(build):
 
 def test_bf16_activations_stay_near_fp32(build):
     """bf16 activations with the fp32 residual streams (the accelerator setting) trace, and land near fp32."""
-    from vidax.zoo.runtime import BF16
+    from vidax.zoo.compute.runtime import BF16
 
     _, model, params = build("2.5")
     fast = LTX2Transformer.with_precision(model.cfg, BF16)

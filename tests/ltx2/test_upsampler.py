@@ -12,7 +12,7 @@ import torch
 
 from tests.oracle import save_diffusers, to_np, unflatten
 from vidax.translator import convert
-from vidax.zoo.ltx2.upsampler import LTX2LatentUpsampler, UpsamplerConfig, UpsamplerConfigError
+from vidax.zoo.ltx2.decoding.upsampler import LTX2LatentUpsampler, UpsamplerConfig, UpsamplerConfigError
 
 from .upsampler_spec_fixtures import upsampler_reference
 

@@ -13,8 +13,8 @@ import torch
 
 from vidax.translator import convert, load_spec
 from vidax.zoo.ltx2.config import VideoVAEConfig
-from vidax.zoo.ltx2.vae import LTX2VideoVAE
-from vidax.zoo.vae_tiling import TilePlan, TileSizes
+from vidax.zoo.ltx2.decoding.vae import LTX2VideoVAE
+from vidax.zoo.parts.vae_tiling import TilePlan, TileSizes
 
 from tests.oracle import unflatten
 
@@ -126,7 +126,7 @@ def _reference_tiled(ref, temporal: bool, run):
 
 @pytest.mark.parametrize("causal, temporal", [(False, True), (True, False)], ids=["noncausal", "causal-spatial"])
 def test_tiled_decode(setup, causal, temporal):
-    from vidax.zoo.ltx2.vae import _decode_tile
+    from vidax.zoo.ltx2.decoding.vae import _decode_tile
 
     ref, vae, params = setup
     plan = TilePlan(LATENT_GRID, _tiles(temporal), 16, 8)
@@ -157,7 +157,7 @@ def test_decode_working_set_matches_xla():
     XLA's memory analysis of the compiled tile body (abstract: nothing runs); the default tiles at 704 x
     1216 x 121 far below the whole video's."""
     from vidax.translator import load_registry
-    from vidax.zoo.ltx2.vae import _decode_tile, decode_peak_bytes
+    from vidax.zoo.ltx2.decoding.vae import _decode_tile, decode_peak_bytes
 
     cfg = VideoVAEConfig.from_hf_config(load_registry()["ltx-2.5"].config["vae"])
     params = jax.eval_shape(LTX2VideoVAE(cfg).init_params, jax.random.key(0))
@@ -178,8 +178,8 @@ def test_memory_job_counts_the_vae_tiles(tmp_path, monkeypatch):
     pipelines), one padded tile in the planner's VAE term; --no-vae-tiling counts the whole video."""
     import huggingface_hub.constants
 
-    from vidax.zoo.ltx2.vae import decode_peak_bytes
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.ltx2.decoding.vae import decode_peak_bytes
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -82,7 +82,7 @@ class Replay:
     def install(self, monkeypatch) -> "Replay":
         """Patched over `Run.host_noise` (the family itself routes the second pass's per-step draws to
         their stream)."""
-        from vidax.zoo.stages import Run
+        from vidax.zoo.generator.stages import Run
 
         replay = self
         monkeypatch.setattr(Run, "host_noise", lambda run, stream, index, shape: replay(run, stream, index, shape))

@@ -2,7 +2,7 @@
 
 Not a test: the script behind the numbers in zoo/ltx_video/transformer.py's "Precision" section. It emulates
 the bf16 pass on CPU by rounding the operands of chosen matmul groups to bf16 (patching `jnp.dot` as
-`zoo/layers.py` sees it, and the plain attention kernel), runs a 4-block random-weight LTX DiT (width 512,
+`zoo/compute/layers.py` sees it, and the plain attention kernel), runs a 4-block random-weight LTX DiT (width 512,
 320 tokens) and prints each grouping's output error against the fp32 model.
 
     .venv/bin/python tests/ltx_video/precision_probe.py
@@ -26,9 +26,9 @@ def main() -> None:
     from flax.traverse_util import unflatten_dict
     from safetensors.torch import save_file
 
-    import vidax.zoo.attention as attention_module
-    import vidax.zoo.kernels.plain as plain
-    import vidax.zoo.layers as layers
+    import vidax.zoo.compute.attention as attention_module
+    import vidax.zoo.compute.kernels.plain as plain
+    import vidax.zoo.compute.layers as layers
     from vidax.translator import convert
     from vidax.zoo.ltx_video import rope
     from vidax.zoo.ltx_video.config import TransformerConfig

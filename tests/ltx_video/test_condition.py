@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
 
 from .ltx_spec_fixtures import save_official_file
 from .pipelines import NEGATIVE, PROMPT, Replay, components, static_scheduler
@@ -236,12 +236,12 @@ def test_decode_noise_order(reference, tmp_path, monkeypatch, layout):
     from diffusers import AutoencoderKLLTXVideo
 
     from vidax.zoo.registry import make_pipeline
-    from vidax.zoo.stages import Run
+    from vidax.zoo.generator.stages import Run
 
     root = reference[0]
     g = torch.Generator().manual_seed(9)
     z, eps = torch.randn(LATENT, generator=g), torch.randn(LATENT, generator=g)
-    monkeypatch.setattr("vidax.zoo.stages.Run.host_noise", lambda self, stream, index, shape: eps.numpy())
+    monkeypatch.setattr("vidax.zoo.generator.stages.Run.host_noise", lambda self, stream, index, shape: eps.numpy())
     weights = root / ("model" if layout == "diffusers" else "official")
     opts = options(root, weights=str(weights), decode_noise_scale=0.3, decode_timestep=0.2)
     family = make_pipeline(MODEL, opts)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions, generate
 
 from .pipelines import NEGATIVE, PROMPT, Replay, components, static_scheduler, upsampler
 

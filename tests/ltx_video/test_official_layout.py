@@ -20,7 +20,7 @@ from diffusers.loaders.single_file_utils import (
 )
 
 from vidax.translator import AccountingError, convert, load_spec
-from vidax.translator.sources import resolve
+from vidax.translator.fetch.sources import resolve
 from vidax.zoo.ltx_video.config import (
     LTXConfigError,
     SchedulerConfig,

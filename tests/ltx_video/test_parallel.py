@@ -14,9 +14,9 @@ from vidax.zoo.ltx_video import rope
 from vidax.zoo.ltx_video.config import TransformerConfig
 from vidax.zoo.ltx_video.sharding import DIT_RULES, place_transformer
 from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.offload import stream_blocks
-from vidax.zoo.runtime import use_mesh
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.weights.offload import stream_blocks
+from vidax.zoo.compute.runtime import use_mesh
 
 from .ltx_spec_fixtures import dit_reference, diffusers_config, save
 

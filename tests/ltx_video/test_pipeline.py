@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
 
 from .pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
 

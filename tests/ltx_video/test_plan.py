@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 
 NAMES = ["ltx-video-13b", "ltx-video-13b-distilled", "ltx-video-2b", "ltx-video-2b-distilled"]
@@ -95,7 +95,7 @@ def test_memory_job_counts_the_vae_tiles(offline, monkeypatch):
     padded tile's (17 x 512 x 512) with --vae-tiling; by default tiles only where the whole decode would not
     fit the device (30.75 GB: tiles; 141 GB: none)."""
     from vidax.zoo.ltx_video.vae import decode_peak_bytes
-    from vidax.zoo.vae_tiling import TileSizes
+    from vidax.zoo.parts.vae_tiling import TileSizes
 
     def job(**extra):
         options = GenerateOptions(model="ltx-video-13b", prompt="", extra=extra)
@@ -107,5 +107,5 @@ def test_memory_job_counts_the_vae_tiles(offline, monkeypatch):
     assert whole.vae_peak_activation_bytes == decode_peak_bytes(cfg, 121, 896, 1600) > 30e9
     assert tiled.vae_peak_activation_bytes == decode_peak_bytes(cfg, 121, 896, 1600, TileSizes()) < 1e9
     for memory, want in ((30.75e9, tiled), (141e9, whole)):
-        monkeypatch.setattr("vidax.zoo.planner.device_memory_bytes", lambda memory=memory: (4, int(memory)))
+        monkeypatch.setattr("vidax.zoo.compute.planner.device_memory_bytes", lambda memory=memory: (4, int(memory)))
         assert job()[0].vae_peak_activation_bytes == want.vae_peak_activation_bytes

@@ -80,7 +80,7 @@ def offline(tmp_path, monkeypatch):
 
 
 def _family(name: str, **extra):
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
 
     options = GenerateOptions(model=name, prompt="", extra=extra)

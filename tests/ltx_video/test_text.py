@@ -17,8 +17,8 @@ from diffusers.pipelines.ltx.pipeline_ltx_condition import LTXConditionPipeline
 from tests.encoders.oracle import converted_params
 from tests.oracle import perturb
 from tests.encoders.test_tokenizer import t5_like_folder
-from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
-from vidax.zoo.encoders.tokenizer import load_tokenizer
+from vidax.zoo.parts.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
 from vidax.zoo.ltx_video.text import PRESETS, encode_prompts
 
 PROMPTS = ["  a red kite over a grey sea ", "waves crash against the rocks at dusk " * 8]  # one padded, one truncated

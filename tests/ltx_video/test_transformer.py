@@ -24,8 +24,8 @@ from vidax.translator import convert, load_spec
 from vidax.zoo.ltx_video import rope
 from vidax.zoo.ltx_video.config import LTXConfigError, TransformerConfig
 from vidax.zoo.ltx_video.transformer import Context, LTXVideoTransformer
-from vidax.zoo.offload import StreamedDiT
-from vidax.zoo.runtime import BF16
+from vidax.zoo.weights.offload import StreamedDiT
+from vidax.zoo.compute.runtime import BF16
 
 from .helpers import load_params, to_np
 from .ltx_spec_fixtures import TINY_DIT, dit_reference, diffusers_config, save, save_official_file

@@ -18,7 +18,7 @@ import torch
 
 from vidax.zoo.ltx_video.config import LTXConfigError, VAEConfig
 from vidax.zoo.ltx_video.vae import LTXVideoVAE, decoder_noise_shapes
-from vidax.zoo.vae_tiling import TilePlan, TileSizes
+from vidax.zoo.parts.vae_tiling import TilePlan, TileSizes
 
 from .helpers import load_params, to_np
 from .ltx_spec_fixtures import OFFICIAL_VAE_CONFIGS, TINY_VAES, VAE_BLOCK_CONFIGS, diffusers_config, save, vae_reference

@@ -18,7 +18,7 @@ import pytest
 from tests.hunyuan_video15.pipelines import saved, towers  # noqa: F401  (the tiny HunyuanVideo-1.5 pipeline)
 from tests.multihost.launch import death_time, error_line, launch
 from vidax.translator.models import ConvertOptions, convert_model
-from vidax.zoo.pipeline import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions, generate
 
 PROMPT = "a red kite over a grey sea"
 WAN = dict(height=32, width=48, frames=5, steps=2, guidance=4.0, negative_prompt="blurry", dtype="float32",
@@ -103,7 +103,7 @@ def test_each_process_reads_only_its_own_slices(wan_run, wan_folder):
     from jax.sharding import PartitionSpec
 
     from vidax.translator import load
-    from vidax.zoo.sharding import TRANSFORMER_RULES, slice_bytes_read, to_mesh_spec
+    from vidax.zoo.compute.sharding import TRANSFORMER_RULES, slice_bytes_read, to_mesh_spec
     from vidax.zoo.wan.config import WanTransformerConfig
     from vidax.zoo.wan.transformer import WanTransformer
 

@@ -88,7 +88,7 @@ def test_cancel_stops_both_processes_then_a_job_matches_one_process(servers, con
     assert done["status"] == "succeeded", (done, leader.log()[-3000:])
     frames = np.load(io.BytesIO(httpx.get(f"{leader.url}/v1/videos/{job}/content", timeout=30).content))
 
-    from vidax.zoo.pipeline import GenerateOptions, generate
+    from vidax.zoo.generator.options import GenerateOptions, generate
 
     fields = {k: v for k, v in JOB.items() if k != "format"}
     reference = generate(GenerateOptions(model=MODEL, weights=str(converted), dtype="float32", sp=2,
@@ -109,8 +109,8 @@ def test_stopping_process_0_ends_the_follower_cleanly(servers):
 def test_processes_compare_file_inputs_by_contents(tmp_path):
     """Each host writes a job's uploads to its own folder: the records compared across processes name
     files (the image, a family's video input) by their bytes, not their paths."""
-    from vidax.zoo.distributed import request_record
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.compute.distributed import request_record
+    from vidax.zoo.generator.options import GenerateOptions
 
     def options(folder, data: bytes):
         folder.mkdir()

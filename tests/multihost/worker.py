@@ -28,7 +28,7 @@ from pathlib import Path
 
 
 def main(port: str, count: str, index: str, out: str, cases: str) -> int:
-    from vidax.zoo import distributed
+    from vidax.zoo.compute import distributed
 
     cases = json.loads(cases)
     if cases.get("join", {}).get("unwatched_process") == int(index):  # as behind a firewall: no watch connection
@@ -61,9 +61,9 @@ def die(index: int) -> None:
 def generate_case(name: str, case: dict, index: int, out_dir: Path) -> None:
     import jax
 
-    from vidax.zoo import sharding
-    from vidax.zoo.family import Family
-    from vidax.zoo.pipeline import GenerateOptions, Progress, generate
+    from vidax.zoo.compute import sharding
+    from vidax.zoo.generator.contract import Family
+    from vidax.zoo.generator.options import GenerateOptions, Progress, generate
 
     class DieAfter(Progress):
         def __init__(self, steps: int, process: int):

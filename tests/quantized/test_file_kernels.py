@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 from tests.oracle import perturb, state_of
 from tests.translator.wan_transformer_spec_fixtures import official_key
 from vidax.translator import convert
-from vidax.zoo.quantize import device_weights, file_kernels
+from vidax.zoo.weights.quantize import device_weights, file_kernels
 
 SPEC, GROUPS = "wan/transformer", ("blocks",)
 

@@ -85,7 +85,7 @@ HOOK_MODELS = {"hunyuan_video/transformer": "hunyuanvideo", "ltx_video/transform
 def test_each_family_loads_its_dit_from_transformer_file(spec, tmp_path):
     """`--transformer FILE` reaches every family's loader (LTX-Video has its own `load_tree`); no --weights
     is read for it."""
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
 
     arch, state_of_family = FAMILIES[spec]

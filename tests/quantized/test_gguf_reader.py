@@ -8,8 +8,8 @@ import pytest
 
 from tests.quantized.gguf_files import dequantized, encode, random_blocks, write_gguf
 from vidax.translator import FormatError, SourceError, convert
-from vidax.translator.checkpoint import Checkpoint
-from vidax.translator.gguf_io import SUPPORTED, GGUFFile
+from vidax.translator.formats.checkpoint import Checkpoint
+from vidax.translator.formats.gguf_io import SUPPORTED, GGUFFile
 
 QUANTIZED_ROWS = {"Q8_0": 64, "Q5_0": 64, "Q4_0": 64, "Q6_K": 512, "Q5_K": 512, "Q4_K": 512}
 

@@ -24,7 +24,7 @@ from tests.oracle import perturb, state_of
 from tests.tiny_references import umt5_encoder, unipc_flow_scheduler, wan_pipeline_vae
 from tests.translator.wan_transformer_spec_fixtures import official_key
 from vidax.translator import FormatError
-from vidax.zoo.pipeline import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions, generate
 from vidax.zoo.wan.tiny import build_tokenizer
 
 PROMPT, NEGATIVE = "a red kite over a grey sea", "blurry, low quality"
@@ -140,7 +140,7 @@ def test_weights_dtype_places_the_files_own_int8_kernels(fp8_wan, tmp_path, monk
     """--weights-dtype int8 on a file whose block matrices are int8 per row: the file's values and scales are
     placed as they are, so at fp32 the frames are the dequantized file's within 2e-5. Requantized afresh
     (what it did before, and still does for kernels whose format or scales do not fit) they land further."""
-    import vidax.zoo.quantize as quantize
+    import vidax.zoo.weights.quantize as quantize
 
     folder, _, stored, _ = fp8_wan
     save_file(_all_int8(stored), tmp_path / "int8.safetensors")

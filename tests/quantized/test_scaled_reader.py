@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from vidax.translator import FormatError
-from vidax.translator.checkpoint import Checkpoint
+from vidax.translator.formats.checkpoint import Checkpoint
 
 OUT, IN = 6, 8
 
@@ -122,7 +122,7 @@ def test_int8_without_its_scale_and_orphan_scales_are_refused(tmp_path):
 
 
 def test_plain_checkpoints_are_read_as_before(tmp_path):
-    from vidax.translator.safetensors_io import SafetensorsFile
+    from vidax.translator.formats.safetensors_io import SafetensorsFile
 
     save_file({"a.weight": _weight(4).to(torch.bfloat16)}, tmp_path / "plain.safetensors")
     ckpt = Checkpoint([tmp_path / "plain.safetensors"])

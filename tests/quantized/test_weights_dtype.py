@@ -15,9 +15,9 @@ import pytest
 from flax import traverse_util
 
 from vidax.translator import get_model, load_spec
-from vidax.zoo.dit import place_resident
-from vidax.zoo.pipeline import GenerateOptions, PipelineError
-from vidax.zoo.quantize import check_weights_dtype, device_weights, placed_bytes, quantize_kernel
+from vidax.zoo.parts.dit import place_resident
+from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.weights.quantize import check_weights_dtype, device_weights, placed_bytes, quantize_kernel
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.transformer import WanTransformer
 
@@ -119,7 +119,7 @@ def _shapes_14b() -> dict:
 def test_the_planner_counts_8bit_block_weights_within_5_percent():
     """`--plan`'s DiT weight bytes on one device for Wan2.1-14B at 480p with --weights-dtype int8, against
     the bytes the placed tree takes (above: equal to placed buffers); and half the bf16 prediction."""
-    from vidax.zoo.planner import Layout, dit_weight_bytes
+    from vidax.zoo.compute.planner import Layout, dit_weight_bytes
     from vidax.zoo.registry import make_pipeline
 
     options = GenerateOptions(model="wan2.1-t2v-14b", prompt="x", weights_dtype="int8", height=480, width=832, frames=81)

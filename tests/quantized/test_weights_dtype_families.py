@@ -2,7 +2,7 @@
 own tests use, taken from the diffusers reference's config), its block kernels 8-bit with per-output-channel
 scales as `place_dit` places them, against the same DiT on the bf16 kernels, both computing in fp32.
 
-A block that read a kernel without its scale (anything but `vidax.zoo.layers.Dense`) would compute with
+A block that read a kernel without its scale (anything but `vidax.zoo.compute.layers.Dense`) would compute with
 values up to 127x too large: the output would land far outside the bound (checked per family: the same
 8-bit values with every scale 1)."""
 
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from vidax.zoo.dit import block_groups, place_resident
-from vidax.zoo.pipeline import GenerateOptions
-from vidax.zoo.quantize import FAMILIES, check_weights_dtype, device_weights
+from vidax.zoo.parts.dit import block_groups, place_resident
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.weights.quantize import FAMILIES, check_weights_dtype, device_weights
 
 # family -> (the diffusers reference's builder, its args and size overrides (one layer per block group), zoo
 # config class, zoo model class)
@@ -132,8 +132,8 @@ def test_the_planner_counts_8bit_block_weights(family):
     """`--plan`'s one-device DiT weight bytes with --weights-dtype int8 (fp8 takes the same bytes): within 5% of
     what the placed tree takes at the real shapes (`placed_bytes`: 8-bit block kernels with fp32 scales, the
     rest bf16), and below the bf16 prediction by the blocks' share."""
-    from vidax.zoo.planner import Layout, dit_weight_bytes
-    from vidax.zoo.quantize import placed_bytes
+    from vidax.zoo.compute.planner import Layout, dit_weight_bytes
+    from vidax.zoo.weights.quantize import placed_bytes
     from vidax.zoo.registry import make_pipeline
 
     def job(choice):

@@ -300,7 +300,7 @@ def test_exceptions_are_still_needed():
 
 def test_header_only_files_hold_no_data(tmp_path):
     """The files these tests write are their headers and a hole: full size, no data blocks, readable."""
-    from vidax.translator.checkpoint import Checkpoint
+    from vidax.translator.formats.checkpoint import Checkpoint
 
     path = write_header_only({"w": ((8192, 8192), "BF16"), "b": ((8192,), "BF16")}, tmp_path / "x.safetensors")
     stat = path.stat()

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from vidax.cli.convert import app
 from vidax.translator.models import convert_model
 from vidax.translator.registry import get_model
-from vidax.zoo.synthetic import SyntheticOptions, synthetic_plan
+from vidax.zoo.plan.synthetic import SyntheticOptions, synthetic_plan
 
 from .test_registry_realscale import _write
 

@@ -16,8 +16,8 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, sys.argv[1])  # the repository root, for tests.runtime.tiny_dit
 from tests.runtime.tiny_dit import TinyConfig, TinyDiT  # noqa: E402
-from vidax.zoo import runtime  # noqa: E402,F401  (importing it switches the cache on)
-from vidax.zoo.dit import forward  # noqa: E402
+from vidax.zoo.compute import runtime  # noqa: E402,F401  (importing it switches the cache on)
+from vidax.zoo.parts.dit import forward  # noqa: E402
 
 model = TinyDiT(TinyConfig())
 rng = np.random.default_rng(0)

@@ -5,12 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vidax.zoo import attention as attn_mod
-from vidax.zoo.attention import attention, choose_kernel, joint_attention
-from vidax.zoo.kernels.blockwise import balanced_blocks, blockwise_attention
-from vidax.zoo.kernels.cudnn import cudnn_attention
-from vidax.zoo.mesh import MeshError, make_mesh
-from vidax.zoo.runtime import use_mesh
+from vidax.zoo.compute import attention as attn_mod
+from vidax.zoo.compute.attention import attention, choose_kernel, joint_attention
+from vidax.zoo.compute.kernels.blockwise import balanced_blocks, blockwise_attention
+from vidax.zoo.compute.kernels.cudnn import cudnn_attention
+from vidax.zoo.compute.mesh import MeshError, make_mesh
+from vidax.zoo.compute.runtime import use_mesh
 
 from tests.attention_reference import naive
 

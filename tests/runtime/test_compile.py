@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vidax.zoo.dit import scan_blocks
-from vidax.zoo.layers import Dense, LayerNorm
-from vidax.zoo.runtime import compile_step, configure_compile_cache, default_cache_dir
+from vidax.zoo.parts.dit import scan_blocks
+from vidax.zoo.compute.layers import Dense, LayerNorm
+from vidax.zoo.compute.runtime import compile_step, configure_compile_cache, default_cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 

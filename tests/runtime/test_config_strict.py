@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from vidax.zoo.configs import LIBRARY_BOOKKEEPING, ConfigError, pick_fields
+from vidax.zoo.parts.configs import LIBRARY_BOOKKEEPING, ConfigError, pick_fields
 
 
 def _diffusers_config(name: str) -> dict:

@@ -1,4 +1,4 @@
-"""CPU choices measured once per machine (`vidax.zoo.cpu_tuning`): cached, keyed, overridable, and used by
+"""CPU choices measured once per machine (`vidax.zoo.compute.cpu_tuning`): cached, keyed, overridable, and used by
 `layers.project`. Nothing here times a real matmul: measurements are fakes or run on a fake clock."""
 
 import itertools
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vidax.zoo import cpu_tuning, layers
+from vidax.zoo.compute import cpu_tuning, layers
 
 ENTRY = "row_blocks float32 1024"
 

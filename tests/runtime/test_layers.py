@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vidax.zoo import layers
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.runtime import use_mesh
+from vidax.zoo.compute import layers
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.compute.runtime import use_mesh
 
 
 def _loops(fn, *args) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from vidax.zoo.configs import ConfigError
+from vidax.zoo.parts.configs import ConfigError
 from vidax.zoo.ltx2.config import TransformerConfig
 
 # `LTXModelConfigurator.from_metadata`: config.get(key, default)

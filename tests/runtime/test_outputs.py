@@ -71,7 +71,7 @@ def test_enospc_at_fsync_leaves_nothing_and_keeps_the_earlier_file(tmp_path, mon
 def test_frames_audio_and_latents_appear_together(tmp_path):
     """A `.npy` output's frames, its `.audio.npy` and the latents are one group: written whole, read back."""
     from vidax.translator.output import staged_files
-    from vidax.zoo.pipeline import save_latents
+    from vidax.zoo.generator.options import save_latents
     from vidax.zoo.video_io import write_frames, write_sidecar
 
     out = tmp_path / "clip.npy"

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from tests.runtime.tiny_dit import TinyConfig, TinyDiT
-from vidax.zoo.dit import forward
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.runtime import use_mesh
-from vidax.zoo.sharding import TRANSFORMER_RULES, cfg_batch, cfg_split, place
+from vidax.zoo.parts.dit import forward
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.compute.runtime import use_mesh
+from vidax.zoo.compute.sharding import TRANSFORMER_RULES, cfg_batch, cfg_split, place
 
 # 14 video tokens: sp=2 splits them evenly, sp=4 takes the padded-and-masked path.
 COMBOS = [(dp, tp, sp) for dp in (1, 2) for tp in (1, 2, 4) for sp in (1, 2, 4) if dp * tp * sp <= 8]

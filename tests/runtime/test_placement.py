@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.dit import BlockGroup, per_layer, place_resident, scan_blocks
-from vidax.zoo.layers import Dense, LayerNorm
+from vidax.zoo.parts.dit import BlockGroup, per_layer, place_resident, scan_blocks
+from vidax.zoo.compute.layers import Dense, LayerNorm
 
 DEPTH, DIM = 3, 16
 

@@ -9,10 +9,10 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from tests.runtime.tiny_dit import TinyConfig, TinyDiT
-from vidax.zoo.layers import Dense
-from vidax.zoo.mesh import MESH_AXES, MeshError, make_mesh
-from vidax.zoo.runtime import use_mesh
-from vidax.zoo.sharding import (
+from vidax.zoo.compute.layers import Dense
+from vidax.zoo.compute.mesh import MESH_AXES, MeshError, make_mesh
+from vidax.zoo.compute.runtime import use_mesh
+from vidax.zoo.compute.sharding import (
     TRANSFORMER_RULES,
     ShardingError,
     _is_mapped,

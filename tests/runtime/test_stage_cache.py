@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from vidax.zoo.family import Family
-from vidax.zoo.pipeline import GenerateOptions, generate
-from vidax.zoo.stages import StageCache
+from vidax.zoo.generator.contract import Family
+from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.stages import StageCache
 
 SIZE = dict(height=32, width=32, frames=5, steps=2)
 

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vidax.zoo.attention import local_attention
-from vidax.zoo.kernels import tpu_blocks
-from vidax.zoo.kernels.pallas_tpu import TpuAttention
+from vidax.zoo.compute.attention import local_attention
+from vidax.zoo.compute.kernels import tpu_blocks
+from vidax.zoo.compute.kernels.pallas_tpu import TpuAttention
 
 
 def test_override_parses_and_bad_values_are_one_line(monkeypatch):

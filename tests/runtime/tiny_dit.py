@@ -1,6 +1,6 @@
 """A tiny Wan-shaped DiT for runtime tests: AdaLN self-attention, cross-attention, AdaLN MLP.
 
-Built from `zoo/layers.py` and following `zoo/dit.py`'s contract (embed / block / head, blocks
+Built from `zoo/compute/layers.py` and following `zoo/parts/dit.py`'s contract (embed / block / head, blocks
 stacked). Follows diffusers `WanTransformerBlock` in structure (no RoPE: that is family code).
 """
 
@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.attention import attention
-from vidax.zoo.layers import Dense, LayerNorm, RMSNorm, gelu_tanh, logical_param
-from vidax.zoo.sharding import constrain, logical_specs, stack_specs
+from vidax.zoo.compute.attention import attention
+from vidax.zoo.compute.layers import Dense, LayerNorm, RMSNorm, gelu_tanh, logical_param
+from vidax.zoo.compute.sharding import constrain, logical_specs, stack_specs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +90,7 @@ class Head(nn.Module):
 
 
 class TinyDiT:
-    """`zoo.dit.StackedDiT`: params {"embed", "blocks" (stacked), "head"}."""
+    """`zoo.parts.dit.StackedDiT`: params {"embed", "blocks" (stacked), "head"}."""
 
     def __init__(self, cfg: TinyConfig):
         self.cfg = cfg

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from vidax.serve.lockstep import _options, job_message
-from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.generator.options import GenerateOptions
 
 
 def test_a_jobs_files_reach_the_other_processes_by_name_and_order(tmp_path):

@@ -8,7 +8,7 @@ import diffusers
 import numpy as np
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions
+from vidax.zoo.generator.options import GenerateOptions
 
 from tests.ltx_video.pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
 from tests.step_cache.batched import STEPS

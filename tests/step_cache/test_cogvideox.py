@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions, generate
 
 from tests.cogvideox import pipelines as tiny
 from tests.cogvideox.pipelines import FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, WIDTH

@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.dit import forward
-from vidax.zoo.pipeline import GenerateOptions, generate
+from vidax.zoo.parts.dit import forward
+from vidax.zoo.generator.options import GenerateOptions, generate
 
 STEPS = 6
 EXPECTED = [True, True, True, False, True, True]  # before, 4 active (rate from 1-2, skip at 3), past the end
@@ -255,7 +255,7 @@ class Step:
 
 
 def _record_steps(monkeypatch, latent_arg: int) -> list[Step]:
-    from vidax.zoo import step_cache
+    from vidax.zoo.step_caches import methods as step_cache
 
     steps, original = [], step_cache.StepCache._easycache
 
@@ -393,7 +393,7 @@ def test_percent_points_by_hand():
     dynamic mu enters as e^mu), Cosmos' EDM range (.01..200 at .5: sqrt(.01 * 200) = 1.414214; a step at
     timestep 500 is EDM sigma 1, 1000 the capped 200), CogVideoX's timesteps ((1 - .25) * 999 = 749.25);
     percent 0 holds every step, percent 1 none that has noise left."""
-    from vidax.zoo.step_cache_rules import EasyCacheConfig, PercentScale, easycache_phase, percent_point, step_point
+    from vidax.zoo.step_caches.rules import EasyCacheConfig, PercentScale, easycache_phase, percent_point, step_point
 
     flow, edm, ddpm = PercentScale("flow", 3.0), PercentScale("rflow_edm", sigma_min=0.01, sigma_max=200.0), \
         PercentScale("discrete")

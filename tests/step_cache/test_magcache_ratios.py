@@ -1,4 +1,4 @@
-"""MagCache's published ratios (`zoo/magcache.toml`) and how `--cache magcache` uses them.
+"""MagCache's published ratios (`zoo/step_caches/magcache.toml`) and how `--cache magcache` uses them.
 
 The table against values typed from the MagCache reference code (Zehong-Ma/MagCache: MagCache4Wan2.1,
 MagCache4HunyuanVideo); the resampling to another step count against diffusers' `nearest_interp`,
@@ -17,9 +17,9 @@ import pytest
 import torch
 from diffusers.hooks.mag_cache import nearest_interp as diffusers_nearest_interp
 
-from vidax.zoo import step_cache as sc
-from vidax.zoo.pipeline import GenerateOptions, PipelineError
-from vidax.zoo.step_cache_rules import branch_ratios, magcache_ratio_set, magcache_ratio_sets
+from vidax.zoo.step_caches import methods as sc
+from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.step_caches.rules import branch_ratios, magcache_ratio_set, magcache_ratio_sets
 
 WAN = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.1-i2v-14b-480p", "wan2.1-i2v-14b-720p")
 BRANCHES = ("cond", "uncond")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions, generate
 
 from tests.step_cache.test_wan import FIRST_BLOCK, FRAMES, GUIDANCE, HEIGHT, MAG, MAG_RATIOS, NEGATIVE, PROMPT, \
     STEPS, WIDTH, _reference
@@ -74,7 +74,7 @@ def _generate(folder: Path, out: Path, **extra):
 
 def _fetch_counter(monkeypatch) -> list:
     """Every chunk `StreamedDiT` fetches from host memory, in order (as the TaylorSeer offload test counts)."""
-    from vidax.zoo.offload import StreamedDiT
+    from vidax.zoo.weights.offload import StreamedDiT
 
     fetch, fetched = StreamedDiT._fetch, []
     monkeypatch.setattr(StreamedDiT, "_fetch", lambda self, *a: fetched.append(a[0]) or fetch(self, *a))
@@ -120,7 +120,7 @@ def test_branches_split_over_a_mesh_take_the_same_decisions(model, resident, tmp
     the heads and feed-forward split in two) and dp 2 x sp 2 (the video tokens split too: each statistic, a
     mean over the tokens, spans both devices' halves): the same decisions per branch and the same frames as on
     one device. The reference DiT's two heads allow tp 2 or sp 2, not both."""
-    from vidax.zoo import generation
+    from vidax.zoo.generator import generation
 
     knobs, expected = METHODS[method]
     meshes, make_run = [], generation.Run
@@ -143,10 +143,10 @@ def test_teacache_reads_only_block0_modulation_leaves(monkeypatch):
 
     from flax import traverse_util
 
-    from vidax.zoo.dit import place_resident
-    from vidax.zoo.offload import stream_blocks
-    from vidax.zoo.step_cache import StepCache
-    from vidax.zoo.step_cache_tea import TeaCacheConfig
+    from vidax.zoo.parts.dit import place_resident
+    from vidax.zoo.weights.offload import stream_blocks
+    from vidax.zoo.step_caches.methods import StepCache
+    from vidax.zoo.step_caches.tea import TeaCacheConfig
 
     from tests.quantized.test_weights_dtype_families import _model, _tree
     from tests.step_cache.test_teacache_families import IDENTITY, STEPS as FAMILY_STEPS, _at, _call_dit, _inputs

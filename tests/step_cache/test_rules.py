@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo import step_cache as sc
+from vidax.zoo.step_caches import methods as sc
 
 
 def test_taylorseer_decisions_by_hand():

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
 
 from tests.step_cache import teacache_reference as reference_loop
 from tests.step_cache.test_teacache_easycache_rules import PUBLISHED
@@ -133,7 +133,7 @@ def test_wan_teacache_use_ret_steps(wan, tmp_path):
     (dict(cache="teacache", cache_threshold=0.1, cache_start_percent=0.5), "takes no --cache-start-percent"),
 ])
 def test_teacache_misuse_is_one_line(extra, message):
-    from vidax.zoo.step_cache import config_from_options
+    from vidax.zoo.step_caches.methods import config_from_options
 
     with pytest.raises(PipelineError, match=message):
         config_from_options(GenerateOptions(model="wan2.1-t2v-1.3b", prompt=PROMPT, **extra))
@@ -155,7 +155,7 @@ def _count_device_reads(monkeypatch) -> list[int]:
     as 1000s): the issue allows one device-to-host scalar per decision step."""
     from jax._src import array
 
-    from vidax.zoo import step_cache, step_cache_easy
+    from vidax.zoo.step_caches import methods as step_cache, easy as step_cache_easy
 
     count, per_step = [0], []
     value, to_array, read = array.ArrayImpl._value, array.ArrayImpl.__array__, step_cache_easy.read_scalars

@@ -1,11 +1,11 @@
-"""TeaCache's and EasyCache's decision rules (`vidax.zoo.step_cache_rules`) against hand-computed values, and
+"""TeaCache's and EasyCache's decision rules (`vidax.zoo.step_caches.rules`) against hand-computed values, and
 the shipped coefficients against the ones the TeaCache reference code publishes."""
 
 from __future__ import annotations
 
 import pytest
 
-from vidax.zoo import step_cache_rules as rules
+from vidax.zoo.step_caches import rules
 
 # As published in ali-vilab/TeaCache (TeaCache4Wan2.1 `teacache_generate.py`: use_ret_steps True -> e0,
 # False -> e; TeaCache4HunyuanVideo; TeaCache4LTX-Video), typed here from the reference, not from our TOML.

@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from vidax.zoo.block_split import forward_split
-from vidax.zoo.dit import place_resident
-from vidax.zoo.pipeline import GenerateOptions, PipelineError
-from vidax.zoo.step_cache import StepCache, config_from_options
-from vidax.zoo.step_cache_rules import TeaCacheRule
-from vidax.zoo.step_cache_tea import TeaCacheConfig
+from vidax.zoo.parts.block_split import forward_split
+from vidax.zoo.parts.dit import place_resident
+from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.step_caches.methods import StepCache, config_from_options
+from vidax.zoo.step_caches.rules import TeaCacheRule
+from vidax.zoo.step_caches.tea import TeaCacheConfig
 
 from tests.quantized.test_weights_dtype_families import DITS, _model, _named, _tree
 
@@ -283,7 +283,7 @@ def test_a_second_expert_starts_afresh_and_the_pass_ends_with_a_full_step(monkey
     """Wan2.2 A14B's expert switch (step 3 of 6): the low-noise expert's first step runs (no previous
     modulated input: a fresh state, its own accumulator and residual) and the pass's last step runs
     though the expert has taken only three. The device parts are stubbed: the rule and state alone."""
-    from vidax.zoo import step_cache_tea
+    from vidax.zoo.step_caches import tea as step_cache_tea
 
     def changes(predict, dit, name, per_row, params, previous, *args):  # change 0.01 after a first step
         return ((jnp.zeros((1,)), jnp.full((1,), 0.01 if previous else np.nan)),)

@@ -22,7 +22,7 @@ import pytest
 import torch
 import transformers
 
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
 from vidax.zoo.wan.tiny import build_tokenizer
 
 from tests.oracle import perturb
@@ -203,7 +203,7 @@ def test_magcache_calibration_writes_the_reference_ratios(reference, tmp_path):
 ])
 def test_cache_misuse_is_one_line(extra, message):
     """Each misuse is one PipelineError from the request's own values (`generation.prepare` checks them first)."""
-    from vidax.zoo.step_cache import config_from_options
+    from vidax.zoo.step_caches.methods import config_from_options
 
     options = GenerateOptions(model="wan2.1-t2v-1.3b", prompt=PROMPT, **extra)
     with pytest.raises(PipelineError, match=message):
@@ -283,7 +283,7 @@ def test_first_block_cache_on_a_mesh(reference, tmp_path):
 def test_taylorseer_skipped_steps_stream_no_weights(reference, tmp_path, monkeypatch):
     """With `--offload-chunk 1` (two chunks per DiT call) the blocks are fetched from host memory on the five
     full steps only, and the frames are diffusers'."""
-    from vidax.zoo.offload import StreamedDiT
+    from vidax.zoo.weights.offload import StreamedDiT
 
     folder, runs = reference
     expected, ran, _ = runs["taylorseer"]
@@ -302,7 +302,7 @@ def test_split_over_a_mesh_takes_the_same_decisions(reference, tmp_path, monkeyp
     """sp 2 (the video tokens split over two devices): the first-block statistic is a mean over the split
     tokens; decisions and frames are those of diffusers' hooks, as on one device. TaylorSeer also with the
     CFG branches split over dp 2 and the heads over tp 2 (each branch's factors a row of the split batch)."""
-    from vidax.zoo import generation
+    from vidax.zoo.generator import generation
 
     folder, runs = reference
     expected, ran, _ = runs[method]

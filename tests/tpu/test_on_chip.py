@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vidax.zoo import attention as attention_module
-from vidax.zoo.attention import attention, local_attention
-from vidax.zoo.kernels.pallas_tpu import TpuAttention, tpu_attention
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.runtime import use_mesh
+from vidax.zoo.compute import attention as attention_module
+from vidax.zoo.compute.attention import attention, local_attention
+from vidax.zoo.compute.kernels.pallas_tpu import TpuAttention, tpu_attention
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.compute.runtime import use_mesh
 
 from tests.attention_reference import naive
 
@@ -103,7 +103,7 @@ def test_one_wan_block_on_the_chip_equals_the_cpu(monkeypatch):
     rng = np.random.default_rng(3)
     inputs = (rng.standard_normal((1, 16, 3, 32, 64)).astype(np.float32), np.array([700.0], np.float32),
               rng.standard_normal((1, 512, 64)).astype(np.float32))
-    from vidax.zoo.dit import forward
+    from vidax.zoo.parts.dit import forward
 
     with jax.default_matmul_precision("highest"):
         on_chip = np.asarray(jax.jit(lambda p, *x: forward(model, p, *x))(params, *inputs))

@@ -20,7 +20,7 @@ from vidax.train.export import read_peft, save_lora
 from vidax.train.lora import LoraConfig, dense_layers, diffusers_name, init_lora
 from vidax.translator import convert
 from vidax.translator.lora import resolve_adapter
-from vidax.translator.safetensors_io import SafetensorsFile
+from vidax.translator.formats.safetensors_io import SafetensorsFile
 
 CONFIG = LoraConfig(rank=4, alpha=8.0)
 

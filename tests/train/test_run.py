@@ -18,7 +18,7 @@ from vidax.train import data
 from vidax.train.lora import init_lora
 from vidax.train.objective import Objective, loss_and_grad, step_noise
 from vidax.train.run import TrainOptions, batch_arrays, checkpoint_path, mesh_context, prepare, step_key, train_lora
-from vidax.translator.safetensors_io import SafetensorsFile
+from vidax.translator.formats.safetensors_io import SafetensorsFile
 
 SIZE = dict(height=32, width=32, frames=5)
 

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vidax.translator import SourceError, convert, convert_model
-from vidax.translator.comfy_prefix import COMFY_PREFIX
+from vidax.translator.formats.comfy_prefix import COMFY_PREFIX
 from vidax.translator.testing import discover, mismatches
 
 FIXTURES = discover(Path(__file__).resolve().parent.parent)
@@ -124,7 +124,7 @@ def test_vidax_convert_transformer_file(files, spec):
 @pytest.mark.parametrize("spec", list(FAMILIES))
 def test_vidax_gen_transformer_file(files, spec, tmp_path):
     """`vidax-gen MODEL --transformer FILE`: the family's own `load_tree` reads it (no --weights is read)."""
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
 
     _, prefixed, expected = files(spec)
@@ -135,7 +135,7 @@ def test_vidax_gen_transformer_file(files, spec, tmp_path):
 
 def test_second_expert_file_on_both_clis(files, tmp_path):
     """Wan2.2 A14B's `--transformer-2 FILE` in vidax-convert and vidax-gen."""
-    from vidax.zoo.pipeline import GenerateOptions
+    from vidax.zoo.generator.options import GenerateOptions
     from vidax.zoo.registry import make_pipeline
 
     _, prefixed, expected = files("wan/transformer")

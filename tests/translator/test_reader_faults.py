@@ -24,10 +24,10 @@ import torch
 from safetensors.torch import save_file
 from test_reader_fuzz import PEAK_RSS_MB, read_in_worker
 
-from vidax.translator.checkpoint import Checkpoint
+from vidax.translator.formats.checkpoint import Checkpoint
 from vidax.translator.errors import FormatError
-from vidax.translator.safetensors_io import SafetensorsFile
-from vidax.translator.torch_zip import TorchZipFile
+from vidax.translator.formats.safetensors_io import SafetensorsFile
+from vidax.translator.formats.torch_zip import TorchZipFile
 
 
 def _read_whole(path) -> None:

@@ -33,7 +33,7 @@ ADDRESS_LIMIT = 2 << 30  # a regression fails with MemoryError instead of exhaus
 WORKER = r"""
 import json, resource, signal, sys, time
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[2]), int(sys.argv[2])))
-from vidax.translator.checkpoint import open_file
+from vidax.translator.formats.checkpoint import open_file
 from vidax.translator.errors import FormatError
 
 class CaseTimeout(BaseException):  # not an Exception: no reader may turn it into its own error

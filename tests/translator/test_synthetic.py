@@ -22,8 +22,8 @@ from vidax.translator.errors import SourceError
 from vidax.translator.models import MODEL_FILE, ConversionHooks
 from vidax.translator.output import load, read_manifest
 from vidax.translator.registry import get_model
-from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.synthetic import STD, SyntheticOptions, synthetic_plan, write_synthetic
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
+from vidax.zoo.plan.synthetic import STD, SyntheticOptions, synthetic_plan, write_synthetic
 from vidax.zoo.wan.tiny import TRAINED
 
 COMPONENTS = ("transformer", "vae", "text_encoder")

@@ -15,7 +15,8 @@ from safetensors.numpy import load_file as load_numpy
 from safetensors.torch import save_file
 
 import wan_transformer_spec_fixtures as wan
-from vidax.translator import SourceError, load, load_spec, sources
+from vidax.translator import SourceError, load, load_spec
+from vidax.translator.fetch import sources
 from vidax.translator.output import read_manifest
 from vidax.translator.registry import get_model, load_registry
 from vidax.translator.testing import make_hub_cache, mismatches
@@ -225,7 +226,7 @@ def _fake_hub_api(monkeypatch, snapshot: Path, drop: str | None = None):
     from huggingface_hub.utils import SafetensorsFileMetadata, TensorInfo
 
     from vidax.translator.dtypes import safetensors_code
-    from vidax.translator.safetensors_io import SafetensorsFile
+    from vidax.translator.formats.safetensors_io import SafetensorsFile
 
     def parse(repo, filename, revision=None):
         local = SafetensorsFile(snapshot / filename)

@@ -15,10 +15,10 @@ import torch
 from safetensors.numpy import save_file as np_save_file
 from safetensors.torch import save_file
 
-from vidax.translator.checkpoint import Checkpoint
+from vidax.translator.formats.checkpoint import Checkpoint
 from vidax.translator.errors import FormatError
-from vidax.translator.safetensors_io import SafetensorsFile
-from vidax.translator.torch_zip import TorchZipFile
+from vidax.translator.formats.safetensors_io import SafetensorsFile
+from vidax.translator.formats.torch_zip import TorchZipFile
 
 TORCH_DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
                 torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,

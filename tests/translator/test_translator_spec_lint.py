@@ -89,8 +89,8 @@ def test_translator_imports_without_jax_flax_torch_or_zoo():
                 if any(name == b or name.startswith(b + ".") for b in BLOCKED):
                     raise ImportError(f"blocked: {name}")
         sys.meta_path.insert(0, Block())
-        import vidax.translator, vidax.translator.torch_zip, vidax.translator.registry, vidax.translator.testing
-        import vidax.translator.remote
+        import vidax.translator, vidax.translator.formats.torch_zip, vidax.translator.registry, vidax.translator.testing
+        import vidax.translator.fetch.remote
         import vidax.cli.convert
         from vidax.translator import convert, load_spec, save_tree, load
         load_spec("wan/transformer")

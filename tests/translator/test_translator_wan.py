@@ -41,7 +41,7 @@ def test_official_layout_is_diffusers_converter_inverse(variant):
 
 
 def test_layout_detected_from_signature(cases, spec):
-    from vidax.translator import sources
+    from vidax.translator.fetch import sources
 
     assert sources.resolve(spec, cases["official-i2v"].source).layout.name == "official"
     assert sources.resolve(spec, cases["diffusers-i2v"].source).layout.name == "diffusers"

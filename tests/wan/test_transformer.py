@@ -19,10 +19,10 @@ import pytest
 import torch
 from flax import traverse_util
 from vidax.translator import convert, load_spec
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.offload import StreamedDiT
-from vidax.zoo.runtime import BF16, use_mesh
-from vidax.zoo.sharding import place_model
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.weights.offload import StreamedDiT
+from vidax.zoo.compute.runtime import BF16, use_mesh
+from vidax.zoo.compute.sharding import place_model
 from vidax.zoo.wan.config import WanConfigError, WanTransformerConfig
 from vidax.zoo.wan.rope import rope_tables
 from vidax.zoo.wan.sharding import DIT_RULES

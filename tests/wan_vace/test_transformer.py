@@ -22,10 +22,10 @@ from flax import traverse_util
 
 from tests.wan_vace import vace_spec_fixtures as fixtures
 from vidax.translator import convert, load_spec
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.offload import StreamedDiT
-from vidax.zoo.runtime import use_mesh
-from vidax.zoo.sharding import place_model
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.weights.offload import StreamedDiT
+from vidax.zoo.compute.runtime import use_mesh
+from vidax.zoo.compute.sharding import place_model
 from vidax.zoo.wan.config import WanConfigError
 from vidax.zoo.wan.sharding import DIT_RULES
 from vidax.zoo.wan.transformer import Context

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from vidax.translator import TranslatorError, convert, load_spec
-from vidax.zoo.mesh import make_mesh
-from vidax.zoo.runtime import use_mesh
-from vidax.zoo.sharding import place
-from vidax.zoo.wan_vae import (
+from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.compute.runtime import use_mesh
+from vidax.zoo.compute.sharding import place
+from vidax.zoo.parts.wan_vae import (
     WAN21_VAE, WAN22_VAE, WAN_VAE_RULES, MidBlock, Resample, ResidualBlock, ResidualDownBlock, UpBlock, WanVAE,
     WanVAEConfig, WanVAEError, _run_chunk, denormalize_latents, normalize_latents,
 )
@@ -258,7 +258,7 @@ def test_official_repo_root_finds_the_vae_not_the_dit(case, tmp_path):
 def test_hub_download_fetches_only_the_vae(monkeypatch, spec, repo_files, wanted):
     import huggingface_hub
 
-    from vidax.translator.sources import hub_patterns
+    from vidax.translator.fetch.sources import hub_patterns
 
     monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo, revision=None: repo_files)
     patterns = hub_patterns("Wan-AI/some-repo", list(load_spec(spec).layouts.values()), None, None)

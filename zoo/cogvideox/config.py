@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any, ClassVar, Mapping
 
 from vidax.translator import VidaxError
-from vidax.zoo.configs import pick_fields
+from vidax.zoo.parts.configs import pick_fields
 
 
 class CogVideoXConfigError(VidaxError, ValueError):

@@ -52,13 +52,13 @@ from vidax.zoo.cogvideox.latents import (
 from vidax.zoo.cogvideox.text import encode_prompt
 from vidax.zoo.cogvideox.transformer import CogVideoXTransformer, position_mode
 from vidax.zoo.cogvideox.vae import DECODE_BATCH_FRAMES, CogVideoXVAE, Tiling
-from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
-from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.stages import Run
-from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings, cfg_predict
-from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.planner import Job, abstract_param_count
-from vidax.zoo.quantize import quantized_job
+from vidax.zoo.parts.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
+from vidax.zoo.generator.stages import Run
+from vidax.zoo.generator.contract import Decoded, DiTPart, Family, Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.compute.planner import Job, abstract_param_count
+from vidax.zoo.weights.quantize import quantized_job
 from vidax.zoo.video_io import vae_image
 
 # --sampler names -> the diffusers scheduler class each stands for

@@ -1,6 +1,6 @@
 """Sharding rules of the CogVideoX components.
 
-The DiT uses the shared table (`vidax.zoo.sharding.TRANSFORMER_RULES`): Megatron column -> row on
+The DiT uses the shared table (`vidax.zoo.compute.sharding.TRANSFORMER_RULES`): Megatron column -> row on
 "heads" / "mlp" (q/k/v and the feed-forward input are column-parallel, `to_out_0` and `ff/net_2`
 row-parallel with their bias added once after the reduction; the text and video tokens share these
 weights), DeepSpeed-Ulysses on "seq": the video tokens are split after the patch embedding
@@ -14,7 +14,7 @@ mesh: the heads split over tp * sp. The VAE's table is `vae.VAE_RULES`.
 from __future__ import annotations
 
 from vidax.zoo.cogvideox.vae import VAE_RULES
-from vidax.zoo.sharding import TRANSFORMER_RULES
+from vidax.zoo.compute.sharding import TRANSFORMER_RULES
 
 DIT_RULES = TRANSFORMER_RULES
 VAE_SHARDING_RULES = VAE_RULES

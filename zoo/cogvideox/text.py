@@ -1,6 +1,6 @@
 """CogVideoX prompt encoding (follows diffusers `CogVideoXPipeline.encode_prompt` / `_get_t5_prompt_embeds`).
 
-T5-XXL (`vidax.zoo.encoders.t5`, spec `encoders/t5`) reads each prompt tokenised to exactly 226
+T5-XXL (`vidax.zoo.parts.encoders.t5`, spec `encoders/t5`) reads each prompt tokenised to exactly 226
 tokens (padding to 226, truncation, the closing `</s>`), **with no attention mask**: the pipeline
 calls the encoder with the ids alone, so padded positions attend and are attended to, and the DiT
 receives all 226 rows (the pad rows are not zero). The model was trained that way; masking the
@@ -18,8 +18,8 @@ from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
-from vidax.zoo.encoders.t5 import T5EncoderModel
-from vidax.zoo.encoders.tokenizer import Tokenizer
+from vidax.zoo.parts.encoders.t5 import T5EncoderModel
+from vidax.zoo.parts.encoders.tokenizer import Tokenizer
 
 MAX_SEQUENCE_LENGTH = 226  # the pipelines' `max_sequence_length`; the DiT's max_text_seq_length
 

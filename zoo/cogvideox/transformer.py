@@ -1,6 +1,6 @@
 """CogVideoX 1.0 / 1.5 diffusion transformer (follows diffusers `CogVideoXTransformer3DModel`).
 
-Split per `vidax.zoo.dit`: `embed` patchifies the latents, projects the T5 features, adds the
+Split per `vidax.zoo.parts.dit`: `embed` patchifies the latents, projects the T5 features, adds the
 position table (2B sincos, 5B-I2V learned) and builds the time (+ ofs) embedding and the RoPE
 tables; `block` is one `CogVideoXBlock` on the pair `JointStream(video, text)`: expert AdaLN (one
 LayerNorm, separate video and text modulation), one joint attention over text and video tokens
@@ -29,11 +29,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
-from vidax.zoo.attention import joint_attention
+from vidax.zoo.compute.attention import joint_attention
 from vidax.zoo.cogvideox.config import CogVideoXConfigError, CogVideoXTransformerConfig
 from vidax.zoo.cogvideox.rope import rotary_tables, sincos_table
-from vidax.zoo.dit import Params, StackedTransformer
-from vidax.zoo.layers import (
+from vidax.zoo.parts.dit import Params, StackedTransformer
+from vidax.zoo.compute.layers import (
     Dense,
     FeedForward,
     LayerNorm,
@@ -46,9 +46,9 @@ from vidax.zoo.layers import (
     timestep_sinusoid,
     unpatchify,
 )
-from vidax.zoo.rope import rotate_interleaved as apply_rope
-from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
+from vidax.zoo.parts.rope import rotate_interleaved as apply_rope
+from vidax.zoo.compute.runtime import Precision
+from vidax.zoo.compute.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
 # How the position table enters (static per input size).
 SINCOS, LEARNED = "sincos", "learned"
@@ -287,7 +287,7 @@ class Head(nn.Module):
 
 
 class CogVideoXTransformer(StackedTransformer):
-    """The CogVideoX DiT in the `vidax.zoo.dit.StackedDiT` shape.
+    """The CogVideoX DiT in the `vidax.zoo.parts.dit.StackedDiT` shape.
 
     Args:
       cfg: `CogVideoXTransformerConfig.from_hf_config(config_json)`.
@@ -297,7 +297,7 @@ class CogVideoXTransformer(StackedTransformer):
 
     embed_modules = ("patch_embed", "time_embedding", "ofs_embedding")
     head_modules = ("norm_final", "norm_out", "proj_out")
-    # TeaCache's statistic (vidax.zoo.block_split.modulated_input): the reference's time (+ ofs) embedding `emb`
+    # TeaCache's statistic (vidax.zoo.parts.block_split.modulated_input): the reference's time (+ ofs) embedding `emb`
     modulated_inputs = {"temb": lambda model, first, hidden, ctx: ctx.temb}
 
     def __init__(self, cfg: CogVideoXTransformerConfig, dtype: Any = jnp.float32, residual_dtype: Any = jnp.float32):

@@ -30,12 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 from vidax.translator import VidaxError
 from vidax.zoo.cogvideox.config import CogVideoXVAEConfig
-from vidax.zoo.layers import logical_param
-from vidax.zoo.mesh import DATA, SEQUENCE, TENSOR
-from vidax.zoo.runtime import compile_step
-from vidax.zoo.sharding import constrain
-from vidax.zoo.vae_tiling import blend as cross_fade
-from vidax.zoo.vae_layers import time_taps_conv  # the Wan VAE's valid-in-time, same-in-space 3D conv
+from vidax.zoo.compute.layers import logical_param
+from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR
+from vidax.zoo.compute.runtime import compile_step
+from vidax.zoo.compute.sharding import constrain
+from vidax.zoo.parts.vae_tiling import blend as cross_fade
+from vidax.zoo.parts.vae_layers import time_taps_conv  # the Wan VAE's valid-in-time, same-in-space 3D conv
 
 Params = dict[str, Any]
 
@@ -490,12 +490,12 @@ class CogVideoXVAE:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"encoder/conv_in/conv/kernel": shape}` of the full tree: the translator's expected tree."""
-        from vidax.zoo.dit import param_shapes
+        from vidax.zoo.parts.dit import param_shapes
 
         return param_shapes(self.init_params)
 
     def logical_specs(self) -> Any:
-        """Logical PartitionSpecs of the tree, for `vidax.zoo.sharding.place` with `VAE_RULES`."""
+        """Logical PartitionSpecs of the tree, for `vidax.zoo.compute.sharding.place` with `VAE_RULES`."""
         abstract = jax.eval_shape(lambda v: self.module.init(jax.random.key(0), v), self._example())
         return nn.get_partition_spec(abstract["params"])
 

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from vidax.translator import VidaxError
-from vidax.zoo.configs import HeadsConfig, pick_fields
+from vidax.zoo.parts.configs import HeadsConfig, pick_fields
 
 
 class CosmosConfigError(VidaxError, ValueError):

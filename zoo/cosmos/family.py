@@ -11,7 +11,7 @@ Text-, image- and video-to-world with one DiT:
   clean latents, their velocity is `(x_0 - c)` with x_0 the initial noise);
 - sampling: the folder's scheduler (UniPC, Karras sigmas over sigma 0.01-200, flow mode), the DiT fed the
   step's sigma in [0, 1] per latent frame, guidance `cond + g (cond - uncond)`;
-- decode: the Wan2.1 VAE (from `vidax.zoo.wan_vae`), frames in [0, 1].
+- decode: the Wan2.1 VAE (from `vidax.zoo.parts.wan_vae`), frames in [0, 1].
 
 Sizes come from the checkpoint's configs (diffusers `*/config.json`), the converted or official DiT tree's
 shapes (the official `.pt` ships no config), else the registry's `config` tables (`--plan` offline).
@@ -29,22 +29,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from vidax.zoo.cosmos import conditioning as cc
-from vidax.zoo.cosmos_base import CosmosBase
-from vidax.zoo.wan_vae import planner_entries
+from vidax.zoo.bases.cosmos_base import CosmosBase
+from vidax.zoo.parts.wan_vae import planner_entries
 from vidax.zoo.cosmos.config import CosmosTransformerConfig
-from vidax.zoo.conditioning_media import pil_frames, predict25_image
+from vidax.zoo.parts.conditioning_media import pil_frames, predict25_image
 from vidax.zoo.cosmos.text import (
     DEFAULT_NEGATIVE_PROMPT,
     PromptTokenizer,
     reason1_features,
 )
 from vidax.zoo.cosmos.transformer import CosmosTransformer
-from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
-from vidax.zoo.stages import Run
-from vidax.zoo.family import Flag, Inputs, Settings
-from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.planner import Job, abstract_param_count
-from vidax.zoo.quantize import quantized_job
+from vidax.zoo.parts.encoders.decoder import DecoderConfig, DecoderTextModel
+from vidax.zoo.generator.stages import Run
+from vidax.zoo.generator.contract import Flag, Inputs, Settings
+from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.compute.planner import Job, abstract_param_count
+from vidax.zoo.weights.quantize import quantized_job
 
 REASON1_PARAMS = 7_070_000_000  # Qwen2.5-VL-7B's language tower, when no config says otherwise
 
@@ -82,7 +82,7 @@ class CosmosPredict:
     conditional_frame_timestep: float
 
     def __call__(self, run, latents, timestep, cond: CosmosCondition, knobs):
-        from vidax.zoo.sharding import cfg_batch, cfg_split
+        from vidax.zoo.compute.sharding import cfg_batch, cfg_split
 
         dtype = jnp.dtype(self.dtype)
         mask = jnp.broadcast_to(cond.indicator, (1, 1, *latents.shape[2:])).astype(latents.dtype)
@@ -164,7 +164,7 @@ class CosmosFamily(CosmosBase):
         return {} if shift is None else {"shift": shift}
 
     def check_settings(self, s: CosmosSettings) -> None:
-        from vidax.zoo.family import FLOW_SAMPLERS
+        from vidax.zoo.generator.contract import FLOW_SAMPLERS
 
         scheduler = self.scheduler_config()
         own = s.sampler is None or FLOW_SAMPLERS[s.sampler] == scheduler.get("_class_name")  # else replaced

@@ -11,6 +11,6 @@ The Wan2.1 VAE keeps `vidax.zoo.wan`'s table.
 
 from __future__ import annotations
 
-from vidax.zoo.sharding import TRANSFORMER_RULES
+from vidax.zoo.compute.sharding import TRANSFORMER_RULES
 
 DIT_RULES = TRANSFORMER_RULES

@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from vidax.zoo.encoders.tokenizer import (
+from vidax.zoo.parts.encoders.tokenizer import (
     Tokenizer,
     load_tokenizer,
     read_chat_template,

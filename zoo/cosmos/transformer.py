@@ -1,7 +1,7 @@
 """Cosmos-Predict2.5 diffusion transformer (follows diffusers `CosmosTransformer3DModel` as
 `Cosmos2_5_PredictBasePipeline` configures it).
 
-Split per `vidax.zoo.dit`: `embed` concatenates the conditioning-frame mask and the padding mask to
+Split per `vidax.zoo.parts.dit`: `embed` concatenates the conditioning-frame mask and the padding mask to
 the latents, patchifies them, builds the timestep embeddings (sigma in [0, 1], one per latent
 frame), projects the Reason1 text features (`crossattn_proj`) and the RoPE tables; `block` is one
 `CosmosTransformerBlock` (AdaLN-LoRA self-attention with 3D RoPE, AdaLN-LoRA cross-attention to
@@ -27,11 +27,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from vidax.zoo.attention import attention
+from vidax.zoo.compute.attention import attention
 from vidax.zoo.cosmos.config import CosmosTransformerConfig
 from vidax.zoo.cosmos.rope import rope_tables
-from vidax.zoo.dit import Params, StackedTransformer
-from vidax.zoo.layers import (
+from vidax.zoo.parts.dit import Params, StackedTransformer
+from vidax.zoo.compute.layers import (
     Dense,
     FeedForward,
     LayerNorm,
@@ -44,9 +44,9 @@ from vidax.zoo.layers import (
     timestep_sinusoid,
     unpatchify,
 )
-from vidax.zoo.rope import rotate_half
-from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
+from vidax.zoo.parts.rope import rotate_half
+from vidax.zoo.compute.runtime import Precision
+from vidax.zoo.compute.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
 QK_NORM_EPS = 1e-5  # diffusers `Attention(qk_norm="rms_norm")` keeps its default eps
 ADALN_EPS = 1e-6
@@ -289,7 +289,7 @@ def first_block_modulated(cfg: CosmosTransformerConfig, first: Params, hidden: j
 
 
 class CosmosTransformer(StackedTransformer):
-    """The Cosmos-Predict2.5 DiT in the `vidax.zoo.dit.StackedDiT` shape.
+    """The Cosmos-Predict2.5 DiT in the `vidax.zoo.parts.dit.StackedDiT` shape.
 
     Args:
       cfg: `CosmosTransformerConfig.from_hf_config(config_json)` (or `.from_param_shapes`).
@@ -307,7 +307,7 @@ class CosmosTransformer(StackedTransformer):
 
     embed_modules = ("patch_embed", "time_embed", "crossattn_proj_0", "learnable_pos_embed")
     head_modules = ("norm_out", "proj_out")
-    # TeaCache's statistic (vidax.zoo.block_split.modulated_input); no set is published for Predict2.5
+    # TeaCache's statistic (vidax.zoo.parts.block_split.modulated_input); no set is published for Predict2.5
     modulated_inputs = {
         "modulated": lambda model, first, hidden, ctx: first_block_modulated(model.cfg, first, hidden, ctx)}
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from vidax.zoo.cosmos_base import denormalize, normalize  # noqa: F401 (Cosmos3 normalises as Predict2.5)
+from vidax.zoo.bases.cosmos_base import denormalize, normalize  # noqa: F401 (Cosmos3 normalises as Predict2.5)
 
 TEMPORAL, SPATIAL = 4, 16  # Wan2.2 VAE compression
 

@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from vidax.translator import VidaxError
-from vidax.zoo.configs import pick_fields
+from vidax.zoo.parts.configs import pick_fields
 
 ACTIVATIONS = ("silu", "relu2")  # the two diffusers accepts
 

@@ -16,7 +16,7 @@ mixture-of-transformers DiT that reads the prompt's token ids itself:
 - sampling: the folder's scheduler (UniPC flow, shift 10), `use_native_flow_schedule` checkpoints (Edge)
   with explicit sigmas `linspace(1 - 1/1000, 0)`; the DiT takes the scheduler's integer timestep (scaled
   by 0.001 inside); guidance `uncond + g (cond - uncond)`;
-- decode: the Wan2.2 VAE (from `vidax.zoo.wan_vae`).
+- decode: the Wan2.2 VAE (from `vidax.zoo.parts.wan_vae`).
 """
 
 from __future__ import annotations
@@ -29,20 +29,20 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from vidax.zoo.cosmos_base import CosmosBase
-from vidax.zoo.wan_vae import planner_entries
-from vidax.zoo.conditioning_media import cosmos3_image, pil_frames
+from vidax.zoo.bases.cosmos_base import CosmosBase
+from vidax.zoo.parts.wan_vae import planner_entries
+from vidax.zoo.parts.conditioning_media import cosmos3_image, pil_frames
 from vidax.zoo.cosmos3 import conditioning as cc
 from vidax.zoo.cosmos3 import rope
 from vidax.zoo.cosmos3.config import Cosmos3TransformerConfig
 from vidax.zoo.cosmos3.text import PromptTokenizer, pad_prompts
 from vidax.zoo.cosmos3.transformer import Cosmos3Transformer, patch_grid
-from vidax.zoo.stages import Run
-from vidax.zoo.family import Flag, Inputs, Settings, cfg_predict
-from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.planner import Job
-from vidax.zoo.quantize import quantized_job
-from vidax.zoo.wan_vae import WanVAEConfig
+from vidax.zoo.generator.stages import Run
+from vidax.zoo.generator.contract import Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.compute.planner import Job
+from vidax.zoo.weights.quantize import quantized_job
+from vidax.zoo.parts.wan_vae import WanVAEConfig
 
 PLANNED_PROMPT_TOKENS = 256  # the joint sequence's text part for --plan (system prompt, prompt, sentences)
 KEEP = ("first", "last")

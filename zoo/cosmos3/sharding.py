@@ -11,6 +11,6 @@ all-to-all into heads). CFG's two prompts run on "batch" -> "data". The Wan2.2 V
 
 from __future__ import annotations
 
-from vidax.zoo.sharding import TRANSFORMER_RULES
+from vidax.zoo.compute.sharding import TRANSFORMER_RULES
 
 DIT_RULES = TRANSFORMER_RULES

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from vidax.zoo.encoders.tokenizer import (
+from vidax.zoo.parts.encoders.tokenizer import (
     TokenizerError,
     load_tokenizer,
     read_chat_template,

@@ -13,7 +13,7 @@ conditioning frames get none, and their outputs are zeroed (the reference leaves
 whose height or width is not a multiple of the patch are zero-padded at the bottom and right to the
 next multiple before patchifying, and the velocity is cropped back, as the reference packs them.
 
-Split per `vidax.zoo.dit`: `embed` builds both streams and the context; `block` is one
+Split per `vidax.zoo.parts.dit`: `embed` builds both streams and the context; `block` is one
 `Cosmos3VLTextMoTDecoderLayer` on a `Streams` pair; `head` is `norm_moe_gen`, `proj_out` and the
 unpatchify. The text stream's final norm and the LM head (text generation) are not used.
 
@@ -31,14 +31,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
-from vidax.zoo.attention import joint_attention
+from vidax.zoo.compute.attention import joint_attention
 from vidax.zoo.cosmos3.config import Cosmos3TransformerConfig
-from vidax.zoo.dit import Params, StackedTransformer
-from vidax.zoo.encoders.common import Embed, dense_attention
-from vidax.zoo.layers import Dense, RMSNorm, patchify, timestep_sinusoid, unpatchify
-from vidax.zoo.rope import rotate_half
-from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
+from vidax.zoo.parts.dit import Params, StackedTransformer
+from vidax.zoo.parts.encoders.common import Embed, dense_attention
+from vidax.zoo.compute.layers import Dense, RMSNorm, patchify, timestep_sinusoid, unpatchify
+from vidax.zoo.parts.rope import rotate_half
+from vidax.zoo.compute.runtime import Precision
+from vidax.zoo.compute.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
 TIME_PROJ_DIM = 256
 
@@ -226,7 +226,7 @@ class Head(nn.Module):
 
 
 class Cosmos3Transformer(StackedTransformer):
-    """The Cosmos3 DiT in the `vidax.zoo.dit.StackedDiT` shape (vision generation).
+    """The Cosmos3 DiT in the `vidax.zoo.parts.dit.StackedDiT` shape (vision generation).
 
     Args:
       cfg: `Cosmos3TransformerConfig.from_hf_config(config_json)`.
@@ -244,7 +244,7 @@ class Cosmos3Transformer(StackedTransformer):
 
     embed_modules = ("embed_tokens", "proj_in", "time_embedder")
     head_modules = ("norm_moe_gen", "proj_out")
-    # TeaCache's statistic (vidax.zoo.block_split.modulated_input), no published set: layer 0 has no AdaLN
+    # TeaCache's statistic (vidax.zoo.parts.block_split.modulated_input), no published set: layer 0 has no AdaLN
     # (the time embedding is added to the video tokens), so its normed video input to attention stands in
     modulated_inputs = {"modulated": lambda model, first, hidden, ctx: RMSNorm(eps=model.cfg.rms_norm_eps).apply(
         {"params": first["input_layernorm_moe_gen"]}, hidden.gen.astype(jnp.float32))}

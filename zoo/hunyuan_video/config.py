@@ -6,8 +6,8 @@ import dataclasses
 from functools import cached_property
 from typing import Any, ClassVar, Mapping
 
-from vidax.zoo.configs import pick_fields
-from vidax.zoo.dual_stream import DualStreamConfig, shared_sizes
+from vidax.zoo.parts.configs import pick_fields
+from vidax.zoo.parts.dual_stream import DualStreamConfig, shared_sizes
 
 IMAGE_CONDITION_TYPES = (None, "latent_concat", "token_replace")
 

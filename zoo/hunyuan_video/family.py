@@ -42,21 +42,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.encoders.clip import CLIP_MEAN, CLIP_STD, clip_preprocess
-from vidax.zoo.encoders.clip_text import CLIPTextConfig, CLIPTextModel
-from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
-from vidax.zoo.encoders.llava import LlavaConfig, LlavaTextEncoder
-from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.stages import Run
-from vidax.zoo.family import Decoded, DiTPart, Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.parts.encoders.clip import CLIP_MEAN, CLIP_STD, clip_preprocess
+from vidax.zoo.parts.encoders.clip_text import CLIPTextConfig, CLIPTextModel
+from vidax.zoo.parts.encoders.decoder import DecoderConfig, DecoderTextModel
+from vidax.zoo.parts.encoders.llava import LlavaConfig, LlavaTextEncoder
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
+from vidax.zoo.generator.stages import Run
+from vidax.zoo.generator.contract import Decoded, DiTPart, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.hunyuan_video import text as hv_text
 from vidax.zoo.hunyuan_video.config import TransformerConfig, VAEConfig
 from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
 from vidax.zoo.hunyuan_video.vae import HunyuanVideoVAE
-from vidax.zoo.hunyuan_base import HunyuanBase, joint_job, size_bucket, video_frames
-from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.planner import Job, abstract_param_count
-from vidax.zoo.quantize import quantized_job
+from vidax.zoo.bases.hunyuan_base import HunyuanBase, joint_job, size_bucket, video_frames
+from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.compute.planner import Job, abstract_param_count
+from vidax.zoo.weights.quantize import quantized_job
 from vidax.zoo.video_io import vae_image
 
 # The Llama-3-8B tower (llava-llama-3's language model, as the official preprocess extracts it) and CLIP-L's

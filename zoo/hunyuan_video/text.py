@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.encoders.tokenizer import Tokenizer
+from vidax.zoo.parts.encoders.tokenizer import Tokenizer
 
 MAX_LENGTH = 256  # text tokens after the crop (the pipelines' `max_sequence_length`)
 CLIP_MAX_LENGTH = 77
@@ -136,7 +136,7 @@ def llava_text_features(model, params: Any, tokenizer: Tokenizer, prompts: Seque
         model: a `LlavaTextEncoder`; params its parameter tree (`model.config` gives the image and pad ids).
         tokenizer: the Llava tokenizer (right padding).
         prompts: user prompts (one image each).
-        pixel_values: `[B, 3, S, S]` from `zoo.encoders.clip.clip_preprocess` at the vision tower's size.
+        pixel_values: `[B, 3, S, S]` from `zoo.parts.encoders.clip.clip_preprocess` at the vision tower's size.
         end_header_id: the id of `<|end_header_id|>`.
         template: the reference template, its crop and image span.
         max_length: text tokens before expansion, after the crop.

@@ -1,6 +1,6 @@
 """HunyuanVideo 1.0 diffusion transformer (follows diffusers `HunyuanVideoTransformer3DModel`).
 
-Split per `vidax.zoo.dit` into two block groups: 20 dual-stream blocks (`blocks`) and 40 single-stream
+Split per `vidax.zoo.parts.dit` into two block groups: 20 dual-stream blocks (`blocks`) and 40 single-stream
 blocks (`single_blocks`). The hidden state is the pair `DualStream(video, text)` through both groups:
 the single-stream blocks run one set of weights over the joint sequence [video; text], which is the
 same computation as running it over each stream with one shared softmax (`joint_attention`), and
@@ -26,10 +26,10 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vidax.zoo.attention import joint_attention
-from vidax.zoo.dit import BlockGroup, Params
+from vidax.zoo.compute.attention import joint_attention
+from vidax.zoo.parts.dit import BlockGroup, Params
 from vidax.zoo.hunyuan_video.config import TransformerConfig
-from vidax.zoo.dual_stream import (
+from vidax.zoo.parts.dual_stream import (
     TEXT_AXES,
     VIDEO_AXES,
     DualStream,
@@ -40,7 +40,7 @@ from vidax.zoo.dual_stream import (
     TokenRefiner,
     XEmbedder,
 )
-from vidax.zoo.layers import (
+from vidax.zoo.compute.layers import (
     Dense,
     FeedForward,
     LayerNorm,
@@ -53,8 +53,8 @@ from vidax.zoo.layers import (
     split_heads,
     timestep_sinusoid,
 )
-from vidax.zoo.rope import rotate_interleaved as apply_rope
-from vidax.zoo.sharding import constrain
+from vidax.zoo.parts.rope import rotate_interleaved as apply_rope
+from vidax.zoo.compute.sharding import constrain
 
 
 @struct.dataclass
@@ -252,7 +252,7 @@ class SingleStreamBlock(nn.Module):
 
 
 class HunyuanVideoTransformer(DualStreamTransformer):
-    """HunyuanVideo 1.0 DiT in the `vidax.zoo.dit.StackedDiT` shape (two block groups).
+    """HunyuanVideo 1.0 DiT in the `vidax.zoo.parts.dit.StackedDiT` shape (two block groups).
 
     Args:
         cfg: the transformer config (`TransformerConfig.from_hf_config(config_json)`).

@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 
 from vidax.zoo.hunyuan_video.config import VAEConfig
-from vidax.zoo.dit import param_shapes
-from vidax.zoo.vae_tiling import blend, tiled
-from vidax.zoo.layers import Dense, logical_param
-from vidax.zoo.vae_layers import CausalConv3d, frame_causal_attention, init_stages, run_stages
+from vidax.zoo.parts.dit import param_shapes
+from vidax.zoo.parts.vae_tiling import blend, tiled
+from vidax.zoo.compute.layers import Dense, logical_param
+from vidax.zoo.parts.vae_layers import CausalConv3d, frame_causal_attention, init_stages, run_stages
 
 Params = dict[str, Any]
 

@@ -8,8 +8,8 @@ import dataclasses
 from functools import cached_property
 from typing import Any, ClassVar, Mapping
 
-from vidax.zoo.configs import check_known, pick_fields
-from vidax.zoo.dual_stream import DualStreamConfig, shared_sizes
+from vidax.zoo.parts.configs import check_known, pick_fields
+from vidax.zoo.parts.dual_stream import DualStreamConfig, shared_sizes
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

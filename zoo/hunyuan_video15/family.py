@@ -25,20 +25,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.encoders.decoder import DecoderConfig, DecoderTextModel
-from vidax.zoo.encoders.siglip import SIGLIP_MEAN, SIGLIP_STD, SiglipVisionModel, siglip_preprocess, siglip_vision_config
-from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
-from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.stages import Run
-from vidax.zoo.family import Decoded, DiTPart, Inputs, Settings, cfg_predict
-from vidax.zoo.hunyuan_base import HunyuanBase, joint_job, size_bucket, video_frames
+from vidax.zoo.parts.encoders.decoder import DecoderConfig, DecoderTextModel
+from vidax.zoo.parts.encoders.siglip import SIGLIP_MEAN, SIGLIP_STD, SiglipVisionModel, siglip_preprocess, siglip_vision_config
+from vidax.zoo.parts.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
+from vidax.zoo.generator.stages import Run
+from vidax.zoo.generator.contract import Decoded, DiTPart, Inputs, Settings, cfg_predict
+from vidax.zoo.bases.hunyuan_base import HunyuanBase, joint_job, size_bucket, video_frames
 from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
 from vidax.zoo.hunyuan_video15.text import BYT5_MAX_LENGTH, MLLM_MAX_LENGTH, PromptEncoder, TextFeatures
 from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
 from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE, decode_peak_bytes
-from vidax.zoo.pipeline import PipelineError
-from vidax.zoo.planner import Job, abstract_param_count
-from vidax.zoo.quantize import quantized_job
+from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.compute.planner import Job, abstract_param_count
+from vidax.zoo.weights.quantize import quantized_job
 
 IMAGE_TOKENS = 729  # SigLIP semantic tokens (all zeros for text-to-video)
 DEFAULT_ASPECT = (16, 9)  # width : height when the user gives no size

@@ -10,7 +10,7 @@ convolutional: weights replicated, batch on "data".
 
 from __future__ import annotations
 
-from vidax.zoo.sharding import TRANSFORMER_RULES, VAE_RULES
+from vidax.zoo.compute.sharding import TRANSFORMER_RULES, VAE_RULES
 
 DIT_RULES = TRANSFORMER_RULES
 VAE_SHARDING_RULES = VAE_RULES

@@ -1,6 +1,6 @@
 """HunyuanVideo-1.5 prompt encoding (follows diffusers `HunyuanVideo15Pipeline.encode_prompt`).
 
-Two towers from `vidax.zoo.encoders`: the Qwen2.5-VL language model reads the prompt inside the
+Two towers from `vidax.zoo.parts.encoders`: the Qwen2.5-VL language model reads the prompt inside the
 chat template with the reference's video-description system message; its third-to-last hidden
 state, with the template's first 108 tokens cropped, gives the main text tokens. ByT5 reads only the
 quoted text in the prompt (glyphs to render, `Text "OPEN". `); a prompt with no quotes gives zero
@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.encoders.decoder import DecoderTextModel
-from vidax.zoo.encoders.t5 import T5EncoderModel
-from vidax.zoo.encoders.tokenizer import Tokenizer, qwen_chat_prompt
+from vidax.zoo.parts.encoders.decoder import DecoderTextModel
+from vidax.zoo.parts.encoders.t5 import T5EncoderModel
+from vidax.zoo.parts.encoders.tokenizer import Tokenizer, qwen_chat_prompt
 
 # The reference's system message; its source wraps lines with `\` inside the string literal, so
 # the numbered items are separated by the 8 spaces of indentation the continuation keeps.

@@ -1,6 +1,6 @@
 """HunyuanVideo-1.5 diffusion transformer (follows diffusers `HunyuanVideo15Transformer3DModel`).
 
-Split per `vidax.zoo.dit`: `embed` builds the video tokens, the joint text tokens (token refiner on
+Split per `vidax.zoo.parts.dit`: `embed` builds the video tokens, the joint text tokens (token refiner on
 the Qwen2.5-VL features, ByT5 projection, SigLIP image tokens, each tagged by the
 conditioning-type embedding), the timestep embedding and the RoPE tables; `block` is one
 dual-stream block whose hidden state is the pair `DualStream(video, text)`; `head` is the final
@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vidax.zoo.dit import Params
-from vidax.zoo.dual_stream import (
+from vidax.zoo.parts.dit import Params
+from vidax.zoo.parts.dual_stream import (
     TEXT_AXES,
     VIDEO_AXES,
     DualStream,
@@ -27,7 +27,7 @@ from vidax.zoo.dual_stream import (
     XEmbedder,
 )
 from vidax.zoo.hunyuan_video15.config import TransformerConfig
-from vidax.zoo.layers import (
+from vidax.zoo.compute.layers import (
     Dense,
     LayerNorm,
     MLPEmbedder,
@@ -35,7 +35,7 @@ from vidax.zoo.layers import (
     logical_param,
     timestep_sinusoid,
 )
-from vidax.zoo.sharding import constrain
+from vidax.zoo.compute.sharding import constrain
 
 # diffusers' `cond_type_embed` rows: which source a joint text token came from.
 COND_MLLM, COND_BYT5, COND_IMAGE = 0, 1, 2
@@ -164,7 +164,7 @@ class _CondTypeEmbed(nn.Module):
 
 
 class HunyuanVideo15Transformer(DualStreamTransformer):
-    """HunyuanVideo-1.5 DiT in the `vidax.zoo.dit.StackedDiT` shape.
+    """HunyuanVideo-1.5 DiT in the `vidax.zoo.parts.dit.StackedDiT` shape.
 
     Args:
         cfg: the transformer config (`TransformerConfig.from_hf_config(config_json)`).

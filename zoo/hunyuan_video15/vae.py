@@ -17,11 +17,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vidax.zoo.dit import param_shapes
+from vidax.zoo.parts.dit import param_shapes
 from vidax.zoo.hunyuan_video15.config import VAEConfig
-from vidax.zoo.layers import logical_param
-from vidax.zoo.vae_layers import CausalConv3d, Conv3d, Stages, frame_causal_attention, init_stages, run_stages
-from vidax.zoo.vae_tiling import tiled
+from vidax.zoo.compute.layers import logical_param
+from vidax.zoo.parts.vae_layers import CausalConv3d, Conv3d, Stages, frame_causal_attention, init_stages, run_stages
+from vidax.zoo.parts.vae_tiling import tiled
 
 Params = dict[str, Any]
 

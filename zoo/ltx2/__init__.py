@@ -9,12 +9,12 @@
 | `connectors` | text connectors with registers | `LTX2TextConnectors` |
 | `vae` | video VAE encode / decode | `AutoencoderKLLTX2Video` |
 | `audio` | audio VAE decoder, vocoders (plain, BWE) | `AutoencoderKLLTX2Audio`, `LTX2Vocoder(WithBWE)` |
-| `diffusion_decoder` | LTX-2.5's diffusion VAE decoder (its blocked 3-D neighborhood attention: `vidax.zoo.kernels.neighborhood`) | `LTX2VideoDiffusionDecoderModel` |
+| `diffusion_decoder` | LTX-2.5's diffusion VAE decoder (its blocked 3-D neighborhood attention: `vidax.zoo.compute.kernels.neighborhood`) | `LTX2VideoDiffusionDecoderModel` |
 | `latents`, `guidance` | packing, normalisation, I2V conditioning; guidance passes and their combination; sampler inputs | `LTX2Pipeline` / `LTX2ImageToVideoPipeline` |
 | `media` | the I2V image's H.264 re-compression (`--image-crf`) | |
 | `sharding` | the DiT's placement under the shared rules | |
 | `family` | the family contract: settings, encode, the audio+video `sample`, decode with the soundtrack | `LTX2Pipeline` / `LTX2ImageToVideoPipeline` |
 
-The Gemma 3 / Gemma 4 text towers are shared: `vidax.zoo.encoders.gemma`. Import from the submodules;
+The Gemma 3 / Gemma 4 text towers are shared: `vidax.zoo.parts.encoders.gemma`. Import from the submodules;
 this package imports nothing itself so that loading one part never pulls in the others.
 """

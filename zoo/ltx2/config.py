@@ -13,7 +13,7 @@ import math
 from functools import cached_property
 from typing import Any, ClassVar, Mapping
 
-from vidax.zoo.configs import ConfigError, check_known, pick_fields
+from vidax.zoo.parts.configs import ConfigError, check_known, pick_fields
 
 ROPE_TYPES = ("interleaved", "split")
 

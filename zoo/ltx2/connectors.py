@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.layers import Dense, FeedForward, RMSNorm, logical_param
+from vidax.zoo.compute.layers import Dense, FeedForward, RMSNorm, logical_param
 from vidax.zoo.ltx2.config import ConnectorsConfig
 from vidax.zoo.ltx2.rope import rope_table
 from vidax.zoo.ltx2.transformer import LTX2Attention

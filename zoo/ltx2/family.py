@@ -35,14 +35,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.encoders.gemma import GemmaConfig, GemmaTextModel
-from vidax.zoo.encoders.tokenizer import load_tokenizer, special_tokens
-from vidax.zoo.stages import Run
-from vidax.zoo.family import Decoded, FLOW_SAMPLERS, DiTPart, Family, Flag, Inputs, Settings
+from vidax.zoo.parts.encoders.gemma import GemmaConfig, GemmaTextModel
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer, special_tokens
+from vidax.zoo.generator.stages import Run
+from vidax.zoo.generator.contract import Decoded, FLOW_SAMPLERS, DiTPart, Family, Flag, Inputs, Settings
 from vidax.zoo.ltx2 import guidance as guide
 from vidax.zoo.ltx2 import latents as lat
 from vidax.zoo.ltx2 import two_stage
-from vidax.zoo.ltx2.audio import LTX2AudioVAE, LTX2Vocoder
+from vidax.zoo.ltx2.decoding.audio import LTX2AudioVAE, LTX2Vocoder
 from vidax.zoo.ltx2.config import (
     AudioVAEConfig,
     ConnectorsConfig,
@@ -56,12 +56,12 @@ from vidax.zoo.ltx2.media import default_crf, recompress_image
 from vidax.zoo.ltx2.rope import RopeTables, default_dit_rope_tables
 from vidax.zoo.ltx2.text import BOS_MODES, prompt_tokens, stack_hidden_states
 from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer
-from vidax.zoo.ltx2.upsampler import UpsamplerConfig
-from vidax.zoo.ltx2.vae import LTX2VideoVAE, decode_peak_bytes, encode_peak_bytes
-from vidax.zoo.vae_tiling import TileSizes, tiles_for
-from vidax.zoo.pipeline import GenerateOptions, PipelineError, load_latents
-from vidax.zoo.planner import Job, abstract_param_count
-from vidax.zoo.quantize import quantized_job
+from vidax.zoo.ltx2.decoding.upsampler import UpsamplerConfig
+from vidax.zoo.ltx2.decoding.vae import LTX2VideoVAE, decode_peak_bytes, encode_peak_bytes
+from vidax.zoo.parts.vae_tiling import TileSizes, tiles_for
+from vidax.zoo.generator.options import GenerateOptions, PipelineError, load_latents
+from vidax.zoo.compute.planner import Job, abstract_param_count
+from vidax.zoo.weights.quantize import quantized_job
 
 ANCESTRAL = "euler-ancestral"  # LTXEulerAncestralRFScheduler on the same (shifted) sigma grid
 SAMPLER_CLASSES = {**FLOW_SAMPLERS, ANCESTRAL: "LTXEulerAncestralRFScheduler"}
@@ -192,7 +192,7 @@ class LTX2Predict:
     dtype: str
 
     def __call__(self, run, latents, timestep, cond: Condition, knobs):
-        from vidax.zoo.sharding import cfg_batch
+        from vidax.zoo.compute.sharding import cfg_batch
 
         dtype = jnp.dtype(self.dtype)
         i2v = cond.image is not None  # the condition's structure: static, one compiled unit each
@@ -262,7 +262,7 @@ def _audio_decode(cfg: AudioVAEConfig, vocoder: VocoderConfig, mel_bins: int, va
 
 @functools.lru_cache(maxsize=4)
 def _diffusion_decoder(cfg: DiffusionDecoderConfig, dtype: str):
-    from vidax.zoo.ltx2.diffusion_decoder import LTX2DiffusionDecoder
+    from vidax.zoo.ltx2.decoding.diffusion_decoder import LTX2DiffusionDecoder
 
     return LTX2DiffusionDecoder(cfg, jnp.dtype(dtype))
 

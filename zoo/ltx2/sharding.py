@@ -1,6 +1,6 @@
 """Sharding of the LTX-2 components: the shared tables, and where LTX-2 differs in what they split.
 
-The DiT uses the shared table (`vidax.zoo.sharding.TRANSFORMER_RULES`): Megatron column -> row on
+The DiT uses the shared table (`vidax.zoo.compute.sharding.TRANSFORMER_RULES`): Megatron column -> row on
 "heads" / "mlp" for all six attentions of a block and both FFNs (the per-head gates follow their
 heads), DeepSpeed-Ulysses on "seq" for the video tokens only. The audio stream ("audio_seq": ~126
 tokens for 5 s) and the text stay whole on every device, so a2v attention keeps its video queries
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from jax.sharding import Mesh
 
 from vidax.zoo.ltx2.transformer import LTX2Transformer
-from vidax.zoo.sharding import TRANSFORMER_RULES, VAE_RULES, place
+from vidax.zoo.compute.sharding import TRANSFORMER_RULES, VAE_RULES, place
 
 DIT_RULES = TRANSFORMER_RULES
 VAE_SHARDING_RULES = VAE_RULES
@@ -29,6 +29,6 @@ def place_transformer(model: LTX2Transformer, host_tree: Mapping, mesh: Mesh) ->
     Args:
       model: the transformer whose logical specs say how each leaf is split.
       host_tree: the translator's flat (or nested) tree.
-      mesh: from `vidax.zoo.mesh.make_mesh`; video and audio heads must divide by tp * sp.
+      mesh: from `vidax.zoo.compute.mesh.make_mesh`; video and audio heads must divide by tp * sp.
     """
     return place(host_tree, model.logical_specs(), DIT_RULES, mesh)

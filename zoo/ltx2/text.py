@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.encoders.tokenizer import Batch, Tokenizer
+from vidax.zoo.parts.encoders.tokenizer import Batch, Tokenizer
 
 MAX_LENGTH = 1024  # diffusers' `max_sequence_length` default and ltx_core's TOKENIZER_MAX_LENGTH
 BOS_MODES = ("official", "diffusers")

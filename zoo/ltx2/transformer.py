@@ -1,6 +1,6 @@
 """LTX-2.x joint audio+video diffusion transformer (follows diffusers `LTX2VideoTransformer3DModel`).
 
-Split per `vidax.zoo.dit`: `embed` projects the packed video and audio tokens, builds every AdaLN
+Split per `vidax.zoo.parts.dit`: `embed` projects the packed video and audio tokens, builds every AdaLN
 modulation from the timesteps (video, audio, the audio<->video cross-attention tables and, for
 LTX-2.3, the prompt modulation) and the caption projections (LTX-2.0); `block` is one
 `LTX2VideoTransformerBlock` whose hidden state is `Streams(video, audio, layer)`; `head` is the two
@@ -26,14 +26,14 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vidax.zoo.attention import attention
-from vidax.zoo.dit import Params, StackedTransformer
-from vidax.zoo.layers import Dense, FeedForward, LayerNorm, MLPEmbedder, RMSNorm, gelu_tanh, logical_param
-from vidax.zoo.layers import modulate, split_heads, timestep_sinusoid
+from vidax.zoo.compute.attention import attention
+from vidax.zoo.parts.dit import Params, StackedTransformer
+from vidax.zoo.compute.layers import Dense, FeedForward, LayerNorm, MLPEmbedder, RMSNorm, gelu_tanh, logical_param
+from vidax.zoo.compute.layers import modulate, split_heads, timestep_sinusoid
 from vidax.zoo.ltx2.config import TransformerConfig
 from vidax.zoo.ltx2.rope import RopeTables, apply_rope
-from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
+from vidax.zoo.compute.runtime import Precision
+from vidax.zoo.compute.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
 # Audio tokens (~126 for 5 s) stay whole under sequence parallel, as text does (`TEXT_AXES`).
 AUDIO_AXES = ("batch", "audio_seq", "act_embed")
@@ -385,7 +385,7 @@ def first_block_modulated(cfg: TransformerConfig, first: Params, hidden: Streams
 
 
 class LTX2Transformer(StackedTransformer):
-    """The LTX-2 DiT in the `vidax.zoo.dit.StackedDiT` shape.
+    """The LTX-2 DiT in the `vidax.zoo.parts.dit.StackedDiT` shape.
 
     `model(params, inputs, rope)` returns `(video [B, S, out_channels], audio [B, L, audio_out_channels])`,
     the velocities diffusers' forward returns.
@@ -404,7 +404,7 @@ class LTX2Transformer(StackedTransformer):
         "av_cross_attn_audio_scale_shift", "av_cross_attn_video_a2v_gate", "av_cross_attn_audio_v2a_gate",
     )
     head_modules = ("scale_shift_table", "audio_scale_shift_table", "proj_out", "audio_proj_out")
-    # TeaCache's statistic (vidax.zoo.block_split.modulated_input); no set is published for LTX-2
+    # TeaCache's statistic (vidax.zoo.parts.block_split.modulated_input); no set is published for LTX-2
     modulated_inputs = {
         "modulated": lambda model, first, hidden, ctx: first_block_modulated(model.cfg, first, hidden, ctx)}
 

@@ -1,6 +1,6 @@
 """LTX-Video 0.9.x (Lightricks/LTX-Video): DiT, VAE, latent upsampler, their configs and the pipelines' pure pieces.
 
-    transformer.LTXVideoTransformer   packed-token DiT (`zoo.dit.StackedTransformer`)
+    transformer.LTXVideoTransformer   packed-token DiT (`zoo.parts.dit.StackedTransformer`)
     vae.LTXVideoVAE                   encode to moments / timestep-conditioned decode
     upsampler.LTXLatentUpsampler      the 0.9.7 / 0.9.8 multi-scale x2 latent upsampler
     rope                              host-built 3D RoPE tables (both reference position paths)

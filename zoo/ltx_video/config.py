@@ -25,7 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from vidax.zoo.configs import check_known, pick_fields
+from vidax.zoo.parts.configs import check_known, pick_fields
 
 
 class LTXConfigError(ValueError):

@@ -53,12 +53,12 @@ import numpy as np
 from flax import traverse_util
 
 from vidax.translator import MANIFEST, MODEL_FILE, read_manifest, read_metadata
-from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
-from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.denoise import Denoisers, Schedule, denoise
-from vidax.zoo.dit_file import dit_file, load_dit_file
-from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings
-from vidax.zoo.stages import Run
+from vidax.zoo.parts.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
+from vidax.zoo.generator.denoise import Denoisers, Schedule, denoise
+from vidax.zoo.weights.dit_file import dit_file, load_dit_file
+from vidax.zoo.generator.contract import Decoded, DiTPart, Family, Flag, Inputs, Settings
+from vidax.zoo.generator.stages import Run
 from vidax.zoo.ltx_video import latents as L
 from vidax.zoo.ltx_video import passes, rope
 from vidax.zoo.ltx_video.config import (
@@ -75,11 +75,11 @@ from vidax.zoo.ltx_video.text import encode_prompts
 from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
 from vidax.zoo.ltx_video.upsampler import LTXLatentUpsampler
 from vidax.zoo.ltx_video.vae import LTXVideoVAE, decode_peak_bytes, encode_peak_bytes
-from vidax.zoo.vae_tiling import TileSizes, tiles_for
+from vidax.zoo.parts.vae_tiling import TileSizes, tiles_for
 from vidax.zoo.video_io import vae_image
-from vidax.zoo.pipeline import PipelineError, Progress, WeightsSource
-from vidax.zoo.planner import Job, abstract_param_count
-from vidax.zoo.quantize import quantized_job
+from vidax.zoo.generator.options import PipelineError, Progress, WeightsSource
+from vidax.zoo.compute.planner import Job, abstract_param_count
+from vidax.zoo.weights.quantize import quantized_job
 
 CONDITION_PIPELINES = ("LTXConditionPipeline",)
 LTX_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline")

@@ -104,7 +104,7 @@ class LTXPredict:
 
 def _join(rows):
     """The branch rows as one batch (two rows: `cfg_batch`, on the data axis when dp = 2)."""
-    from vidax.zoo.sharding import cfg_batch
+    from vidax.zoo.compute.sharding import cfg_batch
 
     first = tuple(jnp.broadcast_to(a, (1, *a.shape[1:])) for a in rows[0])
     if len(rows) == 1:

@@ -1,6 +1,6 @@
 """Sharding rules of the LTX-Video components, and placement of their host trees.
 
-The DiT uses the shared table (`vidax.zoo.sharding.TRANSFORMER_RULES`): Megatron column -> row on
+The DiT uses the shared table (`vidax.zoo.compute.sharding.TRANSFORMER_RULES`): Megatron column -> row on
 "heads" / "mlp" (q/k/v and their across-heads RMS-norm scales, the FFN input split by heads or hidden
 features; `to_out_0` and `ff/net_2` row-parallel, their bias added once after the reduction),
 DeepSpeed-Ulysses on "seq": the packed video tokens are split after `proj_in`
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from jax.sharding import Mesh
 
 from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
-from vidax.zoo.sharding import TRANSFORMER_RULES, VAE_RULES, place
+from vidax.zoo.compute.sharding import TRANSFORMER_RULES, VAE_RULES, place
 
 DIT_RULES = TRANSFORMER_RULES
 VAE_SHARDING_RULES = VAE_RULES
@@ -30,6 +30,6 @@ def place_transformer(model: LTXVideoTransformer, host_tree: Mapping, mesh: Mesh
     Args:
       model: the transformer whose logical specs say how each leaf is split.
       host_tree: the translator's flat (or nested) tree.
-      mesh: from `vidax.zoo.mesh.make_mesh`; the heads must divide by tp * sp.
+      mesh: from `vidax.zoo.compute.mesh.make_mesh`; the heads must divide by tp * sp.
     """
     return place(host_tree, model.logical_specs(), DIT_RULES, mesh)

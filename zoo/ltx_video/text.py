@@ -1,4 +1,4 @@
-"""LTX-Video prompt encoding: T5-XXL (google/t5-v1_1-xxl, 4096 wide) through the shared `zoo/encoders/t5.py`.
+"""LTX-Video prompt encoding: T5-XXL (google/t5-v1_1-xxl, 4096 wide) through the shared `zoo/parts/encoders/t5.py`.
 
 The references differ in whether T5 sees the padding mask:
 
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.encoders.tokenizer import Tokenizer
+from vidax.zoo.parts.encoders.tokenizer import Tokenizer
 
 NEGATIVE_PROMPT = "worst quality, inconsistent motion, blurry, jittery, distorted"  # ltx_video/inference.py
 # reference -> (max_length, mask_encoder, strip)

@@ -1,6 +1,6 @@
 """LTX-Video 0.9.x diffusion transformer (follows diffusers `LTXVideoTransformer3DModel`).
 
-Split per `vidax.zoo.dit`: `embed` projects the packed latent tokens (`proj_in`), embeds the
+Split per `vidax.zoo.parts.dit`: `embed` projects the packed latent tokens (`proj_in`), embeds the
 timestep (AdaLN-single `time_embed`: one 6-way modulation shared by every block, per sample or per
 token) and the T5 caption (`caption_projection`); `block` is one `LTXVideoTransformerBlock`
 (RMS-normed AdaLN self-attention with 3D RoPE over the whole width, plain cross-attention to the
@@ -46,9 +46,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vidax.zoo.attention import attention
-from vidax.zoo.dit import Params, StackedTransformer
-from vidax.zoo.layers import (
+from vidax.zoo.compute.attention import attention
+from vidax.zoo.parts.dit import Params, StackedTransformer
+from vidax.zoo.compute.layers import (
     Dense,
     FeedForward,
     LayerNorm,
@@ -61,9 +61,9 @@ from vidax.zoo.layers import (
     timestep_sinusoid,
 )
 from vidax.zoo.ltx_video.config import TransformerConfig
-from vidax.zoo.rope import rotate_interleaved
-from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
+from vidax.zoo.parts.rope import rotate_interleaved
+from vidax.zoo.compute.runtime import Precision
+from vidax.zoo.compute.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
 MOD_AXES = ("batch", "seq", "act_embed")  # per-token modulation follows its tokens
 ROPE_AXES = ("batch", "seq", "act_heads")  # tables follow q/k: split by tokens (sp) and width (tp)
@@ -239,7 +239,7 @@ def first_block_modulated(cfg: TransformerConfig, first: Params, hidden: jax.Arr
 
 
 class LTXVideoTransformer(StackedTransformer):
-    """The LTX-Video DiT in the `vidax.zoo.dit.StackedDiT` shape.
+    """The LTX-Video DiT in the `vidax.zoo.parts.dit.StackedDiT` shape.
 
     Args:
       cfg: `TransformerConfig.from_hf_config(config_json)` (or `from_official_config`).
@@ -257,7 +257,7 @@ class LTXVideoTransformer(StackedTransformer):
 
     embed_modules = ("proj_in", "time_embed", "caption_projection")
     head_modules = ("scale_shift_table", "proj_out")
-    # TeaCache's statistic (vidax.zoo.block_split.modulated_input): block 0's normed, modulated input
+    # TeaCache's statistic (vidax.zoo.parts.block_split.modulated_input): block 0's normed, modulated input
     modulated_inputs = {
         "modulated": lambda model, first, hidden, ctx: first_block_modulated(model.cfg, first, hidden, ctx)}
 

@@ -2,12 +2,12 @@
 
 The 0.9.7 / 0.9.8 multi-scale pipeline generates at 2/3 size, upsamples the (un-normalised) latents
 x2 in space with this network, and refines at full size. The network and its layers are the ones LTX-2
-ships too (`vidax.zoo.latent_upsampler`); LTX-Video's head is always the conv + pixel shuffle one.
+ships too (`vidax.zoo.parts.latent_upsampler`); LTX-Video's head is always the conv + pixel shuffle one.
 """
 
 from __future__ import annotations
 
-from vidax.zoo.latent_upsampler import LatentUpsamplerModel
+from vidax.zoo.parts.latent_upsampler import LatentUpsamplerModel
 
 
 class LTXLatentUpsampler(LatentUpsamplerModel):

@@ -10,7 +10,7 @@ diffusers' `[B, C, F, H, W]`. Encoder convolutions are causal in time (the first
 in front), the decoder's are not (first and last frames replicated); spatial padding is zeros.
 
 `encode` / `decode` take `tiling=`: diffusers' overlapping tiles (`enable_tiling()`, and its frame-wise
-windows), a host loop over one compiled tile body (`vidax.zoo.vae_tiling`); every module takes the
+windows), a host loop over one compiled tile body (`vidax.zoo.parts.vae_tiling`); every module takes the
 padded tile's `Extent` so that each convolution sees the reference's padding at the tile's real edge.
 
 Randomness is the caller's, drawn on the host from the run's seed:
@@ -33,9 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.layers import LayerNorm, MLPEmbedder, RMSNorm, logical_param, timestep_sinusoid
+from vidax.zoo.compute.layers import LayerNorm, MLPEmbedder, RMSNorm, logical_param, timestep_sinusoid
 from vidax.zoo.ltx_video.config import ENCODER_095, STRIDES, VAEConfig
-from vidax.zoo.vae_tiling import (
+from vidax.zoo.parts.vae_tiling import (
     Extent,
     TilePlan,
     TileSizes,
@@ -439,7 +439,7 @@ class LTXVideoVAE:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"a/b/kernel": shape}` of the full tree: the translator's expected tree."""
-        from vidax.zoo.dit import param_shapes
+        from vidax.zoo.parts.dit import param_shapes
 
         return param_shapes(self.init_params)
 

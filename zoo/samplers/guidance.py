@@ -42,7 +42,7 @@ def guide(cond: jax.Array, uncond: jax.Array, scale: float | jax.Array, *, resca
 
 
 def guide_batched(prediction: jax.Array, scale: float | jax.Array, *, rescale: float = 0.0) -> jax.Array:
-    """`guide` on a model output whose batch stacks [cond; uncond], as `vidax.zoo.sharding.cfg_batch` builds it."""
+    """`guide` on a model output whose batch stacks [cond; uncond], as `vidax.zoo.compute.sharding.cfg_batch` builds it."""
     cond, uncond = jnp.split(prediction, 2, axis=0)
     return guide(cond, uncond, scale, rescale=rescale)
 

@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any, ClassVar, Mapping
 
 from vidax.translator import VidaxError
-from vidax.zoo.configs import check_known, pick_fields
+from vidax.zoo.parts.configs import check_known, pick_fields
 
 ACROSS_HEADS = "rms_norm_across_heads"  # the only q/k norm the released Wan models use
 

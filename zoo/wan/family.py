@@ -30,22 +30,22 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from vidax.zoo.encoders.clip import CLIP_MEAN, CLIP_STD, WAN_CLIP_VISION, CLIPVisionModelWithProjection
-from vidax.zoo.encoders.clip import clip_preprocess, clip_vision_config
-from vidax.zoo.encoders.t5 import T5Config, T5EncoderModel
-from vidax.zoo.encoders.tokenizer import load_tokenizer
-from vidax.zoo.family import Decoded, DiTPart, Family, Flag, Inputs, Settings, cfg_predict
-from vidax.zoo.stages import Run
-from vidax.zoo.pipeline import PipelineError
+from vidax.zoo.parts.encoders.clip import CLIP_MEAN, CLIP_STD, WAN_CLIP_VISION, CLIPVisionModelWithProjection
+from vidax.zoo.parts.encoders.clip import clip_preprocess, clip_vision_config
+from vidax.zoo.parts.encoders.t5 import T5Config, T5EncoderModel
+from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
+from vidax.zoo.generator.contract import Decoded, DiTPart, Family, Flag, Inputs, Settings, cfg_predict
+from vidax.zoo.generator.stages import Run
+from vidax.zoo.generator.options import PipelineError
 from vidax.zoo.video_io import vae_image
-from vidax.zoo.planner import BLOCKWISE_LAYOUT_COPIES, Job, abstract_param_count
-from vidax.zoo.quantize import block_bytes_per_param
+from vidax.zoo.compute.planner import BLOCKWISE_LAYOUT_COPIES, Job, abstract_param_count
+from vidax.zoo.weights.quantize import block_bytes_per_param
 from vidax.zoo.samplers import TwoExperts
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.text import MAX_SEQUENCE_LENGTH, wan_text_features
 from vidax.zoo.wan.vace_inputs import FLAGS as VACE_FLAGS
 from vidax.zoo.wan.transformer import WanTransformer
-from vidax.zoo.wan_vae import (
+from vidax.zoo.parts.wan_vae import (
     WAN21_VAE,
     WAN22_VAE,
     WanVAE,

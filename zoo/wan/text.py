@@ -13,7 +13,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 
-from vidax.zoo.encoders.tokenizer import Tokenizer
+from vidax.zoo.parts.encoders.tokenizer import Tokenizer
 
 MAX_SEQUENCE_LENGTH = 512  # the reference pads every prompt to 512 tokens (I2V splits text from image by it)
 

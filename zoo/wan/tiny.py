@@ -15,7 +15,7 @@ import json
 import string
 from pathlib import Path
 
-from vidax.zoo.pipeline import WeightsSource
+from vidax.zoo.generator.options import WeightsSource
 
 NAME = "wan-tiny"
 
@@ -28,7 +28,7 @@ SPECIALS = ["<pad>", "</s>", "<unk>"]  # T5's ids 0, 1, 2
 
 def build_tokenizer(folder: Path) -> int:
     """A character-level Unigram tokenizer with T5's specials and metaspace splitting; returns the vocab size."""
-    from vidax.zoo.synthetic_tokenizer import t5_style_unigram
+    from vidax.zoo.parts.synthetic_tokenizer import t5_style_unigram
 
     pieces = SPECIALS + ["▁"] + [f"▁{c}" for c in string.ascii_lowercase] + list(string.ascii_lowercase + string.digits)
     pieces += list(".,!?'-:;()")

@@ -1,6 +1,6 @@
 """Wan2.1 / Wan2.2 diffusion transformer (follows diffusers `WanTransformer3DModel`).
 
-Split per `vidax.zoo.dit`: `embed` patchifies the latents and builds the timestep modulation, the
+Split per `vidax.zoo.parts.dit`: `embed` patchifies the latents and builds the timestep modulation, the
 text (and CLIP image) context and the RoPE tables; `block` is one `WanTransformerBlock` (AdaLN
 self-attention with 3D RoPE, cross-attention to text plus, for I2V, image tokens through added
 k/v, AdaLN feed-forward); `head` is the final AdaLN, projection and unpatchify. Module names mirror
@@ -22,10 +22,10 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vidax.zoo.attention import attention
-from vidax.zoo.block_split import context_field
-from vidax.zoo.dit import Params, StackedTransformer
-from vidax.zoo.layers import (
+from vidax.zoo.compute.attention import attention
+from vidax.zoo.parts.block_split import context_field
+from vidax.zoo.parts.dit import Params, StackedTransformer
+from vidax.zoo.compute.layers import (
     Dense,
     FeedForward,
     LayerNorm,
@@ -40,10 +40,10 @@ from vidax.zoo.layers import (
     timestep_sinusoid,
     unpatchify,
 )
-from vidax.zoo.runtime import Precision
-from vidax.zoo.sharding import TEXT_AXES, VIDEO_AXES, constrain
+from vidax.zoo.compute.runtime import Precision
+from vidax.zoo.compute.sharding import TEXT_AXES, VIDEO_AXES, constrain
 from vidax.zoo.wan.config import WanTransformerConfig
-from vidax.zoo.rope import rotate_interleaved as apply_rope
+from vidax.zoo.parts.rope import rotate_interleaved as apply_rope
 from vidax.zoo.wan.rope import rope_tables
 
 MOD_AXES = ("batch", "seq", None, "act_embed")  # per-token modulation follows its tokens
@@ -204,7 +204,7 @@ class Head(nn.Module):
 
 
 class WanTransformer(StackedTransformer):
-    """The Wan DiT in the `vidax.zoo.dit.StackedDiT` shape.
+    """The Wan DiT in the `vidax.zoo.parts.dit.StackedDiT` shape.
 
     Args:
       cfg: `WanTransformerConfig.from_hf_config(config_json)`.
@@ -222,7 +222,7 @@ class WanTransformer(StackedTransformer):
 
     embed_modules = ("patch_embedding", "condition_embedder")
     head_modules = ("scale_shift_table", "proj_out")
-    # TeaCache's statistic (vidax.zoo.block_split.modulated_input): the reference's time embedding `e`
+    # TeaCache's statistic (vidax.zoo.parts.block_split.modulated_input): the reference's time embedding `e`
     # and, with use_ret_steps, the time projection `e0`
     modulated_inputs = {"e": context_field("temb"), "e0": context_field("modulation")}
 

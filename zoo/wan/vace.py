@@ -10,7 +10,7 @@ VACE adds to the Wan DiT (`vidax.zoo.wan.transformer`, whose embedder, blocks an
 - the main `blocks`: after block `vace_layers[k]`, hint k times `control_hidden_states_scale[k]` is added
   to the hidden state.
 
-The two block kinds are two block groups (`vidax.zoo.dit`): "vace_blocks" carries `VaceState` (video,
+The two block kinds are two block groups (`vidax.zoo.parts.dit`): "vace_blocks" carries `VaceState` (video,
 control, the hints so far, the next hint's index), "blocks" carries `MainState` (video, hints, the layer
 index), so scanning, offload and sharding treat them like any stacked blocks. `vace_blocks.0.proj_in` is
 an embed module (`vace_blocks_0/proj_in`): every stacked VACE block then has the same parameters.
@@ -26,9 +26,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vidax.zoo.dit import BlockGroup, Params
-from vidax.zoo.layers import Dense, PatchEmbed
-from vidax.zoo.sharding import VIDEO_AXES, constrain
+from vidax.zoo.parts.dit import BlockGroup, Params
+from vidax.zoo.compute.layers import Dense, PatchEmbed
+from vidax.zoo.compute.sharding import VIDEO_AXES, constrain
 from vidax.zoo.wan.config import WanConfigError, WanTransformerConfig
 from vidax.zoo.wan.rope import rope_tables
 from vidax.zoo.wan.transformer import MOD_AXES, Context, Embedder, WanBlock, WanTransformer
@@ -157,7 +157,7 @@ class VaceMainBlock(WanBlock):
 
 
 class WanVACETransformer(WanTransformer):
-    """The Wan VACE DiT in the `vidax.zoo.dit.StackedDiT` shape (two block groups).
+    """The Wan VACE DiT in the `vidax.zoo.parts.dit.StackedDiT` shape (two block groups).
 
     Args:
       cfg: `WanVACEConfig.from_hf_config(config_json)`.

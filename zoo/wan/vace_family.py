@@ -23,15 +23,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.family import Decoded, DiTPart, Inputs, cfg_predict
-from vidax.zoo.pipeline import GenerateOptions, PipelineError
-from vidax.zoo.planner import Job
-from vidax.zoo.stages import Run
+from vidax.zoo.generator.contract import Decoded, DiTPart, Inputs, cfg_predict
+from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.compute.planner import Job
+from vidax.zoo.generator.stages import Run
 from vidax.zoo.video_io import read_image
 from vidax.zoo.wan import vace_inputs as vi
 from vidax.zoo.wan.family import WanFamily, WanSettings
 from vidax.zoo.wan.vace import WanVACEConfig, WanVACETransformer
-from vidax.zoo.wan_vae import WanVAE
+from vidax.zoo.parts.wan_vae import WanVAE
 
 VACE_SPEC = "wan/vace_transformer"
 

@@ -2,7 +2,7 @@
 `WanVACEPipeline` does (`preprocess_conditions`, `prepare_video_latents`' mask split, `prepare_masks`).
 
 - `read_frames`: a `--video` / `--mask` / `--extend` PATH: a video file (or `.npy` of frames) through
-  `vidax.zoo.conditioning_media.read_clip`, or a folder of PNG/JPEG frames sorted by name; uint8 RGB.
+  `vidax.zoo.parts.conditioning_media.read_clip`, or a folder of PNG/JPEG frames sorted by name; uint8 RGB.
 - `video_size`: the size the pipeline gives a control video (its frames' size floored to the VAE's 8 pixels,
   scaled down to fit the requested area, floored to the VAE x patch grid).
 - `lanczos_frames`: `VideoProcessor.preprocess_video` of PIL frames (Lanczos to the size, `x / 255 * 2 - 1`).
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vidax.zoo.family import Flag
-from vidax.zoo.pipeline import PipelineError
+from vidax.zoo.generator.contract import Flag
+from vidax.zoo.generator.options import PipelineError
 
 FRAME_SUFFIXES = (".png", ".jpg", ".jpeg")
 VAE_PIXELS = 8  # the Wan VAE's spatial factor (the video processor's vae_scale_factor)
@@ -44,7 +44,7 @@ FIELDS = tuple(flag.field for flag in FLAGS)
 
 def read_frames(path: str | Path) -> np.ndarray:
     """uint8 RGB frames `[F, H, W, 3]` of a clip file or a folder of PNG/JPEG frames (sorted by name)."""
-    from vidax.zoo.conditioning_media import read_clip
+    from vidax.zoo.parts.conditioning_media import read_clip
     from vidax.zoo.video_io import read_image
 
     path = Path(path)

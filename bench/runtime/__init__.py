@@ -1,0 +1,1 @@
+"""Benches of pieces every family shares (attention, matmuls, offload, step caches ...)."""

@@ -1,0 +1,1 @@
+"""Where checkpoints come from: local folders and files, Hub repos, headers read over HTTP."""

@@ -1,0 +1,195 @@
+"""TPU attention: JAX's Pallas splash and flash kernels, padded to their blocks and masked.
+
+Both kernels want heads-major inputs and sequence lengths that are multiples of their blocks. We
+pad queries and keys to the block multiple only (never to a fixed 128 when a block is larger, and
+blocks are capped at the padded length, so cross attention to a few hundred text tokens runs as
+one KV block). Keys are masked only when something is masked:
+
+- no `kv_mask` and no padded key: no mask at all (splash's `FullMask`, no segment ids);
+- no `kv_mask`, padded keys: a static "key index < length" mask that splash evaluates inside the
+  kernel for the one partial KV block and skips wholly padded blocks;
+- a `kv_mask` (text padding, Ulysses padding): segment ids (a masked key is segment 0, every
+  query segment 1), which the kernel compares per block.
+
+Splash applies no softmax scale, so q is scaled first (in q's dtype, as MaxDiffusion and JAX's
+own examples do). A row with no allowed key comes out of either kernel as an average of values,
+so such rows are zeroed after. Under a mesh this runs inside `shard_map` (`zoo/compute/attention.py`):
+Pallas kernels sit outside GSPMD.
+
+Block sizes come from `vidax.zoo.compute.kernels.tpu_blocks` (a table per chip, measured choices, an
+environment override); `TpuAttention` names one choice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas.ops.tpu import flash_attention as fa
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+
+LANES = 128
+KERNELS = ("splash", "flash")
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuAttention:
+    """One TPU attention choice: the kernel and its blocks (queries, keys per fetch, keys per step)."""
+
+    kernel: str = "splash"
+    block_q: int = 1024
+    block_kv: int = 2048
+    block_kv_compute: int = 1024
+
+    def __post_init__(self):
+        if self.kernel not in KERNELS:
+            raise ValueError(f"TPU attention kernel {self.kernel!r}: have {', '.join(KERNELS)}")
+        for name in ("block_q", "block_kv", "block_kv_compute"):
+            if getattr(self, name) <= 0 or getattr(self, name) % LANES:
+                raise ValueError(f"TPU attention {name}={getattr(self, name)}: a positive multiple of {LANES}")
+        if self.block_kv % self.block_kv_compute:
+            raise ValueError(f"TPU attention block_kv={self.block_kv} is not a multiple of "
+                             f"block_kv_compute={self.block_kv_compute}")
+
+    def label(self) -> str:
+        return f"{self.kernel}:{self.block_q},{self.block_kv},{self.block_kv_compute}"
+
+    def fitted(self, sq: int, skv: int) -> TpuAttention:
+        """Blocks no larger than the (lane-rounded) sequences: short keys become one KV block."""
+        bq = min(self.block_q, _round_up(sq, LANES))
+        bkv = min(self.block_kv, _round_up(skv, LANES))
+        bkv_compute = min(self.block_kv_compute, bkv)
+        while bkv % bkv_compute:
+            bkv_compute -= LANES
+        return dataclasses.replace(self, block_q=bq, block_kv=bkv, block_kv_compute=bkv_compute)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _pad_to(x, axis: int, size: int):
+    if x.shape[axis] == size:
+        return x
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, size - x.shape[axis])
+    return jnp.pad(x, pad)
+
+
+def tpu_attention(q, k, v, kv_mask, scale: float, choice: TpuAttention, *, interpret: bool = False):
+    """Attention for `[B, S, H, D]` inputs with one TPU kernel choice; `interpret=True` runs it on CPU."""
+    if q.dtype.itemsize > 2:  # fp32 tiles take twice the VMEM: 1024 x 2048 failed to compile on v5e
+        choice = dataclasses.replace(choice, block_q=min(choice.block_q, 512), block_kv=min(choice.block_kv, 1024),
+                                     block_kv_compute=min(choice.block_kv_compute, 512))
+    choice = choice.fitted(q.shape[1], k.shape[1])
+    with _kernel_precision(q.dtype):
+        if choice.kernel == "splash":
+            out = _splash(q, k, v, kv_mask, scale, choice, interpret)
+        else:
+            with pltpu.force_tpu_interpret_mode() if interpret else contextlib.nullcontext():
+                out = _flash(q, k, v, kv_mask, scale, choice)
+    if kv_mask is not None:
+        out = jnp.where(kv_mask.astype(bool).any(axis=1)[:, None, None, None], out, 0)
+    return out.astype(q.dtype)
+
+
+def _kernel_precision(dtype):
+    """bf16 / fp16 operands trace the kernel at the default matmul precision: the MXU multiplies them
+    exactly with an fp32 sum either way, and on the chip every bf16 kernel call failed while the
+    precision in effect was "highest" (the test suite's setting), while fp32 ones ran. fp32 operands
+    keep the precision in effect (`--dtype float32` asks for "highest")."""
+    if jnp.dtype(dtype).itemsize <= 2:
+        return jax.default_matmul_precision("default")
+    return contextlib.nullcontext()
+
+
+def _heads_major(x, length: int, d_pad: int):  # [B, S, H, D] -> [B, H, S_pad, D_pad]
+    return _pad_to(_pad_to(x, 1, length), 3, d_pad).transpose(0, 2, 1, 3)
+
+
+def _head_dim(d: int) -> int:
+    """Head dims of 64 and multiples of 128 run as they are; others are zero-padded to 128 lanes
+    (zero columns change no logit: the scale is applied before)."""
+    return d if d % LANES == 0 or d == 64 else _round_up(d, LANES)
+
+
+def _splash(q, k, v, kv_mask, scale, choice: TpuAttention, interpret: bool):
+    b, sq, h, d = q.shape
+    skv = k.shape[1]
+    sq_pad, skv_pad, d_pad = _round_up(sq, choice.block_q), _round_up(skv, choice.block_kv), _head_dim(d)
+    qh = _heads_major(q * jnp.asarray(scale, q.dtype), sq_pad, d_pad)
+    kh, vh = _heads_major(k, skv_pad, d_pad), _heads_major(v, skv_pad, d_pad)
+    # static key length for the in-kernel mask only when nothing else masks the keys
+    valid = skv if kv_mask is None and skv_pad > skv else None
+    kernel = _splash_kernel(h, sq_pad, skv_pad, valid, choice, interpret)
+    if kv_mask is None:
+        out = jax.vmap(kernel)(qh, kh, vh)
+    else:
+        segments = splash.SegmentIds(q=jnp.ones((b, sq_pad), jnp.int32),
+                                     kv=_pad_to(kv_mask.astype(jnp.int32), 1, skv_pad))
+        out = jax.vmap(kernel)(qh, kh, vh, segment_ids=segments)
+    return out.transpose(0, 2, 1, 3)[:, :sq, :, :d]  # [B, Sq, H, D]
+
+
+@functools.lru_cache(maxsize=64)
+def _splash_kernel(heads: int, sq: int, skv: int, valid: int | None, choice: TpuAttention, interpret: bool):
+    """The kernel object for one shape (its block map is built on the host once per shape)."""
+    mask = masks.FullMask((sq, skv)) if valid is None else KeyPrefixMask((sq, skv), valid)
+    blocks = splash.BlockSizes(
+        block_q=choice.block_q, block_kv=choice.block_kv, block_kv_compute=choice.block_kv_compute,
+        # the same blocks for the backward pass (LoRA training differentiates through attention)
+        block_q_dkv=choice.block_q, block_kv_dkv=choice.block_kv, block_kv_dkv_compute=choice.block_kv_compute,
+        use_fused_bwd_kernel=True)
+    with jax.ensure_compile_time_eval():  # called while a model is traced: concrete arrays, not tracers
+        kernel = splash.make_splash_mha(masks.MultiHeadMask([mask] * heads), block_sizes=blocks, head_shards=1,
+                                        q_seq_shards=1, interpret=interpret)
+    # its block map as host arrays, so that each program embeds them as literals: device arrays kept here
+    # would be captured as constants of each program that traces it (and an ahead-of-time compiled
+    # program was called without them)
+    return splash.SplashAttentionKernel(*(None if info is None else jax.tree.map(np.asarray, info) for info in
+                                          (kernel.fwd_mask_info, kernel.dq_mask_info, kernel.dkv_mask_info)),
+                                        **kernel.kwargs)
+
+
+class KeyPrefixMask(masks._ComputableMask):
+    """Keys below `valid` attend, the padded tail does not. Splash computes it inside the kernel, so
+    only the one partial KV block pays for the compare and wholly padded blocks are skipped."""
+
+    def __init__(self, shape: tuple[int, int], valid: int):
+        self.valid = int(valid)
+        super().__init__(shape, functools.partial(_below, valid=self.valid))
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.shape == self.shape and other.valid == self.valid
+
+    def __hash__(self):
+        return hash((type(self).__name__, self.shape, self.valid))
+
+
+def _below(q_ids, kv_ids, *, valid: int):
+    del q_ids
+    return kv_ids < valid
+
+
+def _flash(q, k, v, kv_mask, scale, choice: TpuAttention):
+    """JAX's older flash kernel (segment ids for any mask; head dim padded to 128 lanes)."""
+    b, sq, _, d = q.shape
+    skv = k.shape[1]
+    bq, bkv = choice.block_q, choice.block_kv
+    sq_pad, skv_pad, d_pad = _round_up(sq, bq), _round_up(skv, bkv), _round_up(d, LANES)
+    segments = None
+    if kv_mask is not None or skv_pad > skv:
+        mask = jnp.ones((b, skv), bool) if kv_mask is None else kv_mask.astype(bool)
+        segments = fa.SegmentIds(q=jnp.ones((b, sq_pad), jnp.int32), kv=_pad_to(mask.astype(jnp.int32), 1, skv_pad))
+    blocks = fa.BlockSizes(block_q=bq, block_k_major=bkv, block_k=choice.block_kv_compute, block_b=1)
+    out = fa.flash_attention(_heads_major(q, sq_pad, d_pad), _heads_major(k, skv_pad, d_pad),
+                             _heads_major(v, skv_pad, d_pad), segment_ids=segments, sm_scale=scale,
+                             block_sizes=blocks)
+    return out.transpose(0, 2, 1, 3)[:, :sq, :, :d]
+

@@ -1,0 +1,239 @@
+"""Which TPU attention kernel and blocks to run: a table per chip, measured once per machine, overridable.
+
+On a TPU v5e the same attention (Wan2.1 at 480p: 2 x 40 heads x 32,768 tokens x 128) ran at 8.8% of
+the chip's peak with JAX's flash kernel at 128-blocks and 84% with its splash kernel at
+q 1024 / kv 2048 / kv-compute 1024; 4096-wide query blocks ran out of VMEM at compile. Blocks that
+suit one chip generation, sequence length and head count can fail or crawl on another, so:
+
+1. `VIDAX_TPU_ATTENTION=splash:1024,2048,1024` (or `flash:...`) decides, nothing is measured;
+2. else `VIDAX_NO_TPU_TUNING=1`: the table below for this chip (the test suite runs this way);
+3. else the cache file's answer for this chip and shape, or, the first time a shape is met, each
+   candidate of `candidates()` timed at that shape (interleaved, median of a few calls; a candidate
+   that does not compile is dropped) and the fastest written to `tpu-attention.json` in the compile
+   cache folder (`vidax.zoo.compute.runtime.default_cache_dir`), keyed by the chip and the jax version.
+   Timing memory that the chip no longer has falls back to the table for this run.
+
+`python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ...` times shapes now and prints every candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from vidax.translator import VidaxError
+from vidax.zoo.compute.kernels.pallas_tpu import TpuAttention
+
+CHOICE_ENV = "VIDAX_TPU_ATTENTION"
+NO_TUNING_ENV = "VIDAX_NO_TPU_TUNING"
+CACHE_NAME = "tpu-attention.json"
+ROUNDS = 3
+
+# Built-in choices by `device_kind` substring, first match wins. v5e ("TPU v5 lite") was measured
+# (splash 1024/2048/1024 84% of peak, 2048/1024/1024 76%, flash 1024/1024/512 73%, 512-blocks 63%);
+# the others are untimed and scaled by their VMEM (v6e and v7 have twice v5e's, v4 and v5p as much).
+DEFAULTS: tuple[tuple[str, TpuAttention], ...] = (
+    ("TPU v5 lite", TpuAttention("splash", 1024, 2048, 1024)),
+    ("TPU v5e", TpuAttention("splash", 1024, 2048, 1024)),
+    ("TPU v6", TpuAttention("splash", 2048, 2048, 1024)),
+    ("TPU7", TpuAttention("splash", 2048, 2048, 1024)),
+    ("TPU v5", TpuAttention("splash", 1024, 2048, 1024)),
+    ("TPU v4", TpuAttention("splash", 1024, 1024, 512)),
+)
+FALLBACK = TpuAttention("splash", 512, 1024, 512)  # any other chip (and Pallas' interpreter on CPU)
+
+# Timed at first use: the built-in choice first (it stays unless another is faster).
+CANDIDATES = (
+    TpuAttention("splash", 1024, 2048, 1024),
+    TpuAttention("splash", 2048, 1024, 1024),
+    TpuAttention("splash", 1024, 1024, 1024),
+    TpuAttention("splash", 512, 1024, 512),
+    TpuAttention("flash", 1024, 1024, 512),
+)
+
+_decided: dict[tuple[str, str], TpuAttention] = {}
+
+
+class TpuAttentionChoiceError(VidaxError, ValueError):
+    """An override that names no valid choice (one line)."""
+
+
+def parse(text: str) -> TpuAttention:
+    """`splash:1024,2048,1024` -> TpuAttention; a clear one-line error otherwise."""
+    kernel, _, numbers = text.strip().partition(":")
+    try:
+        sizes = [int(n) for n in numbers.split(",")]
+        if len(sizes) != 3:
+            raise ValueError("three block sizes")
+        return TpuAttention(kernel.strip(), *sizes)
+    except ValueError as error:
+        raise TpuAttentionChoiceError(
+            f"{CHOICE_ENV}={text!r}: give KERNEL:Q,KV,KV_COMPUTE, e.g. splash:1024,2048,1024 ({error})") from None
+
+
+def override() -> TpuAttention | None:
+    value = os.environ.get(CHOICE_ENV, "").strip()
+    return parse(value) if value else None
+
+
+def tuning_disabled() -> bool:
+    return os.environ.get(NO_TUNING_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def default_for(device_kind: str) -> TpuAttention:
+    """The built-in choice for a chip named `device_kind` (FALLBACK for one the table does not know)."""
+    for name, choice in DEFAULTS:
+        if name.lower() in device_kind.lower():
+            return choice
+    return FALLBACK
+
+
+def shape_entry(q, k, kv_mask) -> str:
+    """The cache entry for one call's shapes: what the timing depends on."""
+    b, sq, h, d = q.shape
+    return f"b{b} h{h} sq{sq} skv{k.shape[1]} d{d} {q.dtype} {'masked' if kv_mask is not None else 'open'}"
+
+
+def choose(q, k, kv_mask) -> TpuAttention:
+    """The choice for these (per-device) inputs on this process's TPU."""
+    chosen = override()
+    if chosen is not None:
+        return chosen
+    import jax
+
+    device_kind = jax.devices()[0].device_kind
+    if tuning_disabled():
+        return default_for(device_kind)
+    return _decide(device_kind, shape_entry(q, k, kv_mask), q, k, kv_mask)
+
+
+def _decide(device_kind: str, entry: str, q, k, kv_mask) -> TpuAttention:
+    from vidax.zoo.compute import cpu_tuning
+
+    path, key = cache_path(), machine_key(device_kind)
+    memo = (key, entry)
+    if memo in _decided:
+        return _decided[memo]
+    stored = cpu_tuning.read_tuning_file(path).get("machines", {}).get(key, {}).get(entry)
+    if isinstance(stored, dict) and isinstance(stored.get("choice"), str):
+        _decided[memo] = parse(stored["choice"])
+        return _decided[memo]
+    print(f"vidax: timing TPU attention blocks for {entry} once (seconds; kept in {path})", file=sys.stderr)
+    try:
+        result = _outside_the_trace(measure, q.shape, k.shape[1], q.dtype, kv_mask is not None,
+                                    candidates(default_for(device_kind)))
+    except Exception as error:  # noqa: BLE001 - out of memory beside a placed model: the table serves
+        print(f"vidax: could not time TPU attention ({type(error).__name__}); using the built-in blocks",
+              file=sys.stderr)
+        _decided[memo] = default_for(device_kind)
+        return _decided[memo]
+    cpu_tuning.write_tuning_entry(path, key, entry, result)
+    _decided[memo] = parse(result["choice"])
+    return _decided[memo]
+
+
+def _outside_the_trace(fn, *args):
+    """Run `fn` in a thread of its own: jax's trace state is per thread, so the timing runs eagerly even
+    when the first call of a shape comes while a model is being traced."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def candidates(built_in: TpuAttention) -> list[TpuAttention]:
+    """The built-in choice first, then the other candidates (each once)."""
+    return [built_in] + [c for c in CANDIDATES if c != built_in]
+
+
+def machine_key(device_kind: str) -> str:
+    import jax
+    import jaxlib
+
+    return f"{device_kind} | jax {jax.__version__} jaxlib {jaxlib.__version__}"
+
+
+def cache_path():
+    from vidax.zoo.compute.runtime import default_cache_dir
+
+    return default_cache_dir() / CACHE_NAME
+
+
+def forget() -> None:
+    """Drop this process's memory of the choices (the file stays)."""
+    _decided.clear()
+
+
+def measure(q_shape: tuple[int, ...], skv: int, dtype: Any, masked: bool, contenders: list[TpuAttention], *,
+            rounds: int = ROUNDS, interpret: bool = False) -> dict[str, Any]:
+    """Time each contender on random inputs of one shape; the fastest that compiles is the choice.
+
+    Call it outside any trace (`choose` runs it in a thread of its own).
+    """
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vidax.zoo.compute.cpu_tuning import time_interleaved
+    from vidax.zoo.compute.kernels.pallas_tpu import tpu_attention
+
+    b, sq, h, d = q_shape
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.standard_normal((b, sq, h, d), np.float32), dtype)
+    k, v = (jnp.asarray(rng.standard_normal((b, skv, h, d), np.float32), dtype) for _ in range(2))
+    mask = jnp.asarray(np.broadcast_to(np.arange(skv) < max(skv - 7, 1), (b, skv))) if masked else None
+    compiled, failed = {}, {}
+    fitted = dict.fromkeys(choice.fitted(sq, skv) for choice in contenders)  # small shapes: fewer distinct
+    for choice in fitted:
+        run = functools.partial(tpu_attention, scale=d ** -0.5, choice=choice, interpret=interpret)
+        try:
+            compiled[choice.label()] = jax.jit(run).lower(q, k, v, mask).compile()
+        except Exception as error:  # noqa: BLE001 - VMEM too small for these blocks on this chip
+            failed[choice.label()] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    if not compiled:
+        raise RuntimeError(f"no TPU attention candidate compiled: {failed}")
+    medians = time_interleaved({label: functools.partial(fn, q, k, v, mask) for label, fn in compiled.items()},
+                               rounds)
+    choice = min(medians, key=medians.get)
+    return {"choice": choice, "median_seconds": medians, "failed": failed, "rounds": rounds,
+            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ...`: time each shape now, print, keep."""
+    import jax
+    import jax.numpy as jnp
+
+    from vidax.zoo.compute import cpu_tuning
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print("usage: python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ...", file=sys.stderr)
+        return 2
+    device_kind = jax.devices()[0].device_kind
+    on_tpu = jax.default_backend() == "tpu"
+    for arg in args:
+        fields = arg.split(",")
+        masked = fields[-1] == "masked"
+        b, h, sq, skv, d = (int(n) for n in fields[:5])
+        q = jax.ShapeDtypeStruct((b, sq, h, d), jnp.bfloat16)
+        entry = shape_entry(q, jax.ShapeDtypeStruct((b, skv, h, d), jnp.bfloat16), True if masked else None)
+        result = measure(q.shape, skv, jnp.bfloat16, masked, candidates(default_for(device_kind)),
+                         interpret=not on_tpu)
+        if on_tpu:
+            cpu_tuning.write_tuning_entry(cache_path(), machine_key(device_kind), entry, result)
+        print(f"{entry} ({device_kind})")
+        for label, seconds in sorted(result["median_seconds"].items(), key=lambda item: item[1]):
+            print(f"  {label:28s} {seconds * 1e3:9.2f} ms  {4 * b * h * sq * skv * d / seconds / 1e12:7.1f} TFLOP/s")
+        for label, why in result["failed"].items():
+            print(f"  {label:28s} failed: {why}")
+        print(f"  -> {result['choice']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

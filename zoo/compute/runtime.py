@@ -1,0 +1,170 @@
+"""Runtime settings shared by every component: active mesh, compile cache, donation, precision.
+
+How the attention entry point learns the mesh: through jax's own mesh context. `use_mesh(mesh,
+rules)` enters `jax.set_mesh(mesh)` (so the abstract mesh is part of every jit cache key: a
+function traced without a mesh is retraced under one) and records the logical-axis rules table
+for `vidax.zoo.compute.sharding.constrain`. Outside `use_mesh` everything runs plainly on one device.
+
+    with use_mesh(make_mesh(dp=2, tp=2, sp=2), TRANSFORMER_RULES):
+        out = jax.jit(model_forward)(params, latents, ...)
+
+The persistent compilation cache is switched on when this module is imported, unless
+`VIDAX_NO_COMPILE_CACHE=1`; the CLIs call `configure_compile_cache` for `--no-compile-cache`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import os
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
+
+_ACTIVE_RULES: contextvars.ContextVar[Rules | None] = contextvars.ContextVar("vidax_rules", default=None)
+
+
+@contextlib.contextmanager
+def use_mesh(mesh: Mesh, rules: Rules | None = None) -> Iterator[Mesh]:
+    """Run the enclosed jax code on `mesh`, mapping logical axes with `rules`.
+
+    The mesh is part of jax's jit cache key; the rules table is not, so a function jitted under
+    one table keeps it when called under another on the same mesh: keep one table per component.
+
+    Args:
+      mesh: from `vidax.zoo.compute.mesh.make_mesh`.
+      rules: the component's logical-axis rules table (default: the shared DiT table).
+    """
+    if rules is None:
+        from vidax.zoo.compute.sharding import TRANSFORMER_RULES
+
+        rules = TRANSFORMER_RULES
+    token = _ACTIVE_RULES.set(tuple(rules))
+    try:
+        with jax.set_mesh(mesh):
+            yield mesh
+    finally:
+        _ACTIVE_RULES.reset(token)
+
+
+def active_mesh() -> jax.sharding.AbstractMesh | None:
+    """The mesh in context (abstract: valid inside jit), or None when there is none.
+
+    Inside `shard_map` (manual axes) the code is already per-device: None as well, so that the
+    entry points do not nest a second `shard_map`.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty or mesh.manual_axes:
+        return None
+    return mesh
+
+
+def active_rules() -> Rules | None:
+    return _ACTIVE_RULES.get()
+
+
+# --- persistent compilation cache ------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    """`$VIDAX_CACHE_DIR`, else `$XDG_CACHE_HOME/vidax/jax` (`~/.cache/vidax/jax`).
+
+    It also holds `cpu-tuning.json`, this machine's measured CPU choices (`vidax.zoo.compute.cpu_tuning`), kept
+    whether or not the compile cache is on."""
+    if os.environ.get("VIDAX_CACHE_DIR"):
+        return Path(os.environ["VIDAX_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "vidax" / "jax"
+
+
+def configure_compile_cache(
+    enabled: bool | None = None, path: str | os.PathLike | None = None, min_compile_secs: float | None = None
+) -> Path | None:
+    """Switch jax's persistent compilation cache on or off; returns the cache folder or None.
+
+    Call it before the first compilation (jax opens its cache once per process).
+
+    Args:
+      enabled: None reads the environment (off when `VIDAX_NO_COMPILE_CACHE=1`); the CLIs pass
+        `not no_compile_cache`.
+      path: cache folder; default `default_cache_dir()`.
+      min_compile_secs: only cache programs that took at least this long to compile (jax's
+        default, 1 s, keeps trivial programs out).
+    """
+    if enabled is None:
+        enabled = os.environ.get("VIDAX_NO_COMPILE_CACHE", "").lower() not in ("1", "true", "yes")
+    if not enabled:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    folder = Path(path).expanduser() if path is not None else default_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    if min_compile_secs is not None:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs))
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder
+
+
+# --- donation --------------------------------------------------------------------------------
+
+
+def compile_step(fn: Callable, *, donate: Sequence[int] = (0,), static: Sequence[int] = (), **jit_kwargs: Any):
+    """`jax.jit(fn)` donating the positional arguments in `donate`, whose old values are dead.
+
+    The rule for samplers and offload: the latents passed into a step, the hidden state passed
+    into an offload chunk and a chunk's weights are never read again by the caller, so their
+    buffers are donated and the output reuses them (no second copy of a 720p latent or of a
+    chunk's weights). The caller must drop its reference: `x = step(x, ...)`. Backends that
+    cannot donate (or a donated buffer whose shape fits no output) fall back to a copy silently.
+
+    Args:
+      fn: the repeated unit (a sampler step, a block chunk).
+      donate: positions of the arguments to donate.
+      static: positions of static arguments.
+      **jit_kwargs: passed on to `jax.jit` (shardings).
+    """
+    jitted = jax.jit(fn, donate_argnums=tuple(donate), static_argnums=tuple(static), **jit_kwargs)
+
+    def call(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+            return jitted(*args, **kwargs)
+
+    call.jitted = jitted
+    return call
+
+
+# --- precision -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """Dtypes per role (see docs/PRECISION.md); a family states its own in its config."""
+
+    weights: Any = jnp.bfloat16
+    activations: Any = jnp.bfloat16
+    residual: Any = jnp.float32
+    modulation: Any = jnp.float32
+    matmul: str = "default"
+
+    @contextlib.contextmanager
+    def matmul_scope(self) -> Iterator[None]:
+        """Matmul precision for the enclosed tracing (`"highest"` for fp32 parity tests)."""
+        with jax.default_matmul_precision(self.matmul):
+            yield
+
+
+BF16 = Precision()
+FP32 = Precision(weights=jnp.float32, activations=jnp.float32, matmul="highest")
+
+
+configure_compile_cache()

@@ -1,0 +1,91 @@
+"""One generation, top to bottom: settings → mesh → noise → encode → sample → decode.
+
+Every value is made by one piece and passed to the next as an argument; the family's pieces are
+documented in `vidax.zoo.generator.contract`. `vidax.zoo.generator.options.generate` (the library call behind `vidax-gen`)
+builds the family, chooses the layout, calls `generate_video` and writes the outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import jax
+import numpy as np
+
+from vidax.zoo.generator.contract import Decoded, Family, Inputs, Settings
+from vidax.zoo.generator.options import GenerateOptions, GenerateResult, PipelineError, Progress, StageTimer, check_output_room
+from vidax.zoo.generator.stages import Run, StageCache
+from vidax.zoo.step_caches.methods import config_from_options
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """A request read and checked against the model: its settings, inputs and initial latents."""
+
+    settings: Settings
+    inputs: Inputs
+    latents: np.ndarray  # [1, C, F', H', W'] float32 (--latents, else seeded noise)
+
+
+def prepare(family: Family, options: GenerateOptions) -> Request:
+    """Validate a request before any work: every one-line error a user can cause is raised here."""
+    if options.offload_chunk is not None and options.offload_chunk < 1:
+        raise PipelineError(f"--offload-chunk must be at least 1 block, got {options.offload_chunk}")
+    config_from_options(options)  # --cache and its knobs
+    family.check_multiprocess_source()
+    family.adapters  # LoRAs found and hashed (one line if not) before any work
+    inputs = family.read_inputs(options)
+    s = family.resolve_settings(options, inputs.images)
+    check_output_room(options, s, family.latent_shape(s))  # room for the outputs, before any work
+    inputs = dataclasses.replace(inputs, negative_prompt=s.negative_prompt if family.needs_negative(s) else None)
+    return Request(s, inputs, family.initial_latents(s, options))
+
+
+def generate_video(family: Family, options: GenerateOptions, progress: Progress | None = None, *,
+                   cache: StageCache | None = None) -> GenerateResult:
+    """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents.
+
+    `cache` keeps every placed weight for the next call (a long-lived process); None releases them.
+    `--dtype float32` traces every program at the highest matmul precision: a TPU otherwise multiplies
+    fp32 operands in bf16 passes (and a GPU in TF32), so "float32" would not be fp32.
+    """
+    with matmul_precision(options.dtype):
+        return _generate_video(family, options, progress, cache)
+
+
+def matmul_precision(dtype: str | None):
+    """The matmul precision a run of `--dtype dtype` traces at: "highest" for float32, else as it is."""
+    return jax.default_matmul_precision("highest") if dtype == "float32" else contextlib.nullcontext()
+
+
+def _generate_video(family: Family, options: GenerateOptions, progress: Progress | None,
+                    cache: StageCache | None) -> GenerateResult:
+    from vidax.zoo.compute.distributed import agree, run_record
+
+    timer = StageTimer(progress)
+    try:  # everything before the first step that involves other processes
+        request = prepare(family, options)
+        s = request.settings
+        run = Run(family, options, family.make_mesh(options), timer.progress, timer, cache)
+        with timer.stage("encode"):
+            cond = jax.block_until_ready(family.encode(run, s, request.inputs))
+    except BaseException as err:
+        agree(err, "preparation")
+        raise
+    # every process resolved the request alike (settings, mesh, latents), or all stop naming the difference
+    agree(None, "preparation", same=lambda: run_record(s, options, run.mesh, request.latents))
+    try:
+        latents = family.sample(run, s, request.latents, cond)
+        with timer.stage("decode"):
+            decoded: Decoded = family.decode(run, s, latents)
+    finally:
+        run.close()
+    final = np.asarray(latents) if decoded.latents is None else decoded.latents
+    settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": family.name,
+                "variant": family.entry.variant, "weights_source": family.source.label,
+                "latent_shape": list(family.latent_shape(s)), **decoded.settings, **family.lora_settings()}
+    if options.cache is not None:  # per step and CFG branch: whether the full DiT ran
+        settings["step_cache_steps"] = run.step_cache_log
+    return GenerateResult(frames=np.asarray(decoded.frames, np.float32), latents=final, fps=s.fps,
+                          settings=settings, times=timer.times, audio=decoded.audio, sample_rate=decoded.sample_rate)
