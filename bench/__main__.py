@@ -9,7 +9,7 @@
 Each family has a `bench_<family>_dit.py` (its DiT forward against the reference); benches reach a family's
 pieces only through `bench/families.py` (the registry), never by importing its folder.
 
-Each `bench/bench_*.py` defines `main()` that prints its own table (alternatives side by side in the
+Each bench (`bench/bench_*.py`, `bench/family/bench_<family>_*.py`, `bench/runtime/bench_*.py`) defines `main()` that prints its own table (alternatives side by side in the
 same run). Benchmarks are not tests: they print figures and never assert timings.
 """
 
@@ -25,9 +25,20 @@ from collections.abc import Collection
 import bench
 
 
+def bench_modules() -> dict[str, str]:
+    """Every bench's name -> its module: `bench/bench_*.py` and `bench/<room>/bench_*.py` (`family/`: one
+    family's benches; `runtime/`: benches of shared pieces)."""
+    found = {}
+    for m in pkgutil.walk_packages(bench.__path__, "bench."):
+        name = m.name.rpartition(".")[2]
+        if name.startswith("bench_"):
+            found[name] = m.name
+    return found
+
+
 def bench_names() -> list[str]:
-    """Every `bench/bench_*.py` module name, sorted."""
-    return sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_"))
+    """Every bench's module name (`bench_*`, wherever its room), sorted."""
+    return sorted(bench_modules())
 
 
 def family_names() -> list[str]:
@@ -57,7 +68,8 @@ def usage(names: list[str], families: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    names, families = bench_names(), family_names()
+    modules = bench_modules()
+    names, families = sorted(modules), family_names()
     if "--help" in argv or "-h" in argv:
         print(usage(names, families))
         return 0
@@ -74,7 +86,7 @@ def main(argv: list[str]) -> int:
     for name in wanted:
         print(f"\n=== {name} ===", flush=True)
         start = time.perf_counter()
-        importlib.import_module(f"bench.{name}").main()
+        importlib.import_module(modules[name]).main()
         print(f"({name}: {time.perf_counter() - start:.1f} s)", flush=True)
     return 0
 

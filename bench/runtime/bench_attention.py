@@ -25,7 +25,7 @@ NAIVE_LOGITS_BUDGET = 2 << 30  # bytes of fp32 logits the naive path may take on
 SIZES = (2048, 4096, 8192, 32768)
 TIME_SIZES = tuple(int(n) for n in os.environ.get("VIDAX_BENCH_ATTENTION_SIZES", "4096,8192,16384").split(","))
 REPEATS = int(os.environ.get("VIDAX_BENCH_REPEATS", "3"))
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _peak_rss_kb() -> int:

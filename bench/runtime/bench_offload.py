@@ -15,7 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.fit.toy_dit import ToyDiT  # noqa: E402
 from vidax.zoo.parts.dit import forward  # noqa: E402
