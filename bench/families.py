@@ -45,7 +45,7 @@ PIECES: dict[str, dict[str, str]] = {
     "ltx2": {
         "LTX2Transformer": "transformer:LTX2Transformer", "DiTInputs": "transformer:DiTInputs",
         "TransformerConfig": "config:TransformerConfig", "rope": "rope",
-        "LTX2DiffusionDecoder": "diffusion_decoder:LTX2DiffusionDecoder",
+        "LTX2DiffusionDecoder": "decoding.diffusion_decoder:LTX2DiffusionDecoder",
         "DiffusionDecoderConfig": "config:DiffusionDecoderConfig",
     },
 }
