@@ -28,7 +28,8 @@ def tiny_run(out: Path, **options: Any) -> tuple[Any, dict]:
     """(frames [F, H, W, 3] in [0, 1], the run's sidecar) of one fp32 wan-tiny run of `PROMPT`, seed 0,
     `STEPS` steps, with `options` (`GenerateOptions` fields: `cache=...`, `weights_dtype=...`), written to
     `out` (`.npy`)."""
-    from vidax.zoo.generator.options import GenerateOptions, generate
+    from vidax.zoo.generator.options import GenerateOptions
+    from vidax.zoo.api import generate
 
     settings = GenerateOptions(model="wan-tiny", prompt=PROMPT, steps=STEPS, seed=0, out=out, dtype="float32",
                                **options)

@@ -36,7 +36,7 @@ def print_dry_run(options, devices: int | None, device_bytes: int | None) -> int
     from rich.console import Console
 
     from vidax.zoo.plan.dry_run import dry_run, stages_of
-    from vidax.zoo.generator.options import plan_layouts
+    from vidax.zoo.plan.layouts import plan_layouts
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.compute.runtime import configure_compile_cache
 

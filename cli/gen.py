@@ -6,7 +6,7 @@
     vidax-gen --list
 
 Thin: Typer parses the common flags, the model's family parses its own (`Family.flags`), and one
-library call (`vidax.zoo.generator.options.generate`) does the work.
+library call (`vidax.zoo.api.generate`) does the work.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ FAMILY_FLAGS_HELP = ("Families add flags of their own (Wan2.2 A14B: --guidance-2
 
 
 class RichProgress:
-    """`vidax.zoo.generator.options.Progress` on rich bars: one line per stage, the denoising one with s/step.
+    """`vidax.zoo.compute.progress.Progress` on rich bars: one line per stage, the denoising one with s/step.
 
     Every hook first raises a Ctrl-C that Python dropped (`interrupts.check`): the run stops at the next
     stage or step, before its outputs are committed.
@@ -77,7 +77,7 @@ def list_models() -> int:
 
 def family_options(model: str, args: list[str]) -> tuple[dict, dict]:
     """The model family's own flags among the leftover command line: `(settings, images)`."""
-    from vidax.zoo.generator.options import PipelineError
+    from vidax.zoo.errors import PipelineError
     from vidax.zoo.registry import family_class, lookup
 
     flags = family_class(lookup(model).family).flags
@@ -113,7 +113,7 @@ def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
     candidate (or the one the layout flags give); exit code 1 when nothing fits."""
     from rich.console import Console
 
-    from vidax.zoo.generator.options import plan_layouts
+    from vidax.zoo.plan.layouts import plan_layouts
     from vidax.zoo.registry import make_pipeline
 
     planned = plan_layouts(make_pipeline(options.model, options), options, devices, device_bytes)
@@ -142,7 +142,7 @@ def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
 def run(options) -> int:
     """Generate with `options` and print where the video went and each stage's time (process 0)."""
     from vidax.zoo.compute.distributed import is_writer
-    from vidax.zoo.generator.options import generate
+    from vidax.zoo.api import generate
     from vidax.zoo.plan.synthetic import synthetic_note
 
     note = synthetic_note(options.weights) if is_writer() else None

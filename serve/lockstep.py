@@ -129,7 +129,8 @@ class FollowerProgress:
 
 def follow(server) -> int:
     """A process other than 0: run every job process 0 announces, in step with it, until it stops."""
-    from vidax.zoo.generator.options import GenerateOptions, generate
+    from vidax.zoo.generator.options import GenerateOptions
+    from vidax.zoo.api import generate
     from vidax.zoo.generator.stages import StageCache
 
     stages = StageCache()  # the weights stay placed between jobs, as on process 0

@@ -35,7 +35,7 @@ PRIVATE_SETTINGS = ("out", "image", "images", "latents", "weights", "weights_sou
 
 
 class JobProgress:
-    """`vidax.zoo.generator.options.Progress` for a job: stage, step i of N, elapsed and ETA, kept for the API;
+    """`vidax.zoo.compute.progress.Progress` for a job: stage, step i of N, elapsed and ETA, kept for the API;
     raises `JobCancelled` at the next hook once the job is cancelled.
 
     Stages nest (weights converted on the fly inside "denoise"): each open stage keeps its own count, and
@@ -272,7 +272,8 @@ class Service:
     def _generate(self, options, settings: dict, progress):
         """`generate`, with the layout the memory planner chose for the same settings before given outright:
         planning builds the model's shapes (seconds on CPU), the same choice each time for one size."""
-        from vidax.zoo.generator.options import Progress, generate
+        from vidax.zoo.compute.progress import Progress
+        from vidax.zoo.api import generate
 
         key = json.dumps({k: v for k, v in settings.items() if k not in ("seed", "negative_prompt")}, sort_keys=True)
         remembered = self.layouts.get(key)

@@ -58,7 +58,8 @@ def test_bad_values_are_one_line_before_any_work(tmp_path, no_work, flags, fragm
 
 def test_the_options_check_is_the_librarys():
     """One validator: building `GenerateOptions` (as vidax-gen and the server do) runs it."""
-    from vidax.zoo.generator.options import GenerateOptions, PipelineError
+    from vidax.zoo.generator.options import GenerateOptions
+    from vidax.zoo.errors import PipelineError
 
     with pytest.raises(PipelineError, match="--guidance must be a finite number"):
         GenerateOptions(model="wan-tiny", prompt="", guidance=float("nan"))

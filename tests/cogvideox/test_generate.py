@@ -17,7 +17,8 @@ import types
 import numpy as np
 import pytest
 import torch
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached
@@ -90,7 +91,7 @@ def test_a_size_the_reference_fails_on_is_refused(reference, tmp_path):
     """40x48 passes the pipeline's check (multiples of 8) but not its 1.5 DiT's patchify (latents 5 x 6 in 2x2
     patches): vidax refuses it first (multiples of 16)."""
     from diffusers import CogVideoXPipeline
-    from vidax.zoo.generator.options import PipelineError
+    from vidax.zoo.errors import PipelineError
 
     pipe = CogVideoXPipeline.from_pretrained(reference[0])
     with pytest.raises(RuntimeError, match="is invalid for input of size"), torch.no_grad():

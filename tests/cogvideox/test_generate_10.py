@@ -21,7 +21,9 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 
 from . import pipelines as tiny
 from .pipelines import FRAMES, GUIDANCE, HEIGHT, PROMPT, STEPS, WIDTH

@@ -14,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 from vidax.zoo.registry import make_pipeline
 
 from . import pipelines as tiny

@@ -3,7 +3,7 @@
 One tiny perturbed pipeline (reference.py) saved with `save_pretrained` is the weights folder; the
 reference runs once per mode (text-, image- and video-to-world) from fixed initial latents, and vidax
 generates from the same folder (and from the official layout, a converted folder and a Hub cache of it)
-with the same latents, through `vidax.zoo.generator.options.generate`.
+with the same latents, through `vidax.zoo.api.generate`.
 
 Tolerance: frames in [0, 1] within 2e-5, both sides in fp32 at highest matmul precision; what remains is
 summation order (XLA vs torch kernels, blockwise vs plain softmax) through two guided UniPC steps (guidance 7
@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached

@@ -4,7 +4,7 @@ Two tiny perturbed pipelines saved with `save_pretrained` (a Qwen-like tokenizer
 template built locally, a Wan2.2-style VAE, UniPC flow shift 10): "nano" (SwiGLU, q/k norms on both
 pathways, system prompt on) and "edge" (relu2, `k_norm_und_for_gen`, no system prompt,
 `use_native_flow_schedule`). The reference runs once per case from a seeded generator; vidax generates
-from the same folder with that generator's noise as `--latents`, through `vidax.zoo.generator.options.generate`.
+from the same folder with that generator's noise as `--latents`, through `vidax.zoo.api.generate`.
 
 Tolerance: frames in [0, 1] within 2e-5, both sides in fp32 at highest matmul precision; what remains is
 summation order (XLA vs torch kernels, blockwise vs plain softmax) through three guided UniPC steps
@@ -26,7 +26,9 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
 )
 from diffusers.utils.torch_utils import randn_tensor
 from PIL import Image
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached, perturb

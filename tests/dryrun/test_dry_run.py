@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import pytest
 
 from vidax.zoo.plan.dry_run import compile_stage, dit_params, dry_run, per_device_bytes, stages_of, wan_vae_decode_units
-from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.mesh import make_mesh
 from vidax.zoo.compute.planner import GIB, Layout, dit_weight_bytes, plan, predict
 from vidax.zoo.registry import make_pipeline

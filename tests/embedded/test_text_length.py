@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from vidax.zoo.generator import generation
-from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.generator.stages import Run
 

@@ -6,7 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 from vidax.cli.gen import app
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, choose_layout
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.plan.layouts import choose_layout
 from vidax.zoo.compute.planner import Layout, predict
 from vidax.zoo.registry import make_pipeline
 

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached
@@ -137,7 +139,7 @@ def test_prompt_2_is_clips_prompt(saved, tmp_path):
 
 def test_generate_straight_from_the_hub(saved, tmp_path, monkeypatch):
     """No --weights: the diffusers mirror hunyuanvideo-community/HunyuanVideo from the Hugging Face cache
-    (offline), converted on the fly; through `vidax.zoo.generator.options.generate`, which writes the output."""
+    (offline), converted on the fly; through `vidax.zoo.api.generate`, which writes the output."""
     root, _, noise, expected = saved
     hub_cached(monkeypatch, tmp_path / "hub", "hunyuanvideo-community/HunyuanVideo", root / "model")
     opts = options(None, noise, tmp_path, tp=1)
@@ -179,7 +181,7 @@ def test_official_folder_and_its_conversion(saved, tmp_path):
 ])
 def test_bad_requests_fail_before_work(saved, tmp_path, monkeypatch, change, message):
     """One-line PipelineErrors before any weights are read (reading one would fail the test)."""
-    from vidax.zoo.generator.options import WeightsSource
+    from vidax.zoo.weights.source import WeightsSource
 
     def no_weights(*args, **kwargs):
         raise AssertionError("weights were read before the request was checked")

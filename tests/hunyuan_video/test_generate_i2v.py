@@ -15,7 +15,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import hub_cached

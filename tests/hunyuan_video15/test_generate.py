@@ -71,7 +71,7 @@ def test_a_size_the_reference_floors_matches_it(saved, reference_run, tmp_path):
 
 def test_a_size_the_reference_fails_on_is_refused(saved, tmp_path):
     """Under 16 pixels the reference's latents are empty and it fails; vidax refuses the request first."""
-    from vidax.zoo.generator.options import PipelineError
+    from vidax.zoo.errors import PipelineError
 
     ref, root = saved
     with pytest.raises(RuntimeError, match="Kernel size can't be greater"), torch.no_grad():
@@ -104,7 +104,7 @@ def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout
                                              (dict(steps=0), "at least 1"),
                                              (dict(extra={"guidance_2": 3.0}), "takes no --guidance-2")])
 def test_bad_requests_fail_before_work(saved, reference_run, tmp_path, change, message):
-    from vidax.zoo.generator.options import PipelineError
+    from vidax.zoo.errors import PipelineError
 
     _, root = saved
     with pytest.raises(PipelineError, match=message):  # some when the options are read, the rest before work
@@ -121,7 +121,7 @@ def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
     from vidax.zoo.generator.contract import Settings
     from vidax.zoo.hunyuan_video15.config import TransformerConfig, VAEConfig
     from vidax.zoo.hunyuan_video15.family import memory_job
-    from vidax.zoo.generator.options import choose_layout
+    from vidax.zoo.plan.layouts import choose_layout
     from vidax.zoo.compute.planner import Layout, predict
 
     _, root = saved

@@ -92,7 +92,7 @@ def test_default_size_is_the_reference_bucket():
 def test_settings_fit_sizes_as_the_reference_runs_them(saved, tmp_path):
     """HunyuanVideo15Pipeline checks no size: it makes H // 16 x W // 16 latents (30x40 comes out 16x32) and
     fails on an empty one; frames are any count (the VAE decodes 4k+1 of them)."""
-    from vidax.zoo.generator.options import PipelineError
+    from vidax.zoo.errors import PipelineError
 
     _, root = saved
 

@@ -113,7 +113,7 @@ def test_a_converted_folder_takes_a_lora_in_its_target_layout(hunyuan, tmp_path,
     """The fused and split layers' deltas carried through the spec's splits and stacks into a converted
     folder equal the merge done while converting."""
     from vidax.translator import convert_model
-    from vidax.zoo.generator.options import WeightsSource
+    from vidax.zoo.weights.source import WeightsSource
 
     _, state, root = hunyuan
     factors = _factors(_official_shapes(state), FUSED_OFFICIAL + ["single_blocks.1.linear1"], rank=4, seed=25)

@@ -18,7 +18,8 @@ from tests.hunyuan_video import pipelines as tiny
 from tests.lora.formats import low_rank_factors
 from tests.lora.test_hunyuan_video_merge import _official_shapes
 from tests.oracle import state_of
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 FRAME_ATOL = 2e-5  # tests/hunyuan_video/test_generate.py: measured max 5.4e-6 without LoRAs
 FUSED = [f"double_blocks.{i}.{m}" for i in range(2) for m in ("img_attn_qkv", "txt_attn_qkv", "img_mlp.fc1", "img_mod.linear")] \

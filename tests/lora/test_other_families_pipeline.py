@@ -16,7 +16,8 @@ from safetensors.torch import save_file
 
 from tests.lora.formats import low_rank_factors
 from tests.oracle import state_of
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 FRAME_ATOL = 2e-5
 BLOCK = ("attn1.to_q", "attn1.to_v", "attn1.to_out.0", "attn2.to_k", "ff.net.0.proj", "ff.net.2")

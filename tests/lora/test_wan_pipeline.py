@@ -22,7 +22,9 @@ from tests.oracle import state_of
 from tests.wan.test_pipeline import FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, STEPS, WIDTH, _latents, _reference_a14b
 from vidax.cli.gen import app
 from vidax.translator import VidaxError
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 
 # fp32 on both sides at highest matmul precision (tests/wan/test_pipeline.py measures ~1e-6 without LoRAs)
 FRAME_ATOL = 2e-5

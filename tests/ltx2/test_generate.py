@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import to_np
@@ -82,7 +83,7 @@ def test_from_a_converted_folder_writes_the_soundtrack(saved, reference_run, tmp
     import json
 
     from vidax.translator.models import ConvertOptions, convert_model
-    from vidax.zoo.generator.options import generate
+    from vidax.zoo.api import generate
 
     _, root = saved
     out = tmp_path / "converted"
@@ -225,7 +226,7 @@ def test_cli_writes_video_and_soundtrack(saved, reference_run, tmp_path):
 def test_no_audio_skips_the_soundtrack(saved, reference_run, tmp_path, monkeypatch):
     """`--no-audio`: the audio stream still rides in the DiT (the model is joint) but nothing decodes it."""
     from vidax.zoo.ltx2 import family
-    from vidax.zoo.generator.options import generate
+    from vidax.zoo.api import generate
 
     monkeypatch.setattr(family, "_audio_decode", lambda *a: pytest.fail("audio decoded"))
     _, root = saved

@@ -25,7 +25,8 @@ from tests.ltx_video.pipelines import Replay
 from tests.oracle import save_diffusers, state_of, to_np
 from vidax.translator.errors import VidaxError
 from vidax.translator.lora import file_sha256
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 from .pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, components, initial_noise
 from .upsampler_spec_fixtures import upsampler_reference

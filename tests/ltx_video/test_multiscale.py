@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 from .pipelines import NEGATIVE, PROMPT, Replay, components, static_scheduler, upsampler
 

@@ -18,7 +18,9 @@ import pytest
 import torch
 
 from vidax.zoo.ltx_video.latents import Padding, crop_padding, official_padding
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 
 from .ltx_spec_fixtures import save_official_file
 from .pipelines import NEGATIVE, PROMPT, Replay, components, static_scheduler

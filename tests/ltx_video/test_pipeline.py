@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 
 from .pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
 

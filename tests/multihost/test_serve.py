@@ -88,7 +88,8 @@ def test_cancel_stops_both_processes_then_a_job_matches_one_process(servers, con
     assert done["status"] == "succeeded", (done, leader.log()[-3000:])
     frames = np.load(io.BytesIO(httpx.get(f"{leader.url}/v1/videos/{job}/content", timeout=30).content))
 
-    from vidax.zoo.generator.options import GenerateOptions, generate
+    from vidax.zoo.generator.options import GenerateOptions
+    from vidax.zoo.api import generate
 
     fields = {k: v for k, v in JOB.items() if k != "format"}
     reference = generate(GenerateOptions(model=MODEL, weights=str(converted), dtype="float32", sp=2,

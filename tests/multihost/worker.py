@@ -63,7 +63,9 @@ def generate_case(name: str, case: dict, index: int, out_dir: Path) -> None:
 
     from vidax.zoo.compute import sharding
     from vidax.zoo.generator.contract import Family
-    from vidax.zoo.generator.options import GenerateOptions, Progress, generate
+    from vidax.zoo.generator.options import GenerateOptions
+    from vidax.zoo.compute.progress import Progress
+    from vidax.zoo.api import generate
 
     class DieAfter(Progress):
         def __init__(self, steps: int, process: int):

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from tests.quantized.gguf_files import dequantized, encode, write_gguf
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 # fp32 both sides at highest matmul precision on bit-identical weights: what remains is summation order, as
 # in each family's own generator test (measured there 5e-6 .. 1e-5).

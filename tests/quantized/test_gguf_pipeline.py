@@ -28,7 +28,10 @@ from tests.quantized.gguf_files import dequantized, encode, write_gguf
 from tests.tiny_references import umt5_encoder, unipc_flow_scheduler, wan_pipeline_vae
 from tests.translator.wan_transformer_spec_fixtures import official_key
 from vidax.translator import SourceError, convert, convert_model, load
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, WeightsSource, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.weights.source import WeightsSource
+from vidax.zoo.api import generate
 from vidax.zoo.wan.tiny import build_tokenizer
 
 PROMPT, NEGATIVE = "a red kite over a grey sea", "blurry, low quality"

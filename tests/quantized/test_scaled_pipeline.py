@@ -24,7 +24,8 @@ from tests.oracle import perturb, state_of
 from tests.tiny_references import umt5_encoder, unipc_flow_scheduler, wan_pipeline_vae
 from tests.translator.wan_transformer_spec_fixtures import official_key
 from vidax.translator import FormatError
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 from vidax.zoo.wan.tiny import build_tokenizer
 
 PROMPT, NEGATIVE = "a red kite over a grey sea", "blurry, low quality"

@@ -16,7 +16,8 @@ from flax import traverse_util
 
 from vidax.translator import get_model, load_spec
 from vidax.zoo.parts.dit import place_resident
-from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.weights.quantize import check_weights_dtype, device_weights, placed_bytes, quantize_kernel
 from vidax.zoo.wan.config import WanTransformerConfig
 from vidax.zoo.wan.transformer import WanTransformer

@@ -7,7 +7,8 @@ import jax
 import pytest
 
 from vidax.zoo.wan.family import WanFamily
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 SIZE = dict(height=32, width=32, frames=5, steps=1)
 

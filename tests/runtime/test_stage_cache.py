@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from vidax.zoo.generator.contract import Family
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 from vidax.zoo.generator.stages import StageCache
 
 SIZE = dict(height=32, width=32, frames=5, steps=2)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 from tests.cogvideox import pipelines as tiny
 from tests.cogvideox.pipelines import FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, WIDTH

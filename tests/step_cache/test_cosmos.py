@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 from tests.cosmos import reference as ref
 from tests.cosmos.helpers import randn

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import generate
+from vidax.zoo.api import generate
 
 from tests.cosmos3 import test_generate as c3
 from tests.step_cache import batched, first_block_reference, torch_loops

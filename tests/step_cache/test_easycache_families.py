@@ -27,7 +27,8 @@ import pytest
 import torch
 
 from vidax.zoo.parts.dit import forward
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 STEPS = 6
 EXPECTED = [True, True, True, False, True, True]  # before, 4 active (rate from 1-2, skip at 3), past the end

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 from tests.hunyuan_video import pipelines as tiny
 from tests.step_cache import batched

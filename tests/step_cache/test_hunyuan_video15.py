@@ -18,7 +18,8 @@ import json
 import numpy as np
 import torch
 
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 from tests.hunyuan_video15.pipelines import saved, towers  # noqa: F401  (module fixtures: the tiny pipeline)
 from tests.step_cache import first_block_reference, taylorseer_reference

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from vidax.zoo.generator.options import generate
+from vidax.zoo.api import generate
 
 from tests.step_cache import batched, ltx_video_reference
 from tests.step_cache.batched import MAG_STEPS, TAYLOR_STEPS

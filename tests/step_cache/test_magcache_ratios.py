@@ -18,7 +18,8 @@ import torch
 from diffusers.hooks.mag_cache import nearest_interp as diffusers_nearest_interp
 
 from vidax.zoo.step_caches import methods as sc
-from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.step_caches.rules import branch_ratios, magcache_ratio_set, magcache_ratio_sets
 
 WAN = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.1-i2v-14b-480p", "wan2.1-i2v-14b-720p")

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import GenerateOptions, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.api import generate
 
 from tests.step_cache.test_wan import FIRST_BLOCK, FRAMES, GUIDANCE, HEIGHT, MAG, MAG_RATIOS, NEGATIVE, PROMPT, \
     STEPS, WIDTH, _reference

@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 
 from tests.step_cache import teacache_reference as reference_loop
 from tests.step_cache.test_teacache_easycache_rules import PUBLISHED

@@ -25,7 +25,8 @@ from flax import traverse_util
 
 from vidax.zoo.parts.block_split import forward_split
 from vidax.zoo.parts.dit import place_resident
-from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.step_caches.methods import StepCache, config_from_options
 from vidax.zoo.step_caches.rules import TeaCacheRule
 from vidax.zoo.step_caches.tea import TeaCacheConfig

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidax.zoo.generator.options import generate
+from vidax.zoo.api import generate
 
 from tests.step_cache import ltx_video_reference
 from tests.step_cache import teacache_reference as reference_loop

@@ -22,7 +22,9 @@ import pytest
 import torch
 import transformers
 
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 from vidax.zoo.wan.tiny import build_tokenizer
 
 from tests.oracle import perturb

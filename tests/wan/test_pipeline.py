@@ -18,7 +18,9 @@ import torch
 import diffusers
 import transformers
 
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate  # noqa: E402
+from vidax.zoo.generator.options import GenerateOptions  # noqa: E402
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 from vidax.zoo.video_io import read_video  # noqa: E402
 from vidax.zoo.wan.tiny import build_tokenizer  # noqa: E402
 

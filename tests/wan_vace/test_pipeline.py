@@ -23,7 +23,9 @@ import transformers
 
 from tests.oracle import perturb
 from tests.tiny_references import WAN_PIPELINE_DIT, umt5_encoder, unipc_flow_scheduler, wan_pipeline_vae
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.api import generate
 from vidax.zoo.video_io import read_video, write_mp4
 from vidax.zoo.wan.tiny import build_tokenizer
 from vidax.zoo.wan.vace_family import WanVACEFamily
@@ -268,7 +270,7 @@ def test_plan_and_dry_run():
     """`--plan` from the registry's configs alone; the dry run compiles a shallow VACE DiT step on a 2 x 2 mesh
     (both block groups, the control latents and a scale per layer in the abstract condition)."""
     from vidax.zoo.plan.dry_run import dry_run
-    from vidax.zoo.generator.options import plan_layouts
+    from vidax.zoo.plan.layouts import plan_layouts
     from vidax.zoo.compute.planner import Layout
     from vidax.zoo.registry import make_pipeline
 

@@ -17,7 +17,7 @@ import numpy as np
 from vidax.zoo.parts.conditioning_media import read_clip
 from vidax.zoo.generator.stages import Run
 from vidax.zoo.generator.contract import Decoded, DiTPart, Family, Inputs, Settings
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.parts.wan_vae import WanVAE, WanVAEConfig
 
 

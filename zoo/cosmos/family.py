@@ -42,7 +42,7 @@ from vidax.zoo.cosmos.transformer import CosmosTransformer
 from vidax.zoo.parts.encoders.decoder import DecoderConfig, DecoderTextModel
 from vidax.zoo.generator.stages import Run
 from vidax.zoo.generator.contract import Flag, Inputs, Settings
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
 

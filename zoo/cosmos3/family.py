@@ -39,7 +39,7 @@ from vidax.zoo.cosmos3.text import PromptTokenizer, pad_prompts
 from vidax.zoo.cosmos3.transformer import Cosmos3Transformer, patch_grid
 from vidax.zoo.generator.stages import Run
 from vidax.zoo.generator.contract import Flag, Inputs, Settings, cfg_predict
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job
 from vidax.zoo.weights.quantize import quantized_job
 from vidax.zoo.parts.wan_vae import WanVAEConfig

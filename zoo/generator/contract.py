@@ -44,7 +44,10 @@ from vidax.translator import MODEL_FILE
 from vidax.zoo.generator.denoise import Denoisers, Schedule, denoise
 from vidax.zoo.weights.dit_file import check_dit_files, dit_file, load_dit_file
 from vidax.zoo.weights.quantize import check_weights_dtype
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, Progress, WeightsSource, load_latents, seeded_noise
+from vidax.zoo.generator.options import GenerateOptions, load_latents, seeded_noise
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.compute.progress import Progress
+from vidax.zoo.weights.source import WeightsSource
 from vidax.zoo.generator.stages import Run
 
 # --sampler names -> the diffusers scheduler class each stands for (flow matching)

@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from vidax.zoo.parts.dit import block_groups, forward, place_resident
 from vidax.zoo.weights.dit_file import dit_file
-from vidax.zoo.generator.options import release
+from vidax.zoo.compute.progress import release
 from vidax.zoo.generator.stages import Params, Run
 
 # predictor(expert, dit, step) -> a frozen, hashable callable predict(run, latents, timestep, cond, knobs)

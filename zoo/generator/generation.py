@@ -1,7 +1,7 @@
 """One generation, top to bottom: settings → mesh → noise → encode → sample → decode.
 
 Every value is made by one piece and passed to the next as an argument; the family's pieces are
-documented in `vidax.zoo.generator.contract`. `vidax.zoo.generator.options.generate` (the library call behind `vidax-gen`)
+documented in `vidax.zoo.generator.contract`. `vidax.zoo.api.generate` (the library call behind `vidax-gen`)
 builds the family, chooses the layout, calls `generate_video` and writes the outputs.
 """
 
@@ -14,7 +14,9 @@ import jax
 import numpy as np
 
 from vidax.zoo.generator.contract import Decoded, Family, Inputs, Settings
-from vidax.zoo.generator.options import GenerateOptions, GenerateResult, PipelineError, Progress, StageTimer, check_output_room
+from vidax.zoo.generator.options import GenerateOptions, GenerateResult, check_output_room
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.compute.progress import Progress, StageTimer
 from vidax.zoo.generator.stages import Run, StageCache
 from vidax.zoo.step_caches.methods import config_from_options
 

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from vidax.zoo.generator.options import GenerateOptions, Progress, StageTimer, release
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.compute.progress import Progress, StageTimer, release
 
 Params = dict[str, Any]
 

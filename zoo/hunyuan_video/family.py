@@ -54,7 +54,7 @@ from vidax.zoo.hunyuan_video.config import TransformerConfig, VAEConfig
 from vidax.zoo.hunyuan_video.transformer import HunyuanVideoTransformer
 from vidax.zoo.hunyuan_video.vae import HunyuanVideoVAE
 from vidax.zoo.bases.hunyuan_base import HunyuanBase, joint_job, size_bucket, video_frames
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
 from vidax.zoo.video_io import vae_image

@@ -59,7 +59,8 @@ from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer
 from vidax.zoo.ltx2.decoding.upsampler import UpsamplerConfig
 from vidax.zoo.ltx2.decoding.vae import LTX2VideoVAE, decode_peak_bytes, encode_peak_bytes
 from vidax.zoo.parts.vae_tiling import TileSizes, tiles_for
-from vidax.zoo.generator.options import GenerateOptions, PipelineError, load_latents
+from vidax.zoo.generator.options import GenerateOptions, load_latents
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
 

@@ -27,7 +27,7 @@ from vidax.zoo.generator.contract import FLOW_SAMPLERS
 from vidax.zoo.ltx2 import latents as lat
 from vidax.zoo.ltx2.rope import default_dit_rope_tables
 from vidax.zoo.ltx2.decoding.upsampler import LTX2LatentUpsampler, UpsamplerConfig
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 
 # diffusers pipelines/ltx2/utils.py STAGE_2_DISTILLED_SIGMA_VALUES (ltx_pipelines' stage-2 grid)
 STAGE_2_SIGMAS = (0.909375, 0.725, 0.421875)

@@ -77,7 +77,9 @@ from vidax.zoo.ltx_video.upsampler import LTXLatentUpsampler
 from vidax.zoo.ltx_video.vae import LTXVideoVAE, decode_peak_bytes, encode_peak_bytes
 from vidax.zoo.parts.vae_tiling import TileSizes, tiles_for
 from vidax.zoo.video_io import vae_image
-from vidax.zoo.generator.options import PipelineError, Progress, WeightsSource
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.compute.progress import Progress
+from vidax.zoo.weights.source import WeightsSource
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
 

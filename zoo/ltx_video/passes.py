@@ -17,7 +17,7 @@ import numpy as np
 
 from vidax.zoo.ltx_video import latents as L
 from vidax.zoo.ltx_video.config import SchedulerConfig
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 
 GUIDANCE_KEYS = ("guidance", "stg", "rescale", "guidance_timesteps", "skip_blocks", "cfg_star")
 

@@ -69,7 +69,7 @@ def context_field(name: str) -> Callable:
 def modulated_input(model: Any, params: Params, hidden: Any, ctx: Any, name: str) -> jax.Array:
     """The DiT's modulated input `name` before its first block, from `model.modulated_inputs[name]`
     (`(model, block 0's params, hidden, ctx) -> array`): the one hook a family declares for TeaCache."""
-    from vidax.zoo.generator.options import PipelineError
+    from vidax.zoo.errors import PipelineError
 
     how = getattr(model, "modulated_inputs", {}).get(name)
     if how is None or not splittable(model):

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 
 
 def read_clip(path: str | Path) -> np.ndarray:

@@ -50,7 +50,7 @@ from vidax.zoo.plan.dry_run_units import (  # noqa: F401 (re-exported: the tests
     wan_vae,
     wan_vae_decode_units,
 )
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -205,7 +205,7 @@ def cosmos_text(family: Any, s: Any, dtype: Any, device: Any):
     tokens (each prompt is encoded alone), every layer's hidden state standardised and concatenated."""
     from vidax.zoo.cosmos.family import _reason1
     from vidax.zoo.parts.encoders.decoder import DecoderTextModel
-    from vidax.zoo.generator.options import PipelineError
+    from vidax.zoo.errors import PipelineError
 
     try:
         config = family.text_config

@@ -29,7 +29,7 @@ import numpy as np
 
 from vidax.zoo.parts.dit import forward
 from vidax.zoo.compute.distributed import to_host
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.step_caches.rules import EasyCacheConfig, EasyState, PercentScale, easycache_after_full, \
     easycache_decide, easycache_phase, step_point
 

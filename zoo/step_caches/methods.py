@@ -39,7 +39,7 @@ import numpy as np
 from vidax.zoo.parts.block_split import forward_split, recording_calls, splittable
 from vidax.zoo.parts.dit import forward
 from vidax.zoo.compute.distributed import to_host
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 
 BATCHED_PAIR = "cond_uncond"  # the cache context of a reference that batches the CFG pair in one DiT call
 METHODS = ("taylorseer", "first-block", "magcache", "teacache", "easycache")

@@ -36,7 +36,7 @@ from vidax.zoo.parts.encoders.t5 import T5Config, T5EncoderModel
 from vidax.zoo.parts.encoders.tokenizer import load_tokenizer
 from vidax.zoo.generator.contract import Decoded, DiTPart, Family, Flag, Inputs, Settings, cfg_predict
 from vidax.zoo.generator.stages import Run
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.video_io import vae_image
 from vidax.zoo.compute.planner import BLOCKWISE_LAYOUT_COPIES, Job, abstract_param_count
 from vidax.zoo.weights.quantize import block_bytes_per_param

@@ -15,7 +15,7 @@ import json
 import string
 from pathlib import Path
 
-from vidax.zoo.generator.options import WeightsSource
+from vidax.zoo.weights.source import WeightsSource
 
 NAME = "wan-tiny"
 

@@ -24,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.zoo.generator.contract import Decoded, DiTPart, Inputs, cfg_predict
-from vidax.zoo.generator.options import GenerateOptions, PipelineError
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job
 from vidax.zoo.generator.stages import Run
 from vidax.zoo.video_io import read_image

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from vidax.zoo.generator.contract import Flag
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 
 FRAME_SUFFIXES = (".png", ".jpg", ".jpeg")
 VAE_PIXELS = 8  # the Wan VAE's spatial factor (the video processor's vae_scale_factor)

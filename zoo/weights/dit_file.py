@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from vidax.translator import convert
-from vidax.zoo.generator.options import PipelineError, Progress, _materialize
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.compute.progress import Progress
+from vidax.zoo.weights.source import _materialize
 
 # component -> the GenerateOptions field (and vidax-gen flag) that may name its file
 DIT_FILE_FIELDS = {"transformer": "transformer", "transformer_2": "transformer_2"}

@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from vidax.zoo.generator.options import PipelineError
+from vidax.zoo.errors import PipelineError
 
 STORAGE = {"fp8": np.dtype(ml_dtypes.float8_e4m3fn), "int8": np.dtype(np.int8)}
 LARGEST = {"fp8": 448.0, "int8": 127.0}  # the format's largest finite magnitude (fp8 e4m3: 448)

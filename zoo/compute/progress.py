@@ -1,0 +1,58 @@
+"""Progress hooks, stage timing, and freeing a finished stage's device buffers.
+
+    timer = StageTimer(progress)
+    with timer.stage("text encode"): ...
+    release(device_tree)                                            # before the next stage needs memory
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+
+
+class Progress:
+    """Progress hooks a pipeline calls; the default does nothing (the CLI shows rich bars).
+
+    `begin(stage, total)` opens a stage (total: steps or bytes, None when unknown), `advance(stage,
+    amount, note)` moves it, `end(stage, seconds)` closes it.
+    """
+
+    def begin(self, stage: str, total: int | None = None) -> None:
+        pass
+
+    def advance(self, stage: str, amount: int = 1, note: str = "") -> None:
+        pass
+
+    def end(self, stage: str, seconds: float) -> None:
+        pass
+
+
+class StageTimer:
+    """Wall time per named stage, reported through `Progress`; results are blocked on before the clock stops."""
+
+    def __init__(self, progress: Progress | None = None):
+        self.progress = progress or Progress()
+        self.times: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str, total: int | None = None) -> Iterator[None]:
+        self.progress.begin(name, total)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds = time.perf_counter() - start
+            self.times[name] = self.times.get(name, 0.0) + seconds
+            self.progress.end(name, seconds)
+
+
+def release(tree: Any) -> None:
+    """Free the device buffers of a finished stage's weights now, not when Python gets to them."""
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, jax.Array) and not leaf.is_deleted():
+            leaf.delete()

@@ -1,0 +1,118 @@
+"""The layout a generation runs with: the memory planner's table for a request (`--plan`), and the fastest
+layout that fits when the flags give none."""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any
+
+import jax
+
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.generator.options import GenerateOptions
+
+def _layout_given(options: GenerateOptions) -> bool:
+    return any(v is not None for v in (options.tp, options.sp, options.dp, options.offload_chunk))
+
+
+@dataclasses.dataclass
+class LayoutPlan:
+    """The memory planner's answer for one request.
+
+    rows: `(Layout, Prediction, fits)`, fastest first (one row: the layout the flags gave).
+    chosen: the fastest row that fits, or None.
+    devices, device_bytes: what it planned for.
+    size: the video it planned for ("832x480, 81 frames").
+    idle: devices that even the largest layout of `rows` leaves without work.
+    given: whether the rows are the layout the flags gave.
+    """
+
+    rows: list
+    chosen: tuple | None
+    devices: int
+    device_bytes: int
+    size: str
+    idle: int
+    given: bool = False
+
+    def idle_note(self) -> str:
+        """Why some devices would get no work ("" when every one can)."""
+        if not self.idle:
+            return ""
+        used = self.devices - self.idle
+        why = (f"the layout given uses {used}" if self.given else f"layouts use at most {used} (tp and sp split "
+               "the attention heads in powers of two, dp is 1 or 2)")
+        return f"{self.idle} of the {self.devices} devices would stay idle: {why}"
+
+
+def plan_layouts(pipeline: Any, options: GenerateOptions, devices: int | None = None,
+                 device_bytes: int | None = None) -> LayoutPlan:
+    """The memory planner's table for this model and size, for the layout flags given (`--tp/--sp/--dp/
+    --offload-chunk`: that layout alone, checked as a run would check it) or else every candidate.
+    Devices and their memory default to the local backend's.
+    """
+    from vidax.zoo.compute.distributed import multiprocess
+    from vidax.zoo.compute.planner import device_memory_bytes, plan
+
+    if not hasattr(pipeline, "memory_job"):
+        raise PipelineError(f"{options.model}: this family has no memory model for --plan yet")
+    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, numbers.Integral) or devices < 1):
+        raise PipelineError(f"--devices must be a positive integer, got {devices!r}")
+    if device_bytes is not None and device_bytes <= 0:
+        raise PipelineError(f"--device-memory must be positive, got {device_bytes / 2**30:g} GiB")
+    local_devices, local_bytes = device_memory_bytes()
+    devices, device_bytes = devices or local_devices, device_bytes or local_bytes
+    job = pipeline.memory_job(options)
+    s = pipeline.resolve_settings(options)
+    if _layout_given(options):
+        rows = [_given_layout(job, options, devices, device_bytes)]
+        chosen = rows[0] if rows[0][2] else None
+    else:
+        rows, chosen = plan(job, devices, device_bytes, options.release_stages, all_devices=multiprocess())
+    idle = devices - max((row[0].devices for row in rows), default=0)
+    return LayoutPlan(rows, chosen, devices, device_bytes, f"{s.width}x{s.height}, {s.frames} frames", idle,
+                      _layout_given(options))
+
+
+def _given_layout(job: Any, options: GenerateOptions, devices: int, device_bytes: int) -> tuple:
+    """The row of the layout the flags name (1 for a degree left unset), refused as a run would refuse it."""
+    from vidax.zoo.compute.distributed import multiprocess
+    from vidax.zoo.compute.mesh import check_heads
+    from vidax.zoo.compute.planner import Layout, predict
+
+    layout = Layout(options.dp or 1, options.tp or 1, options.sp or 1, options.offload_chunk)
+    check_heads(job.dit.heads, layout.tp, layout.sp)
+    if layout.devices > devices or (multiprocess() and layout.devices != devices):
+        raise PipelineError(f"dp*tp*sp = {layout.dp}*{layout.tp}*{layout.sp} = {layout.devices} devices; "
+                            f"the plan is for {devices} (--devices N plans for more)")
+    prediction = predict(job, layout, options.release_stages)
+    return layout, prediction, prediction.total <= device_bytes
+
+
+def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOptions, str]:
+    """Fill in tp/sp/dp/offload: the user's flags when given, else the planner's fastest fitting layout.
+
+    Returns the options to run with and a line saying what was chosen and why.
+    """
+    if _layout_given(options) or not hasattr(pipeline, "memory_job"):
+        ones = {k: getattr(options, k) or 1 for k in ("tp", "sp", "dp")}
+        return dataclasses.replace(options, **ones), "as given"
+    planned = plan_layouts(pipeline, options)
+    rows, chosen, devices, device_bytes = planned.rows, planned.chosen, planned.devices, planned.device_bytes
+    if chosen is None:
+        smallest = min(rows, key=lambda row: row[1].total)
+        raise PipelineError(
+            f"{options.model} at this size needs about {smallest[1].total / 2**30:.1f} GiB per device even with "
+            f"{smallest[0].describe()}; {devices} device(s) have {device_bytes / 2**30:.1f} GiB (see --plan)")
+    from vidax.zoo.compute.distributed import multiprocess
+
+    if jax.default_backend() == "cpu" and not multiprocess():  # CPU "devices" share the host's cores: spread only when one does not fit
+        single = next(row for row in rows if row[0].devices == 1 and row[0].offload_chunk is None)
+        chosen = single if single[2] else chosen
+    layout, prediction, _ = chosen
+    chosen_options = dataclasses.replace(
+        options, tp=layout.tp, sp=layout.sp, dp=layout.dp, offload_chunk=layout.offload_chunk)
+    idle = f"; {devices - layout.devices} of the {devices} devices idle" if layout.devices < devices else ""
+    return chosen_options, (f"{layout.describe()} chosen by the memory planner "
+                            f"(predicted {prediction.total / 2**30:.2f} of {device_bytes / 2**30:.1f} GiB per device{idle})")
