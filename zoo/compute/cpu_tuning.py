@@ -245,10 +245,10 @@ def time_interleaved(contenders: dict[str, Callable[[], Any]], rounds: int,
 def measure_row_blocks(dtype: Any, block: int, *, shape: tuple[int, int, int] = MEASURE_SHAPE,
                        rounds: int = ROUNDS, clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     """Time one `rows x k x n` product of `dtype` in one call and in blocks of `block` rows."""
-    from vidax.zoo.compute import layers
+    from vidax.zoo.compute.products import in_row_blocks
 
     def blocked(x, w):
-        return layers.in_row_blocks(x, w, block=block)
+        return in_row_blocks(x, w, block=block)
 
     result = measure_products({"one call": _plain_dot, "row blocks": blocked}, dtype, shape=shape, rounds=rounds,
                               clock=clock)
@@ -313,9 +313,9 @@ def main() -> int:
     (again), write and print them."""
     import jax.numpy as jnp
 
-    from vidax.zoo.compute import layers
+    from vidax.zoo.compute.products import CPU_ROW_BLOCK
 
-    path, key, block = cache_path(), machine_key(), layers.CPU_ROW_BLOCK
+    path, key, block = cache_path(), machine_key(), CPU_ROW_BLOCK
     print(f"{key}\n{path}")
     for dtype in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
         _measure_and_print(f"row_blocks {dtype.name} {block}", measure_row_blocks(dtype, block), path, key,

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from vidax.zoo.compute import cpu_tuning
-from vidax.zoo.compute.kernels.blockwise import balanced_blocks
+from vidax.zoo.compute.products import CPU_ROW_BLOCK, in_row_blocks, product  # noqa: F401 (in_row_blocks: layers' API)
 from vidax.zoo.compute.runtime import active_mesh
 
 Axes = tuple[str | None, ...]
@@ -54,9 +54,6 @@ class Dense(nn.Module):
         return project(x.astype(dtype), kernel, bias, input_activation=self.input_activation)
 
 
-CPU_ROW_BLOCK = 1024  # the most rows one CPU matmul call takes when row blocks are chosen (vidax.zoo.compute.cpu_tuning)
-
-
 def project(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *,
             input_activation: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
     """`input_activation(x) @ kernel (+ bias)` over the last axis of `x`.
@@ -77,19 +74,8 @@ def project(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *,
     block = _cpu_row_block(rows, x.dtype)
     fp32_result = cpu_fp32_result(x.dtype)
     if not block:
-        return _product(activate(x), kernel, bias, fp32_result=fp32_result)
+        return product(activate(x), kernel, bias, fp32_result=fp32_result)
     return in_row_blocks(x, kernel, bias, block=block, activate=activate, fp32_result=fp32_result)
-
-
-def _product(x: jax.Array, kernel: jax.Array, bias: jax.Array | None, *, fp32_result: bool) -> jax.Array:
-    """`x @ kernel (+ bias)`; with `fp32_result`, the product is asked for in fp32 (XLA's CPU then runs
-    bf16 operands on its bf16 kernel), the bias added in fp32 and the sum cast back to `x`'s dtype."""
-    if not fp32_result:
-        y = jnp.dot(x, kernel)
-        return y if bias is None else y + bias
-    y = jnp.dot(x, kernel, preferred_element_type=jnp.float32)
-    y = y if bias is None else y + bias.astype(jnp.float32)
-    return y.astype(x.dtype)
 
 
 def cpu_fp32_result(dtype) -> bool:
@@ -109,28 +95,6 @@ def _cpu_row_block(rows: int, dtype) -> int:
     if block is None and rows > CPU_ROW_BLOCK:
         block = CPU_ROW_BLOCK if cpu_tuning.row_blocks_faster(dtype, CPU_ROW_BLOCK) else 0
     return block if block and rows > block else 0
-
-
-def in_row_blocks(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *, block: int,
-                  activate: Callable[[jax.Array], jax.Array] = lambda v: v, fp32_result: bool = False) -> jax.Array:
-    """`project`'s product as balanced blocks of at most `block` rows run one after another."""
-    rows = math.prod(x.shape[:-1])
-    count, size = balanced_blocks(rows, block)
-    flat = x.reshape(rows, x.shape[-1])
-
-    def one_block(first):
-        return _product(activate(jax.lax.dynamic_slice_in_dim(flat, first, size)), kernel, bias,
-                        fp32_result=fp32_result)
-
-    def write_block(i, out):  # the last block ends at the last row (overlapping its neighbour: same values)
-        first = jnp.minimum(i * size, rows - size)
-        return jax.lax.dynamic_update_slice_in_dim(out, one_block(first), first, axis=0)
-
-    # The output starts as the first block padded with zeros, not as a buffer of zeros: XLA makes that
-    # one for every projection at the start of the program and keeps them all alive.
-    out = jnp.pad(one_block(0), ((0, rows - size), (0, 0)))
-    out = jax.lax.fori_loop(1, count, write_block, out)
-    return out.reshape(*x.shape[:-1], kernel.shape[-1])
 
 
 def _split_over_devices() -> bool:
@@ -194,7 +158,7 @@ class PatchEmbed(nn.Module):
         kernel = logical_param(self, "kernel", (*self.patch, c, self.features), (None, None, None, "conv_in", "embed"))
         bias = logical_param(self, "bias", (self.features,), ("embed",), nn.initializers.zeros)
         x = patchify(x, self.patch)  # [B, S, pt*ph*pw*C]
-        return _product(x, kernel.reshape(-1, self.features).astype(x.dtype), bias.astype(x.dtype),
+        return product(x, kernel.reshape(-1, self.features).astype(x.dtype), bias.astype(x.dtype),
                         fp32_result=cpu_fp32_result(x.dtype))
 
 

@@ -27,7 +27,21 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR
+
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
+
+# The shared DiT table: Megatron column->row on "heads"/"mlp", Ulysses on "seq", CFG on "batch".
+TRANSFORMER_RULES: Rules = (
+    ("batch", DATA),
+    ("seq", SEQUENCE),
+    ("heads", TENSOR),
+    ("mlp", TENSOR),
+    ("act_heads", TENSOR),
+    ("act_mlp", TENSOR),
+    ("embed", None),
+    ("layers", None),
+)
 
 _ACTIVE_RULES: contextvars.ContextVar[Rules | None] = contextvars.ContextVar("vidax_rules", default=None)
 
@@ -44,8 +58,6 @@ def use_mesh(mesh: Mesh, rules: Rules | None = None) -> Iterator[Mesh]:
       rules: the component's logical-axis rules table (default: the shared DiT table).
     """
     if rules is None:
-        from vidax.zoo.compute.sharding import TRANSFORMER_RULES
-
         rules = TRANSFORMER_RULES
     token = _ACTIVE_RULES.set(tuple(rules))
     try:

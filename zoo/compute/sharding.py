@@ -28,24 +28,13 @@ from flax import traverse_util
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR, MeshError, valid_degrees
-from vidax.zoo.compute.runtime import Rules, active_mesh, active_rules
+from vidax.zoo.compute.runtime import TRANSFORMER_RULES, Rules, active_mesh, active_rules  # noqa: F401 (the shared DiT table, defined beside use_mesh, its default)
 
 # Token activations `[B, S, D]` by what they hold: sequence parallel splits the video tokens; text (and
 # other short streams) stays whole on every device.
 VIDEO_AXES = ("batch", "seq", "act_embed")
 TEXT_AXES = ("batch", "text_seq", "act_embed")
 
-# The shared DiT table: Megatron column->row on "heads"/"mlp", Ulysses on "seq", CFG on "batch".
-TRANSFORMER_RULES: Rules = (
-    ("batch", DATA),
-    ("seq", SEQUENCE),
-    ("heads", TENSOR),
-    ("mlp", TENSOR),
-    ("act_heads", TENSOR),
-    ("act_mlp", TENSOR),
-    ("embed", None),
-    ("layers", None),
-)
 # Text encoders run once per prompt: Megatron only, text tokens never split.
 TEXT_ENCODER_RULES: Rules = (("batch", DATA), ("heads", TENSOR), ("mlp", TENSOR), ("vocab", None))
 # VAEs are convolutional: weights replicated, the batch (and CFG-free decode chunks) on data.
