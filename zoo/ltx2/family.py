@@ -555,6 +555,11 @@ class LTX2Family(Family):
         return folder if folder.get("_class_name") == FLOW_SAMPLERS["euler"] else dict(
             self.entry.config.get("scheduler") or folder)
 
+    def shift_mu(self, s: LTX2Settings) -> float:
+        """The dynamic shift's `mu` for settings `s` (the video token count, with LTX2Pipeline's fallbacks):
+        where EasyCache's percents fall on LTX-2's sigmas (`vidax.zoo.step_caches.easy`)."""
+        return float(guide.schedule_inputs(self.shift_config(), s.steps, self.tokens(s))["mu"])
+
     def stepper(self, s: LTX2Settings, latents_shape: tuple[int, ...]):
         """The folder's scheduler (or `--sampler`'s) on LTX2Pipeline's grid: sigmas `linspace(1, 1/steps)`
         (or the model's fixed ones), dynamically shifted by the video token count with the pipeline's

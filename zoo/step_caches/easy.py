@@ -57,13 +57,11 @@ def _flow_shift(family: Any, s: Any) -> PercentScale:
 
 
 def _ltx2_shift(family: Any, s: Any) -> PercentScale:
-    """LTX-2: `--shift` (static), else the dynamic shift of its token count with LTX2Pipeline's fallbacks."""
-    from vidax.zoo.ltx2 import guidance
-
+    """LTX-2: `--shift` (static), else the dynamic shift of its token count with LTX2Pipeline's fallbacks
+    (the family's `shift_mu`: no family module is imported here)."""
     if s.shift is not None:
         return PercentScale("flow", float(s.shift))
-    mu = guidance.schedule_inputs(family.shift_config(), s.steps, family.tokens(s))["mu"]
-    return PercentScale("flow", math.exp(mu))
+    return PercentScale("flow", math.exp(family.shift_mu(s)))
 
 
 def _cosmos_rflow(family: Any, s: Any) -> PercentScale:

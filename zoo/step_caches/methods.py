@@ -40,6 +40,7 @@ from vidax.zoo.parts.block_split import forward_split, recording_calls, splittab
 from vidax.zoo.parts.dit import forward
 from vidax.zoo.compute.distributed import to_host
 from vidax.zoo.errors import PipelineError
+from vidax.zoo.step_caches.streams import output_streams, video_stream, with_streams
 
 BATCHED_PAIR = "cond_uncond"  # the cache context of a reference that batches the CFG pair in one DiT call
 METHODS = ("taylorseer", "first-block", "magcache", "teacache", "easycache")
@@ -182,40 +183,6 @@ def first_block_change(residual: jax.Array, previous: jax.Array, per_row: bool) 
     return jnp.reshape(change, (-1,))
 
 
-# the video tokens' field in a joint hidden state: HunyuanVideo's and LTX-2's `video`, Cosmos3's `gen`
-VIDEO_STREAMS = ("video", "gen")
-
-
-def _video_field(hidden: Any) -> str:
-    field = next((name for name in VIDEO_STREAMS if hasattr(hidden, name)), None)
-    if field is None:  # e.g. LTX-Video's (hidden, block index) under STG
-        raise PipelineError("this --cache reads the DiT's video tokens between blocks: this run's hidden state "
-                            f"({type(hidden).__name__}) is not one (use --cache taylorseer)")
-    return field
-
-
-def _stream(hidden: Any) -> jax.Array:
-    """The video token stream of a block's hidden state (an array, or a joint state's video field)."""
-    return hidden if isinstance(hidden, jax.Array) else getattr(hidden, _video_field(hidden))
-
-
-def _with_stream(hidden: Any, video: jax.Array) -> Any:
-    return video if isinstance(hidden, jax.Array) else hidden.replace(**{_video_field(hidden): video})
-
-
-def _output_streams(hidden: Any) -> dict[str, jax.Array]:
-    """The streams of a block's hidden state that become the DiT's outputs (MagCache's residuals): the
-    array, or the video field and, where the DiT returns it as well, LTX-2's `audio`."""
-    if isinstance(hidden, jax.Array):
-        return {"": hidden}
-    fields = (_video_field(hidden),) + (("audio",) if hasattr(hidden, "audio") else ())
-    return {field: getattr(hidden, field) for field in fields}
-
-
-def _with_streams(hidden: Any, streams: dict[str, jax.Array]) -> Any:
-    return streams[""] if isinstance(hidden, jax.Array) else hidden.replace(**streams)
-
-
 def _rows(flags: jax.Array, leaf: jax.Array) -> jax.Array:
     """Row flags `[rows]` (or `[1]`) shaped to broadcast over a `[B, ...]` leaf."""
     return jnp.reshape(flags, (-1,) + (1,) * (leaf.ndim - 1))
@@ -231,7 +198,7 @@ class FirstBlockStep:
 
     def __call__(self, state, h0, run_part):
         h1 = run_part(h0, "first")
-        residual = (_stream(h1) - _stream(h0)).astype(jnp.float32)
+        residual = (video_stream(h1) - video_stream(h0)).astype(jnp.float32)
         rows = residual.shape[0] if self.per_row else 1
         if state is None:  # nothing cached yet: the whole DiT
             h_n = run_part(h1, "rest")
@@ -346,17 +313,17 @@ class MagStep:
     per_row: bool
 
     def __call__(self, state, h0, run_part):
-        streams = _output_streams(h0)
+        streams = output_streams(h0)
         if not any(self.compute):
-            return _with_streams(h0, {k: v + state[k] for k, v in streams.items()}), state, jnp.zeros((1,), bool)
+            return with_streams(h0, {k: v + state[k] for k, v in streams.items()}), state, jnp.zeros((1,), bool)
         h_n = run_part(h0, "all")
-        residual = {k: out - streams[k] for k, out in _output_streams(h_n).items()}
+        residual = {k: out - streams[k] for k, out in output_streams(h_n).items()}
         if not all(self.compute):  # one branch reuses its residual while the other computes
             runs = {k: _rows(jnp.repeat(jnp.asarray(self.compute), v.shape[0] // len(self.compute)), v)
                     for k, v in streams.items()}
-            outs = {k: jnp.where(runs[k], out, streams[k] + state[k]) for k, out in _output_streams(h_n).items()}
+            outs = {k: jnp.where(runs[k], out, streams[k] + state[k]) for k, out in output_streams(h_n).items()}
             residual = {k: jnp.where(runs[k], r, state[k]) for k, r in residual.items()}
-            h_n = _with_streams(h_n, outs)
+            h_n = with_streams(h_n, outs)
         if self.calibrate:  # the ratio of the video stream's residuals
             video = next(iter(residual))
             ratio = jnp.ones((1,)) if state is None else magnitude_ratio(residual[video], state[video], self.per_row)

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from vidax.zoo.parts.block_split import modulated_input, recording_calls
+from vidax.zoo.parts.block_split import recording_calls
 from vidax.zoo.parts.dit import block_groups, scan_blocks
 
 
@@ -136,65 +136,3 @@ def _layout(denoiser: Any, reads_first: tuple[bool, ...] | None = None) -> tuple
         mask = reads_first if index == 0 and reads_first is not None else (False,) * len(leaves)
         layout.append((group.name, treedef, shapes, mask))
     return tuple(layout)
-
-
-def first_block_reads(denoiser: Any, name: str, per_row: bool, predict: Callable, latents, timestep, cond,
-                      knobs) -> FirstBlockReads:
-    """Block 0's leaves the measurement of modulated input `name` reads (its jaxpr, dead code eliminated),
-    copied once from the first chunk in host memory to the devices; the rest of the blocks stay there."""
-    from jax.interpreters import partial_eval
-
-    from vidax.zoo.step_caches.tea import _modulated_changes
-
-    everything = _layout(denoiser, (True,) * len(jax.tree.leaves(denoiser.host_blocks[block_groups(
-        denoiser.dit)[0].name].chunks[0])))
-
-    def measured(*leaves):
-        params = _one_block_params(everything, denoiser.params, leaves)
-        return _modulated_changes(predict, denoiser.dit, name, per_row, params, (), latents, timestep, cond, knobs)
-
-    closed = jax.make_jaxpr(measured)(*everything[0][2])
-    _, reads = partial_eval.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
-    layout = _layout(denoiser, tuple(reads))
-    return FirstBlockReads(layout, _fetch_block0_leaves(denoiser, layout[0]))
-
-
-def _fetch_block0_leaves(denoiser: Any, first: tuple) -> tuple:
-    """The read leaves of block 0, each fetched as the first chunk's leaf is placed and cut to block 0
-    on the devices (the chunk's other blocks of that leaf are dropped at once)."""
-    name, _, _, mask = first
-    host = jax.tree.leaves(denoiser.host_blocks[name].chunks[0])
-    shardings = denoiser.streamed.device_shardings.get(name)
-    targets = jax.tree.leaves(shardings) if shardings is not None else [
-        jax.sharding.SingleDeviceSharding(jax.local_devices()[0], memory_kind="device")] * len(host)
-    return tuple(jax.device_put(leaf, target)[:1] for leaf, target, read in zip(host, targets, mask) if read)
-
-
-@partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _streamed_changes(predict, dit, name, per_row, layout, params, leaves, previous, latents, timestep, cond, knobs):
-    from vidax.zoo.step_caches.tea import _modulated_changes
-
-    full = _one_block_params(layout, params, leaves)
-    return _modulated_changes(predict, dit, name, per_row, full, previous, latents, timestep, cond, knobs)
-
-
-def streamed_modulated_changes(predict, denoiser, name, per_row, reads: FirstBlockReads, previous, latents,
-                               timestep, cond, knobs):
-    """`step_cache_tea._modulated_changes` for a streamed denoiser: no chunk fetched."""
-    return _streamed_changes(predict, denoiser.dit, name, per_row, reads.layout, denoiser.params, reads.leaves,
-                             previous, latents, timestep, cond, knobs)
-
-
-def streamed_tea_prediction(predict, denoiser, computes, residuals, latents, timestep, cond, knobs):
-    """`step_cache_tea._tea_prediction` for a streamed denoiser: a call whose rows all skip fetches no chunk."""
-    from vidax.zoo.step_caches.methods import _output_streams, _with_streams
-    from vidax.zoo.step_caches.tea import tea_blocks
-
-    def step(state, h0, run_part):
-        call_computes, residual = state
-        h_n, new = tea_blocks(call_computes, residual, h0, run_part, _output_streams, _with_streams)
-        return h_n, new, None
-
-    states = tuple(zip(computes, residuals or (None,) * len(computes)))
-    out, made = streamed_split_prediction(predict, denoiser, step, states, latents, timestep, cond, knobs)
-    return out, tuple(new for new, _ in made)

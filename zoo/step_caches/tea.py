@@ -20,9 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.parts.block_split import forward_split, modulated_input
-from vidax.zoo.parts.dit import forward
+from vidax.zoo.parts.block_split import forward_split, modulated_input, splittable
+from vidax.zoo.parts.dit import block_groups, forward
 from vidax.zoo.compute.distributed import to_host
+from vidax.zoo.errors import PipelineError
+from vidax.zoo.step_caches.streamed import FirstBlockReads, _layout, _one_block_params, streamed_split_prediction
+from vidax.zoo.step_caches.streams import output_streams, with_streams
 from vidax.zoo.step_caches.rules import TeaCacheRule, teacache_decide, teacache_rules
 
 MODES = {True: "e0", False: None}  # use_ret_steps: Wan's time projection; else the set's other input
@@ -105,8 +108,6 @@ def tea_blocks(computes: tuple[bool, ...], residual: Any, h0: Any, run_part: Cal
 @partial(jax.jit, static_argnums=(0, 1, 2))
 def _tea_prediction(predict, dit, computes, params, residuals, latents, timestep, cond, knobs):
     """`predict` with each DiT call's blocks run or skipped per `computes[call]`; the new residuals."""
-    from vidax.zoo.step_caches.methods import _output_streams, _with_streams
-
     made = []
 
     def run(*inputs):
@@ -114,7 +115,7 @@ def _tea_prediction(predict, dit, computes, params, residuals, latents, timestep
 
         def blocks(h0, run_part):
             h_n, residual = tea_blocks(computes[index], residuals[index] if residuals else None, h0, run_part,
-                                       _output_streams, _with_streams)
+                                       output_streams, with_streams)
             made.append(residual)
             return h_n
 
@@ -142,18 +143,14 @@ def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Ca
     `pass_step` is the step's index in the pass: a denoiser that starts mid-pass (Wan2.2's second
     expert, whose `state` is fresh) counts its warm-up from its own first step, and the pass's last
     `final_steps` run whichever denoiser takes them."""
-    from vidax.zoo.step_caches.methods import PipelineError, splittable
-
     if not splittable(denoiser.dit):
         raise PipelineError(f"--cache teacache runs the DiT's blocks as one part: {type(denoiser.dit).__name__} "
                             f"has no block groups (use --cache taylorseer)")
     if denoiser.streamed is not None:  # streamed blocks: a skipped step fetches no chunk (step_cache_offload)
-        from vidax.zoo.step_caches import streamed
-
-        first = state.first_block or streamed.first_block_reads(denoiser, config.modulated, per_row, predict,
+        first = state.first_block or first_block_reads(denoiser, config.modulated, per_row, predict,
                                                                 latents, timestep, cond, knobs)
         state = dataclasses.replace(state, first_block=first)
-        measured = streamed.streamed_modulated_changes(predict, denoiser, config.modulated, per_row, first,
+        measured = streamed_modulated_changes(predict, denoiser, config.modulated, per_row, first,
                                                        state.previous, latents, timestep, cond, knobs)
     else:
         measured = _modulated_changes(predict, denoiser.dit, config.modulated, per_row, denoiser.params,
@@ -168,7 +165,7 @@ def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Ca
         computes.append(tuple(full for full, _ in decided))
         accumulated.append(tuple(acc for _, acc in decided))
     if denoiser.streamed is not None:
-        out, residuals = streamed.streamed_tea_prediction(predict, denoiser, tuple(computes), state.residuals,
+        out, residuals = streamed_tea_prediction(predict, denoiser, tuple(computes), state.residuals,
                                                           latents, timestep, cond, knobs)
     else:
         out, residuals = _tea_prediction(predict, denoiser.dit, tuple(computes), denoiser.params, state.residuals,
@@ -176,3 +173,61 @@ def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Ca
     new = TeaState(state.step + 1, tuple(accumulated), tuple(current for current, _ in measured), residuals,
                    state.first_block)
     return out, new, np.asarray(computes[0]), changes[0]
+
+
+# --- TeaCache on a streamed denoiser (`--offload-chunk`) ---------------------------------------------------
+
+
+def first_block_reads(denoiser: Any, name: str, per_row: bool, predict: Callable, latents, timestep, cond,
+                      knobs) -> FirstBlockReads:
+    """Block 0's leaves the measurement of modulated input `name` reads (its jaxpr, dead code eliminated),
+    copied once from the first chunk in host memory to the devices; the rest of the blocks stay there."""
+    from jax.interpreters import partial_eval
+
+    everything = _layout(denoiser, (True,) * len(jax.tree.leaves(denoiser.host_blocks[block_groups(
+        denoiser.dit)[0].name].chunks[0])))
+
+    def measured(*leaves):
+        params = _one_block_params(everything, denoiser.params, leaves)
+        return _modulated_changes(predict, denoiser.dit, name, per_row, params, (), latents, timestep, cond, knobs)
+
+    closed = jax.make_jaxpr(measured)(*everything[0][2])
+    _, reads = partial_eval.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
+    layout = _layout(denoiser, tuple(reads))
+    return FirstBlockReads(layout, _fetch_block0_leaves(denoiser, layout[0]))
+
+
+def _fetch_block0_leaves(denoiser: Any, first: tuple) -> tuple:
+    """The read leaves of block 0, each fetched as the first chunk's leaf is placed and cut to block 0
+    on the devices (the chunk's other blocks of that leaf are dropped at once)."""
+    name, _, _, mask = first
+    host = jax.tree.leaves(denoiser.host_blocks[name].chunks[0])
+    shardings = denoiser.streamed.device_shardings.get(name)
+    targets = jax.tree.leaves(shardings) if shardings is not None else [
+        jax.sharding.SingleDeviceSharding(jax.local_devices()[0], memory_kind="device")] * len(host)
+    return tuple(jax.device_put(leaf, target)[:1] for leaf, target, read in zip(host, targets, mask) if read)
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _streamed_changes(predict, dit, name, per_row, layout, params, leaves, previous, latents, timestep, cond, knobs):
+    full = _one_block_params(layout, params, leaves)
+    return _modulated_changes(predict, dit, name, per_row, full, previous, latents, timestep, cond, knobs)
+
+
+def streamed_modulated_changes(predict, denoiser, name, per_row, reads: FirstBlockReads, previous, latents,
+                               timestep, cond, knobs):
+    """`_modulated_changes` for a streamed denoiser: no chunk fetched."""
+    return _streamed_changes(predict, denoiser.dit, name, per_row, reads.layout, denoiser.params, reads.leaves,
+                             previous, latents, timestep, cond, knobs)
+
+
+def streamed_tea_prediction(predict, denoiser, computes, residuals, latents, timestep, cond, knobs):
+    """`_tea_prediction` for a streamed denoiser: a call whose rows all skip fetches no chunk."""
+    def step(state, h0, run_part):
+        call_computes, residual = state
+        h_n, new = tea_blocks(call_computes, residual, h0, run_part, output_streams, with_streams)
+        return h_n, new, None
+
+    states = tuple(zip(computes, residuals or (None,) * len(computes)))
+    out, made = streamed_split_prediction(predict, denoiser, step, states, latents, timestep, cond, knobs)
+    return out, tuple(new for new, _ in made)
