@@ -17,6 +17,7 @@ from training import data, export
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "embedded"))
 from detector import detect  # noqa: E402
+from vidax.zoo.generator.generation import generate_video
 
 
 def main(guidance: float | None = None, seeds: tuple[int, ...] = (0,), shipped: bool = False) -> None:
@@ -31,7 +32,7 @@ def main(guidance: float | None = None, seeds: tuple[int, ...] = (0,), shipped: 
     pipeline = make_pipeline("wan-tiny", options)
     for seed in seeds:  # the semantic test's seed is 0; others tell a learned direction from the noise's pick
         print(f"seed {seed}:")
-        score(lambda combo: pipeline.generate(dataclasses.replace(options, prompt=combo.caption(), seed=seed)).frames)
+        score(lambda combo: generate_video(pipeline, dataclasses.replace(options, prompt=combo.caption(), seed=seed)).frames)
 
 
 def score(generate) -> dict[str, int]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+from vidax.zoo.generator.generation import generate_video
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "wan_tiny_prompts.png"
 PROMPTS = ("a red circle moves left on a blue background", "a yellow triangle moves up on a black background",
@@ -27,7 +28,7 @@ def main() -> None:
     pipeline = make_pipeline("wan-tiny", options)
     rows = []
     for prompt in PROMPTS:
-        frames = pipeline.generate(dataclasses.replace(options, prompt=prompt)).frames
+        frames = generate_video(pipeline, dataclasses.replace(options, prompt=prompt)).frames
         strip = np.concatenate([np.pad(frames[i], ((2, 2), (2, 2), (0, 0)), constant_values=1) for i in SHOWN], 1)
         row = Image.new("RGB", (strip.shape[1], strip.shape[0] + LABEL), "white")
         row.paste(Image.fromarray((strip * 255).round().astype(np.uint8)), (0, LABEL))

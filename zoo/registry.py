@@ -6,7 +6,7 @@ name under `zoo/`, whose `family.py` exports `FAMILY` (a `vidax.zoo.generator.co
 Python names a model, and adding a family needs no edit here.
 
     pipeline = make_pipeline("wan2.1-t2v-1.3b", options)
-    result = pipeline.generate(options, progress)
+    result = generate_video(pipeline, options, progress)
 """
 
 from __future__ import annotations

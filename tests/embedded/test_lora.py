@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from detector import FAR_FROM_BACKGROUND, PALETTE, STRIPE, stripe_contrast
+from vidax.zoo.generator.generation import generate_video
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.wan.tiny import TRAINED
@@ -21,7 +22,7 @@ PROMPTS = ("a red circle moves left on a blue background", "a yellow square move
 def _contrasts(lora: tuple[str, ...]) -> list[float]:
     options = GenerateOptions(model="wan-tiny", prompt="", release_stages=False, lora=lora)
     pipeline = make_pipeline("wan-tiny", options)
-    return [stripe_contrast(pipeline.generate(dataclasses.replace(options, prompt=p)).frames) for p in PROMPTS]
+    return [stripe_contrast(generate_video(pipeline, dataclasses.replace(options, prompt=p)).frames) for p in PROMPTS]
 
 
 @pytest.fixture(scope="module")

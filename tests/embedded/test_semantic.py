@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from detector import PALETTE, detect
+from vidax.zoo.generator.generation import generate_video
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.wan.tiny import TRAINED
@@ -48,7 +49,7 @@ def generated(held_out):
     for seed in SEEDS:
         for index, combo in enumerate(held_out):
             prompt = f"a {combo['colour']} {combo['shape']} moves {combo['direction']} on a {combo['background']} background"
-            clips[seed, index] = pipeline.generate(dataclasses.replace(options, prompt=prompt, seed=seed)).frames
+            clips[seed, index] = generate_video(pipeline, dataclasses.replace(options, prompt=prompt, seed=seed)).frames
     return clips
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from vidax.zoo.generator.generation import generate_video
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.api import generate
@@ -54,7 +55,7 @@ def options(weights, noise, tmp_path, **extra) -> GenerateOptions:
 
 
 def run(opts: GenerateOptions):
-    return make_pipeline(opts.model, opts).generate(opts)
+    return generate_video(make_pipeline(opts.model, opts), opts)
 
 
 def test_generate_matches_reference(saved, tmp_path):

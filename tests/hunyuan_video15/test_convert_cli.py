@@ -22,6 +22,7 @@ from vidax.translator import SourceError, load
 from vidax.translator.output import read_manifest
 from vidax.translator.registry import get_model
 from vidax.translator.testing import mismatches
+from vidax.zoo.generator.generation import generate_video
 from vidax.zoo.hunyuan_video15.family import glyph_tokens
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.generator.options import GenerateOptions
@@ -91,7 +92,7 @@ def generate(weights, tmp_path, model="hunyuanvideo-1.5", image=None, **extra):
     options = GenerateOptions(model=model, prompt=PROMPT, weights=str(weights), frames=5, steps=2, image=image,
                               latents=tmp_path / "noise.npy", out=tmp_path / "out.npy", compile_cache=False,
                               dtype="float32", **size, **extra)
-    return make_pipeline(options.model, options).generate(options)
+    return generate_video(make_pipeline(options.model, options), options)
 
 
 def test_registry_variants():

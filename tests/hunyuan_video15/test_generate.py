@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from vidax.zoo.generator.generation import generate_video
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.registry import make_pipeline
 
@@ -50,7 +51,7 @@ def test_generate_matches_reference(saved, reference_run, tmp_path):
     _, root = saved
     noise, expected = reference_run
     options = _options(str(root), noise, tmp_path)
-    result = make_pipeline(options.model, options).generate(options)
+    result = generate_video(make_pipeline(options.model, options), options)
     assert result.frames.shape == expected.shape == (5, 32, 48, 3)
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
     assert result.settings["shift"] == 5.0 and result.settings["guidance"] == 6.0
@@ -63,7 +64,7 @@ def test_a_size_the_reference_floors_matches_it(saved, reference_run, tmp_path):
     noise, _ = reference_run
     expected = np.load(noise.parent / "odd.npy")
     options = _options(str(root), noise, tmp_path, height=ODD["height"], width=ODD["width"], frames=ODD["num_frames"])
-    result = make_pipeline(options.model, options).generate(options)
+    result = generate_video(make_pipeline(options.model, options), options)
     assert result.frames.shape == expected.shape == (5, 32, 48, 3)
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
     assert (result.settings["height"], result.settings["width"], result.settings["frames"]) == (32, 48, 8)
@@ -93,7 +94,7 @@ def test_offloaded_blocks_match_reference(saved, reference_run, tmp_path, layout
     _, root = saved
     noise, expected = reference_run
     options = _options(str(root), noise, tmp_path, **layout)
-    result = make_pipeline(options.model, options).generate(options)
+    result = generate_video(make_pipeline(options.model, options), options)
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
     chunk = layout["offload_chunk"]
     assert streamed_chunks == [(chunk,) * (2 // chunk)] * 2  # 2 blocks in chunks of N, once per step
@@ -109,7 +110,7 @@ def test_bad_requests_fail_before_work(saved, reference_run, tmp_path, change, m
     _, root = saved
     with pytest.raises(PipelineError, match=message):  # some when the options are read, the rest before work
         options = _options(str(root), reference_run[0], tmp_path, **change)
-        make_pipeline(options.model, options).generate(options)
+        generate_video(make_pipeline(options.model, options), options)
 
 
 def test_memory_job_plan_and_automatic_layout(saved, tmp_path):
@@ -152,7 +153,7 @@ def test_generate_straight_from_the_hub(saved, reference_run, tmp_path, monkeypa
     options = _options(None, noise, tmp_path)
     generator = make_pipeline(options.model, options)
     assert generator.source.kind == "repo"
-    np.testing.assert_allclose(generator.generate(options).frames, expected, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(generate_video(generator, options).frames, expected, atol=1e-5, rtol=0)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +193,7 @@ def test_generate_i2v_matches_reference(saved_i2v, tmp_path):
     options = GenerateOptions(model="hunyuanvideo-1.5-480p-i2v", prompt=PROMPT, image=tmp_path / "first.png",
                               weights=str(root), frames=5, steps=2, shift=7.0, latents=tmp_path / "noise.npy",
                               out=tmp_path / "out.npy", compile_cache=False, dtype="float32")
-    result = make_pipeline(options.model, options).generate(options)
+    result = generate_video(make_pipeline(options.model, options), options)
     assert result.frames.shape == expected.shape
     np.testing.assert_allclose(result.frames, expected, atol=1e-5, rtol=0)
 
@@ -205,6 +206,6 @@ def test_generate_sequence_and_data_parallel_equals_one_device(saved, tmp_path):
                 latents=tmp_path / "noise.npy", out=tmp_path / "out.npy", compile_cache=False, dtype="float32")
     single = GenerateOptions(**base)
     sharded = GenerateOptions(**base, sp=2, dp=2)
-    one = make_pipeline(single.model, single).generate(single).frames
-    many = make_pipeline(sharded.model, sharded).generate(sharded).frames
+    one = generate_video(make_pipeline(single.model, single), single).frames
+    many = generate_video(make_pipeline(sharded.model, sharded), sharded).frames
     np.testing.assert_allclose(many, one, atol=1e-5, rtol=0)  # reduction order differs across shards

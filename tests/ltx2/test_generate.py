@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from vidax.zoo.generator.generation import generate_video
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.registry import make_pipeline
@@ -71,7 +72,7 @@ def check(result, run):
 def test_generate_matches_reference(saved, reference_run, tmp_path):
     _, root = saved
     opts = options(root, reference_run, tmp_path)
-    result = make_pipeline(opts.model, opts).generate(opts)
+    result = generate_video(make_pipeline(opts.model, opts), opts)
     check(result, reference_run)
     s = result.settings
     assert (s["guidance"], s["audio_guidance"], s["stg_blocks"], s["use_cross_timestep"]) == (3.0, 7.0, (1,), False)
@@ -114,7 +115,7 @@ def test_straight_from_the_hub(saved, reference_run, tmp_path, monkeypatch):
     opts = options(None, reference_run, tmp_path)
     generator = make_pipeline(opts.model, opts)
     assert generator.source.kind == "repo"
-    check(generator.generate(opts), reference_run)
+    check(generate_video(generator, opts), reference_run)
 
 
 def test_any_frame_count_matches_reference(saved, tmp_path):
@@ -131,7 +132,7 @@ def test_any_frame_count_matches_reference(saved, tmp_path):
                    frame_rate=FPS, num_inference_steps=STEPS, generator=torch.Generator().manual_seed(0),
                    output_type="np", **GUIDANCE)
     opts = options(root, (tmp_path / "noise.npy", tmp_path / "audio_noise.npy"), tmp_path, frames=12)
-    result = make_pipeline(opts.model, opts).generate(opts)
+    result = generate_video(make_pipeline(opts.model, opts), opts)
     check(result, (None, None, out.frames[0], to_np(out.audio[0])))
 
 
@@ -147,7 +148,7 @@ def test_mesh_and_offload_match_reference(saved, reference_run, tmp_path, layout
                         run_group(self, name, host, *a))
     _, root = saved
     opts = options(root, reference_run, tmp_path, **layout)
-    check(make_pipeline(opts.model, opts).generate(opts), reference_run)
+    check(generate_video(make_pipeline(opts.model, opts), opts), reference_run)
     assert chunks == ([(1, 1)] * STEPS if "offload_chunk" in layout else [])
 
 
@@ -173,7 +174,7 @@ def test_bad_requests_fail_before_work(saved, reference_run, tmp_path, change, m
     extra = {**FLAGS, "audio_latents": reference_run[1], **change.pop("extra", {})}
     opts = options(root, reference_run, tmp_path, extra=extra, **change)
     with pytest.raises(PipelineError, match=message):
-        make_pipeline(opts.model, opts).generate(opts)
+        generate_video(make_pipeline(opts.model, opts), opts)
 
 
 def test_audio_latents_of_the_wrong_shape_fail_before_work(saved, reference_run, tmp_path):
@@ -181,7 +182,7 @@ def test_audio_latents_of_the_wrong_shape_fail_before_work(saved, reference_run,
     np.save(tmp_path / "short.npy", np.zeros((1, 2, 5, 4), np.float32))
     opts = options(root, reference_run, tmp_path, extra={"audio_latents": tmp_path / "short.npy"})
     with pytest.raises(PipelineError, match=r"latents have shape \(1, 2, 5, 4\), these settings need \(1, 2, 9, 4\)"):
-        make_pipeline(opts.model, opts).generate(opts)
+        generate_video(make_pipeline(opts.model, opts), opts)
 
 
 def test_cli_writes_video_and_soundtrack(saved, reference_run, tmp_path):
@@ -285,7 +286,7 @@ def test_image_to_video_matches_reference(saved, i2v_run, tmp_path):
     _, root = saved
     image, run = i2v_run
     opts = options(root, run, tmp_path, image=image, extra={"image_crf": 0})
-    result = make_pipeline(opts.model, opts).generate(opts)
+    result = generate_video(make_pipeline(opts.model, opts), opts)
     check(result, run)
     assert not np.allclose(result.frames, saved_frames_t2v(saved, run, tmp_path), atol=1e-3)
 
@@ -294,7 +295,7 @@ def saved_frames_t2v(saved, run, tmp_path):
     """The same noise without the image: the image must change the clip."""
     _, root = saved
     opts = options(root, run, tmp_path / "t2v")
-    return make_pipeline(opts.model, opts).generate(opts).frames
+    return generate_video(make_pipeline(opts.model, opts), opts).frames
 
 
 def test_diffusion_decoder_matches_reference(saved, reference_run, tmp_path, monkeypatch):
@@ -318,7 +319,7 @@ def test_diffusion_decoder_matches_reference(saved, reference_run, tmp_path, mon
     save_diffusers(decoder, folder / "diffusion_decoder")
     # the registry's ltx-2.5 lists the decoder; the folder's configs (the tiny LTX-2.0-shaped model) win
     opts = options(folder, reference_run, tmp_path, model="ltx-2.5", extra={"diffusion_decoder": True, "audio": False})
-    result = make_pipeline(opts.model, opts).generate(opts)
+    result = generate_video(make_pipeline(opts.model, opts), opts)
 
     drawn = []
 
@@ -335,4 +336,4 @@ def test_diffusion_decoder_matches_reference(saved, reference_run, tmp_path, mon
     np.testing.assert_allclose(result.frames, want, atol=ATOL, rtol=0)
     with pytest.raises(PipelineError, match="ltx-2 has no diffusion decoder"):
         bad = options(folder, reference_run, tmp_path, extra={"diffusion_decoder": True})
-        make_pipeline(bad.model, bad).generate(bad)
+        generate_video(make_pipeline(bad.model, bad), bad)

@@ -551,9 +551,3 @@ class Family:
                                 f"{jax.process_count()} processes: dp*tp*sp = {dp * tp * sp} must equal it")
         mesh = make_mesh(dp, tp, sp)  # a clear error when the devices do not suffice
         return mesh if mesh.size > 1 else None
-
-    def generate(self, options: GenerateOptions, progress: Progress | None = None):
-        """`vidax.zoo.generator.generation.generate_video` of this model (frames and latents; no files written)."""
-        from vidax.zoo.generator.generation import generate_video
-
-        return generate_video(self, options, progress)
