@@ -163,15 +163,9 @@ class WanFamily(Family):
              "UMT5 tokens per prompt, features zero past the prompt (diffusers' max_sequence_length; default 512)"),
         *VACE_FLAGS,
     )
-    vace = False  # the VACE models are `WanVACEFamily` (a registry entry whose DiT spec is wan/vace_transformer)
+    vace = False  # the VACE models are `WanVACEFamily` (a registry entry whose DiT spec is wan/vace_transformer;
+    # `vidax.zoo.wan.family` picks the class)
     transformer_config = WanTransformerConfig
-
-    def __new__(cls, entry=None, *args, **kwargs):
-        if cls is WanFamily and entry is not None and _is_vace(entry):
-            from vidax.zoo.wan.vace_family import WanVACEFamily
-
-            cls = WanVACEFamily
-        return super().__new__(cls)
 
     # --- configs ----------------------------------------------------------------------------
 
@@ -429,5 +423,3 @@ def _is_vace(entry) -> bool:
     transformer = entry.components.get("transformer")
     return transformer is not None and transformer.spec == "wan/vace_transformer"
 
-
-FAMILY = WanFamily

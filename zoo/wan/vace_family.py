@@ -30,7 +30,7 @@ from vidax.zoo.compute.planner import Job
 from vidax.zoo.generator.stages import Run
 from vidax.zoo.video_io import read_image
 from vidax.zoo.wan import vace_inputs as vi
-from vidax.zoo.wan.family import WanFamily, WanSettings
+from vidax.zoo.wan.base_family import WanFamily, WanSettings
 from vidax.zoo.wan.vace import WanVACEConfig, WanVACETransformer
 from vidax.zoo.parts.wan_vae import WanVAE
 
