@@ -7,6 +7,7 @@ Files that are not safetensors (`.pth`) have no header to read this way; the cal
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import posixpath
 from pathlib import PurePosixPath
@@ -17,7 +18,6 @@ from vidax.translator.formats.checkpoint import Checkpoint
 from vidax.translator.dtypes import SAFETENSORS_DTYPES
 from vidax.translator.errors import FormatError, SourceError
 from vidax.translator.formats.safetensors_io import TensorInfo
-from vidax.translator.fetch.sources import glob_match
 
 
 class HeaderReader:
@@ -31,6 +31,12 @@ class HeaderReader:
 
     def release(self, key: str) -> None:
         pass
+
+
+def glob_match(path: str, pattern: str) -> bool:
+    """Path-aware glob: `*` stays within one folder level, as with Path.glob."""
+    parts, pattern_parts = path.split("/"), pattern.split("/")
+    return len(parts) == len(pattern_parts) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern_parts))
 
 
 def _read_header(repo: str, filename: str, revision: str | None) -> HeaderReader:

@@ -8,7 +8,6 @@ cache, HF_TOKEN and HF_HUB_OFFLINE apply and only the component's files are down
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from vidax.translator.formats.checkpoint import Checkpoint
 from vidax.translator.formats.comfy_prefix import COMFY_PREFIX
 from vidax.translator.errors import GatedRepoError, SourceError
 from vidax.translator.formats.gguf_io import check_architecture
+from vidax.translator.fetch.remote import glob_match, header_checkpoint
 from vidax.translator.spec import Layout, Spec
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -114,12 +114,6 @@ def open_local(spec: Spec, path: Path, layout: str | None = None) -> Source:
     raise SourceError(f"{path}: no checkpoint files of spec {spec.name} found (looked for {'; '.join(tried)})")
 
 
-def glob_match(path: str, pattern: str) -> bool:
-    """Path-aware glob: `*` stays within one folder level, as with Path.glob."""
-    parts, pattern_parts = path.split("/"), pattern.split("/")
-    return len(parts) == len(pattern_parts) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern_parts))
-
-
 def _transport_errors() -> tuple[type[BaseException], ...]:
     """The HTTP client's connection/timeout errors (huggingface_hub's client differs across versions)."""
     errors = []
@@ -190,8 +184,6 @@ def _open_headers(spec: Spec, repo: str, layouts: list[Layout], revision: str | 
     """A Hub checkpoint opened from its safetensors headers alone; None when that cannot be done
     (offline, not safetensors, nothing matches), and the caller downloads as usual."""
     import huggingface_hub
-
-    from vidax.translator.fetch.remote import header_checkpoint
 
     try:
         files = huggingface_hub.list_repo_files(repo, revision=revision)

@@ -134,10 +134,8 @@ def _cpu_choices() -> str:
 
 @functools.cache
 def _code_digest() -> str:
-    """A digest of vidax's model code and specs (the folders beside `vidax.zoo`): a changed module, a new key."""
-    import vidax.zoo
-
-    root = Path(vidax.zoo.__file__).resolve().parent.parent
+    """A digest of vidax's model code and specs (the folders beside zoo/): a changed module, a new key."""
+    root = Path(__file__).resolve().parents[2]  # zoo/plan/ -> the folder that holds zoo/, translator/ ...
     digest = hashlib.sha256()
     for folder in ("zoo", "translator", "conversion_specs"):
         for path in sorted(p for p in (root / folder).rglob("*") if p.suffix in (".py", ".toml", ".json")):
