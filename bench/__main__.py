@@ -6,11 +6,11 @@
     .venv/bin/python -m bench --list ltx # the names a run would take, without running them
     .venv/bin/python -m bench --help     # this, and every family with its benches
 
-Each family has a `bench_<family>_dit.py` (its DiT forward against the reference); benches reach a family's
+Each family has a `bench/family/bench_<family>_dit.py` (its DiT forward against the reference); benches reach a family's
 pieces only through `bench/families.py` (the registry), never by importing its folder.
 
-Each bench (`bench/bench_*.py`, `bench/family/bench_<family>_*.py`, `bench/runtime/bench_*.py`) defines `main()` that prints its own table (alternatives side by side in the
-same run). Benchmarks are not tests: they print figures and never assert timings.
+Each bench (`bench/bench_*.py`, `bench/family/bench_<family>_*.py`, `bench/runtime/bench_*.py`) defines
+`main()` that prints its own table (alternatives side by side in the same run). Benchmarks are not tests: they print figures and never assert timings.
 """
 
 from __future__ import annotations

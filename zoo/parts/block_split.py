@@ -86,7 +86,7 @@ def recording_calls(forward: Callable, step: Callable, states: tuple) -> tuple[C
     """`(run, made)`: `run(*inputs)` is `forward(*inputs, blocks=...)` with each DiT call's blocks run by
     `step(state, hidden, run_part)`, the call's state taken from `states` in call order (None past their
     end: a fresh cache); each call appends `(its new state, its flags)` to `made`. One closure for the
-    resident forward (`forward_split`) and the streamed one (`step_cache_offload.streamed_forward_split`)."""
+    resident forward (`forward_split`) and the streamed one (`vidax.zoo.step_caches.streamed.streamed_forward_split`)."""
     made = []
 
     def run(*inputs):

@@ -3,7 +3,7 @@
 The DiT's input `x` (the part its output replaces: the noisy latents without concatenated conditioning
 channels; LTX-2's video and audio token streams) and output are compared between steps on the prompt
 branch (batch row 0 of a call, every 8th position of the last two axes, as ComfyUI subsamples); the
-steps between the `start_percent` and `end_percent` points take the rule of `step_cache_rules` (the
+steps between the `start_percent` and `end_percent` points take the rule of `rules.py` (the
 cumulative approximate output change against `reuse_threshold`); a skipped step returns, per call and
 batch row, its input plus the cached output-minus-input of the last full step (each output stream its
 own). Steps before `start_percent` run and keep the cached difference only; from `end_percent` on every
@@ -13,7 +13,7 @@ them when the reference pipeline calls the DiT once per branch (the output's mea
 prompt branch's first output stream).
 
 The percents are placed on each family's noise levels as ComfyUI's model sampling of that model places
-them (`percent_scale`, `step_cache_rules.PercentScale`), at the shift the pass samples with.
+them (`percent_scale`, `rules.PercentScale`), at the shift the pass samples with.
 """
 
 from __future__ import annotations

@@ -602,7 +602,7 @@ def _check_taylorseer(config: TaylorSeerConfig) -> None:
 def step_cache_for(options: Any, branches: tuple[str, ...], steps: int, percents: tuple | None = None,
                    timesteps: Any = None) -> StepCache | None:
     """A fresh cache for one denoise pass of `steps` steps (None without --cache); `percents`: the pass's
-    (family, settings), where EasyCache's window falls (`step_cache_easy.percent_scale`), or that
+    (family, settings), where EasyCache's window falls (`easy.percent_scale`), or that
     `PercentScale` itself (a loop outside a family: the bench); `timesteps`: the
     pass's timesteps on the host."""
     from vidax.zoo.step_caches.rules import EasyCacheConfig

@@ -1,6 +1,6 @@
 """TeaCache's and EasyCache's decision rules as pure functions, their per-model data in `teacache.toml`.
 
-These are the rules a step cache takes each step (wired by `step_cache_tea` and `step_cache_easy`),
+These are the rules a step cache takes each step (wired by `tea.py` and `easy.py`),
 tested against hand-computed values and the reference's coefficients.
 
 - TeaCache (the reference algorithm, ali-vilab/TeaCache): the relative L1 change of the modulated

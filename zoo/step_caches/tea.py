@@ -1,4 +1,4 @@
-"""TeaCache applied to a denoise pass: the rule of `step_cache_rules` fed the DiT's modulated input.
+"""TeaCache applied to a denoise pass: the rule of `rules.py` fed the DiT's modulated input.
 
 Each step first embeds the DiT's inputs (no block runs) and measures, per DiT call and per CFG branch
 (batch row) where the reference pipeline calls the DiT per branch, or over the whole call where it
@@ -133,7 +133,7 @@ class TeaState:
     accumulated: tuple[tuple[float, ...], ...] = ()
     previous: tuple[jax.Array, ...] = ()
     residuals: tuple[jax.Array, ...] = ()
-    first_block: Any = None  # streamed blocks: block 0's leaves the measurement reads (step_cache_offload)
+    first_block: Any = None  # streamed blocks: block 0's leaves the measurement reads (streamed.py)
 
 
 def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Callable, per_row: bool,
@@ -146,7 +146,7 @@ def tea_step(config: TeaCacheConfig, state: TeaState, denoiser: Any, predict: Ca
     if not splittable(denoiser.dit):
         raise PipelineError(f"--cache teacache runs the DiT's blocks as one part: {type(denoiser.dit).__name__} "
                             f"has no block groups (use --cache taylorseer)")
-    if denoiser.streamed is not None:  # streamed blocks: a skipped step fetches no chunk (step_cache_offload)
+    if denoiser.streamed is not None:  # streamed blocks: a skipped step fetches no chunk (streamed.py)
         first = state.first_block or first_block_reads(denoiser, config.modulated, per_row, predict,
                                                                 latents, timestep, cond, knobs)
         state = dataclasses.replace(state, first_block=first)
