@@ -32,11 +32,12 @@ from tests.wan_vace.test_pipeline import (FRAME_ATOL, FRAMES, GUIDANCE, HEIGHT, 
                                           _box_mask, _clip, _options, _pil)
 from vidax.zoo.dit import block_groups
 from vidax.zoo.quantize import device_weights
+from vidax.zoo.pipeline import generate
 from vidax.zoo.wan.tiny import build_tokenizer
 from vidax.zoo.wan.vace import WanVACEConfig, WanVACETransformer
-from vidax.zoo.pipeline import generate
 
-COMFY_PER_ROW = torch.tensor(list(json.dumps({"format": "int8_tensorwise", "per_row": True}).encode()), dtype=torch.uint8)
+COMFY_PER_ROW = torch.tensor(list(json.dumps({"format": "int8_tensorwise", "per_row": True}).encode()),
+                             dtype=torch.uint8)
 
 
 def _quantize_vace(name: str, w: torch.Tensor, out: dict, layers: dict) -> torch.Tensor:

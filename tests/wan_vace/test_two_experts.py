@@ -16,12 +16,12 @@ import torch
 
 from tests.oracle import perturb, state_of
 from tests.wan_vace import vace_spec_fixtures as fixtures
-from tests.wan_vace.test_pipeline import (FRAME_ATOL, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, WIDTH, FRAMES, _box_mask,
-                                          _clip, _options, _pil)
 from tests.tiny_references import WAN_PIPELINE_DIT, umt5_encoder, unipc_flow_scheduler, wan_pipeline_vae
+from tests.wan_vace.test_pipeline import (FRAME_ATOL, FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, WIDTH, _box_mask,
+                                          _clip, _options, _pil)
+from vidax.translator import load
 from vidax.translator.models import convert_model
 from vidax.translator.testing import mismatches
-from vidax.translator import load
 from vidax.zoo.pipeline import generate
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.wan.tiny import build_tokenizer
@@ -85,10 +85,11 @@ def test_official_expert_folders_convert(two_experts, tmp_path):
     """The official repo's `high_noise_model/` and `low_noise_model/` (VACE's official names) become `transformer`
     and `transformer_2`, each equal to its diffusers module's tree."""
     _, pipe, _ = two_experts
-    experts = {"transformer": (pipe.transformer, "high_noise_model"), "transformer_2": (pipe.transformer_2, "low_noise_model")}
+    experts = {"transformer": (pipe.transformer, "high_noise_model"),
+               "transformer_2": (pipe.transformer_2, "low_noise_model")}
     for module, sub in experts.values():
         fixtures.save_reference(module, tmp_path / "repo", "official", subfolder=sub)
-    convert_model(MODEL, source=str(tmp_path / "repo"), components=("transformer", "transformer_2"), out=tmp_path / "out",
-                  dtype="float32", layout="official")
+    convert_model(MODEL, source=str(tmp_path / "repo"), components=("transformer", "transformer_2"),
+                  out=tmp_path / "out", dtype="float32", layout="official")
     for name, (module, _) in experts.items():
         assert mismatches(load(tmp_path / "out" / name), fixtures.expected_tree(state_of(module))) == [], name
