@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from vidax.zoo.kernels.tpu_vmem import raise_scoped_vmem
+
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
 _ACTIVE_RULES: contextvars.ContextVar[Rules | None] = contextvars.ContextVar("vidax_rules", default=None)
@@ -168,3 +170,4 @@ FP32 = Precision(weights=jnp.float32, activations=jnp.float32, matmul="highest")
 
 
 configure_compile_cache()
+raise_scoped_vmem()
