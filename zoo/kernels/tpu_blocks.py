@@ -231,6 +231,9 @@ def measure(q_shape: tuple[int, ...], skv: int, dtype: Any, masked: bool, conten
 def main(argv: list[str] | None = None) -> int:
     """`python -m vidax.zoo.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ... [splash:Q,KV,KC ...]`: time each
     shape now, print, keep. Choices named on the line are timed beside the built-in candidates."""
+    from vidax.zoo.kernels.tpu_vmem import raise_scoped_vmem
+
+    raise_scoped_vmem()  # as importing vidax.zoo.runtime would, before JAX starts its backend
     import jax
     import jax.numpy as jnp
 
