@@ -392,8 +392,11 @@ def _peak_bytes() -> int | None:
     return stats.get("peak_bytes_in_use")
 
 
-def measure(shape: Shape, layers: int, attention: str, blocks: tuple[int, int, int] | None, *, batch: int,
-            repeats: int, flash_min_seq_length: int | None) -> dict:
+def prepare(shape: Shape, layers: int, attention: str, blocks: tuple[int, int, int] | None, *, batch: int,
+            flash_min_seq_length: int | None) -> dict:
+    """MaxDiffusion's forward built, compiled and run once: `{"call": run it once, **facts}`.
+
+    `call()` returns the output (not synced), so that a caller can time it beside another program."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -435,35 +438,47 @@ def measure(shape: Shape, layers: int, attention: str, blocks: tuple[int, int, i
         mem = compiled.memory_analysis()
         hlo = compiled.as_text() or ""
         pallas_calls = len(re.findall(r'custom_call_target="tpu_custom_call"', hlo))
-
         out = jax.block_until_ready(compiled(*args))  # warm-up
         finite = bool(jnp.isfinite(out.astype(jnp.float32)).all())
-        times = []
-        for _ in range(max(3, repeats)):
-            t0 = time.perf_counter()
-            jax.block_until_ready(compiled(*args))
-            times.append(time.perf_counter() - t0)
 
-    weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
-    ms = statistics.median(times) * 1e3
+    def call():
+        with mesh, nn_partitioning.axis_rules(rules):
+            return compiled(*args)
+
     seen = []
-    for call in KERNEL_CALLS:  # one entry per distinct call site (the scan traces a block once)
-        if call not in seen:
-            seen.append(call)
-    result = {
+    for kernel_call in KERNEL_CALLS:  # one entry per distinct call site (the scan traces a block once)
+        if kernel_call not in seen:
+            seen.append(kernel_call)
+    return {
+        "call": call,
         "shape": shape.name, "layers": layers, "batch": batch, "tokens": shape.tokens,
         "text_tokens": shape.text_tokens, "latent": [batch, shape.in_channels, *shape.latent],
         "attention": attention, "flash_block_sizes": sizes, "flash_min_seq_length": fmin,
-        "ms_per_forward": ms, "ms_per_block": ms / layers, "times_ms": [t * 1e3 for t in times],
         "compile_s": compile_s, "build_s": build_s,
         "temp_bytes": getattr(mem, "temp_size_in_bytes", None) if mem is not None else None,
         "temp_gib": getattr(mem, "temp_size_in_bytes", 0) / 2**30 if mem is not None else None,
         "argument_bytes": getattr(mem, "argument_size_in_bytes", None) if mem is not None else None,
-        "weight_bytes": weight_bytes, "peak_bytes_in_use": _peak_bytes(),
+        "weight_bytes": sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params)),
         "pallas_tpu_custom_calls": pallas_calls, "attention_calls": seen,
         "output_shape": list(out.shape), "output_finite": finite,
     }
-    del params, rest, compiled, out, args
+
+
+def measure(shape: Shape, layers: int, attention: str, blocks: tuple[int, int, int] | None, *, batch: int,
+            repeats: int, flash_min_seq_length: int | None) -> dict:
+    import jax
+
+    prepared = prepare(shape, layers, attention, blocks, batch=batch, flash_min_seq_length=flash_min_seq_length)
+    call = prepared.pop("call")
+    times = []
+    for _ in range(max(3, repeats)):
+        t0 = time.perf_counter()
+        jax.block_until_ready(call())
+        times.append(time.perf_counter() - t0)
+    ms = statistics.median(times) * 1e3
+    result = dict(prepared, ms_per_forward=ms, ms_per_block=ms / layers, times_ms=[t * 1e3 for t in times],
+                  peak_bytes_in_use=_peak_bytes())
+    del call, prepared
     return result
 
 

@@ -370,4 +370,5 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # two frameworks share the device
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     ensure_vidax()
+    import vidax.zoo.compute.runtime  # noqa: F401 - its import sets the TPU's scoped VMEM flag before the backend starts
     return Run(args)()

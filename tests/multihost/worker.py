@@ -10,7 +10,11 @@ process writes `OUT_DIR/<case>.p<ID>.json` with the bytes it read to place its s
 - `"latents_missing_on_process": p`: process p is given a latents path that does not exist;
 - `"on_process": {"p": {field: value}}`: process p is given other options;
 - `"resolved_on_process": {"p": {field: value}}`: process p resolves settings differently (as another
-  vidax version might) from the same options.
+  vidax version might) from the same options;
+- `"extra_files": {field: path or [paths]}`: a family's file inputs, given in `extra` as `Path`s (a tuple for
+  a list), as vidax-gen's flags and vidax-serve's uploads give them (applied after `on_process`);
+- `"unpacked_on_process": p`: process p takes the job as a vidax-serve follower does: its options and the
+  bytes of its files through `serve.lockstep.job_message` (JSON), the files written under its own folder.
 
 CASES_JSON `{"join": {...}}` only joins: with `"die_on_process": p` process p exits hard once joined,
 and the others wait `"sleep"` seconds without any collective; `"unwatched_process": p` keeps process p
@@ -84,8 +88,17 @@ def generate_case(name: str, case: dict, index: int, out_dir: Path) -> None:
     if resolved:
         resolve = Family.resolve_settings
         Family.resolve_settings = lambda self, *a, **k: dataclasses.replace(resolve(self, *a, **k), **resolved)
+    files = {k: tuple(map(Path, v)) if isinstance(v, list) else Path(v) for k, v in case.pop("extra_files", {}).items()}
+    unpacked = case.pop("unpacked_on_process", None) == index
+    if files:
+        case["extra"] = {**case.get("extra", {}), **files}
     before = sharding.slice_bytes_read()
     options = GenerateOptions(**{**case, "out": out_dir / f"{name}.npy"})
+    if unpacked:
+        from vidax.serve import lockstep
+
+        message = json.loads(json.dumps(lockstep.job_message(options), default=str))
+        options = lockstep._options(GenerateOptions, message, out_dir / f"{name}.uploads.p{index}")
     generate(options, DieAfter(die_after, dying) if die_after else None)
     (out_dir / f"{name}.p{index}.json").write_text(json.dumps({"bytes": sharding.slice_bytes_read() - before}))
 

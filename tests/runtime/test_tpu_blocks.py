@@ -4,6 +4,7 @@ block maps never leak a tracer from one program into the next."""
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from vidax.zoo.compute.attention import local_attention
-from vidax.zoo.compute.kernels import tpu_blocks
+from vidax.zoo.compute.kernels import tpu_blocks, tpu_vmem
 from vidax.zoo.compute.kernels.pallas_tpu import TpuAttention
 
 
@@ -23,10 +24,42 @@ def test_override_parses_and_bad_values_are_one_line(monkeypatch):
             tpu_blocks.parse(bad)
 
 
-def test_built_in_table_by_chip():
+def test_built_in_table_by_chip(monkeypatch):
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "")  # libtpu's default scoped VMEM
     assert tpu_blocks.default_for("TPU v5 lite") == TpuAttention("splash", 1024, 2048, 1024)
     assert tpu_blocks.default_for("TPU v6 lite") == TpuAttention("splash", 2048, 2048, 1024)
     assert tpu_blocks.default_for("cpu") == tpu_blocks.FALLBACK
+
+
+def test_the_scoped_vmem_limit_picks_the_larger_blocks_and_keys_the_cache(monkeypatch):
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_scoped_vmem_limit_kib=65536")
+    assert tpu_blocks.default_for("TPU v5 lite") == TpuAttention("splash", 2048, 4096, 1024)
+    assert tpu_blocks.default_for("TPU v4") == TpuAttention("splash", 1024, 1024, 512)  # no larger-VMEM entry
+    with_limit = tpu_blocks.machine_key("TPU v5 lite")
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "")
+    assert tpu_blocks.machine_key("TPU v5 lite") != with_limit
+
+
+def test_the_runtime_raises_the_limit_only_before_the_backend_starts(monkeypatch):
+    """Importing `vidax.zoo.compute.runtime` in a fresh process sets the flag; a variable naming it, or
+    VIDAX_TPU_SCOPED_VMEM_KIB=0, is left as it is; after the backend started nothing changes."""
+    import subprocess
+    import sys
+
+    code = ("import os, jax; {pre}; import vidax.zoo.compute.runtime; print(os.environ.get('LIBTPU_INIT_ARGS', ''))")
+    env = {k: v for k, v in os.environ.items() if k not in ("LIBTPU_INIT_ARGS", tpu_vmem.VMEM_ENV)}
+    env["JAX_PLATFORMS"] = "cpu"
+
+    def run(pre="pass", **extra):
+        done = subprocess.run([sys.executable, "-c", code.format(pre=pre)], env={**env, **extra},
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip()
+
+    assert run() == "--xla_tpu_scoped_vmem_limit_kib=65536"
+    assert run(LIBTPU_INIT_ARGS="--xla_tpu_scoped_vmem_limit_kib=32768") == "--xla_tpu_scoped_vmem_limit_kib=32768"
+    assert run(**{tpu_vmem.VMEM_ENV: "0"}) == ""
+    assert run(pre="jax.devices()") == ""
 
 
 def test_blocks_fit_short_sequences():

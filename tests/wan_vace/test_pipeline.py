@@ -274,7 +274,7 @@ def test_plan_and_dry_run():
     from vidax.zoo.compute.planner import Layout
     from vidax.zoo.registry import make_pipeline
 
-    for model in (MODEL, "wan2.1-vace-14b"):
+    for model in (MODEL, "wan2.1-vace-14b", "wan2.2-vace-fun-a14b"):
         options = GenerateOptions(model=model, prompt="", tp=2, sp=2)
         planned = plan_layouts(make_pipeline(model, options), options, devices=4, device_bytes=80 << 30)
         assert planned.chosen is not None and planned.rows[0][1].weights > 0

@@ -12,7 +12,8 @@ what a generation needs on top of `jax.distributed`:
 - `same_everywhere`: right after joining, at the start of each generation (`request_record`) and once
   its preparation is over (`run_record`: resolved settings, mesh, initial latents' hash), every process
   compares what it was asked to do with process 0; any difference stops them all with one line naming
-  the field and both values.
+  the field and both values. Input files (an image, a family's video, frame folder or reference images,
+  wherever each host keeps its copy) are compared by their contents (`file_contents`), not their paths.
 - `to_host`: a mesh output as one NumPy array on every process (a process cannot read another's
   shards with `np.asarray`).
 - `agree`: a barrier that carries success: when any process failed to prepare (bad input, missing
@@ -542,8 +543,8 @@ def request_record(options: Any) -> dict[str, Any]:
             value = None if value is None else _file_digest(Path(value))
         elif rule == "files":
             value = {role: _file_digest(Path(path)) for role, path in dict(value or {}).items()}
-        elif rule == "extra":  # a family's own settings; its file inputs (a video) by their contents
-            value = {k: _file_digest(v) if isinstance(v, Path) else v for k, v in dict(value or {}).items()}
+        elif rule == "extra":  # a family's own settings; its file inputs (a video, frames, images) by their contents
+            value = {k: file_contents(v) for k, v in dict(value or {}).items()}
         if rule is not None:
             record[field.name] = value
     return record
@@ -556,6 +557,7 @@ def run_record(settings: Any, options: Any, mesh: Any, latents: Any) -> dict[str
     digest = hashlib.sha256(f"{array.dtype}{array.shape}".encode() + array.tobytes()).hexdigest()[:16]
     layout = None if mesh is None else {"axes": dict(mesh.shape), "devices": np.asarray(mesh.device_ids).tolist()}
     resolved = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
+    resolved = {k: file_contents(v) for k, v in resolved.items()}  # each host's uploads sit in its own folder
     return {"resolved": resolved, "request": request_record(options), "mesh": layout, "latents": f"sha256:{digest}"}
 
 
@@ -570,6 +572,30 @@ def weights_fingerprint(weights: Any) -> Any:
         return {"file": path.name, "bytes": path.stat().st_size}
     files = sorted([*path.glob("*.json"), *path.glob("*/*.json")])
     return {str(f.relative_to(path)): _file_digest(f) for f in files}
+
+
+def file_contents(value: Any) -> Any:
+    """A value as processes compare it: a file by the digest of its bytes, a folder (of frames) by its files'
+    names and bytes, several files each so; anything else as it is. Each host keeps its own copy of a job's
+    uploads (vidax-serve writes them under its data folder), so their paths differ while their contents
+    must not."""
+    if isinstance(value, Path):
+        return _folder_digest(value) if value.is_dir() else _file_digest(value)
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, Path) for v in value):
+        return [file_contents(v) for v in value]
+    return value
+
+
+def _folder_digest(path: Path) -> str:
+    """The digest of a folder's files (not its subfolders), by name order: each name and its bytes' digest."""
+    digest = hashlib.sha256()
+    try:
+        files = sorted(p for p in path.iterdir() if p.is_file())
+    except OSError:
+        return f"unreadable:{path}"
+    for file in files:
+        digest.update(f"{file.name}\0{_file_digest(file)}\n".encode())
+    return f"folder sha256:{digest.hexdigest()[:16]}"
 
 
 def _file_digest(path: Path) -> str:

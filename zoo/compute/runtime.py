@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from vidax.zoo.compute.kernels.tpu_vmem import raise_scoped_vmem
 from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
@@ -180,3 +181,4 @@ FP32 = Precision(weights=jnp.float32, activations=jnp.float32, matmul="highest")
 
 
 configure_compile_cache()
+raise_scoped_vmem()

@@ -251,7 +251,7 @@ class WanFamily(Family):
                                 f"(diffusers' I2V attention): --max-sequence-length must be {MAX_SEQUENCE_LENGTH}")
         given = [flag.name for flag in VACE_FLAGS if getattr(s, flag.field) not in (None, ())]
         if given and not self.vace:
-            raise PipelineError(f"{self.name} takes no {', '.join(given)} (the VACE models do: wan2.1-vace-*)")
+            raise PipelineError(f"{self.name} takes no {', '.join(given)} (the VACE models do: wan2.1-vace-*, wan2.2-vace-fun-a14b)")
 
     def image_roles(self) -> dict[str, bool]:
         if self.model.expand_timesteps:

@@ -1,8 +1,8 @@
 """Which TPU attention kernel and blocks to run: a table per chip, measured once per machine, overridable.
 
-On a TPU v5e the same attention (Wan2.1 at 480p: 2 x 40 heads x 32,768 tokens x 128) ran at 8.8% of
-the chip's peak with JAX's flash kernel at 128-blocks and 84% with its splash kernel at
-q 1024 / kv 2048 / kv-compute 1024; 4096-wide query blocks ran out of VMEM at compile. Blocks that
+On a TPU v5e the same attention (Wan2.1 at 480p: 2 x 40 heads x 32,760 tokens x 128) ran at 8.8% of
+the chip's peak with JAX's flash kernel at 128-blocks and 80% with its splash kernel at
+q 2048 / kv 4096 / kv-compute 1024 (scoped VMEM raised to 64 MiB, below). Blocks that
 suit one chip generation, sequence length and head count can fail or crawl on another, so:
 
 1. `VIDAX_TPU_ATTENTION=splash:1024,2048,1024` (or `flash:...`) decides, nothing is measured;
@@ -14,6 +14,14 @@ suit one chip generation, sequence length and head count can fail or crawl on an
    Timing memory that the chip no longer has falls back to the table for this run.
 
 `python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ...` times shapes now and prints every candidate.
+
+Scoped VMEM: libtpu lets a kernel use 16 MiB of v5e's 128 MiB VMEM unless told otherwise, and
+splash's larger blocks need more (2048/1024/1024 failed to compile at the default; with 64 MiB,
+2048/4096/1024 ran the Wan 480p shape at 80% of peak, 1024/2048/1024 at 75%). `tpu_vmem.raise_scoped_vmem()`
+(called when `vidax.zoo.compute.runtime` is imported, before JAX starts its backend) adds
+`--xla_tpu_scoped_vmem_limit_kib=65536` to `LIBTPU_INIT_ARGS` unless the variable already sets it
+or `VIDAX_TPU_SCOPED_VMEM_KIB=0`; the table then holds the choices measured with that limit, and
+the limit in effect is part of the cache key.
 """
 
 from __future__ import annotations
@@ -24,16 +32,24 @@ import time
 from typing import Any
 
 from vidax.translator import VidaxError
-from vidax.zoo.compute.kernels.pallas_tpu import TpuAttention
+from vidax.zoo.compute.kernels.pallas_tpu import KERNELS as KERNEL_NAMES, TpuAttention
+from vidax.zoo.compute.kernels.tpu_vmem import LARGE_VMEM_KIB, scoped_vmem_kib
 
 CHOICE_ENV = "VIDAX_TPU_ATTENTION"
 NO_TUNING_ENV = "VIDAX_NO_TPU_TUNING"
 CACHE_NAME = "tpu-attention.json"
 ROUNDS = 3
 
-# Built-in choices by `device_kind` substring, first match wins. v5e ("TPU v5 lite") was measured
-# (splash 1024/2048/1024 84% of peak, 2048/1024/1024 76%, flash 1024/1024/512 73%, 512-blocks 63%);
-# the others are untimed and scaled by their VMEM (v6e and v7 have twice v5e's, v4 and v5p as much).
+# Built-in choices by `device_kind` substring, first match wins, with the scoped VMEM at 64 MiB.
+# v5e ("TPU v5 lite") measured at Wan 480p (2 x 40 x 32,760^2 x 128, 2026-12-06): splash 2048/4096/1024
+# 80% of peak, 1024/4096/1024 80%, 2048/2048/1024 76%, 1024/2048/1024 75%; the others are untimed.
+LARGE_VMEM_DEFAULTS: tuple[tuple[str, TpuAttention], ...] = (
+    ("TPU v5 lite", TpuAttention("splash", 2048, 4096, 1024)),
+    ("TPU v5e", TpuAttention("splash", 2048, 4096, 1024)),
+)
+# At libtpu's default scoped VMEM (16 MiB on v5e): v5e measured (splash 1024/2048/1024 75% at the
+# shape above, 2048/1024/1024 out of VMEM at compile); the others scaled by their VMEM (v6e and v7
+# have twice v5e's, v4 and v5p as much).
 DEFAULTS: tuple[tuple[str, TpuAttention], ...] = (
     ("TPU v5 lite", TpuAttention("splash", 1024, 2048, 1024)),
     ("TPU v5e", TpuAttention("splash", 1024, 2048, 1024)),
@@ -46,6 +62,9 @@ FALLBACK = TpuAttention("splash", 512, 1024, 512)  # any other chip (and Pallas'
 
 # Timed at first use: the built-in choice first (it stays unless another is faster).
 CANDIDATES = (
+    TpuAttention("splash", 2048, 4096, 1024),
+    TpuAttention("splash", 1024, 4096, 1024),
+    TpuAttention("splash", 2048, 2048, 1024),
     TpuAttention("splash", 1024, 2048, 1024),
     TpuAttention("splash", 2048, 1024, 1024),
     TpuAttention("splash", 1024, 1024, 1024),
@@ -84,6 +103,10 @@ def tuning_disabled() -> bool:
 
 def default_for(device_kind: str) -> TpuAttention:
     """The built-in choice for a chip named `device_kind` (FALLBACK for one the table does not know)."""
+    if (scoped_vmem_kib() or 0) >= LARGE_VMEM_KIB:
+        for name, choice in LARGE_VMEM_DEFAULTS:
+            if name.lower() in device_kind.lower():
+                return choice
     for name, choice in DEFAULTS:
         if name.lower() in device_kind.lower():
             return choice
@@ -152,7 +175,9 @@ def machine_key(device_kind: str) -> str:
     import jax
     import jaxlib
 
-    return f"{device_kind} | jax {jax.__version__} jaxlib {jaxlib.__version__}"
+    vmem = scoped_vmem_kib()
+    return (f"{device_kind} | jax {jax.__version__} jaxlib {jaxlib.__version__}"
+            + (f" | scoped vmem {vmem} KiB" if vmem else ""))
 
 
 def cache_path():
@@ -204,15 +229,21 @@ def measure(q_shape: tuple[int, ...], skv: int, dtype: Any, masked: bool, conten
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ...`: time each shape now, print, keep."""
+    """`python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ... [splash:Q,KV,KC ...]`: time each
+    shape now, print, keep. Choices named on the line are timed beside the built-in candidates."""
+    from vidax.zoo.compute.kernels.tpu_vmem import raise_scoped_vmem
+
+    raise_scoped_vmem()  # as importing vidax.zoo.compute.runtime would, before JAX starts its backend
     import jax
     import jax.numpy as jnp
 
     from vidax.zoo.compute import cpu_tuning
 
     args = list(sys.argv[1:] if argv is None else argv)
+    extra = [parse(a) for a in args if a.split(":")[0] in KERNEL_NAMES]
+    args = [a for a in args if a.split(":")[0] not in KERNEL_NAMES]
     if not args:
-        print("usage: python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ...", file=sys.stderr)
+        print("usage: python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ... [splash:Q,KV,KC ...]", file=sys.stderr)
         return 2
     device_kind = jax.devices()[0].device_kind
     on_tpu = jax.default_backend() == "tpu"
@@ -222,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         b, h, sq, skv, d = (int(n) for n in fields[:5])
         q = jax.ShapeDtypeStruct((b, sq, h, d), jnp.bfloat16)
         entry = shape_entry(q, jax.ShapeDtypeStruct((b, skv, h, d), jnp.bfloat16), True if masked else None)
-        result = measure(q.shape, skv, jnp.bfloat16, masked, candidates(default_for(device_kind)),
+        contenders = candidates(default_for(device_kind))
+        contenders += [c for c in extra if c not in contenders]
+        result = measure(q.shape, skv, jnp.bfloat16, masked, contenders,
                          interpret=not on_tpu)
         if on_tpu:
             cpu_tuning.write_tuning_entry(cache_path(), machine_key(device_kind), entry, result)
