@@ -20,12 +20,45 @@ os.environ.setdefault("VIDAX_NO_CPU_TUNING", "1")  # no test times matmuls: the 
 import pytest  # noqa: E402
 
 
+# One persistent compile cache for the whole run, shared by the xdist workers (and by a worker with itself
+# after `_release_compiled_programs` drops its programs): a program one process compiled, another loads.
+# The controller makes the folder (or the caller names it) and removes it at the end of the run;
+# `VIDAX_TEST_COMPILE_CACHE=off` runs without it.
+COMPILE_CACHE_ENV = "VIDAX_TEST_COMPILE_CACHE"
+_OWN_COMPILE_CACHE: list[str] = []
+
+
+def _open_shared_compile_cache(jax) -> None:
+    """Point jax's persistent cache at the run's folder and open it with one trivial compile.
+
+    jax decides once per process, at its first compile, whether its cache is used; after that
+    `jax_enable_compilation_cache` no longer changes it. So the tests see vidax's own setting as before
+    (`VIDAX_NO_COMPILE_CACHE=1`: vidax switches the flag off, its dry-run cache stays off, `configure_compile_cache`
+    returns None) while every compile of the run goes through the shared folder."""
+    folder = os.environ.get(COMPILE_CACHE_ENV)
+    if not folder or folder == "off" or ON_TPU:
+        return
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.jit(lambda x: x + 1)(0)
+    jax.config.update("jax_enable_compilation_cache", False)  # vidax sets it from VIDAX_NO_COMPILE_CACHE anyway
+
+
 def pytest_configure(config):
+    if not hasattr(config, "workerinput") and not os.environ.get(COMPILE_CACHE_ENV) and not ON_TPU:
+        import tempfile
+
+        _OWN_COMPILE_CACHE.append(tempfile.mkdtemp(prefix="vidax-test-compile-cache-"))
+        os.environ[COMPILE_CACHE_ENV] = _OWN_COMPILE_CACHE[0]  # the xdist workers start after this, with it
     try:
         import jax
     except ImportError:  # the translator's isolation tests run without jax
         return
     jax.config.update("jax_default_matmul_precision", "highest")
+    if hasattr(config, "workerinput") or config.getoption("numprocesses", None) in (None, 0):
+        _open_shared_compile_cache(jax)  # the processes that run tests (not an xdist controller)
     try:
         import torch
 
@@ -82,6 +115,24 @@ def pytest_runtest_logreport(report):
 def _reason(report) -> str:
     longrepr = report.longrepr
     return str(longrepr[-1]) if isinstance(longrepr, tuple) else str(longrepr)
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    for folder in _OWN_COMPILE_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Whole test files to one worker, the longest first (tests/scheduling.py); `--dist` other than the
+    default `load` is left to xdist."""
+    if config.getvalue("dist") != "load":
+        return None
+    from tests.scheduling import make_scheduler
+
+    return make_scheduler(config, log)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,0 +1,120 @@
+"""How `pytest -n N` hands the suite to its workers: whole test files, the costliest first.
+
+pytest-xdist's default (`--dist load`) deals tests out in small batches, so one file's tests end up on
+both workers and each worker builds that file's module fixtures (tiny PyTorch references, converted
+folders, compiled programs) again: the same work twice. Here every file is one unit, given whole to
+one worker (xdist's `loadscope` scheduler with a file as the scope), and a few folders whose
+session fixtures are expensive (a vidax-serve process) are one unit each, so one worker pays for them.
+
+Units go out longest first (the estimates below, from `--durations=0` of a full run; a unit not listed
+counts a second per test, up to 19), so the run does not end waiting for one long file that started last. The
+table is only an order: a stale one costs balance, never coverage.
+"""
+
+from __future__ import annotations
+
+# Folders whose tests share an expensive session fixture: one unit each (one worker pays for it).
+FOLDER_UNITS = ("tests/serve/",)
+
+# Seconds a unit took in a full run (setup + call + teardown summed, `--durations=0 -n 2` on 2 cores shared with
+# other work, before whole-file scheduling and the shared compile cache): the units of 20 s or more.
+ESTIMATES: dict[str, float] = {
+    "tests/serve/": 242,
+    "tests/multihost/test_multihost.py": 204,
+    "tests/ltx2/test_generate.py": 194,
+    "tests/dryrun/test_dry_run.py": 193,
+    "tests/step_cache/test_easycache_families.py": 167,
+    "tests/realscale/test_registry_realscale.py": 139,
+    "tests/step_cache/test_offload.py": 110,
+    "tests/hunyuan_video15/test_generate.py": 105,
+    "tests/wan/test_pipeline.py": 98,
+    "tests/train/test_run.py": 91,
+    "tests/step_cache/test_wan.py": 90,
+    "tests/hunyuan_video15/test_convert_cli.py": 87,
+    "tests/embedded/test_semantic.py": 86,
+    "tests/quantized/test_weights_dtype_families.py": 85,
+    "tests/ltx2/test_vae.py": 77,
+    "tests/wan_vae/test_vae.py": 67,
+    "tests/step_cache/test_teacache_families.py": 67,
+    "tests/ltx_video/test_vae.py": 65,
+    "tests/ltx_video/test_condition.py": 57,
+    "tests/cosmos3/test_generate.py": 57,
+    "tests/runtime/test_attention.py": 55,
+    "tests/bench/test_accelerator_bench.py": 53,
+    "tests/dryrun/test_vae_decodes.py": 50,
+    "tests/hunyuan_video/test_vae.py": 48,
+    "tests/quantized/test_gguf_family_pipelines.py": 48,
+    "tests/step_cache/test_ltx2.py": 47,
+    "tests/wan_vace/test_pipeline.py": 46,
+    "tests/step_cache/test_magcache_ratios.py": 45,
+    "tests/step_cache/test_cogvideox.py": 45,
+    "tests/cosmos/test_generate.py": 44,
+    "tests/step_cache/test_hunyuan_video.py": 42,
+    "tests/quantized/test_weights_dtype.py": 42,
+    "tests/hunyuan_video/test_generate.py": 41,
+    "tests/step_cache/test_cosmos.py": 40,
+    "tests/ltx2/test_transformer.py": 39,
+    "tests/step_cache/test_cosmos3.py": 35,
+    "tests/cogvideox/test_generate.py": 35,
+    "tests/cogvideox/test_vae.py": 35,
+    "tests/translator/test_translator_mutations.py": 35,
+    "tests/step_cache/test_hunyuan_video15.py": 33,
+    "tests/translator/test_translator_cli.py": 32,
+    "tests/hunyuan_video15/test_vae.py": 30,
+    "tests/translator/test_translator_only_install.py": 30,
+    "tests/multihost/test_serve.py": 29,
+    "tests/hunyuan_video/test_generate_i2v.py": 28,
+    "tests/step_cache/test_teacache.py": 28,
+    "tests/multihost/test_join.py": 28,
+    "tests/cli/test_interrupt.py": 26,
+    "tests/encoders/test_sharding.py": 26,
+    "tests/quantized/test_gguf_pipeline.py": 26,
+    "tests/runtime/test_parallel.py": 26,
+    "tests/fit/test_plan_cli.py": 26,
+    "tests/quantized/test_scaled_pipeline.py": 26,
+    "tests/dryrun/test_dry_run_cli.py": 25,
+    "tests/wan/test_transformer.py": 24,
+    "tests/wan_vace/test_transformer.py": 23,
+    "tests/cogvideox/test_generate_10.py": 23,
+    "tests/fit/test_offload.py": 23,
+    "tests/samplers/test_loop.py": 21,
+    "tests/lora/test_hunyuan_video_pipeline.py": 21,
+    "tests/lora/test_ltx2_pipeline.py": 21,
+    "tests/lora/test_other_families_pipeline.py": 20,
+    "tests/runtime/test_fp32_precision.py": 20,
+    "tests/hunyuan_video/test_transformer.py": 20,
+    "tests/lora/test_wan_pipeline.py": 20,
+}
+
+# A unit not listed: a second per test, below the listed ones.
+SECONDS_PER_TEST = 1.0
+UNLISTED_AT_MOST = 19.0
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit a test belongs to: its folder when listed in `FOLDER_UNITS`, else its file."""
+    path = nodeid.split("::", 1)[0]
+    for folder in FOLDER_UNITS:
+        if path.startswith(folder):
+            return folder
+    return path
+
+
+def estimate(unit: str, tests: int) -> float:
+    return ESTIMATES.get(unit, min(SECONDS_PER_TEST * tests, UNLISTED_AT_MOST))
+
+
+def make_scheduler(config, log):
+    """xdist's `loadscope` scheduler with `unit_of` as the scope, handing out the longest unit left first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            longest = max(self.workqueue, key=lambda unit: estimate(unit, len(self.workqueue[unit])))
+            self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+    return ByFile(config, log)
