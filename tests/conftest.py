@@ -15,7 +15,7 @@ if not ON_TPU:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VIDAX_NO_COMPILE_CACHE", "1")
-os.environ.setdefault("VIDAX_NO_CPU_TUNING", "1")  # no test times matmuls: the built-in row blocks (zoo/cpu_tuning.py)
+os.environ.setdefault("VIDAX_NO_CPU_TUNING", "1")  # no test times matmuls: the built-in row blocks (zoo/compute/cpu_tuning.py)
 
 import pytest  # noqa: E402
 

@@ -39,11 +39,11 @@ def wan13_dit_output() -> np.ndarray:
     import jax
     import jax.numpy as jnp
 
-    from bench.accelerator import cases
+    from bench.accelerator import cases, families
     from bench.accelerator.vidax_side import dit_forward, random_tree
-    from vidax.zoo.wan.transformer import WanTransformer, WanTransformerConfig
 
-    model = WanTransformer(WanTransformerConfig.from_hf_config(cases.WAN13B), dtype=jnp.float32)
+    row = families.row("wan")  # the family's DiT by name, as every bench reaches it
+    model = families.resolve(row.dit)(families.resolve(row.dit_config).from_hf_config(cases.WAN13B), dtype=jnp.float32)
     params = random_tree({p: (s, jnp.float32) for p, s in model.param_shapes().items()})
     rng = np.random.default_rng(5)
     latents = rng.standard_normal((2, 16, 3, 32, 32)).astype(np.float32)  # 9 frames at 256x256, the CFG pair

@@ -20,14 +20,19 @@ def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Arra
     """Rotate the pairs `(x[2i], x[2i+1])` (diffusers `apply_rotary_emb(use_real_unbind_dim=-1)`;
     the tables repeat each angle for its pair).
 
-    The partner of each lane comes from rolling the head vector by one lane either way (even lanes
-    take `-x[i+1]`, odd lanes `x[i-1]`), not from a `[..., D/2, 2]` reshape: on a TPU a minor axis of
-    2 pads to 128 lanes, and XLA then kept fp32 copies of q and k in that layout (2.9 GiB each for
-    a Wan 720p block) instead of fusing the rotation into one pass.
+    Two spellings of the same values (bit for bit), chosen by backend. On a TPU each lane's partner
+    comes from rolling the head vector by one lane either way (even lanes take `-x[i+1]`, odd lanes
+    `x[i-1]`): a `[..., D/2, 2]` reshape there puts a minor axis of 2 in 128 lanes, and XLA kept fp32
+    copies of q and k in that layout (2.9 GiB each for a Wan 720p block) instead of one fused pass.
+    On the CPU the reshape fuses and the rolls do not (the dry-run planner's figures are XLA's CPU ones).
     """
     x32 = x.astype(jnp.float32)
-    even = jnp.arange(x.shape[-1]) % 2 == 0
-    rotated = jnp.where(even, -jnp.roll(x32, -1, axis=-1), jnp.roll(x32, 1, axis=-1))  # (-x2, x1) per pair
+    if jax.default_backend() == "tpu":
+        even = jnp.arange(x.shape[-1]) % 2 == 0
+        rotated = jnp.where(even, -jnp.roll(x32, -1, axis=-1), jnp.roll(x32, 1, axis=-1))
+    else:
+        pairs = x32.reshape(*x.shape[:-1], -1, 2)
+        rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)  # (-x2, x1)
     return (x32 * _tables(cos) + rotated * _tables(sin)).astype(x.dtype)
 
 

@@ -1,0 +1,31 @@
+"""The two spellings of the interleaved RoPE rotation (TPU lane rolls, CPU pair reshape) give the same
+bits: the TPU one runs in CI only through this test, with the backend query answering "tpu"."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vidax.zoo.parts import rope
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("per_sample", [False, True], ids=["tables [S, D]", "tables [B, S, D]"])
+def test_lane_rolls_equal_the_pair_reshape(monkeypatch, dtype, per_sample):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((2, 9, 3, 16)), dtype)
+    shape = (2, 9, 16) if per_sample else (9, 16)
+    cos, sin = (jnp.asarray(rng.standard_normal(shape), jnp.float32) for _ in range(2))
+    on_cpu = jax.jit(rope.rotate_interleaved)(x, cos, sin)
+    monkeypatch.setattr(rope.jax, "default_backend", lambda: "tpu")
+    on_tpu = jax.jit(rope.rotate_interleaved)(x, cos, sin)
+    assert on_tpu.dtype == on_cpu.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(on_tpu, np.float32), np.asarray(on_cpu, np.float32))
+    pairs = np.asarray(x, np.float32).reshape(2, 9, 3, 8, 2)  # the rotation by hand, pair by pair
+    c, s = np.asarray(cos)[..., ::2], np.asarray(sin)[..., ::2]
+    c = c[None, :, None] if not per_sample else c[:, :, None]
+    s = s[None, :, None] if not per_sample else s[:, :, None]
+    first = pairs[..., 0] * c - pairs[..., 1] * s
+    assert np.abs(np.asarray(on_tpu, np.float32)[..., ::2] - first).max() < (1e-5 if dtype == jnp.float32 else 2e-2)
