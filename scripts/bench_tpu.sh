@@ -5,8 +5,9 @@
 #
 # Steps: the TPU tier (pytest -m tpu), attention alone at the Wan and HunyuanVideo-1.5 480p shapes
 # (every candidate block choice), vidax's DiTs at 480p (Wan2.1-14B block, the whole Wan2.1-1.3B step,
-# HunyuanVideo-1.5 block; cold and warm compile), MaxDiffusion's Wan transformer at the same shapes
-# (only where .bench/maxdiffusion holds its source: scripts/prepare_maxdiffusion.sh), then the 720p
+# HunyuanVideo-1.5 block; cold and warm compile), MaxDiffusion's Wan transformer at the same shapes,
+# called in turns with vidax's in one process (only where .bench/maxdiffusion holds its source:
+# scripts/prepare_maxdiffusion.sh), then the 720p
 # blocks, each in a process of its own (JAX's memory pool keeps the largest size it grew to).
 # Output: $OUT (the device tool's folder) or .bench/tpu: tpu.md (the table), the JSON and logs.
 # Python: $PYTHON or python3. Missing runtime packages (flax, ...) are installed into a temporary
@@ -47,13 +48,11 @@ VIDAX_NO_TPU_TUNING=1 timeout 220 "$python" -m bench.accelerator --profile real 
   --cases wan-480p,wan13-480p,hv15-480p --budget 200 --out /tmp/vidax480.md --json "$out/vidax480.json" \
   --cache-dir "$VIDAX_CACHE_DIR" > /tmp/vidax480.log 2>&1
 step "vidax 480p"
-if [ -d .bench/maxdiffusion ]; then
-  timeout $(( $(left) > 110 ? 110 : $(left) )) "$python" -m bench.accelerator.maxdiffusion_side --shape wan14b_480p \
-    --layers 1,8 --blocks 512,512,512 --blocks 1024,2048,1024 --out "$out/md14.json" > /tmp/md14.log 2>&1
-  step "MaxDiffusion 14B"
-  timeout $(( $(left) > 90 ? 90 : $(left) )) "$python" -m bench.accelerator.maxdiffusion_side --shape wan1.3b_480p \
-    --layers 30 --blocks 512,512,512 --blocks 1024,2048,1024 --out "$out/md13.json" > /tmp/md13.log 2>&1
-  step "MaxDiffusion 1.3B"
+if [ -d .bench/maxdiffusion ]; then  # the peer in the same process, called in turns with vidax
+  timeout $(( $(left) > 190 ? 190 : $(left) )) "$python" -m bench.accelerator.side_by_side --shape wan14b_480p \
+    --layers 1 --blocks 2048,4096,1024 --blocks 512,512,512 --vidax-always-own --rounds 5 \
+    --out "$out/side.json" > "$out/side.log" 2>&1
+  step "vidax and MaxDiffusion interleaved"
 fi
 for case in wan-720p hv15-720p; do
   [ "$(left)" -lt 50 ] && { step "skipped $case (budget)"; continue; }

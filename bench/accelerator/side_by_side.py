@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
     text = json.dumps(report, indent=1, default=str)
     if args.out:
         args.out.write_text(text)
-    print(_table(report))
+    print(table(report))
     return report
 
 
@@ -227,7 +227,7 @@ def _slopes(runs: list[dict]) -> None:
                 b[side]["ms_per_block_slope"] = (b[side]["ms"] - a[side]["ms"]) / (b["layers"] - a["layers"])
 
 
-def _table(report: dict) -> str:
+def table(report: dict) -> str:
     lines = [f"# side by side on {report['device']['kind']} (jax {report['device']['jax']}), "
              f"load {report['load_before'][0]:.2f} before / {report['load_after'][0]:.2f} after",
              "| layers | blocks | vidax ms | MaxDiffusion ms | MD / vidax | vidax ms/block | MD ms/block |",

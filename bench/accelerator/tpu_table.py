@@ -96,6 +96,11 @@ def render(out: Path) -> str:
             lines.append(f"| {row['label']} | {row['ms_block']:.1f} | {row['step_s']:.2f} | {mfu} | "
                          f"{row['plan_gb']:.1f} | {row['compile_s']:.1f} | {theirs:.1f} ({_blocks(peer)}, "
                          f"{peer['layers']}) | {peer.get('temp_gib', 0):.2f} | {speed_up(row, peer):.2f}x |")
+    side = out / "side.json"
+    if side.exists():  # bench.accelerator.side_by_side: the two called in turns in one process
+        from bench.accelerator.side_by_side import table as side_table
+
+        lines += ["", side_table(json.loads(side.read_text()))]
     sweep = out / "sweep.log"
     if sweep.exists():
         lines += ["", "Attention alone (`python -m vidax.zoo.compute.kernels.tpu_blocks`):", "", "```",

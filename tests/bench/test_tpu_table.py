@@ -24,3 +24,14 @@ def test_table_of_the_recorded_runs(tmp_path):
     assert "HLO temporaries (17.79G)" in table
     assert "splash:1024,2048,1024           296.92 ms    148.0 TFLOP/s" in table
     assert "TPU tier (`pytest -m tpu`): no summary (stopped)" in table
+
+
+def test_the_interleaved_run_joins_the_table(tmp_path):
+    """Run C of 2026-12-06: vidax and MaxDiffusion called in turns in one process."""
+    runs = RUNS.parent / "tpu-v5e-2026-12-06"
+    shutil.copy(runs / "runC" / "side.json", tmp_path / "side.json")
+    shutil.copy(runs / "tier" / "tier.log", tmp_path / "tier.log")
+    table = tpu_table.render(tmp_path)
+    assert "| 1 | 2048,4096,1024 | 599.0 | 552.7 | 0.923 |" in table
+    assert "| 1 | 512,512,512 | 599.8 | 669.4 | 1.116 |" in table
+    assert "TPU tier (`pytest -m tpu`): 20 passed in 140.90s (0:02:20)" in table
