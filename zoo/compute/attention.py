@@ -131,6 +131,38 @@ def local_attention(q, k, v, kv_mask=None, *, scale, implementation=None):
 
 
 
+# Tests set this to "splash_interpret" / "flash_interpret" to run the heads-major path on CPU.
+HEADS_MAJOR_IMPLEMENTATION: str | None = None
+_TPU_NAMES = ("pallas", "splash", "flash", "pallas_interpret", "splash_interpret", "flash_interpret")
+
+
+def heads_major_choice(batch: int, sq: int, skv: int, heads: int, head_dim: int, dtype, *,
+                       masked: bool = False) -> tuple[TpuAttention, bool] | None:
+    """`(blocks, interpret)` when attention of these shapes runs a TPU kernel on one device, where q/k/v are
+    best made heads-major and padded by their projections (`kernels/heads_major.py`); None where the
+    entry point's `[B, S, H, D]` form serves (CPU, GPU, short attention, under a mesh of several devices).
+    The blocks are the effective ones (fp32 capped, fitted): pad q to `padded_lengths(...)[0]` and k/v to
+    `[1]`."""
+    from vidax.zoo.compute.kernels.pallas_tpu import effective_choice
+
+    mesh = active_mesh()
+    if mesh is not None and mesh.size > 1:
+        return None
+    q = jax.ShapeDtypeStruct((batch, sq, heads, head_dim), dtype)
+    k = jax.ShapeDtypeStruct((batch, skv, heads, head_dim), dtype)
+    mask = jax.ShapeDtypeStruct((batch, skv), jnp.bool_) if masked else None
+    name = HEADS_MAJOR_IMPLEMENTATION or choose_kernel(q, k, mask)
+    if name not in _TPU_NAMES or not (head_dim == 64 or head_dim % 128 == 0):
+        return None
+    choice = effective_choice(_tpu_choice(name, q, k, mask), dtype, sq, skv)
+    interpret = name.endswith("_interpret")
+    if choice.kernel == "splash":  # its host-side block map now, not inside a scan over rows (a tracer there)
+        from vidax.zoo.compute.kernels.pallas_tpu import splash_kernel_for
+
+        splash_kernel_for(choice, heads, sq, skv, masked, interpret)
+    return choice, interpret
+
+
 def _tpu_choice(name: str, q, k, kv_mask) -> TpuAttention:
     kernel = name.removesuffix("_interpret")
     if kernel == "pallas":

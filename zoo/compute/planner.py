@@ -226,6 +226,22 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
 BLOCKWISE_LAYOUT_COPIES = 3
 
 
+# [batch, tokens, dim] activation-dtype buffers live in a block's attention sub-block on an accelerator: its
+# modulated input, q, k, v, the attention output and its projection (heads-major from the projections, so no
+# padded copies). Where these outgrow ATTENTION_ROWS_SHARE of the device, the sub-block runs one CFG row at a
+# time (`kernels/heads_major.attention_rows`): Wan2.1-14B at 720p (75,600 tokens x 5120, the CFG pair: 9.3 GB)
+# and HunyuanVideo-1.5 at 720p (113,585 x 2048: 5.6 GB) on a 15.75 GiB TPU v5e, not their 480p shapes (4.0 and
+# 2.5 GB).
+ATTENTION_PHASE_UNITS = 6
+ATTENTION_ROWS_SHARE = 0.3
+
+
+def attention_by_rows(batch: int, tokens: int, width: int, activation_bytes: int, device_bytes: int) -> bool:
+    """Whether the attention sub-block runs one batch row at a time (the rule both the model and `predict` use)."""
+    whole = batch * tokens * width * activation_bytes * ATTENTION_PHASE_UNITS
+    return batch > 1 and whole > ATTENTION_ROWS_SHARE * device_bytes
+
+
 def rows_per_device(batch: int, dp: int) -> int:
     """The branch rows one device runs: `sharding.cfg_batch` splits the batch over the data axis only when
     the axis divides it (CFG + STG's three rows stay whole on every device under dp=2)."""

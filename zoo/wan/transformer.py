@@ -22,7 +22,17 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vidax.zoo.compute.attention import attention
+from vidax.zoo.compute.attention import attention, heads_major_choice
+from vidax.zoo.compute.kernels.heads_major import (
+    HeadsDense,
+    HeadsOut,
+    HeadsRMSNorm,
+    attention_rows,
+    by_rows,
+    pad_tokens,
+    rotate_interleaved as rotate_heads_major,
+)
+from vidax.zoo.compute.kernels.pallas_tpu import padded_lengths, tpu_attention_heads_major
 from vidax.zoo.parts.block_split import context_field
 from vidax.zoo.parts.dit import Params, StackedTransformer
 from vidax.zoo.compute.layers import (
@@ -132,11 +142,21 @@ class WanAttention(nn.Module):
 
     cfg: WanTransformerConfig
     cross: bool = False
+    dtype: Any = None  # with `modulation`: the activations' dtype the modulated input is cast to
 
     @nn.compact
-    def __call__(self, x: jax.Array, ctx: Context) -> jax.Array:
+    def __call__(self, x: jax.Array, ctx: Context, *modulation: jax.Array) -> jax.Array:
+        """`x` `[B, S, D]` in the activations' dtype; or, with `modulation` = (shift, scale), the fp32
+        residual, normed and modulated here (the block's AdaLN; a row at a time under `by_rows`)."""
         cfg = self.cfg
         heads, dim = cfg.num_attention_heads, cfg.inner_dim
+        if modulation:
+            plain_norm = LayerNorm(eps=cfg.eps, use_scale=False, use_bias=False)
+            x = modulate(plain_norm(x), *modulation).astype(self.dtype)
+        if not self.cross:
+            choice = heads_major_choice(x.shape[0], x.shape[1], x.shape[1], heads, dim // heads, x.dtype)
+            if choice is not None:
+                return self._heads_major(x, ctx, *choice)
         dense = lambda name: Dense(dim, axes=("embed", "heads"), name=name)  # noqa: E731
         norm = lambda name: RMSNorm(eps=cfg.eps, axis_name="heads", name=name)  # noqa: E731
         source = ctx.text if self.cross else x
@@ -152,6 +172,27 @@ class WanAttention(nn.Module):
             out = out + attention(q, k_img, v_img)
         out = out.reshape(*x.shape[:-1], dim)
         return Dense(cfg.inner_dim, axes=("heads", "embed"), name="to_out_0")(out)
+
+    def _heads_major(self, x: jax.Array, ctx: Context, choice, interpret: bool) -> jax.Array:
+        """Self-attention with q/k/v projected straight into the TPU kernel's `[B, H, S_pad, Dh]` (one pad
+        of `x`; `kernels/heads_major.py`), the same params as the `[B, S, H, D]` form."""
+        cfg = self.cfg
+        heads, dim, s = cfg.num_attention_heads, cfg.inner_dim, x.shape[1]
+        sq, skv = padded_lengths(choice, s, s)
+        n = max(sq, skv)
+        x = pad_tokens(x, n)
+        cos, sin = pad_tokens(ctx.rope_cos, n, axis=0), pad_tokens(ctx.rope_sin, n, axis=0)
+
+        def project(name, norm, rows):
+            y = HeadsDense(dim, heads, name=name)(x[:, :rows])
+            if norm is None:
+                return y
+            y = HeadsRMSNorm(cfg.eps, across_heads=True, axis_name="heads", name=norm)(y)
+            return rotate_heads_major(y, cos[:rows], sin[:rows])
+
+        q, k, v = project("to_q", "norm_q", sq), project("to_k", "norm_k", skv), project("to_v", None, skv)
+        out = tpu_attention_heads_major(q, k, v, None, (dim // heads) ** -0.5, choice, s, s, interpret=interpret)
+        return HeadsOut(cfg.inner_dim, name="to_out_0")(out[:, :, :s])
 
 
 class WanBlock(nn.Module):
@@ -169,9 +210,16 @@ class WanBlock(nn.Module):
         plain_norm = LayerNorm(eps=cfg.eps, use_scale=False, use_bias=False)
         residual = hidden.astype(jnp.float32)
 
-        # 1. Self-attention on the AdaLN-modulated stream.
-        x = modulate(plain_norm(residual), shift, scale).astype(self.dtype)
-        residual = residual + WanAttention(cfg, name="attn1")(x, ctx).astype(jnp.float32) * gate
+        # 1. Self-attention on the AdaLN-modulated stream (one CFG row at a time where the batch's q/k/v would
+        #    crowd the device: `kernels/heads_major.attention_rows`).
+        attn = WanAttention(cfg, dtype=self.dtype, name="attn1")
+        if attention_rows(*residual.shape, self.dtype):
+            heads = cfg.num_attention_heads  # the kernel a row runs, prepared outside the scan over rows
+            heads_major_choice(1, residual.shape[1], residual.shape[1], heads, cfg.inner_dim // heads, self.dtype)
+            out = by_rows(attn, lambda m, r, sh, sc: m(r, ctx, sh, sc), (residual, shift, scale))
+        else:
+            out = attn(modulate(plain_norm(residual), shift, scale).astype(self.dtype), ctx)
+        residual = residual + out.astype(jnp.float32) * gate
 
         # 2. Cross-attention to the text (and image) context.
         x = LayerNorm(eps=cfg.eps, name="norm2")(residual) if cfg.cross_attn_norm else residual
