@@ -42,10 +42,37 @@ def main(port: str, count: str, index: str, out: str, cases: str) -> int:
     print(f"process {index} joined", flush=True)
     if "join" in cases:
         return join_only(int(index), cases["join"])
+    _open_shared_compile_cache()
     for name, case in cases.items():
         generate_case(name, dict(case), int(index), Path(out))
     print(f"process {index} done", flush=True)
     return 0
+
+
+def _open_shared_compile_cache() -> None:
+    """The test run's shared persistent compile cache (`VIDAX_TEST_COMPILE_CACHE`, tests/conftest.py), opened
+    as conftest opens it: on at this process's first compile, then vidax's own flag as before (the options'
+    `compile_cache=False` switches it off again and changes nothing: jax decides once per process). Only
+    process 0 writes entries (jax's rule); a later launch (another test) loads on both processes what an
+    earlier one compiled. (`jax_share_binary_between_hosts`, process 0 compiling for both, deadlocked: process
+    1 waited for a program while process 0 waited for it in gloo's first collective.) The keys hold the XLA
+    flags (4 or 1 fake devices here, 8 in the pytest process) and the device assignment, so no entry of a
+    multi-process program is ever a single-process one's.
+
+    It was off here from the start (`VIDAX_NO_COMPILE_CACHE=1`, as every test process ran before the run had
+    one shared cache): vidax's default cache is the user's own folder, which no test may write. Called after
+    `join`: a compile before `jax.distributed.initialize` would start the backend."""
+    folder = os.environ.get("VIDAX_TEST_COMPILE_CACHE")
+    if not folder or folder == "off":
+        return
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.jit(lambda x: x + 1)(0)
+    jax.config.update("jax_enable_compilation_cache", False)
 
 
 def join_only(index: int, case: dict) -> int:
