@@ -38,9 +38,9 @@ setup(
     packages=packages,
     package_dir=package_dir,
     # "": every package (the specs' folders); wan-tiny's trained diffusers-layout folder, each subfolder a package,
-    # and its LoRA example (tiny_lora)
+    # its LoRA example (tiny_lora) and wan-tiny-vace's folder (tiny_vace: its vae, text_encoder, tokenizer link to tiny_model's)
     package_data={"": ["*.toml"], "vidax.serve.static": ["*"],
                   **{name: ["*.json", "*.safetensors"] for name in packages
-                     if name.startswith(("vidax.zoo.wan.tiny_model", "vidax.zoo.wan.tiny_lora"))}},
+                     if name.startswith(("vidax.zoo.wan.tiny_model", "vidax.zoo.wan.tiny_lora", "vidax.zoo.wan.tiny_vace"))}},
     include_package_data=True,
 )

@@ -138,7 +138,7 @@ def extension_sample(rng, saved: dict, stats, row: int):
     start = int(rng.integers(0, data.FRAMES - frames + 1))
     kept = 0 if rng.uniform() < NO_CONTEXT else int(rng.integers(1, frames))
     at = start + 4 * np.arange(latent_frames)  # the video frames the per-frame encoder sees
-    centre, spread = (s.reshape(-1, 1, 1) for s in stats)
+    centre, spread = (s.reshape(-1, 1, 1, 1) for s in stats)
     norm = lambda z: (z - centre) / spread  # noqa: E731
     x0 = norm(saved["mean"][row, at].transpose(1, 0, 2, 3))
     keep = 4 * np.arange(latent_frames) < kept  # latent frame k's video frame 4k is a kept one

@@ -8,6 +8,7 @@ samples, so the linter stays silent rather than guessing.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import re._constants as C  # noqa: N812 - the stdlib's own alias
@@ -81,16 +82,18 @@ def _node(op, arg) -> list[str]:
     raise _Unsupported
 
 
-def samples(pattern: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)  # the linter asks again for every pair of rules, and every load lints
+def samples(pattern: str) -> tuple[str, ...]:
     """Strings that `pattern` fully matches; empty when the pattern uses unsupported constructs."""
     try:
         candidates = _seq(sre_parse.parse(pattern))
     except _Unsupported:
-        return []
+        return ()
     compiled = re.compile(pattern)
-    return [s for s in dict.fromkeys(candidates) if compiled.fullmatch(s)]
+    return tuple(s for s in dict.fromkeys(candidates) if compiled.fullmatch(s))
 
 
+@functools.lru_cache(maxsize=4096)
 def can_sample(pattern: str) -> bool:
     """Whether `samples` understands every construct of `pattern` (then no sample means no match)."""
     try:

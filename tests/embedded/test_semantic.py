@@ -27,6 +27,7 @@ import pytest
 from detector import PALETTE, detect
 from vidax.zoo.generator.generation import generate_video
 from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.generator.stages import StageCache
 from vidax.zoo.registry import make_pipeline
 from vidax.zoo.wan.tiny import TRAINED
 
@@ -42,14 +43,18 @@ def held_out():
 @pytest.fixture(scope="module")
 def generated(held_out):
     """{(seed, index): clip} for every held-out combination at every seed, from one pipeline (weights loaded
-    and units compiled once)."""
+    and placed once, kept in a `StageCache` as the server keeps them: the same clips bit for bit as loading
+    them for each clip; units compiled once)."""
     options = GenerateOptions(model="wan-tiny", prompt="", release_stages=False)
     pipeline = make_pipeline("wan-tiny", options)
+    cache = StageCache()
     clips = {}
     for seed in SEEDS:
         for index, combo in enumerate(held_out):
             prompt = f"a {combo['colour']} {combo['shape']} moves {combo['direction']} on a {combo['background']} background"
-            clips[seed, index] = generate_video(pipeline, dataclasses.replace(options, prompt=prompt, seed=seed)).frames
+            clips[seed, index] = generate_video(pipeline, dataclasses.replace(options, prompt=prompt, seed=seed),
+                                                cache=cache).frames
+    cache.release()
     return clips
 
 

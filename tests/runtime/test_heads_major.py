@@ -77,7 +77,8 @@ def test_rows_without_heads_major_keep_the_values(monkeypatch):
     np.testing.assert_allclose(np.asarray(model(params, *inputs)), reference, atol=1e-6 * np.abs(reference).max())
 
 
-def test_cpu_programs_stay_token_major():
+def test_cpu_programs_stay_token_major(monkeypatch):
+    monkeypatch.setenv(heads_major.ROWS_ENV, "auto")
     assert attention_module.heads_major_choice(2, 75600, 75600, 40, 128, jnp.bfloat16) is None
     assert not heads_major.attention_rows(2, 75600, 5120, jnp.bfloat16)
 

@@ -228,10 +228,11 @@ BLOCKWISE_LAYOUT_COPIES = 3
 
 # [batch, tokens, dim] activation-dtype buffers live in a block's attention sub-block on an accelerator: its
 # modulated input, q, k, v, the attention output and its projection (heads-major from the projections, so no
-# padded copies). Where these outgrow ATTENTION_ROWS_SHARE of the device, the sub-block runs one CFG row at a
-# time (`kernels/heads_major.attention_rows`): Wan2.1-14B at 720p (75,600 tokens x 5120, the CFG pair: 9.3 GB)
-# and HunyuanVideo-1.5 at 720p (113,585 x 2048: 5.6 GB) on a 15.75 GiB TPU v5e, not their 480p shapes (4.0 and
-# 2.5 GB).
+# padded copies). Where these outgrow ATTENTION_ROWS_SHARE of the device, the sub-block may run one CFG row at a
+# time (`kernels/heads_major.attention_rows`, opt-in with VIDAX_ATTENTION_ROWS=auto: it did not lower the Wan 720p
+# peak, so `dit_activation_bytes` does not count it): Wan2.1-14B at 720p (75,600 tokens x 5120, the CFG pair:
+# 9.3 GB) and HunyuanVideo-1.5 at 720p (113,585 x 2048: 5.6 GB) on a 15.75 GiB TPU v5e, not their 480p shapes
+# (4.0 and 2.5 GB).
 ATTENTION_PHASE_UNITS = 6
 ATTENTION_ROWS_SHARE = 0.3
 

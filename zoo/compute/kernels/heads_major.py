@@ -128,21 +128,24 @@ def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Arra
 # One CFG row at a time
 
 
-ROWS_ENV = "VIDAX_ATTENTION_ROWS"  # "1": the attention sub-block by rows wherever batch > 1; "0": never
+ROWS_ENV = "VIDAX_ATTENTION_ROWS"  # "1": by rows wherever batch > 1; "auto": the planner's rule; unset/"0": never
 
 
 def attention_rows(batch: int, tokens: int, width: int, dtype: Any) -> bool:
-    """Whether a block's attention sub-block runs one row of the batch at a time: accelerators only, one device
-    (under a mesh the batch may be split over "data"), and where the planner's rule says the whole batch's
-    attention activations would crowd the device (`planner.attention_by_rows`). `VIDAX_ATTENTION_ROWS`
-    forces it either way."""
+    """Whether a block's attention sub-block runs one row of the batch at a time. Off unless
+    `VIDAX_ATTENTION_ROWS` asks: "1" wherever the batch has rows, "auto" on accelerators, one device (under a
+    mesh the batch may be split over "data"), where the planner's rule says the whole batch's attention
+    activations would crowd the device (`planner.attention_by_rows`). Measured with the heads-major
+    projections (XLA's TPU compiler, v5e, `bench/accelerator/memory_720p.py --aot v5e`), the Wan2.1-14B 720p
+    2-block program held 13.38 GiB of temporaries by rows against 13.00 GiB whole: its peak is not the batch's
+    attention once q/k/v have one layout, so the default stays whole and `predict` counts the whole batch."""
     import os
 
     from vidax.zoo.compute import planner
     from vidax.zoo.compute.runtime import active_mesh
 
     forced = os.environ.get(ROWS_ENV, "").strip()
-    if batch < 2 or forced == "0":
+    if batch < 2 or forced not in ("1", "auto"):  # off unless asked: at Wan 720p it held more (13.38 GiB vs 13.00)
         return False
     if forced == "1":
         return True
