@@ -8,14 +8,14 @@ folders' scale (`vidax.zoo.plan.synthetic.leaf_init`: N(0, 0.02), norm scales 1 
 dtype the dry run compiles (bf16), drawn on the device.
 
 For each model, in a process of its own (JAX's memory pool keeps its peak until the process ends):
-- the step at depth 1 and at depth 2: one block (of each block group) = t(2) - t(1), outside = t(1) - block,
-  the native step estimated as outside + depth x block (single-group DiTs);
+- the step at depth 1 (one block of each group) and at depth 0 (embed and head alone): one block = t(1) - t(0),
+  the native step estimated as t(0) + depth x block (single-group DiTs);
 - FLOPs from the program's jaxpr with attention traced as plain XLA products (`count_flops`: every
   dot_general and convolution, loop bodies times their trip count), so MFU counts attention too;
 - attention alone at each distinct shape the block calls it with (recorded while tracing), for the share;
-- XLA's memory analysis of the depth-2 program (what `vidax-gen MODEL --dry-run` reports for it) beside the
+- XLA's memory analysis of the depth-1 program (what `vidax-gen MODEL --dry-run` reports for it) beside the
   device's `peak_bytes_in_use` after running it;
-- compile seconds with the persistent cache empty (cold); `warm` recompiles every model's depth-2 program in
+- compile seconds with the persistent cache empty (cold); `warm` recompiles every model's depth-1 program in
   one process from the cache the runs filled.
 
     python -m bench.accelerator.every_dit all --out-dir OUT [--budget 480] [--models a,b,...]
@@ -143,30 +143,32 @@ def _options(model: str, size):
 
 
 def _random_like(abstract_tree: Any, seed: int) -> Any:
-    """Concrete arrays for an abstract tree, drawn on the device: floats N(0, 0.02) (norm scales 1 + that,
-    as the synthetic folders write), masks all True, integers zero."""
+    """Concrete arrays for an abstract tree, drawn on the device in one program: floats N(0, 0.02) (norm scales
+    1 + that, as the synthetic folders write), masks all True, integers zero."""
     import jax
     import jax.numpy as jnp
     from vidax.zoo.plan.synthetic import leaf_init
 
     paths, treedef = jax.tree_util.tree_flatten_with_path(abstract_tree)
-    out = []
-    for i, (path, leaf) in enumerate(paths):
-        name = "/".join(str(getattr(p, "key", getattr(p, "idx", getattr(p, "name", p)))) for p in path)
-        sharding = getattr(leaf, "sharding", None)
-        if jnp.issubdtype(leaf.dtype, jnp.floating):
-            one = leaf_init(name) == "one"
+    names = ["/".join(str(getattr(p, "key", getattr(p, "idx", getattr(p, "name", p)))) for p in path)
+             for path, _ in paths]
+    leaves = [leaf for _, leaf in paths]
 
-            def draw(key, shape=leaf.shape, dtype=leaf.dtype, one=one):
-                x = 0.02 * jax.random.normal(key, shape, jnp.float32)
-                return (x + 1.0 if one else x).astype(dtype)
+    def draw(key):
+        out = []
+        for i, (name, leaf) in enumerate(zip(names, leaves)):
+            if jnp.issubdtype(leaf.dtype, jnp.floating):
+                x = 0.02 * jax.random.normal(jax.random.fold_in(key, i), leaf.shape, jnp.float32)
+                out.append((x + 1.0 if leaf_init(name) == "one" else x).astype(leaf.dtype))
+            elif leaf.dtype == jnp.bool_:
+                out.append(jnp.ones(leaf.shape, jnp.bool_))
+            else:
+                out.append(jnp.zeros(leaf.shape, leaf.dtype))
+        return out
 
-            out.append(jax.jit(draw, out_shardings=sharding)(jax.random.key(seed * 100_003 + i)))
-        elif leaf.dtype == jnp.bool_:
-            out.append(jax.device_put(jnp.ones(leaf.shape, jnp.bool_), sharding))
-        else:
-            out.append(jax.device_put(jnp.zeros(leaf.shape, leaf.dtype), sharding))
-    return jax.tree_util.tree_unflatten(treedef, out)
+    shardings = [getattr(leaf, "sharding", None) for leaf in leaves]
+    drawn = jax.jit(draw, out_shardings=shardings if all(shardings) else None)(jax.random.key(seed))
+    return jax.tree_util.tree_unflatten(treedef, drawn)
 
 
 def _timed(fn, args, repeats: int) -> dict:
@@ -222,8 +224,14 @@ def _counted(calls: list) -> list:
     return list(seen.items())
 
 
-def measure(spec: str, repeats: int = 3, cold: bool = True) -> dict:
-    """One model: the depth-1 and depth-2 steps timed, FLOPs, attention alone, memory, compile."""
+def _log(message: str) -> None:
+    print(f"[every_dit {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def measure(spec: str, repeats: int = 2, out: Path | None = None) -> dict:
+    """One model: the step at depth 1 (one block of each group; compile, FLOPs, memory, time) and at depth 0
+    (embed and head alone), so one block = t(1) - t(0); then attention alone at the block's largest call.
+    The row is written to `out` after each phase (a cut run keeps what it measured)."""
     import jax
     from vidax.zoo.registry import make_pipeline
 
@@ -234,50 +242,76 @@ def measure(spec: str, repeats: int = 3, cold: bool = True) -> dict:
     s = family.resolve_settings(_options(model, size))
     device = jax.devices()[0]
     peak = peak_tflops(device.device_kind)
-    row: dict[str, Any] = {"model": model, "size": f"{s.width}x{s.height}x{s.frames}", "device": device.device_kind,
-                           "jax": jax.__version__, "guided": bool(s.guided)}
-    runs = {}
-    for depth in (1, 2):
-        fn, args, dit = _program(family, s, depth)
+    row: dict[str, Any] = {"spec": spec, "model": model, "size": f"{s.width}x{s.height}x{s.frames}",
+                           "device": device.device_kind, "jax": jax.__version__, "guided": bool(s.guided),
+                           "date": time.strftime("%Y-%m-%d")}
+    save = (lambda: out.write_text(json.dumps(row, indent=1, default=str))) if out else (lambda: None)
+    runs: dict[str, dict] = {}
+    for depth in (1, 0, 2):
+        if depth == 2 and "0" in runs:
+            break
+        _log(f"{spec}: depth {depth}: tracing")
+        try:
+            fn, args, dit = _program(family, s, depth)
+        except Exception as error:  # noqa: BLE001 - a family whose step needs a block (LTX-2's STG): depth 2 then
+            if depth != 0:
+                raise
+            _log(f"{spec}: depth 0 cannot be built ({type(error).__name__}); depth 2 instead")
+            continue
         calls: list = []
         with recorded_attention(calls):
             flops = count_flops(fn, args)
         if depth == 1:
             row["attention_calls"] = [list(c) for c in calls]
             row["depths"] = {g.name: dit_depth(family, s, g.name) for g in _groups(dit)}
+        _log(f"{spec}: depth {depth}: compiling ({flops / 1e12:.1f} TFLOP)")
         started = time.perf_counter()
         compiled = jax.jit(fn).lower(*args).compile()
         compile_s = time.perf_counter() - started
         memory = compiled.memory_analysis()
-        concrete = _random_like(args, seed=depth)
+        _log(f"{spec}: depth {depth}: compiled in {compile_s:.1f} s; drawing inputs")
+        concrete = _random_like(args, seed=depth + 1)
+        try:
+            result = jax.block_until_ready(compiled(*concrete))
+        except Exception as error:  # noqa: BLE001 - as for tracing: depth 0 may not run (an empty scan's index)
+            if depth != 0:
+                raise
+            _log(f"{spec}: depth 0 does not run ({type(error).__name__}); depth 2 instead")
+            continue
+        finite = bool(jax.numpy.isfinite(jax.numpy.asarray(jax.tree.leaves(result)[0], "float32")).all())
+        del result
         t = _timed(compiled, concrete, repeats)
-        out = jax.block_until_ready(compiled(*concrete))
-        finite = bool(jax.numpy.isfinite(jax.numpy.asarray(jax.tree.leaves(out)[0], "float32")).all())
         stats = device.memory_stats() or {}
-        runs[depth] = {"compile_s": compile_s, "ms": t["median_s"] * 1e3, "times_s": t["times_s"], "flops": flops,
-                       "finite": finite, "xla_argument": memory.argument_size_in_bytes,
-                       "xla_output": memory.output_size_in_bytes, "xla_temp": memory.temp_size_in_bytes,
-                       "xla_alias": memory.alias_size_in_bytes, "peak_bytes_in_use": stats.get("peak_bytes_in_use"),
-                       "bytes_limit": stats.get("bytes_limit")}
-        del concrete, out, compiled
-    row["runs"] = {str(k): v for k, v in runs.items()}
-    block_ms = runs[2]["ms"] - runs[1]["ms"]
-    block_flops = runs[2]["flops"] - runs[1]["flops"]
-    outside_ms = runs[1]["ms"] - block_ms
-    depths = row["depths"]
-    row.update(block_ms=block_ms, block_flops=block_flops, outside_ms=outside_ms,
-               outside_flops=runs[1]["flops"] - block_flops)
+        runs[str(depth)] = {"compile_s": compile_s, "ms": t["median_s"] * 1e3, "times_s": t["times_s"],
+                            "flops": flops, "finite": finite, "xla_argument": memory.argument_size_in_bytes,
+                            "xla_output": memory.output_size_in_bytes, "xla_temp": memory.temp_size_in_bytes,
+                            "xla_alias": memory.alias_size_in_bytes,
+                            "peak_bytes_in_use": stats.get("peak_bytes_in_use"), "bytes_limit": stats.get("bytes_limit")}
+        row["runs"] = runs
+        _log(f"{spec}: depth {depth}: {t['median_s'] * 1e3:.1f} ms, finite {finite}")
+        del concrete, compiled
+        save()
+    one = runs["1"]
+    if "0" in runs:
+        block_ms, block_flops = one["ms"] - runs["0"]["ms"], one["flops"] - runs["0"]["flops"]
+    else:
+        block_ms, block_flops = runs["2"]["ms"] - one["ms"], runs["2"]["flops"] - one["flops"]
+    zero = {"ms": one["ms"] - block_ms, "flops": one["flops"] - block_flops}
+    row.update(block_ms=block_ms, block_flops=block_flops, outside_ms=zero["ms"], outside_flops=zero["flops"])
     if peak and block_ms > 0:
         row["block_mfu"] = block_flops / (block_ms / 1e3) / (peak * 1e12)
+    depths = row["depths"]
     if len(depths) == 1:
         depth = next(iter(depths.values()))
         row["native_depth"] = depth
-        row["step_ms_estimate"] = outside_ms + depth * block_ms
-        step_flops = row["outside_flops"] + depth * block_flops
-        row["step_flops"] = step_flops
+        row["step_ms_estimate"] = zero["ms"] + depth * block_ms
+        row["step_flops"] = zero["flops"] + depth * block_flops
         if peak:
-            row["step_mfu_estimate"] = step_flops / (row["step_ms_estimate"] / 1e3) / (peak * 1e12)
-    row["attention"] = _attention_alone([tuple(c) for c in calls_of(row)], repeats)
+            row["step_mfu_estimate"] = row["step_flops"] / (row["step_ms_estimate"] / 1e3) / (peak * 1e12)
+    save()
+    _log(f"{spec}: attention alone")
+    largest = sorted(_counted(calls_of(row)), key=lambda c: -c[0][0][1] * c[0][1][1])[:2]
+    row["attention"] = _attention_alone([c for c, n in largest for _ in range(n)], repeats)
     attention_ms = sum(a["ms"] * a["calls_per_unit"] for a in row["attention"])
     row["attention_ms_per_block"] = attention_ms
     if block_ms > 0:
@@ -286,6 +320,8 @@ def measure(spec: str, repeats: int = 3, cold: bool = True) -> dict:
                                        for a in row["attention"])
         if peak and block_ms > attention_ms:
             row["outside_attention_mfu"] = rest_flops / ((block_ms - attention_ms) / 1e3) / (peak * 1e12)
+    save()
+    _log(f"{spec}: done")
     return row
 
 
@@ -312,7 +348,7 @@ def dit_depth(family, s, group: str) -> int:
 
 
 def warm_compiles(specs: list[str]) -> list[dict]:
-    """Every model's depth-2 program compiled again in this process, from the persistent cache the runs filled."""
+    """Every model's depth-1 program compiled again in this process, from the persistent cache the runs filled."""
     import jax
     from vidax.zoo.registry import make_pipeline
 
@@ -322,7 +358,7 @@ def warm_compiles(specs: list[str]) -> list[dict]:
         try:
             family = make_pipeline(model, _options(model, size))
             s = family.resolve_settings(_options(model, size))
-            fn, args, _ = _program(family, s, 2)
+            fn, args, _ = _program(family, s, 1)
             started = time.perf_counter()
             jax.jit(fn).lower(*args).compile()
             rows.append({"model": spec, "warm_compile_s": time.perf_counter() - started})
@@ -341,21 +377,25 @@ def table(out_dir: Path) -> str:
     gib = lambda n: "-" if n is None else f"{n / 2**30:.2f}"  # noqa: E731
     pct = lambda x: "-" if x is None else f"{100 * x:.0f}%"  # noqa: E731
     lines = ["| model | size | ms/block | block MFU | attention share | MFU outside attention | step (est.) | "
-             "step MFU | peak HBM, 2 blocks (GiB) | dry run, 2 blocks (GiB) | compile cold / warm (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "step MFU | peak HBM, 1 block (GiB) | XLA's analysis, 1 block (GiB) | compile cold / warm (s) | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['spec']} | {r.get('size', '-')} | {r['error'][:120]} |||||||||")
+        one = r.get("runs", {}).get("1")
+        if one is None:
+            lines.append(f"| {r['spec']} | {r.get('size', '-')} | - | - | - | - | - | - | - | - | - | {r.get('error', '?')[:160]} |")
             continue
-        two = r["runs"]["2"]
-        dry = two["xla_argument"] + two["xla_output"] + two["xla_temp"] - two["xla_alias"]
+        dry = one["xla_argument"] + one["xla_output"] + one["xla_temp"] - one["xla_alias"]
         w = warm.get(r["spec"], {}).get("warm_compile_s")
         step = "-" if "step_ms_estimate" not in r else f"{r['step_ms_estimate'] / 1e3:.2f} s"
+        block = "-" if "block_ms" not in r else f"{r['block_ms']:.1f}"
+        groups = r.get("depths", {})
+        note = r.get("error", "") or ("one block of each group: " + ", ".join(f"{k} x{v}" for k, v in groups.items())
+                                      if len(groups) > 1 else f"{next(iter(groups.values()), '?')} blocks")
         lines.append(
-            f"| {r['model']} | {r['size']} | {r['block_ms']:.1f} | {pct(r.get('block_mfu'))} | "
+            f"| {r['model']} | {r['size']} | {block} | {pct(r.get('block_mfu'))} | "
             f"{pct(r.get('attention_share'))} | {pct(r.get('outside_attention_mfu'))} | {step} | "
-            f"{pct(r.get('step_mfu_estimate'))} | {gib(two['peak_bytes_in_use'])} | {gib(dry)} | "
-            f"{two['compile_s']:.1f} / {'-' if w is None else f'{w:.1f}'} |")
+            f"{pct(r.get('step_mfu_estimate'))} | {gib(one['peak_bytes_in_use'])} | {gib(dry)} | "
+            f"{one['compile_s']:.1f} / {'-' if w is None else f'{w:.1f}'} | {note} |")
     return "\n".join(lines)
 
 
@@ -381,20 +421,20 @@ def run_all(specs: list[str], out_dir: Path, budget: float, per_model: float) ->
         target = out_dir / _file_name(spec)
         started = time.time()
         cmd = [sys.executable, "-m", "bench.accelerator.every_dit", "one", spec, "--out", str(target)]
+        log = target.with_suffix(".log")
         try:
-            proc = subprocess.run(cmd, env=env, timeout=min(per_model, left), capture_output=True, text=True)
-            failed = proc.returncode != 0
-            tail = (proc.stdout + proc.stderr)[-2000:]
+            with log.open("w") as sink:
+                code = subprocess.run(cmd, env=env, timeout=min(per_model, left), stdout=sink, stderr=subprocess.STDOUT).returncode
+            why = None if code == 0 else f"exit code {code}"
         except subprocess.TimeoutExpired as error:
-            failed, tail = True, f"timed out after {error.timeout:.0f} s"
-        if failed and not target.exists():
-            last = [line for line in tail.splitlines() if line.strip()][-1:] or ["?"]
-            target.write_text(json.dumps({"spec": spec, "model": spec, "error": last[0]}))
-        else:
+            why = f"timed out after {error.timeout:.0f} s"
+        row = json.loads(target.read_text()) if target.exists() else {"spec": spec, "model": spec}
+        if why and "error" not in row and "attention" not in row:
+            row["error"] = why
+            target.write_text(json.dumps(row, indent=1, default=str))
+        if "runs" in row and "1" in row["runs"]:
             done.append(spec)
-        print(f"[every_dit] {spec}: {'failed' if failed else 'ok'} in {time.time() - started:.0f} s", flush=True)
-        if failed:
-            print(tail[-1500:], flush=True)
+        print(f"[every_dit] {spec}: {why or 'ok'} in {time.time() - started:.0f} s", flush=True)
     if done and deadline - time.time() > 40:
         cmd = [sys.executable, "-m", "bench.accelerator.every_dit", "warm", *done, "--out", str(out_dir / "warm.json")]
         try:
@@ -411,7 +451,7 @@ def main(argv: list[str] | None = None) -> None:
     one = sub.add_parser("one")
     one.add_argument("spec")
     one.add_argument("--out", required=True)
-    one.add_argument("--repeats", type=int, default=3)
+    one.add_argument("--repeats", type=int, default=2)
     every = sub.add_parser("all")
     every.add_argument("--out-dir", required=True)
     every.add_argument("--models", default=",".join(MODELS))
@@ -427,12 +467,13 @@ def main(argv: list[str] | None = None) -> None:
         from vidax.zoo.compute.runtime import configure_compile_cache
 
         configure_compile_cache(True)
+        out = Path(args.out)
         try:
-            row = measure(args.spec, args.repeats)
+            row = measure(args.spec, args.repeats, out)
         except Exception as error:  # noqa: BLE001 - the table says what stopped the model, in one line
-            row = {"spec": args.spec, "model": args.spec, "error": f"{type(error).__name__}: {str(error)[:400]}"}
-        row["spec"] = args.spec
-        Path(args.out).write_text(json.dumps(row, indent=1, default=str))
+            row = json.loads(out.read_text()) if out.exists() else {"spec": args.spec, "model": args.spec}
+            row["error"] = f"{type(error).__name__}: {str(error)[:400]}"
+            out.write_text(json.dumps(row, indent=1, default=str))
         print(json.dumps({k: v for k, v in row.items() if k not in ("runs", "attention_calls")}, default=str))
     elif args.command == "all":
         run_all([m for m in args.models.split(",") if m], Path(args.out_dir), args.budget, args.per_model)
