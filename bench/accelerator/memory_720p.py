@@ -51,7 +51,10 @@ def parent(args) -> int:
         command += ["--aot", args.aot] if args.aot else []
         command += ["--dump", str(Path(args.dump) / key)] if args.dump else []
         begin = time.perf_counter()
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired as expired:  # a case that overruns is a row, not the end of the run
+            proc = subprocess.CompletedProcess(command, -9, _text(expired.stdout), _text(expired.stderr))
         sys.stderr.write(proc.stderr[-20000:])
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         row = json.loads(lines[-1]) if lines else {"case": key, "error": f"exit {proc.returncode}, no result"}
@@ -67,6 +70,10 @@ def parent(args) -> int:
     for row in results:
         print(_line(row))
     return 0 if all("error" not in row for row in results) else 1
+
+
+def _text(data) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
 def _line(row: dict) -> str:
