@@ -154,6 +154,8 @@ def heads_major_choice(batch: int, sq: int, skv: int, heads: int, head_dim: int,
     name = HEADS_MAJOR_IMPLEMENTATION or choose_kernel(q, k, mask)
     if name not in _TPU_NAMES or not (head_dim == 64 or head_dim % 128 == 0):
         return None
+    if HEADS_MAJOR_IMPLEMENTATION is None and not _heads_major_wanted(batch, sq, heads * head_dim, dtype):
+        return None
     choice = effective_choice(_tpu_choice(name, q, k, mask), dtype, sq, skv)
     interpret = name.endswith("_interpret")
     if choice.kernel == "splash":  # its host-side block map now, not inside a scan over rows (a tracer there)
@@ -161,6 +163,26 @@ def heads_major_choice(batch: int, sq: int, skv: int, heads: int, head_dim: int,
 
         splash_kernel_for(choice, heads, sq, skv, masked, interpret)
     return choice, interpret
+
+
+HEADS_MAJOR_ENV = "VIDAX_HEADS_MAJOR"  # "1": wherever a TPU kernel runs on one device; "0": never; unset: by memory
+
+
+def _heads_major_wanted(batch: int, tokens: int, width: int, dtype) -> bool:
+    """Heads-major only where the `[B, S, H, D]` program's attention copies would crowd the device
+    (`planner.heads_major_needed`: Wan2.1-14B and HunyuanVideo-1.5 at 720p on a v5e, not their 480p shapes).
+    The speed of the `[B, S, H, D]` program is the one measured on the chip (splash at 80% of peak, the
+    Wan2.1-14B block within 0.92x of MaxDiffusion's); the heads-major program's memory was measured by XLA's
+    TPU compiler (the Wan 720p 2-block program: 16.36 -> 13.00 GiB of temporaries), its speed not yet."""
+    import os
+
+    from vidax.zoo.compute import planner
+
+    forced = os.environ.get(HEADS_MAJOR_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    _, device_bytes = planner.device_memory_bytes()
+    return planner.heads_major_needed(batch, tokens, width, jnp.dtype(dtype).itemsize, device_bytes)
 
 
 def _tpu_choice(name: str, q, k, kv_mask) -> TpuAttention:

@@ -243,6 +243,13 @@ def attention_by_rows(batch: int, tokens: int, width: int, activation_bytes: int
     return batch > 1 and whole > ATTENTION_ROWS_SHARE * device_bytes
 
 
+def heads_major_needed(batch: int, tokens: int, width: int, activation_bytes: int, device_bytes: int) -> bool:
+    """Whether self-attention takes q/k/v heads-major from its projections (`kernels/heads_major.py`): where the
+    sub-block's activations outgrow ATTENTION_ROWS_SHARE of the device, as for `attention_by_rows` but for any
+    batch (the `[B, S, H, D]` program holds q/k/v twice there: padded, transposed copies)."""
+    return batch * tokens * width * activation_bytes * ATTENTION_PHASE_UNITS > ATTENTION_ROWS_SHARE * device_bytes
+
+
 def rows_per_device(batch: int, dp: int) -> int:
     """The branch rows one device runs: `sharding.cfg_batch` splits the batch over the data axis only when
     the axis divides it (CFG + STG's three rows stay whole on every device under dp=2)."""
