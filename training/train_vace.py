@@ -105,7 +105,7 @@ def decode_latents(torch, vae, latents: np.ndarray, batch: int = 64) -> np.ndarr
 
 def encode_dataset(torch) -> dict:
     """Per frame of every track: the latent mean, the round trip's latent and the shape's coverage of each
-    latent pixel; plus the encodings of a black (zero) and a grey frame. Cached in the run folder."""
+    latent pixel; plus the encodings of a zero frame (0 in [-1, 1]) and a grey (128) one. Cached in the run folder."""
     cache = RUN / "vace_latents.npz"
     if cache.is_file():
         return dict(np.load(cache))
@@ -121,7 +121,8 @@ def encode_dataset(torch) -> dict:
     flat = clips.reshape(-1, *clips.shape[2:])
     mean = encode_frames(torch, vae, flat)
     again = encode_frames(torch, vae, decode_latents(torch, vae, mean))
-    plain = np.stack([np.zeros((64, 64, 3), np.float32), np.full((64, 64, 3), GREY / 255, np.float32)])
+    # video x mask where the mask hides it: 0 in the VAE's [-1, 1] (0.5 here); the grey frames to generate: 128
+    plain = np.stack([np.full((64, 64, 3), 0.5, np.float32), np.full((64, 64, 3), GREY / 255, np.float32)])
     zero, grey = encode_frames(torch, vae, plain)
     n = len(items)
     saved = dict(captions=np.asarray(captions), mean=mean.reshape(n, data.FRAMES, *mean.shape[1:]),
