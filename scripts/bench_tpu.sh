@@ -8,7 +8,9 @@
 # HunyuanVideo-1.5 block; cold and warm compile), MaxDiffusion's Wan transformer at the same shapes,
 # called in turns with vidax's in one process (only where .bench/maxdiffusion holds its source:
 # scripts/prepare_maxdiffusion.sh), then the 720p
-# blocks, each in a process of its own (JAX's memory pool keeps the largest size it grew to).
+# blocks, each in a process of its own (JAX's memory pool keeps the largest size it grew to), then every
+# registered family's DiT at its native size (bench.accelerator.every_dit) with the time left: BUDGET_S of 1500
+# or more reaches every family (each compiles two real-width programs of 35-45 s on a v5e).
 # Output: $OUT (the device tool's folder) or .bench/tpu: tpu.md (the table), the JSON and logs.
 # Python: $PYTHON or python3. Missing runtime packages (flax, ...) are installed into a temporary
 # folder appended to PYTHONPATH, so the host's own JAX stays first: set PIP_INDEX_URL (or
@@ -61,4 +63,11 @@ for case in wan-720p hv15-720p; do
     --json "$out/vidax-$case.json" --cache-dir "$VIDAX_CACHE_DIR" > "/tmp/vidax-$case.log" 2>&1
   step "vidax $case"
 done
+if [ "$(left)" -gt 120 ]; then  # every family's DiT at its native size, from the dry run's step programs
+  timeout "$(left)" "$python" -m bench.accelerator.every_dit all --out-dir /tmp/vidax-every-dit \
+    --budget $(( $(left) - 15 )) --per-model 150 > "$out/every_dit.log" 2>&1
+  cp /tmp/vidax-every-dit/every_dit.md "$out/" 2>/dev/null
+  step "every family's DiT"
+fi
 "$python" -m bench.accelerator.tpu_table "$out" | tee "$out/tpu.md"
+[ -f "$out/every_dit.md" ] && cat "$out/every_dit.md" | tee -a "$out/tpu.md"
