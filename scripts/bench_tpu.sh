@@ -9,7 +9,7 @@
 # called in turns with vidax's in one process (only where .bench/maxdiffusion holds its source:
 # scripts/prepare_maxdiffusion.sh), then the 720p
 # blocks, each in a process of its own (JAX's memory pool keeps the largest size it grew to), then every
-# registered family's DiT at its native size (bench.accelerator.every_dit) with the time left: BUDGET_S of 1500
+# registered family's DiT at its native size (bench.accelerator.chip.every_dit) with the time left: BUDGET_S of 1500
 # or more reaches every family (each compiles two real-width programs of 35-45 s on a v5e).
 # Output: $OUT (the device tool's folder) or .bench/tpu: tpu.md (the table), the JSON and logs.
 # Python: $PYTHON or python3. Missing runtime packages (flax, ...) are installed into a temporary
@@ -64,7 +64,7 @@ for case in wan-720p hv15-720p; do
   step "vidax $case"
 done
 if [ "$(left)" -gt 120 ]; then  # every family's DiT at its native size, from the dry run's step programs
-  timeout "$(left)" "$python" -m bench.accelerator.every_dit all --out-dir /tmp/vidax-every-dit \
+  timeout "$(left)" "$python" -m bench.accelerator.chip.every_dit all --out-dir /tmp/vidax-every-dit \
     --budget $(( $(left) - 15 )) --per-model 150 > "$out/every_dit.log" 2>&1
   cp /tmp/vidax-every-dit/every_dit.md "$out/" 2>/dev/null
   step "every family's DiT"

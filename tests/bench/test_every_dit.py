@@ -1,4 +1,4 @@
-"""`bench.accelerator.every_dit` on the CPU: its jaxpr FLOP count against hand counts and against the Wan
+"""`bench.accelerator.chip.every_dit` on the CPU: its jaxpr FLOP count against hand counts and against the Wan
 trainer's analytic count, and one model measured end to end (wan-tiny, the dry run's own step program)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bench.accelerator import every_dit
+from bench.accelerator.chip import every_dit
 
 
 def test_jaxpr_flops_counts_products_convolutions_and_loop_bodies():

@@ -136,7 +136,7 @@ def attention_rows(batch: int, tokens: int, width: int, dtype: Any) -> bool:
     `VIDAX_ATTENTION_ROWS` asks: "1" wherever the batch has rows, "auto" on accelerators, one device (under a
     mesh the batch may be split over "data"), where the planner's rule says the whole batch's attention
     activations would crowd the device (`planner.attention_by_rows`). Measured with the heads-major
-    projections (XLA's TPU compiler, v5e, `bench/accelerator/memory_720p.py --aot v5e`), the Wan2.1-14B 720p
+    projections (XLA's TPU compiler, v5e, `bench/accelerator/chip/memory_720p.py --aot v5e`), the Wan2.1-14B 720p
     2-block program held 13.38 GiB of temporaries by rows against 13.00 GiB whole: its peak is not the batch's
     attention once q/k/v have one layout, so the default stays whole and `predict` counts the whole batch."""
     import os

@@ -1,7 +1,7 @@
 """Does a 720p DiT block pair fit one chip? XLA's memory plan, the allocator's peak and the time per block.
 
-    python -m bench.accelerator.memory_720p [--toy] [--cases wan-720p,hv15-720p] [--out FILE] [--dump DIR]
-    python -m bench.accelerator.memory_720p --aot v5e     # no chip: libtpu's compiler on the host (below)
+    python -m bench.accelerator.chip.memory_720p [--toy] [--cases wan-720p,hv15-720p] [--out FILE] [--dump DIR]
+    python -m bench.accelerator.chip.memory_720p --aot v5e     # no chip: libtpu's compiler on the host (below)
 
 Each case (the `real` profile's `wan-720p`: Wan2.1-14B 720x1280 81f, 75,600 tokens; `hv15-720p`:
 HunyuanVideo-1.5 720x1280 121f, 111,600 tokens; both two blocks with embed and head, the CFG pair as batch
@@ -46,7 +46,7 @@ def parent(args) -> int:
     keys = args.cases.split(",") if args.cases else list(TOY_CASES if args.toy else CASES)
     results, started = [], time.perf_counter()
     for key in keys:
-        command = [sys.executable, "-m", "bench.accelerator.memory_720p", "--one", key]
+        command = [sys.executable, "-m", "bench.accelerator.chip.memory_720p", "--one", key]
         command += ["--toy"] * args.toy + ["--report"] * args.report + ["--repeats", str(args.repeats)]
         command += ["--aot", args.aot] if args.aot else []
         command += ["--dump", str(Path(args.dump) / key)] if args.dump else []

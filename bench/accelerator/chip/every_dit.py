@@ -18,9 +18,9 @@ For each model, in a process of its own (JAX's memory pool keeps its peak until 
 - compile seconds with the persistent cache empty (cold); `warm` recompiles every model's depth-1 program in
   one process from the cache the runs filled.
 
-    python -m bench.accelerator.every_dit all --out-dir OUT [--budget 480] [--models a,b,...]
-    python -m bench.accelerator.every_dit one MODEL [--size WxHxF] --out JSON
-    python -m bench.accelerator.every_dit table OUT          # the markdown table from OUT/*.json
+    python -m bench.accelerator.chip.every_dit all --out-dir OUT [--budget 480] [--models a,b,...]
+    python -m bench.accelerator.chip.every_dit one MODEL [--size WxHxF] --out JSON
+    python -m bench.accelerator.chip.every_dit table OUT          # the markdown table from OUT/*.json
 """
 
 from __future__ import annotations
@@ -417,7 +417,7 @@ def run_all(specs: list[str], out_dir: Path, budget: float, per_model: float) ->
             continue
         target = out_dir / _file_name(spec)
         started = time.time()
-        cmd = [sys.executable, "-m", "bench.accelerator.every_dit", "one", spec, "--out", str(target)]
+        cmd = [sys.executable, "-m", "bench.accelerator.chip.every_dit", "one", spec, "--out", str(target)]
         log = target.with_suffix(".log")
         try:
             with log.open("w") as sink:
@@ -433,7 +433,7 @@ def run_all(specs: list[str], out_dir: Path, budget: float, per_model: float) ->
             done.append(spec)
         print(f"[every_dit] {spec}: {why or 'ok'} in {time.time() - started:.0f} s", flush=True)
     if done and deadline - time.time() > 40:
-        cmd = [sys.executable, "-m", "bench.accelerator.every_dit", "warm", *done, "--out", str(out_dir / "warm.json")]
+        cmd = [sys.executable, "-m", "bench.accelerator.chip.every_dit", "warm", *done, "--out", str(out_dir / "warm.json")]
         try:
             subprocess.run(cmd, env=env, timeout=max(10, deadline - time.time()))
         except subprocess.TimeoutExpired:

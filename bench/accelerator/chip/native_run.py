@@ -1,6 +1,6 @@
 """`vidax-gen` run in this process, then the device's memory peak: a native-size run's figures in one JSON.
 
-    python -m bench.accelerator.native_run --json OUT.json -- wan2.1-t2v-1.3b --weights DIR --prompt ... --out v.mp4
+    python -m bench.accelerator.chip.native_run --json OUT.json -- wan2.1-t2v-1.3b --weights DIR --prompt ... --out v.mp4
 
 Everything after `--` is `vidax-gen`'s command line, run through the CLI's own entry point (so the run is
 exactly what a user's is: planner, stages, progress, the sidecar). Afterwards the JSON holds the wall time,
@@ -20,7 +20,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
-        raise SystemExit("usage: python -m bench.accelerator.native_run --json OUT.json -- MODEL [vidax-gen flags]")
+        raise SystemExit("usage: python -m bench.accelerator.chip.native_run --json OUT.json -- MODEL [vidax-gen flags]")
     split = argv.index("--")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True)
