@@ -54,6 +54,10 @@ ESTIMATES: dict[str, float] = {
     "tests/step_cache/test_hunyuan_video15.py": 23,
     "tests/translator/test_translator_only_install.py": 23,
     "tests/ltx2/test_transformer.py": 21,
+    # added since that run, from single-file runs: Pallas' interpreter, the three-fold VACE extension, every_dit
+    "tests/runtime/test_heads_major.py": 60,
+    "tests/embedded/test_vace_extension.py": 50,
+    "tests/bench/test_every_dit.py": 20,
     "tests/wan/test_transformer.py": 21,
 }
 
