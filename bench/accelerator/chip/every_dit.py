@@ -241,7 +241,8 @@ def measure(spec: str, repeats: int = 2, out: Path | None = None) -> dict:
     peak = peak_tflops(device.device_kind)
     row: dict[str, Any] = {"spec": spec, "model": model, "size": f"{s.width}x{s.height}x{s.frames}",
                            "device": device.device_kind, "jax": jax.__version__, "guided": bool(s.guided),
-                           "date": time.strftime("%Y-%m-%d")}
+                           "date": time.strftime("%Y-%m-%d"),
+                           "heads_major": os.environ.get("VIDAX_HEADS_MAJOR", "by memory")}
     save = (lambda: out.write_text(json.dumps(row, indent=1, default=str))) if out else (lambda: None)
     runs: dict[str, dict] = {}
     for depth in (1, 0, 2):
@@ -283,7 +284,10 @@ def measure(spec: str, repeats: int = 2, out: Path | None = None) -> dict:
                             "flops": flops, "finite": finite, "xla_argument": memory.argument_size_in_bytes,
                             "xla_output": memory.output_size_in_bytes, "xla_temp": memory.temp_size_in_bytes,
                             "xla_alias": memory.alias_size_in_bytes,
-                            "peak_bytes_in_use": stats.get("peak_bytes_in_use"), "bytes_limit": stats.get("bytes_limit")}
+                            "peak_bytes_in_use": stats.get("peak_bytes_in_use"), "bytes_limit": stats.get("bytes_limit"),
+                            # every figure the runtime gives (run G: its peak_bytes_in_use did not count XLA's
+                            # temporaries, so the dry run's check needs to know which one does)
+                            "memory_stats": dict(stats)}
         row["runs"] = runs
         _log(f"{spec}: depth {depth}: {t['median_s'] * 1e3:.1f} ms, finite {finite}")
         del concrete, compiled
