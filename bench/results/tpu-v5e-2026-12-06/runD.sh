@@ -11,7 +11,7 @@ mkdir -p /tmp/shim/vidax; for d in translator zoo cli conversion_specs train; do
 export PYTHONPATH=$PYTHONPATH:/tmp/shim:$PWD
 el deps; { uptime; df -h /tmp | tail -1; free -g | head -2; python3 -c 'import jax; print(jax.__version__, jax.devices())'; } 2>&1 | tee -a $OUT/run.log
 MODELS=${MODELS:-wan2.1-t2v-1.3b,wan2.1-t2v-14b@832x480x81,hunyuanvideo-1.5,wan2.1-vace-1.3b,cogvideox-5b,ltx-video-13b,ltx-2,cosmos3-nano}
-timeout ${ED_BUDGET:-420} python3 -m bench.accelerator.every_dit all --out-dir /tmp/ed --models "$MODELS" --budget $(( ${ED_BUDGET:-420} - 10 )) --per-model ${PER_MODEL:-80} > $OUT/every_dit.log 2>&1
+timeout ${ED_BUDGET:-420} python3 -m bench.accelerator.every_dit all --out-dir /tmp/ed --models "$MODELS" --budget $(( ${ED_BUDGET:-420} - 10 )) --per-model ${PER_MODEL:-150} > $OUT/every_dit.log 2>&1
 cp /tmp/ed/every_dit.md $OUT/ 2>/dev/null; tar czf $OUT/every_dit.tgz -C /tmp ed; el every_dit
 if [ "${TRAIN:-1}" = 1 ]; then
   timeout 100 python3 -m vidax.train.bench wan2.1-t2v-1.3b --height 480 --width 832 --frames 81 --rank 32 --steps 3 --out $OUT/train.json > $OUT/train.log 2>&1
