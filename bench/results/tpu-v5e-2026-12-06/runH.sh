@@ -15,7 +15,7 @@ for hm in 0 1; do
   mkdir -p /tmp/dump$hm
   VIDAX_HEADS_MAJOR=$hm XLA_FLAGS=--xla_dump_to=/tmp/dump$hm timeout 170 python3 -m bench.accelerator.chip.every_dit one \
     wan2.1-t2v-14b@832x480x81 --out $OUT/wan14b_hm$hm.json > /tmp/hm$hm.log 2>&1
-  grep "every_dit 0" /tmp/hm$hm.log | tee -a $OUT/run.log
+  grep "\[every_dit " /tmp/hm$hm.log | tee -a $OUT/run.log
   cat /tmp/dump$hm/*memory-usage-report* 2>/dev/null | head -60 > /tmp/report$hm.txt
   el "heads-major $hm"
 done
