@@ -24,26 +24,9 @@ import pytest  # noqa: E402
 # after `_release_compiled_programs` drops its programs): a program one process compiled, another loads.
 # The controller makes the folder (or the caller names it) and removes it at the end of the run;
 # `VIDAX_TEST_COMPILE_CACHE=off` runs without it.
-COMPILE_CACHE_ENV = "VIDAX_TEST_COMPILE_CACHE"
+from tests.compile_cache import COMPILE_CACHE_ENV, open_shared_compile_cache  # noqa: E402
+
 _OWN_COMPILE_CACHE: list[str] = []
-
-
-def _open_shared_compile_cache(jax) -> None:
-    """Point jax's persistent cache at the run's folder and open it with one trivial compile.
-
-    jax decides once per process, at its first compile, whether its cache is used; after that
-    `jax_enable_compilation_cache` no longer changes it. So the tests see vidax's own setting as before
-    (`VIDAX_NO_COMPILE_CACHE=1`: vidax switches the flag off, its dry-run cache stays off, `configure_compile_cache`
-    returns None) while every compile of the run goes through the shared folder."""
-    folder = os.environ.get(COMPILE_CACHE_ENV)
-    if not folder or folder == "off" or ON_TPU:
-        return
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_enable_compilation_cache", True)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    jax.jit(lambda x: x + 1)(0)
-    jax.config.update("jax_enable_compilation_cache", False)  # vidax sets it from VIDAX_NO_COMPILE_CACHE anyway
 
 
 def pytest_configure(config):
@@ -58,7 +41,8 @@ def pytest_configure(config):
         return
     jax.config.update("jax_default_matmul_precision", "highest")
     if hasattr(config, "workerinput") or config.getoption("numprocesses", None) in (None, 0):
-        _open_shared_compile_cache(jax)  # the processes that run tests (not an xdist controller)
+        if not ON_TPU:  # the processes that run tests (not an xdist controller); a TPU host keeps vidax's own
+            open_shared_compile_cache()
     try:
         import torch
 

@@ -62,17 +62,9 @@ def _open_shared_compile_cache() -> None:
     It was off here from the start (`VIDAX_NO_COMPILE_CACHE=1`, as every test process ran before the run had
     one shared cache): vidax's default cache is the user's own folder, which no test may write. Called after
     `join`: a compile before `jax.distributed.initialize` would start the backend."""
-    folder = os.environ.get("VIDAX_TEST_COMPILE_CACHE")
-    if not folder or folder == "off":
-        return
-    import jax
+    from tests.compile_cache import open_shared_compile_cache
 
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_enable_compilation_cache", True)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    jax.jit(lambda x: x + 1)(0)
-    jax.config.update("jax_enable_compilation_cache", False)
+    open_shared_compile_cache()
 
 
 def join_only(index: int, case: dict) -> int:

@@ -170,7 +170,8 @@ HEADS_MAJOR_ENV = "VIDAX_HEADS_MAJOR"  # "1": wherever a TPU kernel runs on one 
 
 def _heads_major_wanted(batch: int, tokens: int, width: int, dtype) -> bool:
     """Heads-major only where the `[B, S, H, D]` program's attention copies would crowd the device
-    (`planner.heads_major_needed`: Wan2.1-14B and HunyuanVideo-1.5 at 720p on a v5e, not their 480p shapes).
+    (`planner.heads_major_needed`: Wan2.1-14B at 720p on a v5e, not at 480p; Wan's self-attention is the one
+    caller).
     The speed of the `[B, S, H, D]` program is the one measured on the chip (splash at 80% of peak, the
     Wan2.1-14B block within 0.92x of MaxDiffusion's); the heads-major program's memory was measured by XLA's
     TPU compiler (the Wan 720p 2-block program: 16.36 -> 13.00 GiB of temporaries), its speed not yet."""

@@ -227,27 +227,26 @@ BLOCKWISE_LAYOUT_COPIES = 3
 
 
 # [batch, tokens, dim] activation-dtype buffers live in a block's attention sub-block on an accelerator: its
-# modulated input, q, k, v, the attention output and its projection (heads-major from the projections, so no
-# padded copies). Where these outgrow ATTENTION_ROWS_SHARE of the device, the sub-block may run one CFG row at a
-# time (`kernels/heads_major.attention_rows`, opt-in with VIDAX_ATTENTION_ROWS=auto: it did not lower the Wan 720p
-# peak, so `dit_activation_bytes` does not count it): Wan2.1-14B at 720p (75,600 tokens x 5120, the CFG pair:
-# 9.3 GB) and HunyuanVideo-1.5 at 720p (113,585 x 2048: 5.6 GB) on a 15.75 GiB TPU v5e, not their 480p shapes
-# (4.0 and 2.5 GB).
+# modulated input, q, k, v, the attention output and its projection. Where these outgrow ATTENTION_ROWS_SHARE of
+# the device, Wan's self-attention takes q/k/v heads-major from its projections (no padded, transposed copies;
+# `heads_major_needed`), and may run one CFG row at a time (`kernels/heads_major.attention_rows`, opt-in with
+# VIDAX_ATTENTION_ROWS=auto: it did not lower the Wan 720p peak, so `dit_activation_bytes` does not count it):
+# Wan2.1-14B at 720p (75,600 tokens x 5120, the CFG pair: 9.3 GB) on a 15.75 GiB TPU v5e, not at 480p (4.0 GB).
 ATTENTION_PHASE_UNITS = 6
 ATTENTION_ROWS_SHARE = 0.3
 
 
-def attention_by_rows(batch: int, tokens: int, width: int, activation_bytes: int, device_bytes: int) -> bool:
-    """Whether the attention sub-block runs one batch row at a time (the rule both the model and `predict` use)."""
-    whole = batch * tokens * width * activation_bytes * ATTENTION_PHASE_UNITS
-    return batch > 1 and whole > ATTENTION_ROWS_SHARE * device_bytes
-
-
 def heads_major_needed(batch: int, tokens: int, width: int, activation_bytes: int, device_bytes: int) -> bool:
     """Whether self-attention takes q/k/v heads-major from its projections (`kernels/heads_major.py`): where the
-    sub-block's activations outgrow ATTENTION_ROWS_SHARE of the device, as for `attention_by_rows` but for any
-    batch (the `[B, S, H, D]` program holds q/k/v twice there: padded, transposed copies)."""
+    sub-block's activations outgrow ATTENTION_ROWS_SHARE of the device (the `[B, S, H, D]` program holds q/k/v
+    twice there: padded, transposed copies)."""
     return batch * tokens * width * activation_bytes * ATTENTION_PHASE_UNITS > ATTENTION_ROWS_SHARE * device_bytes
+
+
+def attention_by_rows(batch: int, tokens: int, width: int, activation_bytes: int, device_bytes: int) -> bool:
+    """Whether the attention sub-block runs one batch row at a time, where asked (`kernels/heads_major`): the
+    same rule, for a batch of rows."""
+    return batch > 1 and heads_major_needed(batch, tokens, width, activation_bytes, device_bytes)
 
 
 def rows_per_device(batch: int, dp: int) -> int:

@@ -10,8 +10,6 @@ AdaLN and the unpatchify. Module names mirror diffusers' so that the conversion 
 from __future__ import annotations
 
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -29,19 +27,6 @@ from vidax.zoo.parts.dual_stream import (
     XEmbedder,
 )
 from vidax.zoo.hunyuan_video15.config import TransformerConfig
-from vidax.zoo.compute.attention import heads_major_choice
-from vidax.zoo.compute.kernels.heads_major import (
-    HeadsDense,
-    HeadsOut,
-    HeadsRMSNorm,
-    attention_rows,
-    by_rows,
-    pad_tokens,
-    rotate_interleaved as rotate_heads_major,
-)
-from vidax.zoo.compute.kernels.pallas_tpu import padded_lengths, tpu_attention_heads_major
-from vidax.zoo.parts.dual_stream import JointAttention
-from vidax.zoo.compute.layers import FeedForward, Linear, modulate
 from vidax.zoo.compute.layers import (
     Dense,
     LayerNorm,
@@ -175,92 +160,6 @@ class _CondTypeEmbed(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# The block: `dual_stream.DualStreamBlock` with its joint attention heads-major on a TPU
-
-
-class Attention15(nn.Module):
-    """`dual_stream.JointAttention` (the same params) with video and text q/k/v projected straight into the
-    TPU kernel's `[B, H, S_pad, Dh]` (`kernels/heads_major.py`): the video stream padded once, the text written
-    after it in place. Only where `attention.heads_major_choice` names a kernel (`choice`)."""
-
-    cfg: TransformerConfig
-    choice: Any = None  # (TpuAttention, interpret) for the batch this module is called with
-
-    @nn.compact
-    def __call__(self, video, text, ctx: Context):
-        cfg = self.cfg
-        heads, dim = cfg.num_attention_heads, cfg.inner_dim
-        s, t = video.shape[1], text.shape[1]
-        choice, interpret = self.choice
-        sq, skv = padded_lengths(choice, s + t, s + t)
-        n = max(sq, skv)
-        padded = pad_tokens(video, n)
-        cos, sin = pad_tokens(ctx.rope_cos, n, axis=0), pad_tokens(ctx.rope_sin, n, axis=0)
-
-        def project(names, norms, rows):
-            y = HeadsDense(dim, heads, name=names[0])(padded[:, :rows])
-            y_text = HeadsDense(dim, heads, name=names[1])(text)
-            if norms:
-                y = rotate_heads_major(HeadsRMSNorm(1e-6, name=norms[0])(y), cos[:rows], sin[:rows])
-                y_text = HeadsRMSNorm(1e-6, name=norms[1])(y_text)
-            return jax.lax.dynamic_update_slice_in_dim(y, y_text.astype(y.dtype), s, axis=2)
-
-        q = project(("to_q", "add_q_proj"), ("norm_q", "norm_added_q"), sq)
-        k = project(("to_k", "add_k_proj"), ("norm_k", "norm_added_k"), skv)
-        v = project(("to_v", "add_v_proj"), (), skv)
-        b = video.shape[0]
-        kv_mask = jnp.concatenate([jnp.ones((b, s), bool), ctx.text_mask.astype(bool),
-                                   jnp.zeros((b, skv - s - t), bool)], axis=1)
-        out = tpu_attention_heads_major(q, k, v, kv_mask, (dim // heads) ** -0.5, choice, s + t, s + t,
-                                        interpret=interpret)
-        return (HeadsOut(dim, name="to_out_0")(out[:, :, :s]),
-                HeadsOut(dim, name="to_add_out")(out[:, :, s:s + t]))
-
-
-class Block15(DualStreamBlock):
-    """`dual_stream.DualStreamBlock` with `Attention15`; the attention sub-block one CFG row at a time where
-    the batch's attention activations would crowd the device (`kernels/heads_major.attention_rows`)."""
-
-    @nn.compact
-    def __call__(self, hidden: DualStream, ctx: Context) -> DualStream:
-        cfg = self.cfg
-        video, text = hidden.video, hidden.text
-        act = nn.silu(ctx.temb)
-        mod = Linear(6 * cfg.inner_dim, child="linear", name="norm1")(act).astype(video.dtype)
-        c_mod = Linear(6 * cfg.inner_dim, child="linear", name="norm1_context")(act).astype(text.dtype)
-        shift, scale, gate, shift_mlp, scale_mlp, gate_mlp = jnp.split(mod, 6, axis=-1)
-        c_shift, c_scale, c_gate, c_shift_mlp, c_scale_mlp, c_gate_mlp = jnp.split(c_mod, 6, axis=-1)
-        norm = LayerNorm(eps=1e-6, use_scale=False, use_bias=False)
-
-        # 1. Joint attention on the AdaLN-modulated streams.
-        b, s, t = video.shape[0], video.shape[1], text.shape[1]
-        rows = attention_rows(b, s + t, cfg.inner_dim, video.dtype)
-        heads = cfg.num_attention_heads  # (a row's kernel is prepared here, outside the scan over rows)
-        choice = heads_major_choice(1 if rows else b, s + t, s + t, heads, cfg.inner_dim // heads, video.dtype,
-                                    masked=True)
-        attn = JointAttention(cfg, name="attn") if choice is None else Attention15(cfg, choice, name="attn")
-        if rows:
-            plain = lambda x, sh, sc: modulate(norm.apply({}, x), sh[:, None], sc[:, None])  # noqa: E731
-
-            def row(m, v, tx, sh, sc, csh, csc, mask):
-                return m(plain(v, sh, sc), plain(tx, csh, csc), ctx.replace(text_mask=mask))
-
-            attn_out, text_attn_out = by_rows(attn, row, (video, text, shift, scale, c_shift, c_scale, ctx.text_mask))
-        else:
-            attn_out, text_attn_out = attn(modulate(norm(video), shift[:, None], scale[:, None]),
-                                           modulate(norm(text), c_shift[:, None], c_scale[:, None]), ctx)
-        video = video + attn_out * gate[:, None]
-        text = text + text_attn_out * c_gate[:, None]
-
-        # 2. Feed-forward per stream.
-        ff = FeedForward(cfg.inner_dim, cfg.mlp_dim, name="ff")
-        ff_text = FeedForward(cfg.inner_dim, cfg.mlp_dim, name="ff_context")
-        video = video + gate_mlp[:, None] * ff(modulate(norm(video), shift_mlp[:, None], scale_mlp[:, None]))
-        text = text + c_gate_mlp[:, None] * ff_text(modulate(norm(text), c_shift_mlp[:, None], c_scale_mlp[:, None]))
-        return DualStream(constrain(video, VIDEO_AXES), constrain(text, TEXT_AXES))
-
-
-# ---------------------------------------------------------------------------------------------
 # The model
 
 
@@ -276,7 +175,7 @@ class HunyuanVideo15Transformer(DualStreamTransformer):
         self.cfg = cfg
         self.dtype = dtype
         self.embedder = Embedder(cfg)
-        self.block = Block15(cfg)
+        self.block = DualStreamBlock(cfg)
         self.head_module = Head(cfg)
 
     embed_modules = ("time_embed", "x_embedder", "cond_type_embed", "context_embedder", "context_embedder_2",

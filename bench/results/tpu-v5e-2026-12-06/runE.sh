@@ -6,14 +6,8 @@
 set -u
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1 VIDAX_NO_TPU_TUNING=1 VIDAX_CACHE_DIR=/tmp/vc
 start=$(date +%s); el() { echo "[runE] $1 at $(( $(date +%s) - start )) s" | tee -a $OUT/run.log; }
-if [ ! -d /tmp/site/flax ]; then
-  PIP_CONFIG_FILE=/dev/null python3 -m pip install -q --isolated --only-binary=:all: --index-url file:///opt/pypi/simple --target /tmp/site flax typer rich huggingface-hub psutil pillow tokenizers sentencepiece jinja2 safetensors ftfy av gguf einops pyyaml optax orbax-checkpoint requests > /tmp/pip.log 2>&1 || tail -5 /tmp/pip.log
-fi
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site
-mkdir -p /tmp/shim/vidax; for d in translator zoo cli conversion_specs train; do ln -sfn $PWD/$d /tmp/shim/vidax/$d; done
-export PYTHONPATH=$PYTHONPATH:/tmp/shim:$PWD
+source "$(dirname "$0")/host_setup.sh"
 el deps; { uptime; df -h /tmp | tail -1; } 2>&1 | tee -a $OUT/run.log
-gen() { python3 -c 'from vidax.cli import gen_main; gen_main()' "$@"; }
 [ -f /tmp/w13/vidax_model.json ] || timeout 150 python3 -c 'from vidax.cli import convert_main; convert_main()' wan2.1-t2v-1.3b --synthetic --out /tmp/w13 > $OUT/convert.log 2>&1
 tail -2 $OUT/convert.log; du -sh /tmp/w13 | tee -a $OUT/run.log; el synthetic
 timeout 330 python3 -m bench.accelerator.chip.native_run --json $OUT/cold.json -- wan2.1-t2v-1.3b --weights /tmp/w13 --prompt "a cat walks on the grass" --steps 2 --out /tmp/w13_cold.mp4 > $OUT/cold.log 2>&1

@@ -3,8 +3,7 @@
 # compile cache warm, through `vidax-gen` (bench.accelerator.chip.native_run).
 set -u
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1 VIDAX_NO_TPU_TUNING=1 VIDAX_CACHE_DIR=/tmp/vc
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site:/tmp/shim:$PWD
-mkdir -p /tmp/shim/vidax; for d in translator zoo cli conversion_specs train; do ln -sfn $PWD/$d /tmp/shim/vidax/$d; done
+source "$(dirname "$0")/host_setup.sh"
 uptime | tee -a $OUT/run.log
 timeout 560 python3 -m bench.accelerator.chip.native_run --json $OUT/warm.json -- wan2.1-t2v-1.3b --weights /tmp/w13 --prompt "a cat walks on the grass" --out /tmp/w13.mp4 > $OUT/warm.log 2>&1
 tail -4 $OUT/warm.log

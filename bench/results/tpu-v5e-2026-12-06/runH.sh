@@ -6,10 +6,7 @@
 set -u
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1 VIDAX_NO_TPU_TUNING=1
 start=$(date +%s); el() { echo "[runH] $1 at $(( $(date +%s) - start )) s" | tee -a $OUT/run.log; }
-PIP_CONFIG_FILE=/dev/null python3 -m pip install -q --isolated --only-binary=:all: --index-url file:///opt/pypi/simple --target /tmp/site flax typer rich huggingface-hub psutil pillow tokenizers sentencepiece jinja2 safetensors ftfy av gguf einops pyyaml optax orbax-checkpoint requests > /tmp/pip.log 2>&1 || tail -5 /tmp/pip.log
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site
-mkdir -p /tmp/shim/vidax; for d in translator zoo cli conversion_specs train; do ln -sfn $PWD/$d /tmp/shim/vidax/$d; done
-export PYTHONPATH=$PYTHONPATH:/tmp/shim:$PWD
+source "$(dirname "$0")/host_setup.sh"
 el deps; python3 -c 'import jax; print(jax.__version__, jax.devices())' 2>&1 | tail -1 | tee -a $OUT/run.log
 for hm in 0 1; do
   mkdir -p /tmp/dump$hm
