@@ -136,8 +136,8 @@ HEADS_MAJOR_IMPLEMENTATION: str | None = None
 _TPU_NAMES = ("pallas", "splash", "flash", "pallas_interpret", "splash_interpret", "flash_interpret")
 
 
-def heads_major_choice(batch: int, sq: int, skv: int, heads: int, head_dim: int, dtype, *,
-                       masked: bool = False) -> tuple[TpuAttention, bool] | None:
+def heads_major_choice(batch: int, sq: int, skv: int, heads: int, head_dim: int, dtype
+                       ) -> tuple[TpuAttention, bool] | None:
     """`(blocks, interpret)` when attention of these shapes runs a TPU kernel on one device, where q/k/v are
     best made heads-major and padded by their projections (`kernels/heads_major.py`); None where the
     entry point's `[B, S, H, D]` form serves (CPU, GPU, short attention, under a mesh of several devices).
@@ -150,18 +150,17 @@ def heads_major_choice(batch: int, sq: int, skv: int, heads: int, head_dim: int,
         return None
     q = jax.ShapeDtypeStruct((batch, sq, heads, head_dim), dtype)
     k = jax.ShapeDtypeStruct((batch, skv, heads, head_dim), dtype)
-    mask = jax.ShapeDtypeStruct((batch, skv), jnp.bool_) if masked else None
-    name = HEADS_MAJOR_IMPLEMENTATION or choose_kernel(q, k, mask)
+    name = HEADS_MAJOR_IMPLEMENTATION or choose_kernel(q, k, None)
     if name not in _TPU_NAMES or not (head_dim == 64 or head_dim % 128 == 0):
         return None
     if HEADS_MAJOR_IMPLEMENTATION is None and not _heads_major_wanted(batch, sq, heads * head_dim, dtype):
         return None
-    choice = effective_choice(_tpu_choice(name, q, k, mask), dtype, sq, skv)
+    choice = effective_choice(_tpu_choice(name, q, k, None), dtype, sq, skv)
     interpret = name.endswith("_interpret")
     if choice.kernel == "splash":  # its host-side block map now, not inside a scan over rows (a tracer there)
         from vidax.zoo.compute.kernels.pallas_tpu import splash_kernel_for
 
-        splash_kernel_for(choice, heads, sq, skv, masked, interpret)
+        splash_kernel_for(choice, heads, sq, skv, interpret)
     return choice, interpret
 
 

@@ -187,11 +187,11 @@ class WanAttention(nn.Module):
             y = HeadsDense(dim, heads, name=name)(x[:, :rows])
             if norm is None:
                 return y
-            y = HeadsRMSNorm(cfg.eps, across_heads=True, axis_name="heads", name=norm)(y)
+            y = HeadsRMSNorm(cfg.eps, axis_name="heads", name=norm)(y)
             return rotate_heads_major(y, cos[:rows], sin[:rows])
 
         q, k, v = project("to_q", "norm_q", sq), project("to_k", "norm_k", skv), project("to_v", None, skv)
-        out = tpu_attention_heads_major(q, k, v, None, (dim // heads) ** -0.5, choice, s, s, interpret=interpret)
+        out = tpu_attention_heads_major(q, k, v, (dim // heads) ** -0.5, choice, s, s, interpret=interpret)
         return HeadsOut(cfg.inner_dim, name="to_out_0")(out[:, :, :s])
 
 

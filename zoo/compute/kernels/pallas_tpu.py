@@ -147,14 +147,13 @@ def _splash(q, k, v, kv_mask, scale, choice: TpuAttention, interpret: bool):
     return out.transpose(0, 2, 1, 3)[:, :sq, :, :d]  # [B, Sq, H, D]
 
 
-def tpu_attention_heads_major(qh, kh, vh, kv_mask, scale: float, choice: TpuAttention, sq: int, skv: int, *,
+def tpu_attention_heads_major(qh, kh, vh, scale: float, choice: TpuAttention, sq: int, skv: int, *,
                               interpret: bool = False):
     """Attention over inputs already heads-major and padded: q `[B, H, Sq_pad, D]`, k/v `[B, H, Skv_pad, D]`
-    (`padded_lengths` of an `effective_choice`), of which the first `sq` / `skv` rows are real; returns
-    `[B, H, Sq_pad, D]` (rows past `sq` are padding). kv_mask `[B, Skv_pad]` (True = attend; padding False)
-    or None (the keys past `skv` are then masked by the kernel). No transpose, pad or slice here: the
-    projections write this layout (`vidax.zoo.compute.kernels.heads_major`). The head dim must be one
-    the kernels take as it is (64 or a multiple of 128)."""
+    (`padded_lengths` of an `effective_choice`), of which the first `sq` / `skv` rows are real (the keys past
+    `skv` are masked by the kernel); returns `[B, H, Sq_pad, D]` (rows past `sq` are padding). No transpose, pad
+    or slice here: the projections write this layout (`vidax.zoo.compute.kernels.heads_major`). The head dim
+    must be one the kernels take as it is (64 or a multiple of 128)."""
     b, h, sq_pad, d = qh.shape
     skv_pad = kh.shape[2]
     if (sq_pad, skv_pad) != padded_lengths(choice, sq, skv) or _head_dim(d) != d:
@@ -162,30 +161,24 @@ def tpu_attention_heads_major(qh, kh, vh, kv_mask, scale: float, choice: TpuAtte
                          f"for lengths {sq}, {skv}")
     with _kernel_precision(qh.dtype):
         if choice.kernel == "splash":
-            kernel = splash_kernel_for(choice, h, sq, skv, kv_mask is not None, interpret)
-            qh = qh * jnp.asarray(scale, qh.dtype)
-            if kv_mask is None:
-                out = jax.vmap(kernel)(qh, kh, vh)
-            else:
-                segments = splash.SegmentIds(q=jnp.ones((b, sq_pad), jnp.int32), kv=kv_mask.astype(jnp.int32))
-                out = jax.vmap(kernel)(qh, kh, vh, segment_ids=segments)
+            kernel = splash_kernel_for(choice, h, sq, skv, interpret)
+            out = jax.vmap(kernel)(qh * jnp.asarray(scale, qh.dtype), kh, vh)
         else:
             with pltpu.force_tpu_interpret_mode() if interpret else contextlib.nullcontext():
                 segments = None
-                if kv_mask is not None or skv_pad > skv:
-                    mask = (jnp.broadcast_to(jnp.arange(skv_pad) < skv, (b, skv_pad)) if kv_mask is None
-                            else kv_mask.astype(bool))
-                    segments = fa.SegmentIds(q=jnp.ones((b, sq_pad), jnp.int32), kv=mask.astype(jnp.int32))
+                if skv_pad > skv:
+                    valid = jnp.broadcast_to(jnp.arange(skv_pad) < skv, (b, skv_pad)).astype(jnp.int32)
+                    segments = fa.SegmentIds(q=jnp.ones((b, sq_pad), jnp.int32), kv=valid)
                 blocks = fa.BlockSizes(block_q=choice.block_q, block_k_major=choice.block_kv,
                                        block_k=choice.block_kv_compute, block_b=1)
                 out = fa.flash_attention(qh, kh, vh, segment_ids=segments, sm_scale=scale, block_sizes=blocks)
     return out.astype(qh.dtype)
 
 
-def splash_kernel_for(choice: TpuAttention, heads: int, sq: int, skv: int, masked: bool, interpret: bool):
+def splash_kernel_for(choice: TpuAttention, heads: int, sq: int, skv: int, interpret: bool):
     """The splash kernel `tpu_attention_heads_major` runs for these lengths (built once per shape)."""
     sq_pad, skv_pad = padded_lengths(choice, sq, skv)
-    valid = skv if not masked and skv_pad > skv else None
+    valid = skv if skv_pad > skv else None
     return _splash_kernel(heads, sq_pad, skv_pad, valid, choice, interpret)
 
 
