@@ -214,11 +214,14 @@ async def _event_stream(service: Service, job_id: str, request: Request):
     (a comment every 10 s keeps idle connections open)."""
     last, quiet, seen = None, 0.0, 0
     while not await request.is_disconnected():
+        # The trail is read after the status: a job publishes every step before it ends, so when the status says
+        # it ended the trail is whole, and its last steps (as the running job's) go out ahead of its final state.
         status = service.status(job_id)
-        steps = service.progress_since(job_id, seen) if status["status"] in ("running", "cancelling") else []
+        steps = service.progress_since(job_id, seen)
         seen += len(steps)
+        shown = status if status["status"] in ("running", "cancelling") else _as_running(status)
         for progress in steps:  # every state published since the last poll, however fast the steps
-            last = json.dumps({**status, "progress": progress})
+            last = json.dumps({**shown, "progress": progress})
             yield f"event: status\ndata: {last}\n\n"
         text = json.dumps(status)
         if not steps and text != last:
@@ -231,6 +234,11 @@ async def _event_stream(service: Service, job_id: str, request: Request):
             quiet = 0.0
         await asyncio.sleep(0.1)
         quiet += 0.1
+
+
+def _as_running(status: dict) -> dict:
+    """An ended job's status as it stood while it ran: for the steps it published before it ended."""
+    return {**{k: v for k, v in status.items() if k != "content"}, "status": "running", "finished": None}
 
 
 async def _read_request(request: Request, service: Service, folder: Path, max_upload_bytes: int):
