@@ -1,4 +1,5 @@
-"""CogVideoX position tables, built on the host as the diffusers pipeline and transformer build them.
+"""CogVideoX position tables: per-axis tables built on the host as the diffusers pipeline and transformer build them,
+expanded over the token grid in the program (`parts.rope.grid_table`).
 
 - 3D RoPE (5B, 5B-I2V, 1.5): the pipeline's `_prepare_rotary_positional_embeddings` and diffusers
   `get_3d_rotary_pos_embed`. The head dimension splits into t, h, w parts (`d/4`, `3d/8`, `3d/8`),
@@ -15,8 +16,11 @@ the sincos table in float64 from float32 positions, cast to float32 (diffusers' 
 
 from __future__ import annotations
 
+import jax
 import numpy as np
+
 from vidax.zoo.cogvideox.config import CogVideoXConfigError, CogVideoXTransformerConfig
+from vidax.zoo.parts.rope import grid_table
 
 THETA = 10000.0
 _F32, _F64 = np.float32, np.float64
@@ -57,19 +61,10 @@ def _rotary_1d(dim: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.repeat(cos, 2, axis=1), np.repeat(sin, 2, axis=1)
 
 
-def _combine(t: np.ndarray, h: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """`[T, dt]`, `[H, dh]`, `[W, dw]` -> `[T*H*W, dt+dh+dw]` in (t, h, w) token order."""
-    nt, nh, nw = len(t), len(h), len(w)
-    full = np.concatenate([
-        np.broadcast_to(t[:, None, None], (nt, nh, nw, t.shape[1])),
-        np.broadcast_to(h[None, :, None], (nt, nh, nw, h.shape[1])),
-        np.broadcast_to(w[None, None, :], (nt, nh, nw, w.shape[1])),
-    ], axis=-1)
-    return full.reshape(nt * nh * nw, -1)
-
-
-def rotary_tables(cfg: CogVideoXTransformerConfig, frames: int, height: int, width: int):
-    """cos/sin `[F'*H'*W', head_dim]` float32 for the video tokens (post-patch grid).
+def rotary_tables(cfg: CogVideoXTransformerConfig, frames: int, height: int, width: int
+                  ) -> tuple[jax.Array, jax.Array]:
+    """cos/sin `[F'*H'*W', head_dim]` float32 for the video tokens (post-patch grid), per-axis tables from
+    the host expanded over the grid in the program (`parts.rope.grid_table`).
 
     Args:
       cfg: the transformer config (patch sizes, head dim, sample size).
@@ -94,9 +89,9 @@ def rotary_tables(cfg: CogVideoXTransformerConfig, frames: int, height: int, wid
         pos_h, pos_w = np.arange(grid_h, dtype=_F32), np.arange(grid_w, dtype=_F32)
         pos_t = np.arange((frames + pt - 1) // pt, dtype=_F32)
     tables = [_rotary_1d(d, pos) for d, pos in ((dim_t, pos_t), (dim_h, pos_h), (dim_w, pos_w))]
-    cos = _combine(*(c for c, _ in tables))
-    sin = _combine(*(s for _, s in tables))
-    return np.ascontiguousarray(cos), np.ascontiguousarray(sin)
+    grid = (len(pos_t), grid_h, grid_w)
+    return (grid_table([(axis, cos) for axis, (cos, _) in enumerate(tables)], grid),
+            grid_table([(axis, sin) for axis, (_, sin) in enumerate(tables)], grid))
 
 
 def _sincos_1d(dim: int, positions: np.ndarray) -> np.ndarray:
@@ -106,8 +101,9 @@ def _sincos_1d(dim: int, positions: np.ndarray) -> np.ndarray:
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
 
 
-def sincos_table(cfg: CogVideoXTransformerConfig, frames: int, height: int, width: int) -> np.ndarray:
-    """The video part of diffusers' joint sincos table: `[F*H'*W', inner_dim]` float32.
+def sincos_table(cfg: CogVideoXTransformerConfig, frames: int, height: int, width: int) -> jax.Array:
+    """The video part of diffusers' joint sincos table: `[F*H'*W', inner_dim]` float32 (expanded over the
+    grid in the program, as `rotary_tables`).
 
     Args:
       cfg: the transformer config (width, patch size, interpolation scales).
@@ -119,11 +115,7 @@ def sincos_table(cfg: CogVideoXTransformerConfig, frames: int, height: int, widt
     pos_w = np.arange(grid_w, dtype=_F32) / _F32(cfg.spatial_interpolation_scale)
     pos_t = np.arange(frames, dtype=_F32) / _F32(cfg.temporal_interpolation_scale)
     spatial_dim, temporal_dim = 3 * dim // 4, dim // 4
-    w_coord, h_coord = np.meshgrid(pos_w, pos_h, indexing="xy")  # [H', W'] each, w varying fastest
-    spatial = np.concatenate([_sincos_1d(spatial_dim // 2, w_coord), _sincos_1d(spatial_dim // 2, h_coord)], axis=1)
-    temporal = _sincos_1d(temporal_dim, pos_t)  # [F, D/4]
-    table = np.concatenate([
-        np.broadcast_to(temporal[:, None], (frames, grid_h * grid_w, temporal_dim)),
-        np.broadcast_to(spatial[None], (frames, grid_h * grid_w, spatial_dim)),
-    ], axis=-1)
-    return table.reshape(frames * grid_h * grid_w, dim).astype(_F32)
+    # each token: [temporal(t) | spatial(w) | spatial(h)] (diffusers' meshgrid puts w's half first)
+    parts = [(0, _sincos_1d(temporal_dim, pos_t)), (2, _sincos_1d(spatial_dim // 2, pos_w)),
+             (1, _sincos_1d(spatial_dim // 2, pos_h))]
+    return grid_table([(axis, table.astype(_F32)) for axis, table in parts], (frames, grid_h, grid_w))

@@ -13,7 +13,10 @@ passes it (its transformer sees integer frame positions whatever the video's fra
 
 from __future__ import annotations
 
+import jax
 import numpy as np
+
+from vidax.zoo.parts.rope import grid_table
 
 BASE_FPS = 24
 
@@ -31,8 +34,9 @@ def _inverse_frequencies(dim: int, scale: float) -> np.ndarray:
 
 
 def rope_tables(head_dim: int, grid: tuple[int, int, int], rope_scale: tuple[float, float, float],
-                fps: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin `[F*H*W, head_dim]` for tokens in (f, h, w) order.
+                fps: float | None = None) -> tuple[jax.Array, jax.Array]:
+    """cos/sin `[F*H*W, head_dim]` for tokens in (f, h, w) order (per-axis tables from the host, expanded over
+    the grid in the program: `parts.rope.grid_table`).
 
     Args:
       head_dim: attention head width.
@@ -40,14 +44,12 @@ def rope_tables(head_dim: int, grid: tuple[int, int, int], rope_scale: tuple[flo
       rope_scale: the config's (t, h, w) NTK scales.
       fps: the video frame rate, or None (images, and what the Predict2.5 pipeline passes).
     """
-    f, h, w = grid
-    dim_t, dim_h, dim_w = axis_dims(head_dim)
-    freq_t, freq_h, freq_w = (_inverse_frequencies(d, s) for d, s in zip((dim_t, dim_h, dim_w), rope_scale))
-    pos_t = np.arange(f, dtype=np.float32)
+    dims = axis_dims(head_dim)
+    freqs = [_inverse_frequencies(d, s) for d, s in zip(dims, rope_scale)]
+    positions = [np.arange(n, dtype=np.float32) for n in grid]
     if fps is not None:
-        pos_t = pos_t / np.float32(fps) * np.float32(BASE_FPS)
-    emb_t = np.broadcast_to(np.outer(pos_t, freq_t)[:, None, None], (f, h, w, freq_t.size))
-    emb_h = np.broadcast_to(np.outer(np.arange(h, dtype=np.float32), freq_h)[None, :, None], (f, h, w, freq_h.size))
-    emb_w = np.broadcast_to(np.outer(np.arange(w, dtype=np.float32), freq_w)[None, None, :], (f, h, w, freq_w.size))
-    angles = np.concatenate([emb_t, emb_h, emb_w] * 2, axis=-1).reshape(f * h * w, head_dim).astype(np.float32)
-    return np.cos(angles), np.sin(angles)
+        positions[0] = positions[0] / np.float32(fps) * np.float32(BASE_FPS)
+    angles = [np.outer(pos, freq).astype(np.float32) for pos, freq in zip(positions, freqs)]  # [n_axis, dim/2]
+    order = [0, 1, 2, 0, 1, 2]  # [t, h, w, t, h, w]
+    return (grid_table([(axis, np.cos(angles[axis])) for axis in order], grid),
+            grid_table([(axis, np.sin(angles[axis])) for axis in order], grid))

@@ -34,7 +34,7 @@ from vidax.zoo.compute.layers import (
     timestep_sinusoid,
     unpatchify,
 )
-from vidax.zoo.parts.rope import rotate_interleaved as apply_rope
+from vidax.zoo.parts.rope import grid_table, rotate_interleaved as apply_rope
 from vidax.zoo.compute.sharding import TEXT_AXES, VIDEO_AXES, constrain
 
 # Either HunyuanVideo's transformer config (1.0's or 1.5's): the fields these pieces read have the same
@@ -290,17 +290,17 @@ class DualStreamTransformer(StackedTransformer):
         return hidden.video, ctx.temb
 
 
-def rope_tables(cfg: DiTConfig, frames: int, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin `[F*H*W, head_dim]` per token (t, h, w order), pairs interleaved (diffusers `use_real`)."""
+def rope_tables(cfg: DiTConfig, frames: int, height: int, width: int) -> tuple[jax.Array, jax.Array]:
+    """cos/sin `[F*H*W, head_dim]` per token (t, h, w order), pairs interleaved (diffusers `use_real`);
+    per-axis tables from the host, expanded over the grid in the program (`parts.rope.grid_table`)."""
     sizes = (frames // cfg.patch_size_t, height // cfg.patch_size, width // cfg.patch_size)
-    grid = np.meshgrid(*[np.arange(n, dtype=np.float32) for n in sizes], indexing="ij")
     cos, sin = [], []
-    for axis_dim, pos in zip(cfg.rope_axes_dim, grid):
+    for axis, (axis_dim, n) in enumerate(zip(cfg.rope_axes_dim, sizes)):
         inv = 1.0 / (cfg.rope_theta ** (np.arange(0, axis_dim, 2, dtype=np.float32) / axis_dim))
-        angles = np.outer(pos.reshape(-1), inv).astype(np.float32)  # [S, axis_dim/2]
-        cos.append(np.repeat(np.cos(angles), 2, axis=1))
-        sin.append(np.repeat(np.sin(angles), 2, axis=1))
-    return np.concatenate(cos, axis=1), np.concatenate(sin, axis=1)
+        angles = np.outer(np.arange(n, dtype=np.float32), inv).astype(np.float32)  # [n, axis_dim/2]
+        cos.append((axis, np.repeat(np.cos(angles), 2, axis=1)))
+        sin.append((axis, np.repeat(np.sin(angles), 2, axis=1)))
+    return grid_table(cos, sizes), grid_table(sin, sizes)
 
 
 class _TimeTextEmbed(nn.Module):

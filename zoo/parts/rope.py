@@ -1,5 +1,6 @@
 """Applying rotary position tables. Each family builds its own tables (their formulas differ and are
-not interchangeable); the two ways of rotating a head vector by them are shared here.
+not interchangeable); the two ways of rotating a head vector by them, and the expansion of per-axis
+tables over a video's token grid, are shared here.
 
 Tables are `[S, D]` cos/sin per token (or `[B, S, D]` per sample), `x` is `[B, S, H, D]`; the
 rotation runs in fp32 and returns `x`'s dtype.
@@ -7,8 +8,33 @@ rotation runs in fp32 and returns `x`'s dtype.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+
+def grid_table(parts: Sequence[tuple[int, np.ndarray]], grid: Sequence[int]) -> jax.Array:
+    """`[prod(grid), sum of widths]` per token of `grid` (last axis fastest) from small per-axis tables.
+
+    Each part `(axis, table)` is a `[grid[axis], width]` table; a token at grid position `(i0, i1, ...)`
+    takes `table[i_axis]` for it, the parts side by side in the order given (an axis may appear twice).
+    A video token's rotary angle along one axis depends on its position on that axis alone, so every
+    grid family's cos/sin table is such a product. The expansion runs in the program: host-made full
+    tables are baked into a jitted program as constants (2 x 61 MB for HunyuanVideo at 720p), which
+    XLA's CPU compile of the Wan2.1-14B step took twice as long with; the per-axis tables are kilobytes.
+    """
+    grid = tuple(int(n) for n in grid)
+    pieces = []
+    for axis, table in parts:
+        if table.shape[0] != grid[axis]:
+            raise ValueError(f"axis {axis} has {grid[axis]} positions, its table {table.shape[0]} rows")
+        shape = [1] * len(grid) + [table.shape[-1]]
+        shape[axis] = grid[axis]
+        pieces.append(jnp.broadcast_to(jnp.asarray(table).reshape(shape), (*grid, table.shape[-1])))
+    return jnp.concatenate(pieces, axis=-1).reshape(math.prod(grid), -1)
 
 
 def _tables(table: jax.Array) -> jax.Array:

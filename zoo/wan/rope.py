@@ -1,13 +1,16 @@
 """Wan's 3D rotary position embedding (follows diffusers `WanRotaryPosEmbed`).
 
 The head dimension is split into (t, h, w) parts, `h = w = 2 * (head_dim // 6)` and t the rest;
-each part rotates interleaved pairs by its axis position times `theta ** (-2i / part)`. Tables are
-computed on the host in float64 and cast to float32, as the reference does.
+each part rotates interleaved pairs by its axis position times `theta ** (-2i / part)`. Each axis' table
+is computed on the host in float64 and cast to float32, as the reference does.
 """
 
 from __future__ import annotations
 
+import jax
 import numpy as np
+
+from vidax.zoo.parts.rope import grid_table
 
 THETA = 10000.0
 
@@ -17,22 +20,17 @@ def _axis_angles(part: int, length: int) -> np.ndarray:
     return np.outer(np.arange(length, dtype=np.float64), inv_freq)  # [length, part/2]
 
 
-def rope_tables(dims: tuple[int, int, int], grid: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin `[F*H*W, head_dim]` for tokens in (f, h, w) order, each angle repeated for its pair.
+def rope_tables(dims: tuple[int, int, int], grid: tuple[int, int, int]) -> tuple[jax.Array, jax.Array]:
+    """cos/sin `[F*H*W, head_dim]` for tokens in (f, h, w) order, each angle repeated for its pair
+    (per-axis tables from the host, expanded over the grid in the program: `parts.rope.grid_table`).
 
     Args:
       dims: the (t, h, w) split of the head dimension (`WanTransformerConfig.rope_dims`).
       grid: post-patch (frames, height, width).
     """
-    f, h, w = grid
-    per_axis = [_axis_angles(d, n) for d, n in zip(dims, grid)]
-    angles = np.concatenate(
-        [
-            np.broadcast_to(per_axis[0][:, None, None], (f, h, w, per_axis[0].shape[-1])),
-            np.broadcast_to(per_axis[1][None, :, None], (f, h, w, per_axis[1].shape[-1])),
-            np.broadcast_to(per_axis[2][None, None, :], (f, h, w, per_axis[2].shape[-1])),
-        ],
-        axis=-1,
-    ).reshape(f * h * w, -1)
-    angles = np.repeat(angles, 2, axis=-1)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    cos, sin = [], []
+    for axis, (d, n) in enumerate(zip(dims, grid)):
+        angles = np.repeat(_axis_angles(d, n), 2, axis=-1)
+        cos.append((axis, np.cos(angles).astype(np.float32)))
+        sin.append((axis, np.sin(angles).astype(np.float32)))
+    return grid_table(cos, grid), grid_table(sin, grid)
