@@ -108,6 +108,19 @@ def test_rope_tables_equal_diffusers(setup):
         np.testing.assert_allclose(np.asarray(mine[1]), sin, atol=1e-6)
 
 
+def test_rope_shapes_without_the_tables(setup):
+    """What the planner and the dry run read instead of computing the tables: the same shapes and dtypes,
+    at the test's size, a larger grid and one token."""
+    from vidax.zoo.ltx2.rope import default_dit_rope_shapes, default_dit_rope_tables
+
+    cfg = setup[1].cfg
+    for frames, height, width, audio in ((16, 16, 24, 126), (*GRID, AUDIO_LEN), (1, 1, 1, 1)):
+        full = jax.eval_shape(lambda: default_dit_rope_tables(cfg, frames, height, width, audio, fps=FPS))
+        shapes = default_dit_rope_shapes(cfg, frames, height, width, audio, fps=FPS)
+        assert jax.tree.structure(full) == jax.tree.structure(shapes)
+        assert [(a.shape, a.dtype) for a in jax.tree.leaves(full)] == [(a.shape, a.dtype) for a in jax.tree.leaves(shapes)]
+
+
 def test_end_to_end_with_guidance_rows(setup):
     """One batch of five rows, one compiled call: rows 0-1 two samples (one padded prompt, different
     timesteps); rows 2-4 one sample plain, with STG at block 1, and with the modalities isolated.

@@ -53,7 +53,7 @@ from vidax.zoo.ltx2.config import (
 )
 from vidax.zoo.ltx2.connectors import TextConnectors
 from vidax.zoo.ltx2.media import default_crf, recompress_image
-from vidax.zoo.ltx2.rope import RopeTables, default_dit_rope_tables
+from vidax.zoo.ltx2.rope import RopeTables, default_dit_rope_shapes, default_dit_rope_tables
 from vidax.zoo.ltx2.text import BOS_MODES, prompt_tokens, stack_hidden_states
 from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer
 from vidax.zoo.ltx2.decoding.upsampler import UpsamplerConfig
@@ -686,8 +686,7 @@ class LTX2Family(Family):
                          text_encoder_params=self._text_encoder_params(),
                          blockwise_attention=jax.default_backend() == "cpu")
         _, _, f, h, w = self.latent_shape(s)  # the RoPE tables every device holds whole, fp32 as the DiT reads them
-        tables = jax.eval_shape(lambda: default_dit_rope_tables(self.model.transformer, f, h, w, self.audio_shape(s)[2],
-                                                                fps=s.conditioning_fps))
+        tables = default_dit_rope_shapes(self.model.transformer, f, h, w, self.audio_shape(s)[2], fps=s.conditioning_fps)
         job = dataclasses.replace(job, step_input_bytes=sum(leaf.size * 4 for leaf in jax.tree.leaves(tables)))
         return quantized_job(job, LTX2Transformer(self.model.transformer), options.weights_dtype)  # --weights-dtype
 

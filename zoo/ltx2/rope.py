@@ -164,3 +164,20 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array, rope_type: str) -> 
     first, second = halves[..., 0, :], halves[..., 1, :]
     out = jnp.stack([first * cos - second * sin, second * cos + first * sin], axis=-2)
     return out.reshape(x.shape).astype(x.dtype)
+
+
+def default_dit_rope_shapes(cfg: TransformerConfig, frames: int, height: int, width: int, audio_frames: int,
+                            fps: float) -> RopeTables:
+    """`default_dit_rope_tables`' shapes and dtypes without computing its tables (for the planner and the
+    dry run: the full tables cost seconds of host time at native size)."""
+    video = video_coords(frames, height, width, fps=fps, patch_size=cfg.patch_size, patch_size_t=cfg.patch_size_t,
+                         scale_factors=cfg.vae_scale_factors, causal_offset=cfg.causal_offset)
+    audio = audio_coords(audio_frames, patch_size_t=cfg.audio_patch_size_t, scale_factor=cfg.audio_scale_factor,
+                         causal_offset=cfg.causal_offset, hop_length=cfg.audio_hop_length,
+                         sampling_rate=cfg.audio_sampling_rate)
+    one = dit_rope_tables(cfg, video[:, :1], audio[:, :1])  # a token's row; every table is one row per token
+    lengths = (video.shape[1], audio.shape[1], video.shape[1], audio.shape[1])
+    pairs = (one.video, one.audio, one.cross_video, one.cross_audio)
+    shaped = [tuple(jax.ShapeDtypeStruct((n, *t.shape[1:]), t.dtype) for t in pair) for n, pair in zip(lengths, pairs)]
+    return RopeTables(*shaped, rope_type=one.rope_type)
+

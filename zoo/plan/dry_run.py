@@ -462,14 +462,13 @@ def _ltx2_dit(family: Any, s: Any, depth: int | None, dtype: Any) -> Any:
 def _ltx2_cond(family: Any, s: Any, batch: int) -> Any:
     """Text-to-video: the connectors' outputs for the prompt (and negative prompt) rows, the host-built RoPE."""
     from vidax.zoo.ltx2.family import Condition
-    from vidax.zoo.ltx2.rope import default_dit_rope_tables
+    from vidax.zoo.ltx2.rope import default_dit_rope_shapes
 
     cfg, f32 = family.model.transformer, jnp.float32
     width = (cfg.caption_channels,) * 2 if cfg.use_prompt_embeddings else (cfg.inner_dim, cfg.audio_inner_dim)
     rows, tokens = 2 if s.guided else 1, s.max_sequence_length
     _, _, f, h, w = family.latent_shape(s)
-    rope = jax.eval_shape(lambda: default_dit_rope_tables(cfg, f, h, w, family.audio_shape(s)[2],
-                                                          fps=s.conditioning_fps))
+    rope = default_dit_rope_shapes(cfg, f, h, w, family.audio_shape(s)[2], fps=s.conditioning_fps)
     return Condition(jax.ShapeDtypeStruct((rows, tokens, width[0]), f32),
                      jax.ShapeDtypeStruct((rows, tokens, width[1]), f32),
                      jax.ShapeDtypeStruct((rows, tokens), jnp.bool_), rope)
