@@ -43,6 +43,9 @@ def pytest_configure(config):
     if hasattr(config, "workerinput") or config.getoption("numprocesses", None) in (None, 0):
         if not ON_TPU:  # the processes that run tests (not an xdist controller); a TPU host keeps vidax's own
             open_shared_compile_cache()
+            from tests.xla_figures import open_book
+
+            open_book()  # XLA's figures of the dry-run programs compiled in earlier runs (tests/xla_figures.py)
     try:
         import torch
 
@@ -103,6 +106,12 @@ def _reason(report) -> str:
 
 def pytest_unconfigure(config):
     import shutil
+    import sys
+
+    if "jax" in sys.modules and not ON_TPU:
+        from tests.xla_figures import close_book
+
+        close_book()
 
     for folder in _OWN_COMPILE_CACHE:
         shutil.rmtree(folder, ignore_errors=True)

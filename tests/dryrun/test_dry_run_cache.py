@@ -57,3 +57,54 @@ def test_the_cpu_row_block_choice_is_in_the_key(monkeypatch):
         plain = key()
         monkeypatch.setenv("VIDAX_CPU_ROW_BLOCK", "0")
         assert key() not in (None, plain)
+
+
+# --- the figure book: XLA's figures of programs compiled before, by the lowered program's text ------------
+
+
+def _stage(width: int):
+    import jax
+    import jax.numpy as jnp
+
+    from vidax.zoo.plan.dry_run import compile_stage
+
+    x = jax.ShapeDtypeStruct((64, width), jnp.float32)
+    return compile_stage("probe", lambda a: jnp.tanh(a @ a.T) @ a, (x,))
+
+
+def test_a_program_in_the_book_is_not_compiled_again(monkeypatch):
+    import jax
+
+    book = dry_run_cache.FigureBook()
+    monkeypatch.setattr(dry_run_cache, "_BOOK", book)
+    first = _stage(32)
+    assert len(book.added) == 1 and (book.hits, book.misses) == (0, 1)
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("compiled a program the book holds")
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", refuse)
+    again = _stage(32)
+    assert (book.hits, book.misses) == (1, 1)
+    figures = lambda s: (s.argument, s.output, s.temp, s.alias, s.flops)  # noqa: E731
+    assert figures(again) == figures(first) and first.temp > 0 and first.flops > 0
+    with pytest.raises(AssertionError, match="the book holds"):  # another program: not in the book, compiled
+        _stage(48)
+
+
+def test_the_book_is_the_figures_it_holds(monkeypatch):
+    """What a recorded entry says is what the stage reports (the suite's planner checks read it)."""
+    book = dry_run_cache.FigureBook()
+    monkeypatch.setattr(dry_run_cache, "_BOOK", book)
+    _stage(32)
+    (key,) = book.added
+    book.entries[key] = {**book.entries[key], "temp": 12345}
+    assert _stage(32).temp == 12345
+
+
+def test_an_open_executable_cache_keeps_the_book_out(tmp_path, monkeypatch):
+    book = dry_run_cache.FigureBook()
+    monkeypatch.setattr(dry_run_cache, "_BOOK", book)
+    monkeypatch.setattr(dry_run_cache, "cache_folder", lambda: tmp_path)
+    _stage(32)
+    assert not book.added and (book.hits, book.misses) == (0, 0)

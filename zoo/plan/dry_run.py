@@ -102,22 +102,20 @@ def compile_stage(stage: str, fn: Callable, args: tuple, *, planned: int | None 
     key = dry_run_cache.stage_key(stage, args, donate=donate, static=static, keep_unused=keep_unused)
     compiled = dry_run_cache.load(key)  # a serialized executable of this very stage: no tracing, no lowering
     loaded = compiled is not None
-    if not loaded:
+    if loaded:
+        figures = dry_run_cache.Figures.of(compiled)
+    else:
         jitted = jax.jit(fn, donate_argnums=donate, static_argnums=static, keep_unused=keep_unused)
-        compiled = jitted.lower(*args).compile()
-        dry_run_cache.store(key, compiled)
+        lowered = jitted.lower(*args)
+        figures = dry_run_cache.figures_of(lowered)  # this very program compiled before (a `FigureBook`)
+        if figures is None:
+            compiled = lowered.compile()
+            dry_run_cache.store(key, compiled)
+            figures = dry_run_cache.Figures.of(compiled)
+            dry_run_cache.remember(lowered, figures)
     seconds = time.perf_counter() - start
-    memory = compiled.memory_analysis()
-    return StageMemory(stage, int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
-                       int(memory.temp_size_in_bytes), int(memory.alias_size_in_bytes), planned, seconds,
-                       _flops(compiled), loaded)
-
-
-def _flops(compiled: Any) -> float | None:
-    cost = compiled.cost_analysis()
-    if isinstance(cost, (list, tuple)):  # older jax: one dict per computation
-        cost = cost[0] if cost else None
-    return None if not cost else float(cost.get("flops", 0.0))
+    return StageMemory(stage, figures.argument, figures.output, figures.temp, figures.alias, planned, seconds,
+                       figures.flops, loaded)
 
 
 # --- the DiT step -------------------------------------------------------------------------------

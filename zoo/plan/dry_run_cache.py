@@ -15,14 +15,22 @@ the dry run reads (XLA's memory and cost analyses) comes from the loaded executa
 On only where jax's persistent cache is (`runtime.configure_compile_cache`); the folder is the user's own,
 trusted as jax's cache is (loading an executable runs code). Any failure to read or write an entry falls
 back to compiling.
+
+A process that keeps no executables can instead be given a `FigureBook`: XLA's memory and cost figures
+of programs compiled before, keyed by the lowered program's text (and the jax version, devices and XLA
+flags). A stage whose lowered program is in the book takes its figures from there without compiling: the
+figures of one program text are XLA's, whoever compiled it. The test suite keeps one (its planner-vs-XLA
+checks compile dozens of native-size programs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import hashlib
+import json
 import os
 import pickle
 from collections.abc import Iterator
@@ -142,3 +150,91 @@ def _code_digest() -> str:
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+# --- XLA's figures of programs compiled before ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """What the dry run reads of a compiled program: XLA's bytes per device and its FLOP count."""
+
+    argument: int
+    output: int
+    temp: int
+    alias: int
+    flops: float | None
+
+    @classmethod
+    def of(cls, compiled: Any) -> "Figures":
+        memory = compiled.memory_analysis()
+        cost = compiled.cost_analysis()
+        if isinstance(cost, (list, tuple)):  # older jax: one dict per computation
+            cost = cost[0] if cost else None
+        return cls(int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
+                   int(memory.temp_size_in_bytes), int(memory.alias_size_in_bytes),
+                   None if not cost else float(cost.get("flops", 0.0)))
+
+
+class FigureBook:
+    """XLA's figures of lowered programs, keyed by the program's text and what else decides what XLA makes
+    of it (`_book_environment`). `entries` maps keys to `Figures` fields; `added` holds what this process
+    compiled that the book did not have."""
+
+    def __init__(self, entries: dict[str, dict] | None = None):
+        self.entries = dict(entries or {})
+        self.added: dict[str, dict] = {}
+        self.hits = self.misses = 0
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "FigureBook":
+        path = Path(path)
+        return cls(json.loads(path.read_text()) if path.is_file() else {})
+
+    @staticmethod
+    def key(lowered: Any) -> str:
+        text = lowered.as_text()  # no source locations: the same program from any checkout has the same text
+        return hashlib.sha256(f"{_book_environment()}\n{text}".encode()).hexdigest()
+
+    def get(self, lowered: Any) -> Figures | None:
+        entry = self.entries.get(self.key(lowered))
+        self.hits, self.misses = self.hits + (entry is not None), self.misses + (entry is None)
+        return None if entry is None else Figures(**entry)
+
+    def put(self, lowered: Any, figures: Figures) -> None:
+        key = self.key(lowered)
+        self.entries[key] = self.added[key] = dataclasses.asdict(figures)
+
+
+_BOOK: FigureBook | None = None
+
+
+def use_figure_book(book: FigureBook | None) -> None:
+    """Read (and add to) `book` in every stage compiled from now on where no executable cache is open."""
+    global _BOOK
+    _BOOK = book
+
+
+def figure_book() -> FigureBook | None:
+    return _BOOK
+
+
+def figures_of(lowered: Any) -> Figures | None:
+    """The book's figures of this lowered program (None: no book, an executable cache is open, or unknown)."""
+    if _BOOK is None or cache_folder() is not None:
+        return None
+    return _BOOK.get(lowered)
+
+
+def remember(lowered: Any, figures: Figures) -> None:
+    if _BOOK is not None and cache_folder() is None:
+        _BOOK.put(lowered, figures)
+
+
+def _book_environment() -> str:
+    import jaxlib
+
+    devices = jax.devices()
+    return repr((jax.__version__, jaxlib.__version__, len(devices), devices[0].platform, devices[0].device_kind,
+                 os.environ.get("XLA_FLAGS", "")))
+
