@@ -60,7 +60,9 @@ def test_form_progress_and_video(page, server):
 
 
 def test_cancel_a_queued_job(page):
-    generate(page, "a long one", steps=40)
+    # long enough to be running still when the test cancels it (wan-tiny takes ~50 ms a step once its programs
+    # are in the compile cache: 40 steps ended before the second cancel)
+    generate(page, "a long one", steps=2000)
     job_item(page, "a long one", "running").wait_for()
     generate(page, "a queued one")
     queued = job_item(page, "a queued one", "queued")
