@@ -56,13 +56,14 @@ def open_book() -> None:
 
     book = dry_run_cache.FigureBook.read(BOOK)
     lowered = _probe()
-    recorded = book.get(lowered)
+    key = book.key(lowered)
+    recorded = book.get(key)
     actual = dry_run_cache.Figures.of(lowered.compile())
     if recorded is not None and recorded != actual:
         sys.stderr.write(f"tests/xla_figures.json not used here: XLA's figures of the probe differ ({recorded} "
                          f"recorded, {actual} here); every dry-run stage is compiled\n")
         return
-    book.put(lowered, actual)
+    book.put(key, actual)
     book.hits = book.misses = 0
     dry_run_cache.use_figure_book(book)
 

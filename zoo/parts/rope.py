@@ -23,8 +23,9 @@ def grid_table(parts: Sequence[tuple[int, np.ndarray]], grid: Sequence[int]) -> 
     takes `table[i_axis]` for it, the parts side by side in the order given (an axis may appear twice).
     A video token's rotary angle along one axis depends on its position on that axis alone, so every
     grid family's cos/sin table is such a product. The expansion runs in the program: host-made full
-    tables are baked into a jitted program as constants (2 x 61 MB for HunyuanVideo at 720p), which
-    XLA's CPU compile of the Wan2.1-14B step took twice as long with; the per-axis tables are kilobytes.
+    tables are baked into a jitted program as constants (2 x 61 MB for HunyuanVideo at 720p), which XLA
+    then compiles with the program (its CPU compile of HunyuanVideo's 2-block dry-run step took 4.6 s with
+    them, 1.7 s without); the per-axis tables are kilobytes.
     """
     grid = tuple(int(n) for n in grid)
     pieces = []

@@ -107,12 +107,13 @@ def compile_stage(stage: str, fn: Callable, args: tuple, *, planned: int | None 
     else:
         jitted = jax.jit(fn, donate_argnums=donate, static_argnums=static, keep_unused=keep_unused)
         lowered = jitted.lower(*args)
-        figures = dry_run_cache.figures_of(lowered)  # this very program compiled before (a `FigureBook`)
+        book_key = dry_run_cache.book_key(lowered)
+        figures = dry_run_cache.figures_of(book_key)  # this very program compiled before (a `FigureBook`)
         if figures is None:
             compiled = lowered.compile()
             dry_run_cache.store(key, compiled)
             figures = dry_run_cache.Figures.of(compiled)
-            dry_run_cache.remember(lowered, figures)
+            dry_run_cache.remember(book_key, figures)
     seconds = time.perf_counter() - start
     return StageMemory(stage, figures.argument, figures.output, figures.temp, figures.alias, planned, seconds,
                        figures.flops, loaded)

@@ -196,13 +196,12 @@ class FigureBook:
         text = lowered.as_text()  # no source locations: the same program from any checkout has the same text
         return hashlib.sha256(f"{_book_environment()}\n{text}".encode()).hexdigest()
 
-    def get(self, lowered: Any) -> Figures | None:
-        entry = self.entries.get(self.key(lowered))
+    def get(self, key: str) -> Figures | None:
+        entry = self.entries.get(key)
         self.hits, self.misses = self.hits + (entry is not None), self.misses + (entry is None)
         return None if entry is None else Figures(**entry)
 
-    def put(self, lowered: Any, figures: Figures) -> None:
-        key = self.key(lowered)
+    def put(self, key: str, figures: Figures) -> None:
         self.entries[key] = self.added[key] = dataclasses.asdict(figures)
 
 
@@ -219,16 +218,21 @@ def figure_book() -> FigureBook | None:
     return _BOOK
 
 
-def figures_of(lowered: Any) -> Figures | None:
-    """The book's figures of this lowered program (None: no book, an executable cache is open, or unknown)."""
+def book_key(lowered: Any) -> str | None:
+    """The book's key of this lowered program (None: no book, or an executable cache is open instead)."""
     if _BOOK is None or cache_folder() is not None:
         return None
-    return _BOOK.get(lowered)
+    return FigureBook.key(lowered)
 
 
-def remember(lowered: Any, figures: Figures) -> None:
-    if _BOOK is not None and cache_folder() is None:
-        _BOOK.put(lowered, figures)
+def figures_of(key: str | None) -> Figures | None:
+    """The book's figures under `key` (None: no key, or a program the book has not seen)."""
+    return None if key is None or _BOOK is None else _BOOK.get(key)
+
+
+def remember(key: str | None, figures: Figures) -> None:
+    if key is not None and _BOOK is not None:
+        _BOOK.put(key, figures)
 
 
 def _book_environment() -> str:
