@@ -23,6 +23,21 @@ def test_jaxpr_flops_counts_products_convolutions_and_loop_bodies():
     assert every_dit.jaxpr_flops(jax.make_jaxpr(scanned)(m).jaxpr) == 5 * 2 * 4 * 4 * 4
 
 
+def test_counting_flops_leaves_the_timed_program_its_own_attention_kernel(monkeypatch):
+    # jax keeps make_jaxpr's trace of a function and jit(fn).lower reuses it: counting on `fn` itself made the
+    # timed program run the blockwise attention the count traced (run G on the chip)
+    from vidax.zoo.compute import attention as module
+
+    x = jnp.ones((1, 16, 2, 8))
+    fn = lambda q: module.local_attention(q, q, q, None, scale=0.35)  # noqa: E731
+    assert every_dit.count_flops(fn, (x,)) == 2 * (2 * 2 * 16 * 16 * 8)
+    chosen = []
+    real = module.choose_kernel
+    monkeypatch.setattr(module, "choose_kernel", lambda *a: chosen.append(real(*a)) or chosen[-1])
+    jax.jit(fn).lower(x)
+    assert chosen, "the timed program reused the counting trace"
+
+
 @pytest.fixture(scope="module")
 def wan_tiny_row():
     return every_dit.measure("wan-tiny", repeats=1)
