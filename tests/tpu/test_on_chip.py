@@ -71,7 +71,8 @@ def test_entry_point_under_a_one_device_mesh_and_rows_with_no_key():
     assert np.abs(out[1] - want[1]).max() < 3e-2
 
 
-def test_gradients_through_splash_match_plain():
+@pytest.mark.parametrize("kernel", ["splash", "flash"])
+def test_gradients_through_the_kernel_match_plain(kernel):
     rng = np.random.default_rng(2)
     q, k, v = (jnp.asarray(rng.standard_normal((1, 1280, 2, 128)), jnp.float32) for _ in range(3))
 
@@ -79,7 +80,7 @@ def test_gradients_through_splash_match_plain():
         return lambda q, k, v: jnp.sum(local_attention(q, k, v, scale=0.1, implementation=kernel) ** 2)
 
     with jax.default_matmul_precision("highest"):
-        got = jax.jit(jax.grad(loss("splash"), argnums=(0, 1, 2)))(q, k, v)
+        got = jax.jit(jax.grad(loss(kernel), argnums=(0, 1, 2)))(q, k, v)
         want = jax.jit(jax.grad(loss("plain"), argnums=(0, 1, 2)))(q, k, v)
     for g, w in zip(got, want):
         err = float(jnp.abs(g - w).max() / jnp.abs(w).max())

@@ -169,9 +169,8 @@ def tpu_attention_heads_major(qh, kh, vh, scale: float, choice: TpuAttention, sq
                 if skv_pad > skv:
                     valid = jnp.broadcast_to(jnp.arange(skv_pad) < skv, (b, skv_pad)).astype(jnp.int32)
                     segments = fa.SegmentIds(q=jnp.ones((b, sq_pad), jnp.int32), kv=valid)
-                blocks = fa.BlockSizes(block_q=choice.block_q, block_k_major=choice.block_kv,
-                                       block_k=choice.block_kv_compute, block_b=1)
-                out = fa.flash_attention(qh, kh, vh, segment_ids=segments, sm_scale=scale, block_sizes=blocks)
+                out = fa.flash_attention(qh, kh, vh, segment_ids=segments, sm_scale=scale,
+                                         block_sizes=flash_block_sizes(choice))
     return out.astype(qh.dtype)
 
 
@@ -222,6 +221,16 @@ def _below(q_ids, kv_ids, *, valid: int):
     return kv_ids < valid
 
 
+def flash_block_sizes(choice: TpuAttention) -> fa.BlockSizes:
+    """The flash kernel's blocks, the backward pass's too: without them its VJP refuses to run ("not all backward
+    blocks are specified"), which stopped LoRA training on the chip wherever flash was the faster kernel (the
+    Wan cross-attention's 512 text keys)."""
+    bq, bkv, bkv_compute = choice.block_q, choice.block_kv, choice.block_kv_compute
+    return fa.BlockSizes(block_q=bq, block_k_major=bkv, block_k=bkv_compute, block_b=1,
+                         block_q_major_dkv=bq, block_k_major_dkv=bkv, block_k_dkv=bkv_compute, block_q_dkv=bq,
+                         block_k_major_dq=bkv, block_k_dq=bkv_compute, block_q_dq=bq)
+
+
 def _flash(q, k, v, kv_mask, scale, choice: TpuAttention):
     """JAX's older flash kernel (segment ids for any mask; head dim padded to 128 lanes)."""
     b, sq, _, d = q.shape
@@ -232,7 +241,7 @@ def _flash(q, k, v, kv_mask, scale, choice: TpuAttention):
     if kv_mask is not None or skv_pad > skv:
         mask = jnp.ones((b, skv), bool) if kv_mask is None else kv_mask.astype(bool)
         segments = fa.SegmentIds(q=jnp.ones((b, sq_pad), jnp.int32), kv=_pad_to(mask.astype(jnp.int32), 1, skv_pad))
-    blocks = fa.BlockSizes(block_q=bq, block_k_major=bkv, block_k=choice.block_kv_compute, block_b=1)
+    blocks = flash_block_sizes(choice)
     out = fa.flash_attention(_heads_major(q, sq_pad, d_pad), _heads_major(k, skv_pad, d_pad),
                              _heads_major(v, skv_pad, d_pad), segment_ids=segments, sm_scale=scale,
                              block_sizes=blocks)
