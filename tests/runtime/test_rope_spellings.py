@@ -1,4 +1,4 @@
-"""The two spellings of the interleaved RoPE rotation (TPU lane rolls, CPU pair reshape) give the same
+"""The two spellings of the interleaved RoPE rotation (TPU pair-swap product, CPU pair reshape) give the same
 bits: the TPU one runs in CI only through this test, with the backend query answering "tpu"."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from vidax.zoo.parts import rope
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("per_sample", [False, True], ids=["tables [S, D]", "tables [B, S, D]"])
-def test_lane_rolls_equal_the_pair_reshape(monkeypatch, dtype, per_sample):
+def test_pair_swap_product_equals_the_pair_reshape(monkeypatch, dtype, per_sample):
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.standard_normal((2, 9, 3, 16)), dtype)
     shape = (2, 9, 16) if per_sample else (9, 16)

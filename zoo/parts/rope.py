@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.zoo.compute.kernels.heads_major import pair_swap
+
 
 def grid_table(parts: Sequence[tuple[int, np.ndarray]], grid: Sequence[int]) -> jax.Array:
     """`[prod(grid), sum of widths]` per token of `grid` (last axis fastest) from small per-axis tables.
@@ -48,15 +50,18 @@ def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Arra
     the tables repeat each angle for its pair).
 
     Two spellings of the same values (bit for bit), chosen by backend. On a TPU each lane's partner
-    comes from rolling the head vector by one lane either way (even lanes take `-x[i+1]`, odd lanes
-    `x[i-1]`): a `[..., D/2, 2]` reshape there puts a minor axis of 2 in 128 lanes, and XLA kept fp32
-    copies of q and k in that layout (2.9 GiB each for a Wan 720p block) instead of one fused pass.
-    On the CPU the reshape fuses and the rolls do not (the dry-run planner's figures are XLA's CPU ones).
+    comes from one product with a signed permutation (`pair_swap`; exact: each output is one input times
+    +-1 summed with zeros, at the highest precision). A `[..., D/2, 2]` reshape there puts a minor axis of 2
+    in 128 lanes, and XLA kept fp32 copies of q and k in that layout (2.9 GiB each for a Wan 720p block);
+    rolling by one lane each way lowers to slices and a concatenate that XLA did not fuse either (fp32
+    slices of q and k in HBM: CogVideoX1.5-5B's one-block step planned 18.91 GB of temporaries on a v5e
+    with the rolls, 9.05 GB with the product, whose TPU layouts pad the 64-wide heads to 128 lanes).
+    On the CPU the reshape fuses (the dry-run planner's figures are XLA's CPU ones).
     """
     x32 = x.astype(jnp.float32)
     if jax.default_backend() == "tpu":
-        even = jnp.arange(x.shape[-1]) % 2 == 0
-        rotated = jnp.where(even, -jnp.roll(x32, -1, axis=-1), jnp.roll(x32, 1, axis=-1))
+        rotated = jnp.einsum("...d,de->...e", x, pair_swap(x.shape[-1], x.dtype), preferred_element_type=jnp.float32,
+                             precision=jax.lax.Precision.HIGHEST)
     else:
         pairs = x32.reshape(*x.shape[:-1], -1, 2)
         rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)  # (-x2, x1)

@@ -97,6 +97,14 @@ class HeadsRMSNorm(nn.Module):
         return (y * scale.astype(jnp.float32).reshape(heads, 1, head_dim)).astype(x.dtype)
 
 
+def pair_swap(d: int, dtype) -> jax.Array:
+    """`[D, D]` signed permutation taking each lane to its pair partner: `x @ P` is `(-x[1], x[0], -x[3], ...)`."""
+    lanes = jnp.arange(d)
+    partner = jnp.where(lanes % 2 == 0, lanes + 1, lanes - 1)
+    sign = jnp.where(lanes % 2 == 0, -1.0, 1.0)
+    return (lanes[:, None] == partner[None, :]).astype(dtype) * sign.astype(dtype)[None, :]
+
+
 def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     """`zoo/parts/rope.rotate_interleaved` on heads-major `[B, H, S, D]` (tables `[S, D]`): each pair
     `(x[2i], x[2i+1])` rotated, in fp32, `x`'s dtype out. The partner lanes come from one product with a
@@ -104,12 +112,7 @@ def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Arra
     is one input times +-1 summed with zeros in fp32, so the values are the roll spelling's; XLA fuses it
     where the lane rolls left fp32 slices of q and k in HBM (the Wan 720p program planned 17.94 GiB with the
     rolls, 13.00 with this product)."""
-    d = x.shape[-1]
-    lanes = jnp.arange(d)
-    partner = jnp.where(lanes % 2 == 0, lanes + 1, lanes - 1)
-    sign = jnp.where(lanes % 2 == 0, -1.0, 1.0)
-    perm = (jnp.arange(d)[:, None] == partner[None, :]).astype(x.dtype) * sign.astype(x.dtype)[None, :]
-    rotated = jnp.einsum("bhsd,de->bhse", x, perm, preferred_element_type=jnp.float32,
+    rotated = jnp.einsum("bhsd,de->bhse", x, pair_swap(x.shape[-1], x.dtype), preferred_element_type=jnp.float32,
                          precision=jax.lax.Precision.HIGHEST)
     x32 = x.astype(jnp.float32)
     return (x32 * cos[None, None] + rotated * sin[None, None]).astype(x.dtype)
