@@ -29,3 +29,18 @@ def test_pair_swap_product_equals_the_pair_reshape(monkeypatch, dtype, per_sampl
     s = s[None, :, None] if not per_sample else s[:, :, None]
     first = pairs[..., 0] * c - pairs[..., 1] * s
     assert np.abs(np.asarray(on_tpu, np.float32)[..., ::2] - first).max() < (1e-5 if dtype == jnp.float32 else 2e-2)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_half_swap_product_equals_the_halves_concatenate(monkeypatch, dtype):
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((2, 9, 3, 16)), dtype)
+    cos, sin = (jnp.asarray(rng.standard_normal((9, 16)), jnp.float32) for _ in range(2))
+    on_cpu = jax.jit(rope.rotate_half)(x, cos, sin)
+    monkeypatch.setattr(rope.jax, "default_backend", lambda: "tpu")
+    on_tpu = jax.jit(rope.rotate_half)(x, cos, sin)
+    assert on_tpu.dtype == on_cpu.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(on_tpu, np.float32), np.asarray(on_cpu, np.float32))
+    x32 = np.asarray(x, np.float32)  # by hand: first half x1 cos - x2 sin
+    want = x32[..., :8] * np.asarray(cos)[None, :, None, :8] - x32[..., 8:] * np.asarray(sin)[None, :, None, :8]
+    assert np.abs(np.asarray(on_tpu, np.float32)[..., :8] - want).max() < (1e-5 if dtype == jnp.float32 else 3e-2)

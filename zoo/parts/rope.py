@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.compute.kernels.heads_major import pair_swap
+from vidax.zoo.compute.kernels.heads_major import half_swap, pair_swap
 
 
 def grid_table(parts: Sequence[tuple[int, np.ndarray]], grid: Sequence[int]) -> jax.Array:
@@ -72,6 +72,10 @@ def rotate_half(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     """Rotate the halves `(x[:D/2], x[D/2:])` (transformers `rotate_half`, diffusers
     `use_real_unbind_dim=-2`; the tables hold each angle twice, `[freqs, freqs]`)."""
     x32 = x.astype(jnp.float32)
-    half = x.shape[-1] // 2
-    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    if jax.default_backend() == "tpu":  # one exact product, as `rotate_interleaved`: the slices' concatenate
+        rotated = jnp.einsum("...d,de->...e", x, half_swap(x.shape[-1], x.dtype), preferred_element_type=jnp.float32,
+                             precision=jax.lax.Precision.HIGHEST)
+    else:
+        half = x.shape[-1] // 2
+        rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
     return (x32 * _tables(cos) + rotated * _tables(sin)).astype(x.dtype)

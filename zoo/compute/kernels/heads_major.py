@@ -105,6 +105,14 @@ def pair_swap(d: int, dtype) -> jax.Array:
     return (lanes[:, None] == partner[None, :]).astype(dtype) * sign.astype(dtype)[None, :]
 
 
+def half_swap(d: int, dtype) -> jax.Array:
+    """`[D, D]` signed permutation swapping a head vector's halves: `x @ P` is `(-x[D/2:], x[:D/2])`."""
+    lanes, half = jnp.arange(d), d // 2
+    partner = jnp.where(lanes < half, lanes + half, lanes - half)
+    sign = jnp.where(lanes < half, -1.0, 1.0)
+    return (lanes[:, None] == partner[None, :]).astype(dtype) * sign.astype(dtype)[None, :]
+
+
 def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     """`zoo/parts/rope.rotate_interleaved` on heads-major `[B, H, S, D]` (tables `[S, D]`): each pair
     `(x[2i], x[2i+1])` rotated, in fp32, `x`'s dtype out. The partner lanes come from one product with a
