@@ -62,7 +62,7 @@ def main() -> None:
     base = jax.jit(lambda k: jax.tree.map(lambda x: x.astype(jnp.bfloat16), model.init_params(k)))(jax.random.key(0))
     config = LoraConfig(rank=args.rank)
     lora = init_lora(jax.random.key(1), base["blocks"], config)
-    adamw, objective = AdamW(1e-4), Objective(scale=config.scale)
+    adamw, objective = AdamW(1e-4), Objective(scale=config.scale, carry_dtype="bfloat16")  # as vidax-train's bf16 base
     opt_state = adamw.init(lora)
     latents = jax.random.normal(jax.random.key(2), latent, jnp.float32)
     text = jax.random.normal(jax.random.key(3), (args.batch, args.text, cfg.text_dim), jnp.float32)

@@ -37,6 +37,8 @@ class Objective:
     shift: float = 3.0
     sigmoid_scale: float = 1.0
     checkpoint: bool = True
+    # the hidden state's dtype between blocks ("bfloat16" halves what the backward keeps; None: the model's)
+    carry_dtype: str | None = None
 
     def __post_init__(self):
         if self.sampling not in SAMPLINGS:
@@ -64,7 +66,7 @@ def flow_loss(model, objective: Objective, base: Any, lora: Lora, latents: jax.A
     s = sigmas.reshape(-1, *(1,) * (latents.ndim - 1))
     noisy = (1.0 - s) * latents + s * noise
     target = noise - latents
-    run = lora_blocks(objective.scale, objective.checkpoint)
+    run = lora_blocks(objective.scale, objective.checkpoint, objective.carry_dtype and jnp.dtype(objective.carry_dtype))
     pred = forward(model, with_lora(base, lora), noisy, sigmas * 1000.0, text, None, run_blocks=run)
     return jnp.mean(jnp.square(pred.astype(jnp.float32) - target.astype(jnp.float32)))
 

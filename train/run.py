@@ -205,7 +205,11 @@ def train_lora(options: TrainOptions, progress: Progress | None = None, prep: Pr
     prep = prep or prepare(options)
     config = options.lora_config()
     adamw = AdamW(options.lr, options.weight_decay)
-    objective = Objective(scale=config.scale, sampling=options.sampling, shift=options.shift)
+    # a bf16 base keeps the hidden state in bf16 between blocks (what the backward keeps of each block), as
+    # the PyTorch trainers' bf16 DiTs do; fp32 keeps fp32 (the parity setting)
+    bf16 = any(leaf.dtype == jnp.bfloat16 for leaf in jax.tree.leaves(prep.base["blocks"]))
+    objective = Objective(scale=config.scale, sampling=options.sampling, shift=options.shift,
+                          carry_dtype="bfloat16" if bf16 else None)
     if options.resume is not None:
         lora, opt_state, start = load_checkpoint(options.resume, options, prep, adamw)
     else:
