@@ -44,3 +44,21 @@ def test_half_swap_product_equals_the_halves_concatenate(monkeypatch, dtype):
     x32 = np.asarray(x, np.float32)  # by hand: first half x1 cos - x2 sin
     want = x32[..., :8] * np.asarray(cos)[None, :, None, :8] - x32[..., 8:] * np.asarray(sin)[None, :, None, :8]
     assert np.abs(np.asarray(on_tpu, np.float32)[..., :8] - want).max() < (1e-5 if dtype == jnp.float32 else 3e-2)
+
+
+@pytest.mark.parametrize("rope_type", ["interleaved", "split"])
+@pytest.mark.parametrize("per_sample", [False, True], ids=["tables [S, ...]", "tables [B, S, ...]"])
+def test_ltx2_rope_products_equal_its_reshapes(monkeypatch, rope_type, per_sample):
+    """LTX-2 rotates whole-width projections its own way (`zoo/ltx2/rope.py`); its TPU spelling too is bit for bit."""
+    from vidax.zoo.ltx2 import rope as ltx2_rope
+
+    rng = np.random.default_rng(2)
+    heads, head_dim = 2, 64  # 128 lanes: the interleaved tables rotate in groups of 128
+    x = jnp.asarray(rng.standard_normal((2, 5, heads * head_dim)), jnp.float32)
+    lead = (2, 5) if per_sample else (5,)
+    shape = (*lead, heads * head_dim) if rope_type == "interleaved" else (*lead, heads, head_dim // 2)
+    cos, sin = (jnp.asarray(rng.standard_normal(shape), jnp.float32) for _ in range(2))
+    on_cpu = ltx2_rope.apply_rope(x, cos, sin, rope_type)
+    monkeypatch.setattr(ltx2_rope.jax, "default_backend", lambda: "tpu")
+    on_tpu = ltx2_rope.apply_rope(x, cos, sin, rope_type)
+    np.testing.assert_array_equal(np.asarray(on_tpu), np.asarray(on_cpu))

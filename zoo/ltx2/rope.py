@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from vidax.zoo.compute.kernels.heads_major import half_swap, pair_swap
 from vidax.zoo.ltx2.config import TransformerConfig
 
 
@@ -155,6 +156,8 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array, rope_type: str) -> 
     Tables are batch-free (`[S, ...]`) or per sample (`[B, S, ...]`).
     """
     x32 = x.astype(jnp.float32)
+    if jax.default_backend() == "tpu":
+        return _rope_by_products(x, cos, sin, rope_type)
     if rope_type == "interleaved":
         pairs = x32.reshape(*x.shape[:-1], -1, 2)
         rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)  # (-x2, x1)
@@ -164,6 +167,24 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array, rope_type: str) -> 
     first, second = halves[..., 0, :], halves[..., 1, :]
     out = jnp.stack([first * cos - second * sin, second * cos + first * sin], axis=-2)
     return out.reshape(x.shape).astype(x.dtype)
+
+
+def _rope_by_products(x: jax.Array, cos: jax.Array, sin: jax.Array, rope_type: str) -> jax.Array:
+    """`apply_rope` on a TPU: per head, the partner lanes from one exact product with a signed permutation (as
+    `zoo/parts/rope.py` does there; the same values), since the pair and half reshapes leave fp32 copies of q
+    and k in lane layouts XLA does not fuse. `cos`/`sin` are `[.., S, width]` (interleaved) or
+    `[.., S, heads, half]` (split)."""
+    width = x.shape[-1]
+    if rope_type == "interleaved":  # pairs are adjacent lanes: any even group of lanes rotates alone
+        group = next(g for g in (128, 64, 2) if width % g == 0)
+        swap, cos, sin = pair_swap(group, x.dtype), *(t.reshape(*t.shape[:-1], width // group, group) for t in (cos, sin))
+    else:  # each head's first half against its second; the tables hold one angle per pair
+        group = width // cos.shape[-2]
+        swap, cos, sin = half_swap(group, x.dtype), *(jnp.concatenate([t, t], axis=-1) for t in (cos, sin))
+    xg = x.reshape(*x.shape[:-1], width // group, group)
+    rotated = jnp.einsum("...d,de->...e", xg, swap, preferred_element_type=jnp.float32,
+                         precision=jax.lax.Precision.HIGHEST)
+    return (xg.astype(jnp.float32) * cos + rotated * sin).reshape(x.shape).astype(x.dtype)
 
 
 def default_dit_rope_shapes(cfg: TransformerConfig, frames: int, height: int, width: int, audio_frames: int,
