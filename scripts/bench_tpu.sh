@@ -3,14 +3,14 @@
 #
 #   bash scripts/bench_tpu.sh [BUDGET_S]          # default 540 s; every step is time-boxed, in priority order
 #
-# Steps: the TPU tier (pytest -m tpu), attention alone at the Wan and HunyuanVideo-1.5 480p shapes
-# (every candidate block choice), vidax's DiTs at 480p (Wan2.1-14B block, the whole Wan2.1-1.3B step,
-# HunyuanVideo-1.5 block; cold and warm compile), MaxDiffusion's Wan transformer at the same shapes,
-# called in turns with vidax's in one process (only where .bench/maxdiffusion holds its source:
-# scripts/prepare_maxdiffusion.sh), then the 720p
-# blocks, each in a process of its own (JAX's memory pool keeps the largest size it grew to), then every
-# registered family's DiT at its native size (bench.accelerator.chip.every_dit) with the time left: BUDGET_S of 1500
-# or more reaches every family (each compiles two real-width programs of 35-45 s on a v5e).
+# Steps, in priority order: the TPU tier (pytest -m tpu), MaxDiffusion's Wan transformer and vidax's at the
+# same shapes called in turns in one process (only where .bench/maxdiffusion holds its source:
+# scripts/prepare_maxdiffusion.sh), attention alone at the Wan and HunyuanVideo-1.5 480p shapes (every
+# candidate block choice), vidax's DiTs at 480p (Wan2.1-14B blocks with cold and warm compile,
+# HunyuanVideo-1.5 blocks, the whole Wan2.1-1.3B step), then the 720p blocks, each case in a process of its
+# own (JAX's memory pool keeps the largest size it grew to), then every registered family's DiT at its native
+# size (bench.accelerator.chip.every_dit) with the time left: each family's one-block program compiled in
+# 40-130 s on the v5e (2026-12-06), so the whole table takes several calls of the device's 10 minutes.
 # Output: $OUT (the device tool's folder) or .bench/tpu: tpu.md (the table), the JSON and logs.
 # Python: $PYTHON or python3. Missing runtime packages (flax, ...) are installed into a temporary
 # folder appended to PYTHONPATH, so the host's own JAX stays first: set PIP_INDEX_URL (or
@@ -43,19 +43,25 @@ step "set up"
 VIDAX_TEST_TPU=1 timeout 150 "$python" -m pytest -m tpu tests/tpu -q -s -p no:cacheprovider --tb=line -rf \
   > "$out/tier.log" 2>&1
 step "TPU tier"
-timeout 120 "$python" -m vidax.zoo.compute.kernels.tpu_blocks 2,40,32760,32760,128 2,40,32760,512,128 \
-  2,16,51275,51275,128,masked > "$out/sweep.log" 2>&1
-step "attention alone"
-VIDAX_NO_TPU_TUNING=1 timeout 220 "$python" -m bench.accelerator --profile real --torch-device none --only dit,compile \
-  --cases wan-480p,wan13-480p,hv15-480p --budget 200 --out /tmp/vidax480.md --json "$out/vidax480.json" \
-  --cache-dir "$VIDAX_CACHE_DIR" > /tmp/vidax480.log 2>&1
-step "vidax 480p"
-if [ -d .bench/maxdiffusion ]; then  # the peer in the same process, called in turns with vidax
-  timeout $(( $(left) > 190 ? 190 : $(left) )) "$python" -m bench.accelerator.side_by_side --shape wan14b_480p \
+if [ -d .bench/maxdiffusion ]; then  # the peer in the same process, called in turns with vidax (the ratio first)
+  timeout $(( $(left) > 150 ? 150 : $(left) )) "$python" -m bench.accelerator.side_by_side --shape wan14b_480p \
     --layers 1 --blocks 2048,4096,1024 --blocks 512,512,512 --vidax-always-own --rounds 5 \
     --out "$out/side.json" > "$out/side.log" 2>&1
   step "vidax and MaxDiffusion interleaved"
 fi
+timeout 120 "$python" -m vidax.zoo.compute.kernels.tpu_blocks 2,40,32760,32760,128 2,40,32760,512,128 \
+  2,16,51275,51275,128,masked > "$out/sweep.log" 2>&1
+step "attention alone"
+# each case in a process of its own: JAX's pool keeps what the Wan 8-block case grew to, and the
+# HunyuanVideo-1.5 program could not be loaded beside it (run I: 8.72 GB to reserve, 8.51 GB free)
+for case in wan-480p hv15-480p wan13-480p; do
+  [ "$(left)" -lt 60 ] && { step "skipped $case (budget)"; continue; }
+  only=dit; [ "$case" = wan-480p ] && only=dit,compile
+  VIDAX_NO_TPU_TUNING=1 timeout $(( $(left) > 110 ? 110 : $(left) )) "$python" -m bench.accelerator --profile real \
+    --torch-device none --only "$only" --cases "$case" --budget 100 --out "/tmp/vidax-$case.md" \
+    --json "$out/vidax-$case.json" --cache-dir "$VIDAX_CACHE_DIR" > "/tmp/vidax-$case.log" 2>&1
+  step "vidax $case"
+done
 for case in wan-720p hv15-720p; do
   [ "$(left)" -lt 50 ] && { step "skipped $case (budget)"; continue; }
   VIDAX_NO_TPU_TUNING=1 timeout $(( $(left) > 80 ? 80 : $(left) )) "$python" -m bench.accelerator --profile real \
