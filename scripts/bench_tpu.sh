@@ -69,9 +69,9 @@ for case in wan-720p hv15-720p; do
     --json "$out/vidax-$case.json" --cache-dir "$VIDAX_CACHE_DIR" > "/tmp/vidax-$case.log" 2>&1
   step "vidax $case"
 done
-if [ "$(left)" -gt 120 ]; then  # every family's DiT at its native size, from the dry run's step programs
+if [ "$(left)" -gt 200 ]; then  # every family's DiT at its native size, from the dry run's step programs
   timeout "$(left)" "$python" -m bench.accelerator.chip.every_dit all --out-dir /tmp/vidax-every-dit \
-    --budget $(( $(left) - 15 )) --per-model 150 > "$out/every_dit.log" 2>&1
+    --budget $(( $(left) - 15 )) --per-model 200 > "$out/every_dit.log" 2>&1
   cp /tmp/vidax-every-dit/every_dit.md "$out/" 2>/dev/null
   step "every family's DiT"
 fi
