@@ -13,9 +13,11 @@ work, not model FLOPs. So model FLOPs = 2·F_linear + 3·F_attention per step.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +39,46 @@ def wan_flops(cfg, tokens: int, text: int, batch: int) -> tuple[float, float]:
     return float(linear), float(attention)
 
 
+@dataclasses.dataclass
+class StepSetup:
+    """One training step's program and its inputs: `inputs()` draws them on the device; `jax.eval_shape(
+    setup.inputs)` gives their shapes alone (an ahead-of-time compile for a chip this host does not have)."""
+
+    model: Any
+    cfg: Any
+    objective: Objective
+    adamw: AdamW
+    config: LoraConfig
+    latent: tuple[int, ...]
+    text_shape: tuple[int, ...]
+    tokens: int
+
+    def inputs(self):
+        base = jax.tree.map(lambda x: x.astype(jnp.bfloat16), self.model.init_params(jax.random.key(0)))
+        lora = init_lora(jax.random.key(1), base["blocks"], self.config)
+        latents = jax.random.normal(jax.random.key(2), self.latent, jnp.float32)
+        text = jax.random.normal(jax.random.key(3), self.text_shape, jnp.float32)
+        return base, lora, self.adamw.init(lora), latents, text
+
+
+def step_setup(model_name: str, height: int, width: int, frames: int, rank: int, batch: int = 1,
+               text: int = 512) -> StepSetup:
+    """The registry model's DiT in bf16 with a rank-`rank` LoRA, as `vidax-train` steps it on a bf16 base."""
+    from vidax.zoo.generator.options import GenerateOptions
+    from vidax.zoo.registry import make_pipeline
+    from vidax.zoo.wan.transformer import WanTransformer
+
+    family = make_pipeline(model_name, GenerateOptions(model=model_name, prompt=""))
+    cfg, vae = family.model.transformer, family.model.vae
+    latent = (batch, cfg.in_channels, (frames - 1) // vae.scale_factor_temporal + 1,
+              height // vae.scale_factor_spatial, width // vae.scale_factor_spatial)
+    tokens = math.prod(n // p for n, p in zip(latent[2:], cfg.patch_size))
+    config = LoraConfig(rank=rank)
+    objective = Objective(scale=config.scale, carry_dtype="bfloat16")  # as vidax-train's bf16 base
+    return StepSetup(WanTransformer(cfg, dtype=jnp.bfloat16), cfg, objective, AdamW(1e-4), config, latent,
+                     (batch, text, cfg.text_dim), tokens)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -49,23 +91,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    from vidax.zoo.generator.options import GenerateOptions
-    from vidax.zoo.registry import make_pipeline
-    from vidax.zoo.wan.transformer import WanTransformer
-
-    family = make_pipeline(args.model, GenerateOptions(model=args.model, prompt=""))
-    cfg, vae = family.model.transformer, family.model.vae
-    model = WanTransformer(cfg, dtype=jnp.bfloat16)
-    latent = (args.batch, cfg.in_channels, (args.frames - 1) // vae.scale_factor_temporal + 1,
-              args.height // vae.scale_factor_spatial, args.width // vae.scale_factor_spatial)
-    tokens = math.prod(n // p for n, p in zip(latent[2:], cfg.patch_size))
-    base = jax.jit(lambda k: jax.tree.map(lambda x: x.astype(jnp.bfloat16), model.init_params(k)))(jax.random.key(0))
-    config = LoraConfig(rank=args.rank)
-    lora = init_lora(jax.random.key(1), base["blocks"], config)
-    adamw, objective = AdamW(1e-4), Objective(scale=config.scale, carry_dtype="bfloat16")  # as vidax-train's bf16 base
-    opt_state = adamw.init(lora)
-    latents = jax.random.normal(jax.random.key(2), latent, jnp.float32)
-    text = jax.random.normal(jax.random.key(3), (args.batch, args.text, cfg.text_dim), jnp.float32)
+    setup = step_setup(args.model, args.height, args.width, args.frames, args.rank, args.batch, args.text)
+    model, objective, adamw, tokens, cfg = setup.model, setup.objective, setup.adamw, setup.tokens, setup.cfg
+    base, lora, opt_state, latents, text = jax.jit(setup.inputs)()  # drawn on the device in one program
     began = time.perf_counter()
     lora, opt_state, loss = train_step(model, objective, adamw, base, lora, opt_state, latents, text, jax.random.key(4))
     loss.block_until_ready()
@@ -83,7 +111,7 @@ def main() -> None:
     peak = PEAK_BF16.get(device.device_kind)
     stats = device.memory_stats() or {}
     best = min(times)
-    result = {"model": args.model, "device": device.device_kind, "latents": latent, "tokens": tokens, "rank": args.rank,
+    result = {"model": args.model, "device": device.device_kind, "latents": setup.latent, "tokens": tokens, "rank": args.rank,
               "first_step_s": first, "step_s": times, "best_step_s": best, "loss": float(loss),
               "model_tflop_per_step": model_flops / 1e12, "forward_tflop": (linear + attention) / 1e12,
               "tflop_s": model_flops / best / 1e12, "mfu": model_flops / best / peak if peak else None,
