@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vidax.zoo.compute.kernels.heads_major import half_swap, pair_swap
+from vidax.zoo.compute.kernels.heads_major import swapped_lanes
 from vidax.zoo.ltx2.config import TransformerConfig
 
 
@@ -177,13 +177,12 @@ def _rope_by_products(x: jax.Array, cos: jax.Array, sin: jax.Array, rope_type: s
     width = x.shape[-1]
     if rope_type == "interleaved":  # pairs are adjacent lanes: any even group of lanes rotates alone
         group = next(g for g in (128, 64, 2) if width % g == 0)
-        swap, cos, sin = pair_swap(group, x.dtype), *(t.reshape(*t.shape[:-1], width // group, group) for t in (cos, sin))
+        cos, sin = (t.reshape(*t.shape[:-1], width // group, group) for t in (cos, sin))
     else:  # each head's first half against its second; the tables hold one angle per pair
         group = width // cos.shape[-2]
-        swap, cos, sin = half_swap(group, x.dtype), *(jnp.concatenate([t, t], axis=-1) for t in (cos, sin))
+        cos, sin = (jnp.concatenate([t, t], axis=-1) for t in (cos, sin))
     xg = x.reshape(*x.shape[:-1], width // group, group)
-    rotated = jnp.einsum("...d,de->...e", xg, swap, preferred_element_type=jnp.float32,
-                         precision=jax.lax.Precision.HIGHEST)
+    rotated = swapped_lanes(xg, halves=rope_type != "interleaved")
     return (xg.astype(jnp.float32) * cos + rotated * sin).reshape(x.shape).astype(x.dtype)
 
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.compute.kernels.heads_major import half_swap, pair_swap
+from vidax.zoo.compute.kernels.heads_major import swapped_lanes
 
 
 def grid_table(parts: Sequence[tuple[int, np.ndarray]], grid: Sequence[int]) -> jax.Array:
@@ -50,7 +50,7 @@ def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Arra
     the tables repeat each angle for its pair).
 
     Two spellings of the same values (bit for bit), chosen by backend. On a TPU each lane's partner
-    comes from one product with a signed permutation (`pair_swap`; exact: each output is one input times
+    comes from one product with a signed permutation (`swapped_lanes`; exact: each output is one input times
     +-1 summed with zeros, at the highest precision). A `[..., D/2, 2]` reshape there puts a minor axis of 2
     in 128 lanes, and XLA kept fp32 copies of q and k in that layout (2.9 GiB each for a Wan 720p block);
     rolling by one lane each way lowers to slices and a concatenate that XLA did not fuse either (fp32
@@ -60,8 +60,7 @@ def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Arra
     """
     x32 = x.astype(jnp.float32)
     if jax.default_backend() == "tpu":
-        rotated = jnp.einsum("...d,de->...e", x, pair_swap(x.shape[-1], x.dtype), preferred_element_type=jnp.float32,
-                             precision=jax.lax.Precision.HIGHEST)
+        rotated = swapped_lanes(x)
     else:
         pairs = x32.reshape(*x.shape[:-1], -1, 2)
         rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)  # (-x2, x1)
@@ -73,8 +72,7 @@ def rotate_half(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     `use_real_unbind_dim=-2`; the tables hold each angle twice, `[freqs, freqs]`)."""
     x32 = x.astype(jnp.float32)
     if jax.default_backend() == "tpu":  # one exact product, as `rotate_interleaved`: the slices' concatenate
-        rotated = jnp.einsum("...d,de->...e", x, half_swap(x.shape[-1], x.dtype), preferred_element_type=jnp.float32,
-                             precision=jax.lax.Precision.HIGHEST)
+        rotated = swapped_lanes(x, halves=True)
     else:
         half = x.shape[-1] // 2
         rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)

@@ -97,20 +97,20 @@ class HeadsRMSNorm(nn.Module):
         return (y * scale.astype(jnp.float32).reshape(heads, 1, head_dim)).astype(x.dtype)
 
 
-def pair_swap(d: int, dtype) -> jax.Array:
-    """`[D, D]` signed permutation taking each lane to its pair partner: `x @ P` is `(-x[1], x[0], -x[3], ...)`."""
+def swapped_lanes(x: jax.Array, halves: bool = False) -> jax.Array:
+    """Each lane of `x`'s last axis replaced by its signed RoPE partner, in fp32: `(-x[1], x[0], -x[3], ...)` for
+    interleaved pairs, `(-x[D/2:], x[:D/2])` for halves. One product with a signed permutation `[D, D]` at the
+    highest precision: exact (each output is one input times +-1 summed with zeros), and on a TPU XLA fuses it,
+    where lane rolls, pair reshapes and half concatenates left fp32 copies of q and k in HBM."""
+    d = x.shape[-1]
     lanes = jnp.arange(d)
-    partner = jnp.where(lanes % 2 == 0, lanes + 1, lanes - 1)
-    sign = jnp.where(lanes % 2 == 0, -1.0, 1.0)
-    return (lanes[:, None] == partner[None, :]).astype(dtype) * sign.astype(dtype)[None, :]
-
-
-def half_swap(d: int, dtype) -> jax.Array:
-    """`[D, D]` signed permutation swapping a head vector's halves: `x @ P` is `(-x[D/2:], x[:D/2])`."""
-    lanes, half = jnp.arange(d), d // 2
-    partner = jnp.where(lanes < half, lanes + half, lanes - half)
-    sign = jnp.where(lanes < half, -1.0, 1.0)
-    return (lanes[:, None] == partner[None, :]).astype(dtype) * sign.astype(dtype)[None, :]
+    if halves:
+        partner, sign = jnp.where(lanes < d // 2, lanes + d // 2, lanes - d // 2), jnp.where(lanes < d // 2, -1.0, 1.0)
+    else:
+        partner, sign = jnp.where(lanes % 2 == 0, lanes + 1, lanes - 1), jnp.where(lanes % 2 == 0, -1.0, 1.0)
+    matrix = (lanes[:, None] == partner[None, :]).astype(x.dtype) * sign.astype(x.dtype)[None, :]
+    return jnp.einsum("...d,de->...e", x, matrix, preferred_element_type=jnp.float32,
+                      precision=jax.lax.Precision.HIGHEST)
 
 
 def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
@@ -120,8 +120,7 @@ def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Arra
     is one input times +-1 summed with zeros in fp32, so the values are the roll spelling's; XLA fuses it
     where the lane rolls left fp32 slices of q and k in HBM (the Wan 720p program planned 17.94 GiB with the
     rolls, 13.00 with this product)."""
-    rotated = jnp.einsum("bhsd,de->bhse", x, pair_swap(x.shape[-1], x.dtype), preferred_element_type=jnp.float32,
-                         precision=jax.lax.Precision.HIGHEST)
+    rotated = swapped_lanes(x)
     x32 = x.astype(jnp.float32)
     return (x32 * cos[None, None] + rotated * sin[None, None]).astype(x.dtype)
 
