@@ -24,6 +24,7 @@ import torch
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.api import generate
+from tests.default_level import call_at_default_level
 
 from . import pipelines as tiny
 from .pipelines import FRAMES, GUIDANCE, HEIGHT, PROMPT, STEPS, WIDTH
@@ -124,13 +125,22 @@ def i2v(tmp_path_factory):
     return options, image_noise, noise, frames
 
 
-def test_5b_i2v_matches_reference(i2v, monkeypatch):
+def generate_with_reference_noise(options, image_noise, noise):
+    """vidax's frames and settings with the reference's posterior and step noise."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        tiny.patch_host_noise(monkeypatch, image_noise, noise)
+        result = generate(options)
+    return result.frames, result.settings
+
+
+def test_5b_i2v_matches_reference(i2v):
+    """At XLA's default CPU level, as a user's run compiles it (tests/default_level.py): this run's margin
+    (1.66e-5 of 2e-5) is narrower than the last bits the test processes' level 0 moves."""
     options, image_noise, noise, expected = i2v
-    tiny.patch_host_noise(monkeypatch, image_noise, noise)
-    result = generate(options)
-    assert result.frames.shape == expected.shape == (FRAMES, 48, 64, 3)
-    np.testing.assert_allclose(result.frames, expected, atol=ATOL, rtol=0)
-    assert (result.settings["sampler"], result.settings["dynamic_cfg"]) == ("dpm", True)
+    frames, settings = call_at_default_level(generate_with_reference_noise, options, image_noise, noise)
+    assert frames.shape == expected.shape == (FRAMES, 48, 64, 3)
+    np.testing.assert_allclose(frames, expected, atol=ATOL, rtol=0)
+    assert (settings["sampler"], settings["dynamic_cfg"]) == ("dpm", True)
 
 
 def test_5b_i2v_learned_table_covers_its_sample_size_only(i2v):

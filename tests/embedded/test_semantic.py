@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from detector import PALETTE, detect
+from tests.default_level import call_at_default_level
 from vidax.zoo.generator.generation import generate_video
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.generator.stages import StageCache
@@ -40,8 +41,7 @@ def held_out():
     return json.loads((TRAINED / "training.json").read_text())["held_out"]
 
 
-@pytest.fixture(scope="module")
-def generated(held_out):
+def generate_held_out(held_out: list[dict]) -> dict:
     """{(seed, index): clip} for every held-out combination at every seed, from one pipeline (weights loaded
     and placed once, kept in a `StageCache` as the server keeps them: the same clips bit for bit as loading
     them for each clip; units compiled once)."""
@@ -56,6 +56,13 @@ def generated(held_out):
                                                 cache=cache).frames
     cache.release()
     return clips
+
+
+@pytest.fixture(scope="module")
+def generated(held_out):
+    """The clips, generated at XLA's default CPU level as a user's run compiles them (tests/default_level.py:
+    96 generations are mostly running compiled code)."""
+    return call_at_default_level(generate_held_out, held_out)
 
 
 def test_held_out_prompts_are_drawn(held_out, generated):

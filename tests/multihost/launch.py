@@ -22,6 +22,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def xla_flags(devices: int) -> str:
+    """This process's XLA flags (tests/conftest.py's backend level: a child's frames are compared with this
+    process's) with `devices` fake CPU devices instead of its 8."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform")]
+    return " ".join([f"--xla_force_host_platform_device_count={devices}", *flags])
+
+
 def launch(cases: dict, out: Path, devices_per_process: int, heartbeat: int = 60, timeout: float = 900, *,
            told: tuple[int, ...] = (2, 2), join_timeout: int = 300, port: int | None = None,
            ends: list | None = None):
@@ -32,7 +39,7 @@ def launch(cases: dict, out: Path, devices_per_process: int, heartbeat: int = 60
     that died before it does).
     """
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # the caller's after ours
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_process}",
+    env = {**os.environ, "XLA_FLAGS": xla_flags(devices_per_process),
            "JAX_PLATFORMS": "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest", "VIDAX_NO_COMPILE_CACHE": "1",
            "HF_HUB_OFFLINE": "1", "PYTHONPATH": python_path, "HEARTBEAT": str(heartbeat),
            "JOIN_TIMEOUT": str(join_timeout)}

@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.multihost.launch import NOISE, free_port
+from tests.multihost.launch import NOISE, free_port, xla_flags
 from vidax.serve.launch import ServerProcess
 from vidax.zoo.wan.tiny import TRAINED
 
@@ -40,7 +40,7 @@ def converted(tmp_path_factory):
 def servers(converted, tmp_path_factory):
     """Process 1 (follower) and process 0 (HTTP) joined through a loopback coordinator."""
     root = tmp_path_factory.mktemp("serve_multihost_run")
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu",
+    env = {**os.environ, "XLA_FLAGS": xla_flags(1), "JAX_PLATFORMS": "cpu",
            "JAX_DEFAULT_MATMUL_PRECISION": "highest", "VIDAX_CACHE_DIR": str(root / "jax_cache"),
            "HF_HUB_OFFLINE": "1"}
     coordinator = f"127.0.0.1:{free_port()}"

@@ -1,0 +1,54 @@
+"""A test's vidax side in a child process compiled at XLA's default CPU backend level.
+
+The test processes compile at LLVM level 0 (tests/conftest.py: their programs are tiny and compiled about
+once each, so LLVM's optimizing passes were most of their time). Level 0 makes the same programs into slower
+machine code with other last bits (no fused multiply-adds). Two kinds of test call their vidax side here instead:
+those whose time goes to running compiled code rather than compiling it (the embedded model's 96
+generations: 37 s at the default level, 83 s at level 0 on the 2-core dev VM), and those whose parity margin
+is narrower than the bits level 0 moves (CogVideoX 5B I2V against diffusers: 1.66e-5 of its 2e-5 at the
+default level, 2.03e-5 at level 0) — there the default level is also what a user's run compiles.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LEVEL_FLAG = "--xla_backend_optimization_level"
+
+_CHILD = """
+import importlib, os, pickle, sys
+sys.path[:0] = [os.environ["DEFAULT_LEVEL_IMPORT_ROOT"], os.environ["DEFAULT_LEVEL_REPO"]]
+import jax
+jax.config.update("jax_default_matmul_precision", "highest")
+from tests.compile_cache import open_shared_compile_cache
+open_shared_compile_cache()
+with open(sys.argv[1], "rb") as f:
+    module, name, args = pickle.load(f)
+result = getattr(importlib.import_module(module), name)(*args)
+with open(sys.argv[2], "wb") as f:
+    pickle.dump(result, f)
+"""
+
+
+def call_at_default_level(function, *args, timeout: float = 900):
+    """`function(*args)` in a fresh process whose XLA flags are this one's without the backend level; returns
+    its result. `function` is a module-level function of a test module (imported again there by name), its
+    arguments and result picklable."""
+    module = sys.modules[function.__module__]
+    import_root = Path(module.__file__).resolve().parents[function.__module__.count(".")]
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(LEVEL_FLAG)]
+    env = {**os.environ, "XLA_FLAGS": " ".join(flags), "JAX_PLATFORMS": "cpu",
+           "DEFAULT_LEVEL_IMPORT_ROOT": str(import_root), "DEFAULT_LEVEL_REPO": str(ROOT)}
+    with tempfile.TemporaryDirectory(prefix="vidax-default-level-") as folder:
+        call, result = Path(folder) / "call.pickle", Path(folder) / "result.pickle"
+        call.write_bytes(pickle.dumps((function.__module__, function.__name__, args)))
+        done = subprocess.run([sys.executable, "-c", _CHILD, str(call), str(result)], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        return pickle.loads(result.read_bytes())
