@@ -4,7 +4,8 @@ The test processes compile at LLVM level 0 (tests/conftest.py: their programs ar
 once each, so LLVM's optimizing passes were most of their time). Level 0 makes the same programs into slower
 machine code with other last bits (no fused multiply-adds). Two kinds of test call their vidax side here instead:
 those whose time goes to running compiled code rather than compiling it (the embedded model's 96
-generations: 37 s at the default level, 83 s at level 0 on the 2-core dev VM), and those whose parity margin
+generations of the semantic test: 37 s at the default level, 83 s at level 0 on the 2-core dev VM; the 28 of
+its VACE extension test), and those whose parity margin
 is narrower than the bits level 0 moves (CogVideoX 5B I2V against diffusers: 1.66e-5 of its 2e-5 at the
 default level, 2.03e-5 at level 0) — there the default level is also what a user's run compiles.
 """

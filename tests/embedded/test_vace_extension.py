@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from detector import FAR_FROM_BACKGROUND, MIN_PIXELS, detect
+from tests.default_level import call_at_default_level
 from vidax.zoo.api import generate
 from vidax.zoo.generator.options import GenerateOptions
 
@@ -78,16 +79,23 @@ def _extend(folder: Path, prompt: str, first: np.ndarray, scale: str) -> list[np
     return clips
 
 
-@pytest.fixture(scope="module")
-def chains(tmp_path_factory):
+def generate_chains(root: Path) -> dict:
     """{(prompt, "vace" or "control"): [the clip, after extension 1, 2, 3]}."""
     out = {}
     for n, prompt in enumerate(PROMPTS):
-        folder = tmp_path_factory.mktemp(f"vace_extension{n}")
+        folder = root / f"vace_extension{n}"
+        folder.mkdir()
         first = generate(_options(folder / "wan_tiny.npy", prompt, model="wan-tiny", seed=SEED)).frames[:FIRST]
         out[prompt, "vace"] = _extend(folder, prompt, first, "1")
         out[prompt, "control"] = _extend(folder, prompt, first, "0")
     return out
+
+
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory):
+    """The chains, generated at XLA's default CPU level as a user's run compiles them (tests/default_level.py:
+    28 generations are mostly running compiled code)."""
+    return call_at_default_level(generate_chains, tmp_path_factory.mktemp("vace_extension"))
 
 
 def _joins(clips: list[np.ndarray], motion) -> list[tuple[float, float]]:
