@@ -11,12 +11,9 @@ import os
 ON_TPU = os.environ.get("VIDAX_TEST_TPU", "").strip() in ("1", "true", "yes")
 TPU_TIER_SKIP = "the TPU tier needs a TPU: on a TPU host run VIDAX_TEST_TPU=1 python -m pytest -m tpu tests/tpu"
 if not ON_TPU:
-    # Level 0 of XLA's CPU backend (LLVM unoptimized): the tests' programs are tiny and each is compiled about
-    # once, so LLVM's optimization passes were most of a test's time (tests/wan/test_pipeline.py 36.4 -> 24.7 s,
-    # tests/wan_vae/test_vae.py 36.9 -> 22.3 s on the 2-core dev VM). It changes how the same HLO program becomes
-    # machine code, not the program: results move in the last bits (wan-tiny's 4-step fp32 latents by 1e-5), as on
-    # another CPU. Processes the tests start take the flag from here (tests/multihost/launch.py).
-    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
+    from tests.backend_level import TEST_FLAGS  # 8 fake devices, LLVM unoptimized: why in tests/backend_level.py
+
+    os.environ.setdefault("XLA_FLAGS", TEST_FLAGS)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VIDAX_NO_COMPILE_CACHE", "1")

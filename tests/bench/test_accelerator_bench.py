@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.backend_level import xla_flags  # the test processes' level, one device
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `bench` is a top-level folder, not an installed package
 
@@ -22,18 +24,11 @@ from bench.accelerator import cases, report  # noqa: E402
 from bench.accelerator.timing import Budget  # noqa: E402
 
 
-def one_device_flags() -> str:
-    """This process's XLA flags (tests/conftest.py's backend level) without its 8 fake devices: the bench
-    runs on one device, as a user's machine has; nothing here compares its figures with another level's."""
-    return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
-                    if not f.startswith("--xla_force_host_platform"))
-
-
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("accelerator")
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "VIDAX_NO_COMPILE_CACHE")}
-    env.update(JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1", XLA_FLAGS=one_device_flags())
+    env.update(JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1", XLA_FLAGS=xla_flags())
     cmd = [sys.executable, "-m", "bench.accelerator", "--profile", "toy", "--torch-device", "cpu",
            "--out", str(out / "table.md"), "--artifacts", str(out)]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -175,7 +170,7 @@ def test_warm_compile_in_the_same_process(tmp_path):
         "warm = vidax_side.probe_here('toy', 'wan-480p')\n"
         "print(json.dumps([cold, warm]))\n")
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "VIDAX_NO_COMPILE_CACHE")}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=one_device_flags())
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags())
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -24,7 +24,7 @@ import torch
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.api import generate
-from tests.default_level import call_at_default_level
+from tests.backend_level import call_at_default_level
 
 from . import pipelines as tiny
 from .pipelines import FRAMES, GUIDANCE, HEIGHT, PROMPT, STEPS, WIDTH
@@ -134,7 +134,7 @@ def generate_with_reference_noise(options, image_noise, noise):
 
 
 def test_5b_i2v_matches_reference(i2v):
-    """At XLA's default CPU level, as a user's run compiles it (tests/default_level.py): this run's margin
+    """At XLA's default CPU level, as a user's run compiles it (tests/backend_level.py): this run's margin
     (1.66e-5 of 2e-5) is narrower than the last bits the test processes' level 0 moves."""
     options, image_noise, noise, expected = i2v
     frames, settings = call_at_default_level(generate_with_reference_noise, options, image_noise, noise)

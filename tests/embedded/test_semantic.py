@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from detector import PALETTE, detect
-from tests.default_level import call_at_default_level
+from tests.backend_level import call_at_default_level
 from vidax.zoo.generator.generation import generate_video
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.generator.stages import StageCache
@@ -60,7 +60,7 @@ def generate_held_out(held_out: list[dict]) -> dict:
 
 @pytest.fixture(scope="module")
 def generated(held_out):
-    """The clips, generated at XLA's default CPU level as a user's run compiles them (tests/default_level.py:
+    """The clips, generated at XLA's default CPU level as a user's run compiles them (tests/backend_level.py:
     96 generations are mostly running compiled code)."""
     return call_at_default_level(generate_held_out, held_out)
 

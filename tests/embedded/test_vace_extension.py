@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from detector import FAR_FROM_BACKGROUND, MIN_PIXELS, detect
-from tests.default_level import call_at_default_level
+from tests.backend_level import call_at_default_level
 from vidax.zoo.api import generate
 from vidax.zoo.generator.options import GenerateOptions
 
@@ -93,7 +93,7 @@ def generate_chains(root: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def chains(tmp_path_factory):
-    """The chains, generated at XLA's default CPU level as a user's run compiles them (tests/default_level.py:
+    """The chains, generated at XLA's default CPU level as a user's run compiles them (tests/backend_level.py:
     28 generations are mostly running compiled code)."""
     return call_at_default_level(generate_chains, tmp_path_factory.mktemp("vace_extension"))
 

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.backend_level import xla_flags
+
 ROOT = Path(__file__).resolve().parents[2]
 # what must not reach a user: Python tracebacks, the runtime's C++ log lines and fatal-error dumps
 NOISE = re.compile(r"Traceback|^[IWEF]\d{4} \d\d:\d\d|Check failure|terminate called|Aborted", re.M)
@@ -20,13 +22,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def xla_flags(devices: int) -> str:
-    """This process's XLA flags (tests/conftest.py's backend level: a child's frames are compared with this
-    process's) with `devices` fake CPU devices instead of its 8."""
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform")]
-    return " ".join([f"--xla_force_host_platform_device_count={devices}", *flags])
 
 
 def launch(cases: dict, out: Path, devices_per_process: int, heartbeat: int = 60, timeout: float = 900, *,

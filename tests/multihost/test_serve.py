@@ -17,7 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.multihost.launch import NOISE, free_port, xla_flags
+from tests.backend_level import xla_flags
+from tests.multihost.launch import NOISE, free_port
 from vidax.serve.launch import ServerProcess
 from vidax.zoo.wan.tiny import TRAINED
 

@@ -1,11 +1,12 @@
-"""A test's vidax side in a child process compiled at XLA's default CPU backend level.
+"""The XLA flags of the test processes and of the processes they start.
 
-The test processes compile at LLVM level 0 (tests/conftest.py: their programs are tiny and compiled about
-once each, so LLVM's optimizing passes were most of their time). Level 0 makes the same programs into slower
-machine code with other last bits (no fused multiply-adds). Two kinds of test call their vidax side here instead:
-those whose time goes to running compiled code rather than compiling it (the embedded model's 96
-generations of the semantic test: 37 s at the default level, 83 s at level 0 on the 2-core dev VM; the 28 of
-its VACE extension test), and those whose parity margin
+The test processes compile at XLA's CPU backend level 0, LLVM unoptimized (`TEST_FLAGS`, set by
+tests/conftest.py): their programs are tiny and compiled about once each, so LLVM's optimizing passes were
+most of their time (`python -m bench.runtime.bench_test_level` times a module both ways). Level 0 makes the
+same programs into slower machine code with other last bits (no fused multiply-adds). A process a test starts
+and compares with its own takes the same flags (`xla_flags`). Two kinds of test call their vidax side at the
+default level in a child instead (`call_at_default_level`): those whose time goes to running compiled code
+rather than compiling it (the embedded model's generations in tests/embedded), and those whose parity margin
 is narrower than the bits level 0 moves (CogVideoX 5B I2V against diffusers: 1.66e-5 of its 2e-5 at the
 default level, 2.03e-5 at level 0) — there the default level is also what a user's run compiles.
 """
@@ -21,6 +22,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVEL_FLAG = "--xla_backend_optimization_level"
+DEVICES_FLAG = "--xla_force_host_platform_device_count"
+TEST_FLAGS = f"{DEVICES_FLAG}=8 {LEVEL_FLAG}=0"
+
+
+def xla_flags(devices: int | None = None, default_level: bool = False) -> str:
+    """This process's XLA flags with `devices` fake CPU devices instead of its 8 (None: the platform's one
+    device, as a user's machine has) and, with `default_level`, without the backend level."""
+    drop = (DEVICES_FLAG, LEVEL_FLAG) if default_level else (DEVICES_FLAG,)
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(drop)]
+    return " ".join([f"{DEVICES_FLAG}={devices}"] * (devices is not None) + flags)
 
 _CHILD = """
 import importlib, os, pickle, sys
@@ -39,12 +50,11 @@ with open(sys.argv[2], "wb") as f:
 
 def call_at_default_level(function, *args, timeout: float = 900):
     """`function(*args)` in a fresh process whose XLA flags are this one's without the backend level; returns
-    its result. `function` is a module-level function of a test module (imported again there by name), its
+    its result (8 fake devices, as here). `function` is a module-level function of a test module (imported again there by name), its
     arguments and result picklable."""
     module = sys.modules[function.__module__]
     import_root = Path(module.__file__).resolve().parents[function.__module__.count(".")]
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(LEVEL_FLAG)]
-    env = {**os.environ, "XLA_FLAGS": " ".join(flags), "JAX_PLATFORMS": "cpu",
+    env = {**os.environ, "XLA_FLAGS": xla_flags(8, default_level=True), "JAX_PLATFORMS": "cpu",
            "DEFAULT_LEVEL_IMPORT_ROOT": str(import_root), "DEFAULT_LEVEL_REPO": str(ROOT)}
     with tempfile.TemporaryDirectory(prefix="vidax-default-level-") as folder:
         call, result = Path(folder) / "call.pickle", Path(folder) / "result.pickle"
