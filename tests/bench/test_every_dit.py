@@ -64,3 +64,22 @@ def test_wan_tiny_row_has_every_measure(wan_tiny_row):
     assert shapes == {((2, 320, 4, 24), (2, 320, 4, 24)), ((2, 320, 4, 24), (2, 512, 4, 24))}  # self, cross
     assert {tuple(a["q"]) for a in row["attention"]} == {(2, 320, 4, 24)}
     assert row["native_depth"] == 4 and row["step_ms_estimate"] > 0
+
+
+def test_a_step_that_cannot_trace_without_blocks_is_timed_at_depths_one_and_two(monkeypatch):
+    # LTX-Video's STG row masks a block by index, so its depth-0 step fails while it is traced: on the chip
+    # (2026-12-06, run Q3) that ended the model's row instead of timing depth 2
+    real = every_dit._program
+
+    def program(family, settings, depth):
+        fn, args, dit = real(family, settings, depth)
+        if depth == 0:
+            def fn(*_):
+                raise IndexError("index 0 is out of bounds for axis 1 with size 0")
+        return fn, args, dit
+
+    monkeypatch.setattr(every_dit, "_program", program)
+    row = every_dit.measure("wan-tiny", repeats=1)
+    assert set(row["runs"]) == {"1", "2"}
+    assert row["block_flops"] == row["runs"]["2"]["flops"] - row["runs"]["1"]["flops"] > 0
+    assert row["step_ms_estimate"] > 0

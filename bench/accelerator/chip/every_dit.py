@@ -252,16 +252,16 @@ def measure(spec: str, repeats: int = 2, out: Path | None = None) -> dict:
         if depth == 2 and "0" in runs:
             break
         _log(f"{spec}: depth {depth}: tracing")
+        calls: list = []
         try:
             fn, args, dit = _program(family, s, depth)
-        except Exception as error:  # noqa: BLE001 - a family whose step needs a block (LTX-2's STG): depth 2 then
+            with recorded_attention(calls):
+                flops = count_flops(fn, args)  # traces the step: LTX-Video's STG row masks a block by index
+        except Exception as error:  # noqa: BLE001 - a family whose step needs blocks (LTX-2's and LTX-Video's STG): depth 2 then
             if depth != 0:
                 raise
             _log(f"{spec}: depth 0 cannot be built ({type(error).__name__}); depth 2 instead")
             continue
-        calls: list = []
-        with recorded_attention(calls):
-            flops = count_flops(fn, args)
         if depth == 1:
             row["attention_calls"] = [list(c) for c in calls]
             row["depths"] = {g.name: dit_depth(family, s, g.name) for g in _groups(dit)}
