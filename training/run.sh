@@ -15,7 +15,7 @@ $RUN training.pretrain_text --steps 400
 # then alone on windows to step 1400
 $RUN training.train_vae --image-steps 1200 --video-start 1400 --steps 1600 --image-batch 16 --crop 32 \
     --batch 4 --lr 3e-3 --probe-weight 1 --no-pca --checkpoint-every 100 --stop 1400
-$PY -m training.check_vae training/out/vae      # held-out clips read right after the round trip
+$PY -m training.checks.check_vae training/out/vae      # held-out clips read right after the round trip
 # stage 2: the DiT at patch 1 on
 # randomly placed tracks, the stage-0 text encoder frozen, text padded to 16 tokens as wan-tiny's
 # registry setting (max_sequence_length) pads it; the loss counts errors that change from one latent
@@ -29,9 +29,9 @@ TINY_THREADS=2 $RUN training.train_dit --steps 3000 --batch 16 --lr 2e-3 --patch
 # (the decoder's clip phase, the same VAE command without --stop, was not run for the shipped weights)
 
 $PY -m training.export
-$PY -m training.check_vae training/out/vae
-$PY -m training.eval        # the held-out counts, by the semantic test's own path
-$PY -m training.plot
+$PY -m training.checks.check_vae training/out/vae
+$PY -m training.checks.eval        # the held-out counts, by the semantic test's own path
+$PY -m training.checks.plot
 $PY -m training.strip
 # the LoRA example: striped backgrounds (more of them on blue and green), trained against the exported folder
 TINY_THREADS=2 $RUN training.train_lora --steps 1000 --lr 1e-2

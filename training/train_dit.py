@@ -261,7 +261,7 @@ if __name__ == "__main__":
     parser.add_argument("--head-dim", type=int, default=None, help="its width per head")
     parser.add_argument("--ffn", type=int, default=None, help="its MLP width")
     parser.add_argument("--oracle-text", action="store_true",
-                        help="diagnostic: the DiT reads one-hot attribute rows instead of the text encoder (training.eval_oracle)")
+                        help="diagnostic: the DiT reads one-hot attribute rows instead of the text encoder (training.checks.eval_oracle)")
     parser.add_argument("--self-norm-init", type=float, default=1.0,
                         help="self-attention's query/key norm scales at init (sharper relative lookups)")
     parser.add_argument("--train-shift", type=float, default=SHIFT,

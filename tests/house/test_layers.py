@@ -1,5 +1,6 @@
 """The house (docs/ARCHITECTURE.md, "Floors and rooms"): every import points down a floor, no import
-cycles, at most 15 files at the top of any folder, and the rooms the page names are the packages there are.
+cycles, at most 15 files at the top of any folder of the repository, and the rooms the page names are
+the packages there are.
 
 Imports are read from the source (every `import` and `from ... import`, those inside functions too),
 not by importing: a lazy import that closes a circle is a circle all the same.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -114,17 +116,26 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def repository_files(root: Path = ROOT) -> list[Path]:
+    """The repository's files: those git tracks, or in a tree that is no checkout every file outside
+    hidden folders and caches (what `git ls-files` would list of a clean tree)."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        listed = b""
+    if listed:
+        return [root / name for name in listed.decode().split("\0") if name]
+    return [p for p in root.rglob("*") if p.is_file() and p.suffix != ".pyc"
+            and not any(part.startswith(".") or part in SKIPPED for part in p.relative_to(root).parts[:-1])]
+
+
 def crowded_folders(root: Path = ROOT) -> list[str]:
-    """Folders of the checked trees with more than MAX_FILES files at their top."""
-    crowded = []
-    for folder in TREES:
-        for path in [root / folder, *sorted((root / folder).rglob("*"))]:
-            if not path.is_dir() or SKIPPED & set(path.relative_to(root).parts):
-                continue
-            files = [p for p in path.iterdir() if p.is_file() and p.suffix != ".pyc"]
-            if len(files) > MAX_FILES:
-                crowded.append(f"{path.relative_to(root)}/ ({len(files)} files)")
-    return crowded
+    """Folders of the repository (the code trees, tests, training, docs, ...) with more than MAX_FILES
+    files at their top."""
+    counts: dict[Path, int] = {}
+    for path in repository_files(root):
+        counts[path.parent] = counts.get(path.parent, 0) + 1
+    return [f"{folder.relative_to(root)}/ ({n} files)" for folder, n in sorted(counts.items()) if n > MAX_FILES]
 
 
 FAMILIES = "zoo/<family>/"  # the row that holds every family folder (a folder of zoo/ with a family.py)
@@ -283,8 +294,10 @@ def test_the_family_row_holds_every_family_folder_and_one_family_may_not_import_
 
 
 def test_a_crowded_folder_is_found(tmp_path):
-    root = _tree(tmp_path, {f"bench/sub/m{i}.py": "" for i in range(MAX_FILES + 1)})
-    assert crowded_folders(root) == [f"bench/sub/ ({MAX_FILES + 1} files)"]
+    root = _tree(tmp_path, {**{f"bench/sub/m{i}.py": "" for i in range(MAX_FILES + 1)},
+                            **{f"tests/data/f{i}.json": "" for i in range(MAX_FILES + 1)},
+                            **{f"tests/ok/f{i}.json": "" for i in range(MAX_FILES)}})
+    assert crowded_folders(root) == [f"bench/sub/ ({MAX_FILES + 1} files)", f"tests/data/ ({MAX_FILES + 1} files)"]
 
 
 def test_a_package_the_page_leaves_out_is_found(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from tests.ltx2.ltx2_spec_fixtures import DIT_TO_OFFICIAL, rename
+from tests.ltx2.references.ltx2_spec_fixtures import DIT_TO_OFFICIAL, rename
 
 # per block: video and audio self/cross attention, both a2v/v2a attentions, both feed-forwards
 BLOCK = ("attn1.to_q", "attn1.to_out.0", "attn2.to_k", "attn2.to_v", "audio_attn1.to_v", "audio_attn2.to_q",

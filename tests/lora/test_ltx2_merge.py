@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from tests.lora.formats import hand_merge, low_rank_factors, write_peft
 from tests.lora.ltx2_formats import ltx2_modules, write_ltx2_kohya, write_ltx2_original
 from tests.lora.fused import assert_merged_close, diffusers_fused
-from tests.ltx2.ltx2_spec_fixtures import dit_reference, official_dit_state
+from tests.ltx2.references.ltx2_spec_fixtures import dit_reference, official_dit_state
 from tests.oracle import save_state, state_of
 from vidax.translator import convert
 from vidax.translator.lora import LoraError, resolve_adapter

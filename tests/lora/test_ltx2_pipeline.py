@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from tests.lora.formats import low_rank_factors, write_peft
 from tests.lora.ltx2_formats import ltx2_modules, write_ltx2_original
-from tests.ltx2.pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, SIZE, components, initial_noise
+from tests.ltx2.references.pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, SIZE, components, initial_noise
 from tests.oracle import state_of, to_np
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.api import generate

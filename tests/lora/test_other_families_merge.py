@@ -45,7 +45,7 @@ def test_cogvideox_peft_lora_matches_diffusers(tmp_path, variant, spec):
 
 @pytest.fixture(scope="module")
 def ltx(tmp_path_factory):
-    from tests.ltx_video.ltx_spec_fixtures import dit_reference, save_official_file
+    from tests.ltx_video.references.ltx_spec_fixtures import dit_reference, save_official_file
 
     root = tmp_path_factory.mktemp("ltx_lora")
     model = dit_reference(0)

@@ -82,7 +82,7 @@ def ltx_video(tmp_path_factory):
     from diffusers import LTXPipeline
 
     from tests.ltx_video import test_pipeline as base
-    from tests.ltx_video.pipelines import Replay, components, dynamic_scheduler, pack
+    from tests.ltx_video.references.pipelines import Replay, components, dynamic_scheduler, pack
 
     root = tmp_path_factory.mktemp("ltx_lora")
     pipe = LTXPipeline(scheduler=dynamic_scheduler(), **components(11, root))

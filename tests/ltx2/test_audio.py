@@ -15,7 +15,7 @@ from vidax.zoo.ltx2.config import AudioVAEConfig, VocoderConfig
 
 from tests.oracle import unflatten
 
-from .ltx2_spec_fixtures import TINY_AUDIO_VAE, TINY_VOCODER, audio_vae_reference, save_diffusers, vocoder_reference
+from .references.ltx2_spec_fixtures import TINY_AUDIO_VAE, TINY_VOCODER, audio_vae_reference, save_diffusers, vocoder_reference
 
 ATOL = 2e-5  # fp32; observed ~1e-6
 

@@ -16,7 +16,7 @@ from vidax.zoo.ltx2.decoding.diffusion_decoder import LTX2DiffusionDecoder
 
 from tests.oracle import unflatten
 
-from .ltx2_spec_fixtures import diffusion_decoder_reference, save_diffusers
+from .references.ltx2_spec_fixtures import diffusion_decoder_reference, save_diffusers
 
 ATOL = 5e-5  # fp32 through 11 attention/SwiGLU blocks of values ~1-10; observed ~3e-6
 

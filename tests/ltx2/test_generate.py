@@ -1,6 +1,6 @@
 """The generator behind `vidax-gen ltx-2`, end to end, against diffusers `LTX2Pipeline`.
 
-A tiny LTX-2.0-shaped pipeline (tests/ltx2/pipelines.py) saved with `save_pretrained` is the weights
+A tiny LTX-2.0-shaped pipeline (tests/ltx2/references/pipelines.py) saved with `save_pretrained` is the weights
 folder. diffusers runs once per module from its generator's first two draws (video noise, then audio
 noise); vidax gets the same draws as --latents `[1, C, F', H', W']` and --audio-latents `[1, Ca, L, M']`
 (both in the sampler's normalised space) and must give the same frames and waveform. Every guidance
@@ -20,7 +20,7 @@ from vidax.zoo.registry import make_pipeline
 
 from tests.oracle import to_np
 
-from .pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, SIZE, components, initial_noise
+from .references.pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, SIZE, components, initial_noise
 
 ATOL = 2e-5  # fp32 end to end (Gemma, connectors, 2 steps x 3 DiT calls, VAE, audio VAE, vocoder)
 STEPS = 2
@@ -308,7 +308,7 @@ def test_diffusion_decoder_matches_reference(saved, reference_run, tmp_path, mon
     from diffusers import FlowMatchEulerDiscreteScheduler
     from diffusers.pipelines.ltx2.pipeline_ltx2_diffusion_decode import LTX2VideoDiffusionDecodePipeline
 
-    from .ltx2_spec_fixtures import diffusion_decoder_reference, save_diffusers
+    from .references.ltx2_spec_fixtures import diffusion_decoder_reference, save_diffusers
 
     pipe, root = saved
     folder = tmp_path / "with_decoder"

@@ -11,7 +11,7 @@ from diffusers.loaders.single_file_utils import (
     convert_ltx2_vae_to_diffusers,
 )
 
-from .ltx2_spec_fixtures import (
+from .references.ltx2_spec_fixtures import (
     audio_vae_reference,
     dit_reference,
     official_dit_state,

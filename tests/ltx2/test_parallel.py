@@ -17,7 +17,7 @@ from vidax.zoo.compute.mesh import make_mesh
 from vidax.zoo.weights.offload import stream_blocks
 from vidax.zoo.compute.runtime import use_mesh
 
-from .ltx2_spec_fixtures import dit_reference, save_diffusers
+from .references.ltx2_spec_fixtures import dit_reference, save_diffusers
 from .test_transformer import make_inputs, our_inputs, tables, unflatten
 
 TOL = dict(atol=2e-5, rtol=1e-5)  # reduction order differs across shards

@@ -15,7 +15,7 @@ import torch
 from vidax.zoo.ltx2 import guidance, latents as lat
 from vidax.zoo.samplers.configs import stepper_from_config
 
-from .ltx2_spec_fixtures import TINY_VAE, dit_reference, vae_reference
+from .references.ltx2_spec_fixtures import TINY_VAE, dit_reference, vae_reference
 
 SCHEDULER = dict(use_dynamic_shifting=True, base_shift=0.95, max_shift=2.05, base_image_seq_len=1024,
                  max_image_seq_len=4096, shift_terminal=0.1)  # diffusers' convert_ltx2_to_diffusers.py
@@ -83,7 +83,7 @@ def pipeline():
     from diffusers import FlowMatchEulerDiscreteScheduler, LTX2Pipeline
     from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
 
-    from .ltx2_spec_fixtures import TINY_CONNECTORS, perturbed, vocoder_reference
+    from .references.ltx2_spec_fixtures import TINY_CONNECTORS, perturbed, vocoder_reference
 
     transformer = dit_reference("2.0", in_channels=TINY_VAE["latent_channels"], out_channels=TINY_VAE["latent_channels"],
                                 audio_in_channels=8, audio_out_channels=8)
@@ -101,7 +101,7 @@ def pipeline():
 def audio_vae_reference_for(**config):
     from diffusers import AutoencoderKLLTX2Audio
 
-    from .ltx2_spec_fixtures import perturbed
+    from .references.ltx2_spec_fixtures import perturbed
 
     torch.manual_seed(2)
     ref = perturbed(AutoencoderKLLTX2Audio(ch_mult=(1, 2, 4), num_res_blocks=1, **config), 3)

@@ -23,7 +23,7 @@ from vidax.zoo.ltx2.text import prompt_tokens, stack_hidden_states
 from tests.oracle import unflatten
 
 from tests.encoders.gemma_spec_fixtures import gemma3_reference, save_transformers
-from .ltx2_spec_fixtures import TINY_CONNECTORS, connectors_reference, save_diffusers
+from .references.ltx2_spec_fixtures import TINY_CONNECTORS, connectors_reference, save_diffusers
 
 ATOL = 2e-5  # fp32; observed ~1e-6
 WORDS = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"w{i}" for i in range(60)]
@@ -103,7 +103,7 @@ def connectors_reference_for(gemma):
     """Tiny LTX-2.0 connectors sized for the tiny Gemma 3 (16 wide, 3 layers + embeddings)."""
     from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
 
-    from .ltx2_spec_fixtures import perturbed
+    from .references.ltx2_spec_fixtures import perturbed
 
     text = gemma.config.text_config
     cfg = dict(TINY_CONNECTORS["2.0"], caption_channels=text.hidden_size, text_proj_in_factor=text.num_hidden_layers + 1,

@@ -21,7 +21,7 @@ from vidax.zoo.ltx2.transformer import DiTInputs, LTX2Transformer, Streams
 
 from tests.oracle import unflatten
 
-from .ltx2_spec_fixtures import TINY_DIT, dit_reference, save_diffusers
+from .references.ltx2_spec_fixtures import TINY_DIT, dit_reference, save_diffusers
 
 ATOL = 2e-5  # fp32 through ~20 matmuls and 12 softmaxes; observed max error ~2e-6
 GRID, AUDIO_LEN, TEXT_LEN, FPS = (3, 2, 4), 7, 5, 24.0

@@ -21,15 +21,15 @@ import torch
 
 from tests.lora.formats import low_rank_factors, write_peft
 from tests.lora.ltx2_formats import ltx2_modules
-from tests.ltx_video.pipelines import Replay
+from tests.ltx_video.references.pipelines import Replay
 from tests.oracle import save_diffusers, state_of, to_np
 from vidax.translator.errors import VidaxError
 from vidax.translator.lora import file_sha256
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.api import generate
 
-from .pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, components, initial_noise
-from .upsampler_spec_fixtures import upsampler_reference
+from .references.pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, components, initial_noise
+from .references.upsampler_spec_fixtures import upsampler_reference
 
 ATOL = 2e-5
 FULL = dict(height=64, width=128, frames=9)

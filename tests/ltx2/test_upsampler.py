@@ -14,7 +14,7 @@ from tests.oracle import save_diffusers, to_np, unflatten
 from vidax.translator import convert
 from vidax.zoo.ltx2.decoding.upsampler import LTX2LatentUpsampler, UpsamplerConfig, UpsamplerConfigError
 
-from .upsampler_spec_fixtures import upsampler_reference
+from .references.upsampler_spec_fixtures import upsampler_reference
 
 ATOL = 1e-5
 # diffusers module -> the Flax module with the same output (channels-last; the head and a 2D model per frame)

@@ -18,7 +18,7 @@ from vidax.zoo.parts.vae_tiling import TilePlan, TileSizes
 
 from tests.oracle import unflatten
 
-from .ltx2_spec_fixtures import VAE_BLOCK_CONFIGS, official_vae_state, save_diffusers, state_of, vae_reference
+from .references.ltx2_spec_fixtures import VAE_BLOCK_CONFIGS, official_vae_state, save_diffusers, state_of, vae_reference
 
 ATOL = 5e-5  # fp32 through ~30 convolutions of values ~1-10; observed ~5e-6
 

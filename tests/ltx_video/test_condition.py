@@ -24,8 +24,8 @@ from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.api import generate
 
-from .ltx_spec_fixtures import save_official_file
-from .pipelines import NEGATIVE, PROMPT, Replay, components, static_scheduler
+from .references.ltx_spec_fixtures import save_official_file
+from .references.pipelines import NEGATIVE, PROMPT, Replay, components, static_scheduler
 
 HEIGHT, WIDTH, FRAMES, STEPS, GUIDANCE = 64, 96, 25, 3, 3.0
 LATENT = (1, 8, 4, 2, 3)
@@ -201,8 +201,8 @@ def test_dev_defaults_run_both_passes_with_stg_and_cfg_star(reference, tmp_path,
     reference runs Lightricks' pipeline here: the pieces are checked against it in test_guidance.py."""
     from vidax.zoo.ltx_video import family as F
 
-    from .ltx_spec_fixtures import official_upsampler_config, save
-    from .pipelines import upsampler
+    from .references.ltx_spec_fixtures import official_upsampler_config, save
+    from .references.pipelines import upsampler
 
     root = reference[0]
     dev = tmp_path / "dev"

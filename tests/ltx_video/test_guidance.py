@@ -21,8 +21,8 @@ from vidax.zoo.ltx_video.config import TransformerConfig
 from vidax.zoo.ltx_video.family import LTXCondition, LTXPredict
 from vidax.zoo.ltx_video.transformer import LTXVideoTransformer
 
-from .helpers import load_params, to_np
-from .ltx_spec_fixtures import diffusers_config, dit_reference, save
+from .references.helpers import load_params, to_np
+from .references.ltx_spec_fixtures import diffusers_config, dit_reference, save
 
 
 class ValuesForRowOne(LTXVideoAttnProcessor):

@@ -26,7 +26,7 @@ from diffusers.pipelines.ltx.pipeline_ltx_latent_upsample import LTXLatentUpsamp
 from vidax.zoo.ltx_video import latents as L
 from vidax.zoo.ltx_video.config import SchedulerConfig
 
-from .ltx_spec_fixtures import vae_reference
+from .references.ltx_spec_fixtures import vae_reference
 
 # diffusers' Lightricks/LTX-Video scheduler_config.json (0.9.0 / 0.9.1; ltx_video/utils/diffusers_config_mapping.py)
 SCHEDULER_090 = {"_class_name": "FlowMatchEulerDiscreteScheduler", "base_image_seq_len": 1024, "base_shift": 0.95,

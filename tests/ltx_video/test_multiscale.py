@@ -21,7 +21,7 @@ import torch
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.api import generate
 
-from .pipelines import NEGATIVE, PROMPT, Replay, components, static_scheduler, upsampler
+from .references.pipelines import NEGATIVE, PROMPT, Replay, components, static_scheduler, upsampler
 
 HEIGHT, WIDTH, FRAMES = 128, 160, 9  # first pass int(x · 0.6666666) down to 32: 64 x 96
 FIRST, SECOND = (64, 96), (128, 192)

@@ -29,7 +29,7 @@ from vidax.zoo.ltx_video.config import (
     read_checkpoint_config,
 )
 
-from .ltx_spec_fixtures import (
+from .references.ltx_spec_fixtures import (
     TINY_VAES,
     diffusers_config,
     dit_reference,

@@ -22,8 +22,8 @@ from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.api import generate
 
-from .ltx_spec_fixtures import save_official_file
-from .pipelines import NEGATIVE, PROMPT, Replay, components, static_scheduler
+from .references.ltx_spec_fixtures import save_official_file
+from .references.pipelines import NEGATIVE, PROMPT, Replay, components, static_scheduler
 
 HEIGHT, WIDTH, FRAMES = 49, 67, 12
 # inference.py's run of it, by hand: 64 x 96 x 17, margins 15 rows (7 top, 8 bottom), 29 columns (14 left, 15 right)

@@ -18,7 +18,7 @@ from vidax.zoo.compute.mesh import make_mesh
 from vidax.zoo.weights.offload import stream_blocks
 from vidax.zoo.compute.runtime import use_mesh
 
-from .ltx_spec_fixtures import dit_reference, diffusers_config, save
+from .references.ltx_spec_fixtures import dit_reference, diffusers_config, save
 
 GRID = (2, 3, 5)  # 30 tokens: not a multiple of sp = 4 (the entry point pads and masks)
 _forward = jax.jit(lambda model, params, *inputs: model(params, *inputs), static_argnums=0)

@@ -18,7 +18,7 @@ from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.api import generate
 
-from .pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
+from .references.pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
 
 HEIGHT, WIDTH, FRAMES, STEPS, GUIDANCE = 64, 96, 9, 3, 3.0
 LATENT = (1, 8, 2, 2, 3)

@@ -27,8 +27,8 @@ from vidax.zoo.ltx_video.transformer import Context, LTXVideoTransformer
 from vidax.zoo.weights.offload import StreamedDiT
 from vidax.zoo.compute.runtime import BF16
 
-from .helpers import load_params, to_np
-from .ltx_spec_fixtures import TINY_DIT, dit_reference, diffusers_config, save, save_official_file
+from .references.helpers import load_params, to_np
+from .references.ltx_spec_fixtures import TINY_DIT, dit_reference, diffusers_config, save, save_official_file
 
 GRID = (3, 4, 5)  # latent frames, height, width: 60 tokens
 TOKENS = 60
@@ -230,7 +230,7 @@ def test_caption_padding_is_masked(case):
 
 def test_official_single_file_runs_the_same(case, tmp_path):
     """The official file (DiT and VAE under their prefixes, config in the header) gives the same model."""
-    from .ltx_spec_fixtures import vae_reference
+    from .references.ltx_spec_fixtures import vae_reference
     from vidax.zoo.ltx_video.config import read_checkpoint_config
 
     ref, model, _, _ = case

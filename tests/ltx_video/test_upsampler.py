@@ -12,8 +12,8 @@ import torch
 from vidax.zoo.ltx_video.config import LTXConfigError, UpsamplerConfig, read_checkpoint_config
 from vidax.zoo.ltx_video.upsampler import LTXLatentUpsampler
 
-from .helpers import load_params, to_np
-from .ltx_spec_fixtures import diffusers_config, official_upsampler_config, save, upsampler_reference
+from .references.helpers import load_params, to_np
+from .references.ltx_spec_fixtures import diffusers_config, official_upsampler_config, save, upsampler_reference
 
 
 @pytest.mark.parametrize("overrides, out_frames", [({}, 3), ({"temporal_upsample": True}, 5), ({"dims": 2}, 3)],

@@ -20,8 +20,8 @@ from vidax.zoo.ltx_video.config import LTXConfigError, VAEConfig
 from vidax.zoo.ltx_video.vae import LTXVideoVAE, decoder_noise_shapes
 from vidax.zoo.parts.vae_tiling import TilePlan, TileSizes
 
-from .helpers import load_params, to_np
-from .ltx_spec_fixtures import OFFICIAL_VAE_CONFIGS, TINY_VAES, VAE_BLOCK_CONFIGS, diffusers_config, save, vae_reference
+from .references.helpers import load_params, to_np
+from .references.ltx_spec_fixtures import OFFICIAL_VAE_CONFIGS, TINY_VAES, VAE_BLOCK_CONFIGS, diffusers_config, save, vae_reference
 
 ATOL = 2e-5  # fp32 through ~40 convolutions with RMS norms; observed max error ~2e-6
 VERSIONS = sorted(TINY_VAES)

@@ -15,7 +15,7 @@ from safetensors.numpy import save_file
 
 import tests.cosmos.cosmos_spec_fixtures as cosmos
 import tests.hunyuan_video.hunyuan_video_spec_fixtures as hunyuan
-import tests.ltx_video.ltx_spec_fixtures as ltx
+import tests.ltx_video.references.ltx_spec_fixtures as ltx
 from tests.quantized.gguf_files import dequantized, encode, write_gguf
 from vidax.translator import convert
 

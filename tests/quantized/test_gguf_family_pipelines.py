@@ -127,8 +127,8 @@ LTX = dict(height=64, width=96, frames=9, steps=3, guidance=3.0, latent=(1, 8, 2
 def ltx(tmp_path_factory):
     from diffusers import LTXPipeline
 
-    from tests.ltx_video.ltx_spec_fixtures import official_dit_state
-    from tests.ltx_video.pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
+    from tests.ltx_video.references.ltx_spec_fixtures import official_dit_state
+    from tests.ltx_video.references.pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
 
     root = tmp_path_factory.mktemp("gguf_ltx")
     pipe = LTXPipeline(scheduler=dynamic_scheduler(), **components(11, root))

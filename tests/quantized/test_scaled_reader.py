@@ -134,7 +134,7 @@ def test_ltx2_fp8_checkpoint_reads_through_its_spec_as_its_dequantized_weights(t
     """LTX-2's official fp8 single file: `model.diffusion_model.` keys, block matrices F8 E4M3 with a
     per-tensor `weight_scale` and an `input_scale`, the rest bf16. Through the real spec, the tree equals the
     tree of the same weights dequantized by torch and saved plain."""
-    import tests.ltx2.ltx2_spec_fixtures as ltx2
+    import tests.ltx2.references.ltx2_spec_fixtures as ltx2
     from vidax.translator import convert
 
     state = ltx2.official_dit_state({k: v.detach().clone() for k, v in ltx2.dit_reference().state_dict().items()})

@@ -175,7 +175,7 @@ def _ltx_official_configs() -> dict[str, tuple[str, dict]]:
     """The LTX-Video test fixtures' official header configs, reader -> (owner in the message, config)."""
     from types import SimpleNamespace
 
-    from tests.ltx_video.ltx_spec_fixtures import (OFFICIAL_SCHEDULER, OFFICIAL_VAE_CONFIGS, official_dit_config,
+    from tests.ltx_video.references.ltx_spec_fixtures import (OFFICIAL_SCHEDULER, OFFICIAL_VAE_CONFIGS, official_dit_config,
                                                    official_upsampler_config)
 
     dit = SimpleNamespace(config=SimpleNamespace(attention_head_dim=8, caption_channels=16, cross_attention_dim=16,
@@ -222,7 +222,7 @@ def test_an_official_reader_reads_its_fixture_and_refuses_an_unknown_key(reader,
 
 def test_an_official_ltx_header_is_read_table_by_table():
     """The single file's header nests the tables; each reader checks only its own."""
-    from tests.ltx_video.ltx_spec_fixtures import OFFICIAL_SCHEDULER, OFFICIAL_VAE_CONFIGS
+    from tests.ltx_video.references.ltx_spec_fixtures import OFFICIAL_SCHEDULER, OFFICIAL_VAE_CONFIGS
 
     from vidax.zoo.ltx_video.config import SchedulerConfig, VAEConfig
 

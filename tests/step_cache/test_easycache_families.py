@@ -82,7 +82,7 @@ class Family:
 
 
 def _wan(root, request):
-    from tests.step_cache.test_wan import FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, WIDTH, _reference
+    from tests.step_cache.families.test_wan import FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, WIDTH, _reference
 
     _reference(root / "model")
     np.save(root / "latents.npy", torch.randn((1, 16, 2, HEIGHT // 8, WIDTH // 8),
@@ -128,7 +128,7 @@ def _cogvideox(root, request):
 
 
 def _ltx_video(root, request):
-    from tests.step_cache import ltx_video_reference
+    from tests.step_cache.references import ltx_video_reference
 
     ltx_video_reference.saved_pipeline(root)
     config = _scheduler(root / "model")
@@ -139,8 +139,8 @@ def _ltx_video(root, request):
 def _ltx2(root, request):
     from diffusers import LTX2Pipeline
 
-    from tests.ltx2.pipelines import FPS, NEGATIVE, PROMPT, SIZE, components, initial_noise
-    from tests.step_cache.test_ltx2 import CFG_ONLY
+    from tests.ltx2.references.pipelines import FPS, NEGATIVE, PROMPT, SIZE, components, initial_noise
+    from tests.step_cache.families.test_ltx2 import CFG_ONLY
 
     pipe = LTX2Pipeline(**components(root))
     pipe.save_pretrained(root / "model")

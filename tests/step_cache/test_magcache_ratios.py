@@ -204,7 +204,7 @@ def test_wan_branches_deciding_apart_match_diffusers_hooks(tmp_path):
 
     import diffusers
 
-    from tests.step_cache import test_wan as wan
+    from tests.step_cache.families import test_wan as wan
 
     pipe = wan._reference(tmp_path / "model")
     latents = torch.randn((1, 16, 2, wan.HEIGHT // 8, wan.WIDTH // 8), generator=torch.Generator().manual_seed(3))

@@ -22,7 +22,7 @@ import torch
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.api import generate
 
-from tests.step_cache.test_wan import FIRST_BLOCK, FRAMES, GUIDANCE, HEIGHT, MAG, MAG_RATIOS, NEGATIVE, PROMPT, \
+from tests.step_cache.families.test_wan import FIRST_BLOCK, FRAMES, GUIDANCE, HEIGHT, MAG, MAG_RATIOS, NEGATIVE, PROMPT, \
     STEPS, WIDTH, _reference
 
 FRAME_ATOL = 1e-5  # resident against streamed: the same ops, the block stack cut into chunks

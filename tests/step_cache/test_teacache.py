@@ -1,8 +1,8 @@
 """`--cache teacache` against the TeaCache reference algorithm run on diffusers' DiTs (fp32), and
-`--cache easycache` against ComfyUI's EasyCache rule written in torch (tests/step_cache/easycache_reference.py)
+`--cache easycache` against ComfyUI's EasyCache rule written in torch (tests/step_cache/references/easycache_reference.py)
 on the same Wan pipeline.
 
-diffusers has no TeaCache hook: tests/step_cache/teacache_reference.py runs the reference's loop (written
+diffusers has no TeaCache hook: tests/step_cache/references/teacache_reference.py runs the reference's loop (written
 there in torch, independently of vidax) around the tiny pipelines' block lists, deciding from the
 published coefficients typed in tests/step_cache/test_teacache_easycache_rules.py. vidax must take the
 same decision per step and CFG branch, measure the same changes and make frames within 2e-5.
@@ -27,9 +27,9 @@ from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.api import generate
 
-from tests.step_cache import teacache_reference as reference_loop
+from tests.step_cache.references import teacache_reference as reference_loop
 from tests.step_cache.test_teacache_easycache_rules import PUBLISHED
-from tests.step_cache.test_wan import GUIDANCE, HEIGHT, NEGATIVE, PROMPT, STEPS, WIDTH, FRAMES, _cli, _reference
+from tests.step_cache.families.test_wan import GUIDANCE, HEIGHT, NEGATIVE, PROMPT, STEPS, WIDTH, FRAMES, _cli, _reference
 
 FRAME_ATOL = 2e-5
 # The tiny model's time embedding changes by 0.50-1.03 between steps, far outside the range the polynomial
@@ -195,9 +195,9 @@ def _count_device_reads(monkeypatch) -> list[int]:
 
 def test_wan_easycache_matches_the_comfyui_rule(wan, tmp_path, monkeypatch):
     """`--cache easycache --cache-threshold T --cache-start-percent S --cache-end-percent E` against
-    tests/step_cache/easycache_reference.py on diffusers' Wan (calls per branch; the prompt branch decides);
+    tests/step_cache/references/easycache_reference.py on diffusers' Wan (calls per branch; the prompt branch decides);
     each step reads at most one fused vector from the device (none before the window or at its first step)."""
-    from tests.step_cache import easycache_reference
+    from tests.step_cache.references import easycache_reference
 
     folder, plain, _ = wan
     pipe = wan_pipe(folder)

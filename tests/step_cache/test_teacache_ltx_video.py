@@ -1,5 +1,5 @@
 """`--cache teacache` on LTX-Video (both CFG branches in one DiT call: one statistic over the pair decides for
-both) against the TeaCache reference loop (tests/step_cache/teacache_reference.py) around diffusers' DiT.
+both) against the TeaCache reference loop (tests/step_cache/references/teacache_reference.py) around diffusers' DiT.
 
 The statistic is block 0's RMS-normed hidden state under its shift and scale (TeaCache4LTX-Video), rescaled
 by the published LTX-Video 0.9.1 polynomial, which `--cache-coefficients ltx-video-2b` picks for the tiny
@@ -16,9 +16,9 @@ import torch
 
 from vidax.zoo.api import generate
 
-from tests.step_cache import ltx_video_reference
-from tests.step_cache import teacache_reference as reference_loop
-from tests.step_cache.batched import STEPS
+from tests.step_cache.references import ltx_video_reference
+from tests.step_cache.references import teacache_reference as reference_loop
+from tests.step_cache.references.batched import STEPS
 from tests.step_cache.test_teacache_easycache_rules import PUBLISHED
 
 FRAME_ATOL = 2e-5

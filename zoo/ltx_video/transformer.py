@@ -26,7 +26,7 @@ share of the FLOPs:
      bf16 passes per op group on a 4-block random-weight model (width 512, 320 tokens), the output's
      relative rms error is 3.4e-3 with every matmul at bf16, 3.3e-3 from proj_in/proj_out alone, and
      2.1e-4 with them (and 2.) at highest and all block matmuls, QK^T and PV at bf16
-     (tests/ltx_video/precision_probe.py; trained weights put more of the output through the blocks,
+     (tests/ltx_video/references/precision_probe.py; trained weights put more of the output through the blocks,
      so expect less than that 15x there, never more error).
   2. The timestep path: `timestep_sinusoid` (t up to 1000) and `time_embed`'s three small matmuls set
      every block's six modulation vectors (5e-4 alone at bf16 in the same probe).

@@ -3,7 +3,7 @@ attribute rows, not the text encoder, so vidax's pipeline cannot run it). Sample
 settings do, in torch with diffusers' own scheduler and VAE: 20 UniPC flow steps at shift 5, guidance 2, the
 initial noise from vidax's seeded host draw, then the semantic test's detector.
 
-    TINY_RUN_DIR=... .venv/bin/python -m training.eval_oracle
+    TINY_RUN_DIR=... .venv/bin/python -m training.checks.eval_oracle
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from training import data
 from training.common import RUN, setup_torch
-from training.eval import score
+from training.checks.eval import score
 from training.export import SCHEDULER
 from training.train_dit import oracle_text
 

@@ -1,7 +1,7 @@
 """The VAE's ceiling for the semantic test: encode and decode every held-out clip (ground truth, at each
 offset across the motion) and read it back with the test's detector.
 
-    .venv/bin/python -m training.check_vae [folder]   # default: training/out/vae
+    .venv/bin/python -m training.checks.check_vae [folder]   # default: training/out/vae
 
 A combination the detector misreads after the round trip cannot pass however good the DiT is.
 """
@@ -16,7 +16,7 @@ import numpy as np
 from training import data
 from training.common import RUN, setup_torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "embedded"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "embedded"))
 from detector import detect  # noqa: E402  (the test's own detector, not a copy)
 
 

@@ -5,7 +5,7 @@ tiny pipeline of tests/cosmos; the reference pipeline calls the DiT once per CFG
   `Cosmos2_5_PredictBasePipeline` with the whole DiT output extrapolated by taylorseer_reference.py.
 - `--cache first-block`: decisions and frames against the pipeline with its block list run by
   first_block_reference.py (each branch its own state).
-- `--cache magcache`: decisions against the hand-computed ones of tests/step_cache/batched.py's ratios, frames
+- `--cache magcache`: decisions against the hand-computed ones of tests/step_cache/references/batched.py's ratios, frames
   against the pipeline with those decisions applied to its block list.
 """
 
@@ -22,7 +22,7 @@ from vidax.zoo.api import generate
 
 from tests.cosmos import reference as ref
 from tests.cosmos.helpers import randn
-from tests.step_cache import first_block_reference, taylorseer_reference
+from tests.step_cache.references import first_block_reference, taylorseer_reference
 
 STEPS = 6
 TAYLOR = dict(cache_interval=2, cache_warmup=2, cache_order=1)
@@ -98,10 +98,10 @@ def test_cosmos_first_block_matches_a_torch_first_block_cache(reference, tmp_pat
 
 
 def test_cosmos_magcache_takes_the_hand_computed_decisions(reference, tmp_path):
-    """`--cache magcache` with tests/step_cache/batched.py's made-up ratios: its hand-computed decisions
+    """`--cache magcache` with tests/step_cache/references/batched.py's made-up ratios: its hand-computed decisions
     (full at 0, 3, 4), each branch its own state; frames against the pipeline with those decisions applied
     by first_block_reference.ScheduledResidualBlocks."""
-    from tests.step_cache import batched
+    from tests.step_cache.references import batched
 
     assert batched.STEPS == STEPS
     pipe, root, noise, plain = reference

@@ -1,7 +1,7 @@
 """Stage 4: `wan-tiny-vace`, VACE blocks trained on the frozen wan-tiny DiT to continue a clip.
 
-    nice -n 5 .venv/bin/python -m training.train_vace --steps 1500   # -> training/out/vace/
-    .venv/bin/python -m training.export_vace                       # -> zoo/wan/tiny_vace/
+    nice -n 5 .venv/bin/python -m training.vace.train_vace --steps 1500   # -> training/out/vace/
+    .venv/bin/python -m training.vace.export_vace                       # -> zoo/wan/tiny_vace/
 
 diffusers' `WanVACETransformer3DModel` at wan-tiny's sizes with VACE blocks after main blocks 0 and 2
 (`VACE_LAYERS`) and `vace_in_channels` 2 x 8 + 64 = 80, as `WanVACEPipeline` builds its control latents
@@ -37,7 +37,7 @@ from training.text import build_tokenizer, compact_text, token_batch, use_compac
 from training.train_dit import DROP_CAPTION, shifted
 
 SEED = 5
-BASE = Path(__file__).resolve().parents[1] / "zoo" / "wan" / "tiny_model"  # the frozen wan-tiny
+BASE = Path(__file__).resolve().parents[2] / "zoo" / "wan" / "tiny_model"  # the frozen wan-tiny
 VACE_LAYERS = [0, 2]
 VACE_IN = 2 * Z_DIM + 64  # inactive and reactive latents, the mask's 8 x 8 pixel offsets
 WINDOWS = (9, 13, 17)  # frames per sample (4k + 1)

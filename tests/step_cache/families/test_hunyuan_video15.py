@@ -2,11 +2,11 @@
 pipeline of tests/hunyuan_video15; the reference pipeline calls the DiT once per CFG branch).
 
 - `--cache taylorseer`: vidax's decisions against a schedule typed by hand, its frames against
-  `HunyuanVideo15Pipeline` with the whole DiT output extrapolated by tests/step_cache/taylorseer_reference.py.
+  `HunyuanVideo15Pipeline` with the whole DiT output extrapolated by tests/step_cache/references/taylorseer_reference.py.
 - `--cache first-block`: decisions, and frames, against the pipeline with its block list run by
-  tests/step_cache/first_block_reference.py (each branch its own state; decisions typed by hand from the
+  tests/step_cache/references/first_block_reference.py (each branch its own state; decisions typed by hand from the
   changes that loop measured).
-- `--cache magcache`: decisions against the hand-computed ones of tests/step_cache/batched.py's ratios, frames
+- `--cache magcache`: decisions against the hand-computed ones of tests/step_cache/references/batched.py's ratios, frames
   against the pipeline with those decisions applied to its block list (each branch its own residual of the
   video stream; a skipped call passes the text stream through unchanged).
 """
@@ -22,7 +22,7 @@ from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.api import generate
 
 from tests.hunyuan_video15.pipelines import saved, towers  # noqa: F401  (module fixtures: the tiny pipeline)
-from tests.step_cache import first_block_reference, taylorseer_reference
+from tests.step_cache.references import first_block_reference, taylorseer_reference
 
 PROMPT = 'a neon sign that says "OPEN" above a door'
 STEPS = 6
@@ -94,10 +94,10 @@ def test_hunyuan_video15_first_block_matches_a_torch_first_block_cache(saved, tm
 
 
 def test_hunyuan_video15_magcache_takes_the_hand_computed_decisions(saved, tmp_path):  # noqa: F811
-    """`--cache magcache` with tests/step_cache/batched.py's made-up ratios: its hand-computed decisions (full at
+    """`--cache magcache` with tests/step_cache/references/batched.py's made-up ratios: its hand-computed decisions (full at
     0, 3, 4) for each branch; frames against the pipeline with those decisions applied by
     first_block_reference.ScheduledResidualBlocks."""
-    from tests.step_cache import batched
+    from tests.step_cache.references import batched
 
     assert batched.STEPS == STEPS
     pipe, root = saved

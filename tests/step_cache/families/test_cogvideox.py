@@ -19,8 +19,8 @@ from vidax.zoo.api import generate
 
 from tests.cogvideox import pipelines as tiny
 from tests.cogvideox.pipelines import FRAMES, GUIDANCE, HEIGHT, NEGATIVE, PROMPT, WIDTH
-from tests.step_cache import batched
-from tests.step_cache.batched import MAG_STEPS, STEPS, TAYLOR_STEPS
+from tests.step_cache.references import batched
+from tests.step_cache.references.batched import MAG_STEPS, STEPS, TAYLOR_STEPS
 
 LATENTS = (1, 4, 4, HEIGHT // 8, WIDTH // 8)  # reference layout [B, F', C, H', W']
 ATOL = 2e-5  # the uncached CogVideoX parity bar (tests/cogvideox/test_generate.py)

@@ -11,7 +11,7 @@ skip. So:
 - `--cache first-block`: decisions and frames against the pipeline with its layer list run by
   first_block_reference.py (the statistic on the video stream's residual, both streams' residuals cached,
   each branch its own state).
-- `--cache magcache`: the hand-computed decisions of tests/step_cache/batched.py's ratios, frames against
+- `--cache magcache`: the hand-computed decisions of tests/step_cache/references/batched.py's ratios, frames against
   the pipeline with them applied to its layer list (the video stream's residual; the text stream passes a
   skipped step unchanged, as diffusers' MagCache head hook would return it).
 """
@@ -25,8 +25,8 @@ import torch
 from vidax.zoo.api import generate
 
 from tests.cosmos3 import test_generate as c3
-from tests.step_cache import batched, first_block_reference, torch_loops
-from tests.step_cache.batched import MAG_STEPS, STEPS, TAYLOR, TAYLOR_STEPS
+from tests.step_cache.references import batched, first_block_reference, torch_loops
+from tests.step_cache.references.batched import MAG_STEPS, STEPS, TAYLOR, TAYLOR_STEPS
 
 FRAME_ATOL = 2e-5  # the uncached Cosmos3 parity bar (tests/cosmos3/test_generate.py)
 SEED = 13

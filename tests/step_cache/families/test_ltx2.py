@@ -8,7 +8,7 @@ and one decision for both streams.
 - `--cache first-block`: decisions and outputs against the pipeline with its block list run by
   first_block_reference.AudioVideoBlocks (the statistic on block 0's video residual; both streams'
   residuals of the remaining blocks cached).
-- `--cache magcache`: the hand-computed decisions of tests/step_cache/batched.py's ratios, outputs against
+- `--cache magcache`: the hand-computed decisions of tests/step_cache/references/batched.py's ratios, outputs against
   the pipeline with them applied to its block list (both streams' residuals).
 With STG or modality isolation on, the reference calls the DiT apart for those passes (own contexts) while
 vidax batches every pass: the first-block cache is refused there in one line (tested).
@@ -24,10 +24,10 @@ from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.api import generate
 
-from tests.ltx2.pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, SIZE, components, initial_noise
+from tests.ltx2.references.pipelines import FPS, GUIDANCE, NEGATIVE, PROMPT, SIZE, components, initial_noise
 from tests.oracle import to_np
-from tests.step_cache import batched, first_block_reference, taylorseer_reference, torch_loops
-from tests.step_cache.batched import MAG_STEPS, STEPS, TAYLOR, TAYLOR_STEPS
+from tests.step_cache.references import batched, first_block_reference, taylorseer_reference, torch_loops
+from tests.step_cache.references.batched import MAG_STEPS, STEPS, TAYLOR, TAYLOR_STEPS
 
 ATOL = 2e-5  # the uncached LTX-2 parity bar (tests/ltx2/test_generate.py)
 CFG_ONLY = dict(stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0, audio_modality_scale=1.0)

@@ -14,8 +14,8 @@ import pytest
 
 from vidax.zoo.api import generate
 
-from tests.step_cache import batched, ltx_video_reference
-from tests.step_cache.batched import MAG_STEPS, TAYLOR_STEPS
+from tests.step_cache.references import batched, ltx_video_reference
+from tests.step_cache.references.batched import MAG_STEPS, TAYLOR_STEPS
 
 FRAME_ATOL = 2e-5  # the uncached LTX-Video parity bar (tests/ltx_video/test_pipeline.py)
 FIRST_BLOCK = 0.1  # this run's first-block changes: .06-.17, the nearest .085 and .104: full at 0 and 3

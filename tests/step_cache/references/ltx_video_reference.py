@@ -10,8 +10,8 @@ import torch
 
 from vidax.zoo.generator.options import GenerateOptions
 
-from tests.ltx_video.pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
-from tests.step_cache.batched import STEPS
+from tests.ltx_video.references.pipelines import NEGATIVE, PROMPT, Replay, components, dynamic_scheduler, pack
+from tests.step_cache.references.batched import STEPS
 
 HEIGHT, WIDTH, FRAMES, GUIDANCE = 64, 96, 9, 3.0
 LATENT = (1, 8, 2, 2, 3)

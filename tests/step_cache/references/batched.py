@@ -6,7 +6,7 @@ import diffusers
 import numpy as np
 import torch
 
-from tests.step_cache.oracle_calls import recorded_calls
+from tests.step_cache.references.oracle_calls import recorded_calls
 
 STEPS = 6
 TAYLOR = dict(cache_interval=2, cache_warmup=2, cache_order=1)  # full runs at 0, 1, 3, 5

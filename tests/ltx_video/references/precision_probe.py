@@ -5,7 +5,7 @@ the bf16 pass on CPU by rounding the operands of chosen matmul groups to bf16 (p
 `zoo/compute/layers.py` sees it, and the plain attention kernel), runs a 4-block random-weight LTX DiT (width 512,
 320 tokens) and prints each grouping's output error against the fp32 model.
 
-    .venv/bin/python tests/ltx_video/precision_probe.py
+    .venv/bin/python tests/ltx_video/references/precision_probe.py
 """
 
 from __future__ import annotations

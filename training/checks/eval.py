@@ -2,7 +2,7 @@
 exported to a scratch folder, vidax loads it as `wan-tiny` (translator, zoo pipeline, native
 settings) and the test's detector reads each clip.
 
-    .venv/bin/python -m training.eval [guidance] [--seeds 0,1,2]   # prints the table's counts of 24 per seed
+    .venv/bin/python -m training.checks.eval [guidance] [--seeds 0,1,2]   # prints the table's counts of 24 per seed
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from training import data, export
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "embedded"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "embedded"))
 from detector import detect  # noqa: E402
 from vidax.zoo.generator.generation import generate_video
 

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=".venv/bin/python"
 
-nice -n 5 $PY -m training.train_vace --steps 1500 --batch 16 --lr 1e-3 --checkpoint-every 100
-$PY -m training.export_vace                 # -> zoo/wan/tiny_vace/ (transformer/, scheduler/, links to wan-tiny's parts)
+nice -n 5 $PY -m training.vace.train_vace --steps 1500 --batch 16 --lr 1e-3 --checkpoint-every 100
+$PY -m training.vace.export_vace                 # -> zoo/wan/tiny_vace/ (transformer/, scheduler/, links to wan-tiny's parts)
 $PY -m pytest -n 0 -q -s tests/embedded/test_vace_extension.py
-$PY -m training.eval_vace --seeds 0         # 24 training prompts: windows read right, joins that continue
+$PY -m training.vace.eval_vace --seeds 0         # 24 training prompts: windows read right, joins that continue

@@ -28,7 +28,7 @@ from vidax.zoo.api import generate
 from vidax.zoo.wan.tiny import build_tokenizer
 
 from tests.oracle import perturb
-from tests.step_cache.oracle_calls import recorded_calls
+from tests.step_cache.references.oracle_calls import recorded_calls
 from tests.tiny_references import umt5_encoder, unipc_flow_scheduler, wan_pipeline_vae
 
 PROMPT, NEGATIVE = "a red kite over a grey sea", "blurry, low quality"

@@ -21,8 +21,8 @@ from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.api import generate
 
 from tests.hunyuan_video import pipelines as tiny
-from tests.step_cache import batched
-from tests.step_cache.batched import MAG_STEPS, STEPS, TAYLOR_STEPS
+from tests.step_cache.references import batched
+from tests.step_cache.references.batched import MAG_STEPS, STEPS, TAYLOR_STEPS
 
 FRAME_ATOL = 2e-5  # the uncached HunyuanVideo parity bar (tests/hunyuan_video/test_generate.py)
 # The tiny pipeline's first-block changes against the last full step are .50-.64, and move by about .01 from
