@@ -3,6 +3,8 @@ trainer's analytic count, and one model measured end to end (wan-tiny, the dry r
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -83,3 +85,15 @@ def test_a_step_that_cannot_trace_without_blocks_is_timed_at_depths_one_and_two(
     assert set(row["runs"]) == {"1", "2"}
     assert row["block_flops"] == row["runs"]["2"]["flops"] - row["runs"]["1"]["flops"] > 0
     assert row["step_ms_estimate"] > 0
+
+
+def test_the_table_keeps_trace_and_lower_apart_from_the_compile(wan_tiny_row, tmp_path):
+    # tracing a new shape on a TPU times the attention candidates: inside the compile figure that had made
+    # the chip's one-block programs look like 96-148 s compiles (runs O and Q)
+    one = wan_tiny_row["runs"]["1"]
+    assert one["lower_s"] > 0 and one["compile_s"] > 0
+    (tmp_path / "dit-wan-tiny.json").write_text(json.dumps(wan_tiny_row))
+    header, rule, row = every_dit.table(tmp_path).splitlines()
+    assert header.count("|") == rule.count("|") == row.count("|") == 14
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[-3].startswith(f"{one['compile_s']:.1f} / ") and cells[-2] == f"{one['lower_s']:.1f}"

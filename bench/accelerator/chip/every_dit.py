@@ -15,8 +15,9 @@ For each model, in a process of its own (JAX's memory pool keeps its peak until 
 - attention alone at each distinct shape the block calls it with (recorded while tracing), for the share;
 - XLA's memory analysis of the depth-1 program (what `vidax-gen MODEL --dry-run` reports for it) beside the
   device's `peak_bytes_in_use` after running it;
-- compile seconds with the persistent cache empty (cold); `warm` recompiles every model's depth-1 program in
-  one process from the cache the runs filled.
+- compile seconds with the persistent cache empty (cold), apart from trace + lower (which times the TPU
+  attention candidates of a shape met the first time, unless VIDAX_NO_TPU_TUNING is set); `warm` recompiles
+  every model's depth-1 program in one process from the cache the runs filled.
 
     python -m bench.accelerator.chip.every_dit all --out-dir OUT [--budget 480] [--models a,b,...]
     python -m bench.accelerator.chip.every_dit one MODEL [--size WxHxF] --out JSON
@@ -266,13 +267,19 @@ def measure(spec: str, repeats: int = 2, out: Path | None = None) -> dict:
             row["attention_calls"] = [list(c) for c in calls]
             row["depths"] = {g.name: dit_depth(family, s, g.name) for g in _groups(dit)}
         _log(f"{spec}: depth {depth}: compiling ({flops / 1e12:.1f} TFLOP)")
+        # trace + lower apart from XLA's compile: tracing a shape met the first time times the TPU attention
+        # candidates (`tpu_blocks.choose`, unless VIDAX_NO_TPU_TUNING is set), seconds no compiler spends
         started = time.perf_counter()
-        compiled = jax.jit(fn).lower(*args).compile()
-        compile_s = time.perf_counter() - started
+        lowered = jax.jit(fn).lower(*args)
+        lower_s = time.perf_counter() - started
+        compiled = lowered.compile()
+        compile_s = time.perf_counter() - started - lower_s
+        del lowered
         memory = compiled.memory_analysis()
         # which attention ran: a TPU program that should call the kernel and has no Pallas call is no figure
         pallas_calls = compiled.as_text().count("tpu_custom_call")
-        _log(f"{spec}: depth {depth}: compiled in {compile_s:.1f} s; drawing inputs")
+        _log(f"{spec}: depth {depth}: traced and lowered in {lower_s:.1f} s, compiled in {compile_s:.1f} s; "
+             "drawing inputs")
         concrete = _random_like(args, seed=depth + 1)
         try:
             result = jax.block_until_ready(compiled(*concrete))
@@ -285,7 +292,7 @@ def measure(spec: str, repeats: int = 2, out: Path | None = None) -> dict:
         del result
         t = _timed(compiled, concrete, repeats)
         stats = device.memory_stats() or {}
-        runs[str(depth)] = {"compile_s": compile_s, "ms": t["median_s"] * 1e3, "times_s": t["times_s"],
+        runs[str(depth)] = {"lower_s": lower_s, "compile_s": compile_s, "ms": t["median_s"] * 1e3, "times_s": t["times_s"],
                             "flops": flops, "finite": finite, "pallas_calls": pallas_calls, "xla_argument": memory.argument_size_in_bytes,
                             "xla_output": memory.output_size_in_bytes, "xla_temp": memory.temp_size_in_bytes,
                             "xla_alias": memory.alias_size_in_bytes,
@@ -366,8 +373,11 @@ def warm_compiles(specs: list[str]) -> list[dict]:
             s = family.resolve_settings(_options(model, size))
             fn, args, _ = _program(family, s, 1)
             started = time.perf_counter()
-            jax.jit(fn).lower(*args).compile()
-            rows.append({"model": spec, "warm_compile_s": time.perf_counter() - started})
+            lowered = jax.jit(fn).lower(*args)
+            lower_s = time.perf_counter() - started
+            lowered.compile()
+            rows.append({"model": spec, "warm_lower_s": lower_s,
+                         "warm_compile_s": time.perf_counter() - started - lower_s})
         except Exception as error:  # noqa: BLE001 - a model that failed its run fails here too; keep going
             rows.append({"model": spec, "error": f"{type(error).__name__}: {str(error)[:300]}"})
     return rows
@@ -382,13 +392,16 @@ def table(out_dir: Path) -> str:
     warm = {r["model"]: r for r in json.loads(warm_file.read_text())} if warm_file.exists() else {}
     gib = lambda n: "-" if n is None else f"{n / 2**30:.2f}"  # noqa: E731
     pct = lambda x: "-" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+    seconds = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
     lines = ["| model | size | ms/block | block MFU | attention share | MFU outside attention | step (est.) | "
-             "step MFU | peak HBM, 1 block (GiB) | XLA's analysis, 1 block (GiB) | compile cold / warm (s) | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "step MFU | peak HBM, 1 block (GiB) | XLA's analysis, 1 block (GiB) | compile cold / warm (s) | "
+             "trace + lower (s) | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         one = r.get("runs", {}).get("1")
         if one is None:
-            lines.append(f"| {r['spec']} | {r.get('size', '-')} | - | - | - | - | - | - | - | - | - | {r.get('error', '?')[:160]} |")
+            lines.append(f"| {r['spec']} | {r.get('size', '-')} | - | - | - | - | - | - | - | - | - | - | "
+                         f"{r.get('error', '?')[:160]} |")
             continue
         dry = one["xla_argument"] + one["xla_output"] + one["xla_temp"] - one["xla_alias"]
         w = warm.get(r["spec"], {}).get("warm_compile_s")
@@ -401,7 +414,8 @@ def table(out_dir: Path) -> str:
             f"| {r['model']} | {r['size']} | {block} | {pct(r.get('block_mfu'))} | "
             f"{pct(r.get('attention_share'))} | {pct(r.get('outside_attention_mfu'))} | {step} | "
             f"{pct(r.get('step_mfu_estimate'))} | {gib(one['peak_bytes_in_use'])} | {gib(dry)} | "
-            f"{one['compile_s']:.1f} / {'-' if w is None else f'{w:.1f}'} | {note} |")
+            f"{one['compile_s']:.1f} / {seconds(w)} | "
+            f"{seconds(one.get('lower_s'))} | {note} |")
     return "\n".join(lines)
 
 
