@@ -121,11 +121,11 @@ def _wan_vae(spec: str) -> Callable[[dict], dict]:
 
 
 def _ltx_video_vae(state: dict) -> dict:
-    return _fixtures("ltx_video.ltx_spec_fixtures").official_vae_state(state, "0.9.5")  # the 0.9.5+ layout
+    return _fixtures("ltx_video.references.ltx_spec_fixtures").official_vae_state(state, "0.9.5")  # the 0.9.5+ layout
 
 
 def _ltx2_connectors(state: dict) -> dict:
-    fx = _fixtures("ltx2.ltx2_spec_fixtures")
+    fx = _fixtures("ltx2.references.ltx2_spec_fixtures")
     return {fx.rename(k, fx.CONNECTORS_TO_OFFICIAL): v for k, v in state.items()}
 
 
@@ -156,14 +156,14 @@ OFFICIAL: dict[tuple[str, str], Callable[[dict], dict]] = {
     ("hunyuan_video/vae", "official"): dict,  # the same keys in a torch.save
     ("hunyuan_video15/transformer", "official"): _attr("hunyuan_video15.hunyuan_spec_fixtures", "official_dit_state"),
     ("hunyuan_video15/vae", "official"): _attr("hunyuan_video15.hunyuan_spec_fixtures", "official_vae_state"),
-    ("ltx_video/transformer", "official"): _attr("ltx_video.ltx_spec_fixtures", "official_dit_state"),
+    ("ltx_video/transformer", "official"): _attr("ltx_video.references.ltx_spec_fixtures", "official_dit_state"),
     ("ltx_video/vae", "official"): _ltx_video_vae,
-    ("ltx2/transformer", "official"): _attr("ltx2.ltx2_spec_fixtures", "official_dit_state"),
+    ("ltx2/transformer", "official"): _attr("ltx2.references.ltx2_spec_fixtures", "official_dit_state"),
     ("ltx2/connectors", "official"): _ltx2_connectors,
-    ("ltx2/vae", "official"): _attr("ltx2.ltx2_spec_fixtures", "official_vae_state"),
+    ("ltx2/vae", "official"): _attr("ltx2.references.ltx2_spec_fixtures", "official_vae_state"),
     ("ltx2/audio_vae", "official"): _ltx2_audio_vae,
-    ("ltx2/vocoder", "official"): _attr("ltx2.ltx2_spec_fixtures", "official_vocoder_state"),
-    ("ltx2/diffusion_decoder", "official"): _attr("ltx2.ltx2_spec_fixtures", "official_diffusion_decoder_state"),
+    ("ltx2/vocoder", "official"): _attr("ltx2.references.ltx2_spec_fixtures", "official_vocoder_state"),
+    ("ltx2/diffusion_decoder", "official"): _attr("ltx2.references.ltx2_spec_fixtures", "official_diffusion_decoder_state"),
     ("cogvideox/transformer15", "sat"): _attr("cogvideox.cogvideox_spec_fixtures", "sat_state"),
     ("cogvideox/vae", "sat"): _attr("cogvideox.cogvideox_spec_fixtures", "sat_vae_state"),
 }
