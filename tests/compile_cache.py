@@ -26,3 +26,33 @@ def open_shared_compile_cache() -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     jax.jit(lambda x: x + 1)(0)
     jax.config.update("jax_enable_compilation_cache", False)  # vidax sets it from VIDAX_NO_COMPILE_CACHE anyway
+
+
+# What the run's programs cost: compiled (a persistent-cache miss, written to the folder) or loaded (a hit: a
+# program some test of the run had compiled before, in this process or another). Each process counts its
+# own; tests/conftest.py sums the workers' counts into the run's summary.
+_EVENTS = {"/jax/compilation_cache/cache_misses": "compiled", "/jax/compilation_cache/cache_hits": "loaded"}
+COUNTS = {"compiled": 0, "loaded": 0}
+
+
+def count_programs() -> None:
+    """Count this process's compiles through the shared cache from jax's own monitoring events."""
+    from jax import monitoring
+
+    def listen(event: str, **_) -> None:
+        if event in _EVENTS:
+            COUNTS[_EVENTS[event]] += 1
+
+    monitoring.register_event_listener(listen)
+
+
+def summary(counts: dict[str, int]) -> str:
+    """One line on the run's programs; with the cache folder at hand, also how many distinct programs it holds
+    (a compile beyond those compiled a program twice: two workers at once, before either had written it)."""
+    line = (f"{counts['compiled'] + counts['loaded']} programs through the run's compile cache: "
+            f"{counts['compiled']} compiled, {counts['loaded']} loaded (compiled earlier in the run)")
+    folder = os.environ.get(COMPILE_CACHE_ENV)
+    if folder and os.path.isdir(folder):
+        distinct = sum(name.endswith("-cache") for name in os.listdir(folder))
+        line += f"; {distinct} distinct programs in the cache, {counts['compiled'] - distinct} compiled twice"
+    return line

@@ -26,7 +26,7 @@ import pytest  # noqa: E402
 # after `_release_compiled_programs` drops its programs): a program one process compiled, another loads.
 # The controller makes the folder (or the caller names it) and removes it at the end of the run;
 # `VIDAX_TEST_COMPILE_CACHE=off` runs without it.
-from tests.compile_cache import COMPILE_CACHE_ENV, open_shared_compile_cache  # noqa: E402
+from tests.compile_cache import COMPILE_CACHE_ENV, COUNTS, count_programs, open_shared_compile_cache, summary  # noqa: E402
 
 _OWN_COMPILE_CACHE: list[str] = []
 
@@ -45,6 +45,7 @@ def pytest_configure(config):
     if hasattr(config, "workerinput") or config.getoption("numprocesses", None) in (None, 0):
         if not ON_TPU:  # the processes that run tests (not an xdist controller); a TPU host keeps vidax's own
             open_shared_compile_cache()
+            count_programs()
             from tests.xla_figures import open_book
 
             open_book()  # XLA's figures of the dry-run programs compiled in earlier runs (tests/xla_figures.py)
@@ -133,9 +134,26 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_sessionfinish(session, exitstatus):
     if _SKIPPED and session.exitstatus == 0:
         session.exitstatus = 1
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: its counts go to the controller
+        session.config.workeroutput["compile_counts"] = dict(COUNTS)
+
+
+_WORKER_COUNTS: list[dict[str, int]] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    counts = getattr(node, "workeroutput", {}).get("compile_counts")
+    if counts:
+        _WORKER_COUNTS.append(counts)
 
 
 def pytest_terminal_summary(terminalreporter):
+    counts = [*_WORKER_COUNTS, COUNTS]  # the workers' (xdist), or this process's own
+    totals = {key: sum(c[key] for c in counts) for key in COUNTS}
+    if sum(totals.values()):
+        terminalreporter.section("compiled programs")
+        terminalreporter.line(summary(totals))
     if _TPU_TIER_SKIPPED:
         terminalreporter.section("TPU tier skipped", yellow=True)
         terminalreporter.line(f"{len(_TPU_TIER_SKIPPED)} tests: {TPU_TIER_SKIP}")
