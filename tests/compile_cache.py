@@ -3,6 +3,7 @@ workers through tests/conftest.py, the multi-process children through tests/mult
 
 from __future__ import annotations
 
+import logging
 import os
 
 COMPILE_CACHE_ENV = "VIDAX_TEST_COMPILE_CACHE"
@@ -29,14 +30,30 @@ def open_shared_compile_cache() -> None:
 
 
 # What the run's programs cost: compiled (a persistent-cache miss, written to the folder) or loaded (a hit: a
-# program some test of the run had compiled before, in this process or another). Each process counts its
-# own; tests/conftest.py sums the workers' counts into the run's summary.
+# program some test of the run had compiled before, in this process or another), from jax's own monitoring
+# events; and the keys this process wrote, from jax's cache log, so that the run can tell a program two
+# workers compiled (at once, before either had written it) from distinct ones. Each test process counts its
+# own; tests/conftest.py sums the workers' counts into the run's summary. Processes a test starts are not
+# counted.
 _EVENTS = {"/jax/compilation_cache/cache_misses": "compiled", "/jax/compilation_cache/cache_hits": "loaded"}
 COUNTS = {"compiled": 0, "loaded": 0}
+WRITTEN: list[str] = []
+_CACHE_LOGGER = "jax._src.compilation_cache"  # jax writes "Writing <module> to persistent compilation cache
+# with key <key>" there at DEBUG (at WARNING with jax_explain_cache_misses)
+
+
+class _KeysWritten(logging.Filter):
+    """Notes each key the cache writes and lets only warnings on: the DEBUG records the logger now makes for
+    this filter go no further (no test's captured log fills with them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Writing ") and len(record.args or ()) == 2:
+            WRITTEN.append(str(record.args[1]))
+        return record.levelno >= logging.WARNING
 
 
 def count_programs() -> None:
-    """Count this process's compiles through the shared cache from jax's own monitoring events."""
+    """Count this process's compiles through the shared cache and note the keys it writes."""
     from jax import monitoring
 
     def listen(event: str, **_) -> None:
@@ -44,15 +61,17 @@ def count_programs() -> None:
             COUNTS[_EVENTS[event]] += 1
 
     monitoring.register_event_listener(listen)
+    logger = logging.getLogger(_CACHE_LOGGER)
+    logger.addFilter(_KeysWritten())
+    logger.setLevel(logging.DEBUG)
 
 
-def summary(counts: dict[str, int]) -> str:
-    """One line on the run's programs; with the cache folder at hand, also how many distinct programs it holds
-    (a compile beyond those compiled a program twice: two workers at once, before either had written it)."""
+def summary(counts: dict[str, int], written: list[list[str]]) -> str:
+    """One line on the run's programs; `written` holds each process's written keys (a key in two lists is a
+    program compiled twice)."""
     line = (f"{counts['compiled'] + counts['loaded']} programs through the run's compile cache: "
             f"{counts['compiled']} compiled, {counts['loaded']} loaded (compiled earlier in the run)")
-    folder = os.environ.get(COMPILE_CACHE_ENV)
-    if folder and os.path.isdir(folder):
-        distinct = sum(name.endswith("-cache") for name in os.listdir(folder))
-        line += f"; {distinct} distinct programs in the cache, {counts['compiled'] - distinct} compiled twice"
+    keys = [key for process in written for key in process]
+    if keys:
+        line += f"; {len(keys) - len(set(keys))} compiled twice (two workers at once)"
     return line

@@ -26,7 +26,8 @@ import pytest  # noqa: E402
 # after `_release_compiled_programs` drops its programs): a program one process compiled, another loads.
 # The controller makes the folder (or the caller names it) and removes it at the end of the run;
 # `VIDAX_TEST_COMPILE_CACHE=off` runs without it.
-from tests.compile_cache import COMPILE_CACHE_ENV, COUNTS, count_programs, open_shared_compile_cache, summary  # noqa: E402
+from tests.compile_cache import (  # noqa: E402
+    COMPILE_CACHE_ENV, COUNTS, WRITTEN, count_programs, open_shared_compile_cache, summary)
 
 _OWN_COMPILE_CACHE: list[str] = []
 
@@ -136,16 +137,19 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
     if hasattr(session.config, "workeroutput"):  # an xdist worker: its counts go to the controller
         session.config.workeroutput["compile_counts"] = dict(COUNTS)
+        session.config.workeroutput["compile_keys"] = list(WRITTEN)
 
 
 _WORKER_COUNTS: list[dict[str, int]] = []
+_WORKER_KEYS: list[list[str]] = []
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    counts = getattr(node, "workeroutput", {}).get("compile_counts")
-    if counts:
-        _WORKER_COUNTS.append(counts)
+    output = getattr(node, "workeroutput", {})
+    if output.get("compile_counts"):
+        _WORKER_COUNTS.append(output["compile_counts"])
+        _WORKER_KEYS.append(output.get("compile_keys", []))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -153,7 +157,7 @@ def pytest_terminal_summary(terminalreporter):
     totals = {key: sum(c[key] for c in counts) for key in COUNTS}
     if sum(totals.values()):
         terminalreporter.section("compiled programs")
-        terminalreporter.line(summary(totals))
+        terminalreporter.line(summary(totals, [*_WORKER_KEYS, WRITTEN]))
     if _TPU_TIER_SKIPPED:
         terminalreporter.section("TPU tier skipped", yellow=True)
         terminalreporter.line(f"{len(_TPU_TIER_SKIPPED)} tests: {TPU_TIER_SKIP}")
