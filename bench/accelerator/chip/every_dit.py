@@ -225,6 +225,13 @@ def _counted(calls: list) -> list:
     return list(seen.items())
 
 
+def _seconds(call):
+    """(seconds, result) of one call."""
+    started = time.perf_counter()
+    result = call()
+    return time.perf_counter() - started, result
+
+
 def _log(message: str) -> None:
     print(f"[every_dit {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -269,11 +276,8 @@ def measure(spec: str, repeats: int = 2, out: Path | None = None) -> dict:
         _log(f"{spec}: depth {depth}: compiling ({flops / 1e12:.1f} TFLOP)")
         # trace + lower apart from XLA's compile: tracing a shape met the first time times the TPU attention
         # candidates (`tpu_blocks.choose`, unless VIDAX_NO_TPU_TUNING is set), seconds no compiler spends
-        started = time.perf_counter()
-        lowered = jax.jit(fn).lower(*args)
-        lower_s = time.perf_counter() - started
-        compiled = lowered.compile()
-        compile_s = time.perf_counter() - started - lower_s
+        lower_s, lowered = _seconds(lambda: jax.jit(fn).lower(*args))
+        compile_s, compiled = _seconds(lowered.compile)
         del lowered
         memory = compiled.memory_analysis()
         # which attention ran: a TPU program that should call the kernel and has no Pallas call is no figure
@@ -372,12 +376,9 @@ def warm_compiles(specs: list[str]) -> list[dict]:
             family = make_pipeline(model, _options(model, size))
             s = family.resolve_settings(_options(model, size))
             fn, args, _ = _program(family, s, 1)
-            started = time.perf_counter()
-            lowered = jax.jit(fn).lower(*args)
-            lower_s = time.perf_counter() - started
-            lowered.compile()
-            rows.append({"model": spec, "warm_lower_s": lower_s,
-                         "warm_compile_s": time.perf_counter() - started - lower_s})
+            lower_s, lowered = _seconds(lambda: jax.jit(fn).lower(*args))
+            compile_s, _ = _seconds(lowered.compile)
+            rows.append({"model": spec, "warm_lower_s": lower_s, "warm_compile_s": compile_s})
         except Exception as error:  # noqa: BLE001 - a model that failed its run fails here too; keep going
             rows.append({"model": spec, "error": f"{type(error).__name__}: {str(error)[:300]}"})
     return rows
