@@ -16,6 +16,11 @@ either in tensors or in one FormatError line, quickly and in memory proportional
 
 Storages are zero-copy views of the memory-mapped file when stored uncompressed (as torch writes
 them); deflated ones are inflated lazily, only the span their tensors use.
+
+A TorchScript archive (`torch.jit.save`: OpenAI's CLIP `.pt` files, StyleGAN-V's I3D) is the same zip
+with `code/` beside it; its `data.pkl` builds the module tree from `__torch__.*` classes. Those names
+resolve to an inert record of the module's attributes (no code in `code/` is read or run), so its
+parameters and tensor buffers read as a state dict under their module paths (`visual.conv1.weight`).
 """
 
 from __future__ import annotations
@@ -143,6 +148,35 @@ def _ordered_dict(*args):
     return collections.OrderedDict(*args)
 
 
+class _ScriptModule:
+    """A TorchScript module as its pickle describes it: the class name and the attribute dict BUILD gives it
+    once. Only a plain dict is accepted as its state; nothing of the class is looked up or called."""
+
+    __slots__ = ("script_class", "state")
+
+    def __setstate__(self, state):
+        if not isinstance(state, dict) or getattr(self, "state", None) is not None:
+            raise ValueError(f"a TorchScript object of class {clip(self.script_class, 80)} with a custom state "
+                             f"({type(state).__name__}), not a module's attributes")
+        self.state = state
+
+
+def _script_class(module: str, name: str) -> type:
+    """A fresh subclass of `_ScriptModule` for one `__torch__.*` global (NEWOBJ needs a class)."""
+    cls = type("ScriptModule", (_ScriptModule,), {"__slots__": ()})
+    cls.__new__ = staticmethod(lambda klass, *args: _new_script_object(klass, f"{module}.{name}", args))
+    return cls
+
+
+def _new_script_object(klass: type, qualified: str, args: tuple) -> _ScriptModule:
+    if args:
+        raise ValueError(f"TorchScript class {clip(qualified, 80)} built with arguments")
+    obj = object.__new__(klass)
+    object.__setattr__(obj, "script_class", qualified)
+    object.__setattr__(obj, "state", None)
+    return obj
+
+
 def _fresh_globals() -> dict[tuple[str, str], object]:
     """Every global a checkpoint may name, as new stand-ins (one table per load)."""
     table: dict[tuple[str, str], object] = {
@@ -254,6 +288,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
         self.allowed = _fresh_globals()
 
     def find_class(self, module: str, name: str):
+        if isinstance(module, str) and (module == "__torch__" or module.startswith("__torch__.")):
+            return self.allowed.setdefault((module, name), _script_class(module, name))
         try:
             return self.allowed[(module, name)]
         except (KeyError, TypeError):
@@ -312,6 +348,10 @@ def _flatten(root, path: Path) -> tuple[dict[str, _Tensor], dict[str, object]]:
     pending = [(root, "", 0)]
     while pending:
         obj, prefix, depth = pending.pop()
+        if isinstance(obj, _ScriptModule):  # a TorchScript module: its attributes, as a dict
+            if obj.state is None:
+                raise FormatError(f"{path}: the TorchScript module at {brief(prefix[:-1] or '<root>')} has no attributes")
+            obj = obj.state
         if isinstance(obj, dict):
             if id(obj) in seen:
                 raise FormatError(f"{path}: the dict at {brief(prefix[:-1] or '<root>')} is reached twice (a cycle or "
