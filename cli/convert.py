@@ -22,6 +22,7 @@ from rich.table import Table
 
 from vidax.cli import interrupts
 from vidax.cli.common import byte_progress, console, require_packages, run_guarded
+from vidax.cli.help_panels import LORA, MODEL, OUTPUT, SYNTHETIC
 from vidax.translator import ConversionHooks, ConvertOptions, LazyTree, convert_model, load_registry
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -114,25 +115,42 @@ def list_models() -> int:
 @app.command()
 def main_command(
     model: str = typer.Argument(None, help="registered model name (see --list)"),
-    source: str = typer.Option(None, "--source", help="Hub repo id or local file/folder instead of the registry's repo"),
-    revision: str = typer.Option(None, "--revision", help="Hub branch, tag or commit"),
-    out: Path = typer.Option(None, "--out", help="output folder (default out/MODEL); one subfolder per component"),
-    components: list[str] = typer.Option(None, "--components", help="components to convert, repeated or comma-separated (default: all)"),
-    dtype: str = typer.Option(None, "--dtype", help="override the spec's default dtype: float32, bfloat16, float16, keep"),
-    layout: str = typer.Option(None, "--layout", help="source layout (e.g. official, diffusers) instead of detecting it"),
-    variant: str = typer.Option(None, "--variant", help="one of the model's variants (see --list), e.g. 720p_i2v"),
-    check: bool = typer.Option(False, "--check", help="plan and verify coverage without writing (Hub: reads only the safetensors headers)"),
+    # where the weights come from
+    source: str = typer.Option(None, "--source", rich_help_panel=MODEL,
+                               help="Hub repo id or local file/folder instead of the registry's repo"),
+    revision: str = typer.Option(None, "--revision", rich_help_panel=MODEL, help="Hub branch, tag or commit"),
+    variant: str = typer.Option(None, "--variant", rich_help_panel=MODEL,
+                                help="one of the model's variants (see --list), e.g. 720p_i2v"),
+    layout: str = typer.Option(None, "--layout", rich_help_panel=MODEL,
+                               help="source layout (e.g. official, diffusers) instead of detecting it"),
+    components: list[str] = typer.Option(None, "--components", rich_help_panel=MODEL,
+                                         help="components to convert, repeated or comma-separated (default: all)"),
+    transformer: Path = typer.Option(None, "--transformer", rich_help_panel=MODEL, help="the DiT's weights from this "
+                                     "one file (GGUF or safetensors, quantized or not); the rest from --source / the "
+                                     "Hub"),
+    transformer_2: Path = typer.Option(None, "--transformer-2", rich_help_panel=MODEL,
+                                       help="Wan2.2 A14B: the second (low-noise) expert's file"),
+    # output
+    out: Path = typer.Option(None, "--out", rich_help_panel=OUTPUT,
+                             help="output folder (default out/MODEL); one subfolder per component"),
+    dtype: str = typer.Option(None, "--dtype", rich_help_panel=OUTPUT,
+                              help="override the spec's default dtype: float32, bfloat16, float16, keep"),
+    check: bool = typer.Option(False, "--check", rich_help_panel=OUTPUT, help="plan and verify coverage without "
+                               "writing (Hub: reads only the safetensors headers)"),
+    # LoRA
+    lora: list[str] = typer.Option(None, "--lora", rich_help_panel=LORA, help="LoRA baked into the DiT: "
+                                   "SOURCE[=STRENGTH] (a .safetensors file, a folder holding one, or a Hub owner/name, "
+                                   "or owner/name/file.safetensors); repeatable"),
+    lora_2: list[str] = typer.Option(None, "--lora-2", rich_help_panel=LORA,
+                                     help="the same for Wan2.2 A14B's second (low-noise) expert"),
+    # no checkpoint
+    synthetic: bool = typer.Option(False, "--synthetic", rich_help_panel=SYNTHETIC, help="no checkpoint: every "
+                                   "tensor at its real shape and dtype with seeded random values, the configs and a "
+                                   "stand-in tokenizer (docs/SYNTHETIC.md)"),
+    seed: int = typer.Option(0, "--seed", rich_help_panel=SYNTHETIC, help="--synthetic: the values' seed (0 or more)"),
+    # the rest: typer's "Options"
     list_: bool = typer.Option(False, "--list", help="list registered models and their default repos"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
-    transformer: Path = typer.Option(None, "--transformer", help="the DiT's weights from this one file (GGUF or "
-                                     "safetensors, quantized or not); the rest from --source / the Hub"),
-    transformer_2: Path = typer.Option(None, "--transformer-2", help="Wan2.2 A14B: the second (low-noise) expert's file"),
-    lora: list[str] = typer.Option(None, "--lora", help="LoRA baked into the DiT: SOURCE[=STRENGTH] (a .safetensors "
-                                   "file, a folder holding one, or a Hub owner/name, or owner/name/file.safetensors); repeatable"),
-    lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
-    synthetic: bool = typer.Option(False, "--synthetic", help="no checkpoint: every tensor at its real shape and dtype "
-                                   "with seeded random values, the configs and a stand-in tokenizer (docs/SYNTHETIC.md)"),
-    seed: int = typer.Option(0, "--seed", help="--synthetic: the values' seed", min=0),
 ) -> None:
     """Convert a model's PyTorch checkpoints into vidax's safetensors host trees."""
     if list_:
@@ -146,6 +164,9 @@ def main_command(
                  if value]
         if given:
             console.print(f"error: --synthetic takes no {', '.join(given)} (it reads no checkpoint)")
+            raise typer.Exit(2)
+        if seed < 0:  # checked here rather than by typer's min=, whose range widens the help's type column
+            console.print(f"error: --seed {seed}: give 0 or more")
             raise typer.Exit(2)
         require_packages("vidax-convert --synthetic", ("flax", "jax", "tokenizers"), "zoo")  # the zoo's trees
         out = out if out is not None or check else Path("out") / f"{model}-synthetic"

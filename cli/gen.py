@@ -21,11 +21,13 @@ from rich.table import Table
 
 from vidax.cli import interrupts
 from vidax.cli.common import console, require_packages, run_guarded, step_progress
+from vidax.cli.help_panels import (LAYOUT, LORA, MODEL, OUTPUT, PLANNING, PROCESSES, SAMPLING, STEP_CACHES,
+                                   FamilyHelpCommand)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 FAMILY_FLAGS_HELP = ("Families add flags of their own (Wan2.2 A14B: --guidance-2; Wan FLF2V: --last-image; ...): "
-                     "`vidax-gen --list` names them per model.")
+                     "`vidax-gen MODEL --help` lists a model's, `vidax-gen --list` names them for every model.")
 
 
 class RichProgress:
@@ -164,90 +166,129 @@ def run(options) -> int:
     return 0
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, epilog=FAMILY_FLAGS_HELP)
+@app.command(cls=FamilyHelpCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             epilog=FAMILY_FLAGS_HELP)
 def main_command(
     ctx: typer.Context,
     model: str = typer.Argument(None, help="registered model name (see --list)"),
-    variant: str = typer.Option(None, "--variant", help="one of the model's variants (hunyuanvideo-1.5: 480p_t2v, "
-                                "720p_i2v, ...; see --list)"),
-    prompt: str = typer.Option(None, "--prompt", help="text prompt"),
-    negative_prompt: str = typer.Option(None, "--negative-prompt", help="negative prompt (default: the model's)"),
-    image: Path = typer.Option(None, "--image", help="first-frame image for image-to-video"),
-    weights: str = typer.Option(None, "--weights", help="converted folder, local checkpoint folder, or Hub repo id"),
-    height: int = typer.Option(None, "--height", help="video height (default: the model's native)"),
-    width: int = typer.Option(None, "--width", help="video width"),
-    frames: int = typer.Option(None, "--frames", help="number of frames (e.g. 4k+1 for Wan)"),
-    steps: int = typer.Option(None, "--steps", help="sampling steps"),
-    guidance: float = typer.Option(None, "--guidance", help="guidance scale (classifier-free; the DiT's embedded "
-                                   "guidance for guidance-distilled models such as hunyuanvideo)"),
-    shift: float = typer.Option(None, "--shift", help="flow shift of the schedule (flow-matching families)"),
-    sampler: str = typer.Option(None, "--sampler", help="the model's samplers (flow matching: euler, unipc, dpm++; "
-                                "CogVideoX: ddim, dpm); default: the checkpoint's scheduler"),
-    fps: float = typer.Option(None, "--fps", help="frames per second (the MP4's, and the model's input where it takes one)"),
-    seed: int = typer.Option(0, "--seed", help="seed of the initial noise and of any noise drawn while sampling"),
-    tp: int = typer.Option(None, "--tp", help="tensor-parallel degree (default: the memory planner's choice)"),
-    sp: int = typer.Option(None, "--sp", help="sequence-parallel degree"),
-    dp: int = typer.Option(None, "--dp", help="data-parallel degree (2: CFG branches side by side)"),
-    offload_chunk: int = typer.Option(None, "--offload-chunk", help="stream the DiT's blocks from host memory, N at a time"),
-    latents: Path = typer.Option(None, "--latents", help=".npy of initial latents [1, C, F', H', W'] instead of seeded noise"),
-    save_latents: bool = typer.Option(False, "--save-latents", help="also write the final latents (OUT.latents.npy)"),
-    out: Path = typer.Option(Path("out.mp4"), "--out", help="output .mp4 (H.264) or .npy (float32 frames)"),
-    dtype: str = typer.Option(None, "--dtype", help="weights/compute dtype override: float32 or bfloat16"),
-    release_stages: bool = typer.Option(True, "--release-stages/--keep-stages",
-                                        help="free each stage's weights from the devices when it ends"),
-    plan: bool = typer.Option(False, "--plan", help="print the predicted memory per device of each layout, then exit"),
-    devices: int = typer.Option(None, "--devices", help="with --plan or --dry-run: number of devices to plan for"),
-    device_memory: float = typer.Option(None, "--device-memory", help="with --plan or --dry-run: GiB per device"),
-    list_: bool = typer.Option(False, "--list", help="list the models vidax-gen can run and their own flags"),
-    debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
-    no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="do not use the persistent compile cache"),
-    coordinator: str = typer.Option(None, "--coordinator", help="multi-process run: HOST:PORT of process 0 "
+    # the model and what it reads
+    variant: str = typer.Option(None, "--variant", rich_help_panel=MODEL, help="one of the model's variants "
+                                "(hunyuanvideo-1.5: 480p_t2v, 720p_i2v, ...; see --list)"),
+    prompt: str = typer.Option(None, "--prompt", rich_help_panel=MODEL, help="text prompt"),
+    negative_prompt: str = typer.Option(None, "--negative-prompt", rich_help_panel=MODEL,
+                                        help="negative prompt (default: the model's)"),
+    image: Path = typer.Option(None, "--image", rich_help_panel=MODEL, help="first-frame image for image-to-video"),
+    weights: str = typer.Option(None, "--weights", rich_help_panel=MODEL,
+                                help="converted folder, local checkpoint folder, or Hub repo id"),
+    transformer: Path = typer.Option(None, "--transformer", rich_help_panel=MODEL, help="the DiT's weights from this "
+                                     "one file (GGUF or safetensors, quantized or not); the rest from --weights"),
+    transformer_2: Path = typer.Option(None, "--transformer-2", rich_help_panel=MODEL,
+                                       help="Wan2.2 A14B: the second (low-noise) expert's file"),
+    dtype: str = typer.Option(None, "--dtype", rich_help_panel=MODEL,
+                              help="weights/compute dtype override: float32 or bfloat16"),
+    weights_dtype: str = typer.Option(None, "--weights-dtype", rich_help_panel=MODEL, help="bf16, fp8 or int8: keep "
+                                      "the DiT's block linear weights 8-bit on the device (one scale per output channel)"),
+    latents: Path = typer.Option(None, "--latents", rich_help_panel=MODEL,
+                                 help=".npy of initial latents [1, C, F', H', W'] instead of seeded noise"),
+    # sampling
+    height: int = typer.Option(None, "--height", rich_help_panel=SAMPLING,
+                               help="video height (default: the model's native)"),
+    width: int = typer.Option(None, "--width", rich_help_panel=SAMPLING, help="video width"),
+    frames: int = typer.Option(None, "--frames", rich_help_panel=SAMPLING, help="number of frames (e.g. 4k+1 for Wan)"),
+    steps: int = typer.Option(None, "--steps", rich_help_panel=SAMPLING, help="sampling steps"),
+    guidance: float = typer.Option(None, "--guidance", rich_help_panel=SAMPLING, help="guidance scale "
+                                   "(classifier-free; the DiT's embedded guidance for guidance-distilled models such "
+                                   "as hunyuanvideo)"),
+    shift: float = typer.Option(None, "--shift", rich_help_panel=SAMPLING,
+                                help="flow shift of the schedule (flow-matching families)"),
+    sampler: str = typer.Option(None, "--sampler", rich_help_panel=SAMPLING, help="the model's samplers (flow "
+                                "matching: euler, unipc, dpm++; CogVideoX: ddim, dpm); default: the checkpoint's "
+                                "scheduler"),
+    fps: float = typer.Option(None, "--fps", rich_help_panel=SAMPLING,
+                              help="frames per second (the MP4's, and the model's input where it takes one)"),
+    seed: int = typer.Option(0, "--seed", rich_help_panel=SAMPLING,
+                             help="seed of the initial noise and of any noise drawn while sampling"),
+    # output
+    out: Path = typer.Option(Path("out.mp4"), "--out", rich_help_panel=OUTPUT,
+                             help="output .mp4 (H.264) or .npy (float32 frames)"),
+    save_latents: bool = typer.Option(False, "--save-latents", rich_help_panel=OUTPUT,
+                                      help="also write the final latents (OUT.latents.npy)"),
+    # layout and memory
+    tp: int = typer.Option(None, "--tp", rich_help_panel=LAYOUT,
+                           help="tensor-parallel degree (default: the memory planner's choice)"),
+    sp: int = typer.Option(None, "--sp", rich_help_panel=LAYOUT, help="sequence-parallel degree"),
+    dp: int = typer.Option(None, "--dp", rich_help_panel=LAYOUT,
+                           help="data-parallel degree (2: CFG branches side by side)"),
+    offload_chunk: int = typer.Option(None, "--offload-chunk", rich_help_panel=LAYOUT,
+                                      help="stream the DiT's blocks from host memory, N at a time"),
+    keep_stages: bool = typer.Option(False, "--keep-stages", rich_help_panel=LAYOUT, help="keep each stage's "
+                                     "weights on the devices after it ends (default: freed, for the next stage)"),
+    # the default, accepted as a flag too; one name in the help keeps the panel's name column narrow
+    _release_stages: bool = typer.Option(False, "--release-stages", hidden=True),
+    # a memory plan
+    plan: bool = typer.Option(False, "--plan", rich_help_panel=PLANNING,
+                              help="print the predicted memory per device of each layout, then exit"),
+    dry_run: bool = typer.Option(False, "--dry-run", rich_help_panel=PLANNING, help="compile every stage at its real "
+                                 "size on abstract weights (N fake CPU devices with --devices N) and print XLA's bytes "
+                                 "per device beside the planner's; exit 1 if a stage would not fit. Nothing is "
+                                 "downloaded or allocated"),
+    devices: int = typer.Option(None, "--devices", rich_help_panel=PLANNING,
+                                help="with --plan or --dry-run: number of devices to plan for"),
+    device_memory: float = typer.Option(None, "--device-memory", rich_help_panel=PLANNING,
+                                        help="with --plan or --dry-run: GiB per device"),
+    # several processes
+    coordinator: str = typer.Option(None, "--coordinator", rich_help_panel=PROCESSES, help="HOST:PORT of process 0 "
                                     "(TPU pod slices, SLURM and Open MPI are detected without it)"),
-    num_processes: int = typer.Option(None, "--num-processes", help="multi-process run: number of processes"),
-    process_id: int = typer.Option(None, "--process-id", help="multi-process run: this process's index (0 writes)"),
-    join_timeout: int = typer.Option(None, "--join-timeout", help="multi-process run: seconds to wait for every "
-                                     "process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
-    transformer: Path = typer.Option(None, "--transformer", help="the DiT's weights from this one file (GGUF or "
-                                     "safetensors, quantized or not); the rest from --weights"),
-    transformer_2: Path = typer.Option(None, "--transformer-2", help="Wan2.2 A14B: the second (low-noise) expert's file"),
-    weights_dtype: str = typer.Option(None, "--weights-dtype", help="bf16, fp8 or int8: keep the DiT's block "
-                                      "linear weights 8-bit on the device (one scale per output channel)"),
-    lora: list[str] = typer.Option(None, "--lora", help="LoRA merged into the DiT: SOURCE[=STRENGTH] (a .safetensors "
-                                   "file, a folder holding one, or a Hub owner/name, or owner/name/file.safetensors); repeatable"),
-    lora_2: list[str] = typer.Option(None, "--lora-2", help="the same for Wan2.2 A14B's second (low-noise) expert"),
-    cache: str = typer.Option(None, "--cache", help="step cache: taylorseer, first-block, magcache, teacache, "
-                              "easycache (docs/CACHING.md)"),
-    cache_interval: int = typer.Option(None, "--cache-interval", help="taylorseer: one full DiT step in N "
-                                       "(default 5)"),
-    cache_warmup: int = typer.Option(None, "--cache-warmup", help="taylorseer: full DiT steps before caching "
-                                     "(default 3)"),
-    cache_order: int = typer.Option(None, "--cache-order", help="taylorseer: Taylor series order (default 1)"),
-    cache_stop: int = typer.Option(None, "--cache-stop", help="taylorseer: full DiT from this step on "
-                                   "(default: never)"),
-    cache_threshold: float = typer.Option(None, "--cache-threshold", help="first-block (default 0.05), magcache "
-                                          "(default 0.06): the change below which a step reuses the cache"),
-    cache_max_skip: int = typer.Option(None, "--cache-max-skip", help="magcache: most steps skipped in a row "
-                                       "(default 3)"),
-    cache_retention: float = typer.Option(None, "--cache-retention", help="magcache: fraction of first steps never "
-                                          "skipped (default 0.2)"),
-    mag_ratios: Path = typer.Option(None, "--mag-ratios", help="magcache: .npy of the model's per-step "
-                                    "magnitude ratios (default: the published ones of Wan2.1 and HunyuanVideo, "
-                                    "zoo/step_caches/magcache.toml)"),
-    cache_calibrate: Path = typer.Option(None, "--cache-calibrate", help="magcache: skip nothing, write the per-step "
-                                         "ratios of this run to this .npy"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="compile every stage at its real size on abstract weights "
-                                 "(N fake CPU devices with --devices N) and print XLA's bytes per device beside the "
-                                 "planner's; exit 1 if a stage would not fit. Nothing is downloaded or allocated"),
-    cache_coefficients: str = typer.Option(None, "--cache-coefficients", help="teacache: the published "
-                                           "coefficient set to use (default: this model's)"),
-    cache_use_ret_steps: bool = typer.Option(False, "--cache-use-ret-steps", help="teacache: the reference's "
-                                             "use_ret_steps (Wan: the time projection e0, 5 warm-up steps)"),
-    cache_start_percent: float = typer.Option(None, "--cache-start-percent", help="easycache: start_percent "
-                                              "(default 0.15)"),
-    cache_end_percent: float = typer.Option(None, "--cache-end-percent", help="easycache: end_percent "
-                                            "(default 0.95)"),
+    num_processes: int = typer.Option(None, "--num-processes", rich_help_panel=PROCESSES, help="number of processes"),
+    process_id: int = typer.Option(None, "--process-id", rich_help_panel=PROCESSES,
+                                   help="this process's index (0 writes)"),
+    join_timeout: int = typer.Option(None, "--join-timeout", rich_help_panel=PROCESSES, help="seconds to wait for "
+                                     "every process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
+    # LoRA
+    lora: list[str] = typer.Option(None, "--lora", rich_help_panel=LORA, help="LoRA merged into the DiT: "
+                                   "SOURCE[=STRENGTH] (a .safetensors file, a folder holding one, or a Hub owner/name, "
+                                   "or owner/name/file.safetensors); repeatable"),
+    lora_2: list[str] = typer.Option(None, "--lora-2", rich_help_panel=LORA,
+                                     help="the same for Wan2.2 A14B's second (low-noise) expert"),
+    # step caches
+    cache: str = typer.Option(None, "--cache", rich_help_panel=STEP_CACHES, help="step cache: taylorseer, "
+                              "first-block, magcache, teacache, easycache (docs/CACHING.md)"),
+    cache_interval: int = typer.Option(None, "--cache-interval", rich_help_panel=STEP_CACHES,
+                                       help="taylorseer: one full DiT step in N (default 5)"),
+    cache_warmup: int = typer.Option(None, "--cache-warmup", rich_help_panel=STEP_CACHES,
+                                     help="taylorseer: full DiT steps before caching (default 3)"),
+    cache_order: int = typer.Option(None, "--cache-order", rich_help_panel=STEP_CACHES,
+                                    help="taylorseer: Taylor series order (default 1)"),
+    cache_stop: int = typer.Option(None, "--cache-stop", rich_help_panel=STEP_CACHES,
+                                   help="taylorseer: full DiT from this step on (default: never)"),
+    cache_threshold: float = typer.Option(None, "--cache-threshold", rich_help_panel=STEP_CACHES, help="first-block "
+                                          "(default 0.05), magcache (default 0.06): the change below which a step "
+                                          "reuses the cache"),
+    cache_max_skip: int = typer.Option(None, "--cache-max-skip", rich_help_panel=STEP_CACHES,
+                                       help="magcache: most steps skipped in a row (default 3)"),
+    cache_retention: float = typer.Option(None, "--cache-retention", rich_help_panel=STEP_CACHES,
+                                          help="magcache: fraction of first steps never skipped (default 0.2)"),
+    mag_ratios: Path = typer.Option(None, "--mag-ratios", rich_help_panel=STEP_CACHES, help="magcache: .npy of the "
+                                    "model's per-step magnitude ratios (default: the published ones of Wan2.1 and "
+                                    "HunyuanVideo, zoo/step_caches/magcache.toml)"),
+    cache_calibrate: Path = typer.Option(None, "--cache-calibrate", rich_help_panel=STEP_CACHES, help="magcache: "
+                                         "skip nothing, write the per-step ratios of this run to this .npy"),
+    cache_coefficients: str = typer.Option(None, "--cache-coefficients", rich_help_panel=STEP_CACHES,
+                                           help="teacache: the published coefficient set to use (default: this "
+                                           "model's)"),
+    cache_use_ret_steps: bool = typer.Option(False, "--cache-use-ret-steps", rich_help_panel=STEP_CACHES,
+                                             help="teacache: the reference's use_ret_steps (Wan: the time "
+                                             "projection e0, 5 warm-up steps)"),
+    cache_start_percent: float = typer.Option(None, "--cache-start-percent", rich_help_panel=STEP_CACHES,
+                                              help="easycache: start_percent (default 0.15)"),
+    cache_end_percent: float = typer.Option(None, "--cache-end-percent", rich_help_panel=STEP_CACHES,
+                                            help="easycache: end_percent (default 0.95)"),
+    # the rest: typer's "Options"
+    no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="do not use the persistent compile cache"),
     tune_cpu: bool = typer.Option(False, "--tune-cpu", help="time this machine's CPU choices (matmul row blocks) "
                                   "now, keep them beside the compile cache and print them; then exit"),
+    list_: bool = typer.Option(False, "--list", help="list the models vidax-gen can run and their own flags"),
+    debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
 ) -> None:
     """Generate a video from a text prompt (and an image, for image-to-video models)."""
     if list_:
@@ -273,7 +314,7 @@ def main_command(
             height=height, width=width, frames=frames, steps=steps, guidance=guidance, shift=shift, sampler=sampler,
             fps=fps, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
             save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
-            release_stages=release_stages, extra=extra, transformer=transformer, transformer_2=transformer_2,
+            release_stages=not keep_stages, extra=extra, transformer=transformer, transformer_2=transformer_2,
             weights_dtype=weights_dtype, lora=tuple(lora or ()), lora_2=tuple(lora_2 or ()), cache=cache,
             cache_interval=cache_interval,
             cache_warmup=cache_warmup, cache_order=cache_order, cache_stop=cache_stop, cache_threshold=cache_threshold,

@@ -19,6 +19,7 @@ from pathlib import Path
 import typer
 
 from vidax.cli.common import console, require_packages, run_guarded
+from vidax.cli.help_panels import LAYOUT, LORA, MODEL, PROCESSES, SERVER
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -81,33 +82,53 @@ class ServeError(Exception):
 @app.command()
 def main_command(
     model: str = typer.Argument(..., help="registered model name (vidax-gen --list)"),
-    weights: str = typer.Option(None, "--weights", help="converted folder, local checkpoint folder, or Hub repo id"),
-    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (not loopback: --token required)"),
-    port: int = typer.Option(8000, "--port", help="TCP port"),
-    data: Path = typer.Option(Path("vidax-serve-data"), "--data", help="folder for the job database, uploads and videos"),
-    token: str = typer.Option(None, "--token", envvar="VIDAX_SERVE_TOKEN",
+    # the model (for every job)
+    weights: str = typer.Option(None, "--weights", rich_help_panel=MODEL,
+                                help="converted folder, local checkpoint folder, or Hub repo id"),
+    dtype: str = typer.Option(None, "--dtype", rich_help_panel=MODEL,
+                              help="weights/compute dtype override: float32 or bfloat16"),
+    # the server
+    host: str = typer.Option("127.0.0.1", "--host", rich_help_panel=SERVER,
+                             help="address to listen on (not loopback: --token required)"),
+    port: int = typer.Option(8000, "--port", rich_help_panel=SERVER, help="TCP port"),
+    data: Path = typer.Option(Path("vidax-serve-data"), "--data", rich_help_panel=SERVER,
+                              help="folder for the job database, uploads and videos"),
+    token: str = typer.Option(None, "--token", envvar="VIDAX_SERVE_TOKEN", rich_help_panel=SERVER,
                               help="bearer token every request but /health must carry"),
-    max_queue: int = typer.Option(32, "--max-queue", help="queued jobs beyond which a request gets 429"),
-    max_upload_mb: float = typer.Option(32.0, "--max-upload-mb", help="largest upload (image or video), MiB"),
-    warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="run one job at the model's default size first "
-                                "(loads and compiles before the first request)"),
-    dtype: str = typer.Option(None, "--dtype", help="weights/compute dtype override: float32 or bfloat16"),
-    tp: int = typer.Option(None, "--tp", help="tensor-parallel degree (default: the memory planner's choice)"),
-    sp: int = typer.Option(None, "--sp", help="sequence-parallel degree"),
-    dp: int = typer.Option(None, "--dp", help="data-parallel degree (2: CFG branches side by side)"),
-    offload_chunk: int = typer.Option(None, "--offload-chunk", help="stream the DiT's blocks from host memory, N at a time"),
-    release_stages: bool = typer.Option(True, "--release-stages/--keep-stages",
-                                        help="free each stage's weights from the devices when it ends"),
+    max_queue: int = typer.Option(32, "--max-queue", rich_help_panel=SERVER,
+                                  help="queued jobs beyond which a request gets 429"),
+    max_upload_mb: float = typer.Option(32.0, "--max-upload-mb", rich_help_panel=SERVER,
+                                        help="largest upload (image or video), MiB"),
+    no_warmup: bool = typer.Option(False, "--no-warmup", rich_help_panel=SERVER, help="skip the job at the model's "
+                                   "default size that loads and compiles before the first request"),
+    # the default, accepted as a flag too; one name in the help keeps the panel's name column narrow
+    _warmup: bool = typer.Option(False, "--warmup", hidden=True),
+    # layout and memory
+    tp: int = typer.Option(None, "--tp", rich_help_panel=LAYOUT,
+                           help="tensor-parallel degree (default: the memory planner's choice)"),
+    sp: int = typer.Option(None, "--sp", rich_help_panel=LAYOUT, help="sequence-parallel degree"),
+    dp: int = typer.Option(None, "--dp", rich_help_panel=LAYOUT,
+                           help="data-parallel degree (2: CFG branches side by side)"),
+    offload_chunk: int = typer.Option(None, "--offload-chunk", rich_help_panel=LAYOUT,
+                                      help="stream the DiT's blocks from host memory, N at a time"),
+    keep_stages: bool = typer.Option(False, "--keep-stages", rich_help_panel=LAYOUT, help="keep each stage's "
+                                     "weights on the devices after it ends (default: freed, for the next stage)"),
+    _release_stages: bool = typer.Option(False, "--release-stages", hidden=True),  # the default, as --warmup
+    # several processes
+    coordinator: str = typer.Option(None, "--coordinator", rich_help_panel=PROCESSES, help="HOST:PORT of process 0, "
+                                    "which serves HTTP (TPU pod slices, SLURM and Open MPI are detected without it)"),
+    num_processes: int = typer.Option(None, "--num-processes", rich_help_panel=PROCESSES, help="number of processes"),
+    process_id: int = typer.Option(None, "--process-id", rich_help_panel=PROCESSES,
+                                   help="this process's index (0 serves)"),
+    join_timeout: int = typer.Option(None, "--join-timeout", rich_help_panel=PROCESSES, help="seconds to wait for "
+                                     "every process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
+    # LoRA
+    lora: list[str] = typer.Option(None, "--lora", rich_help_panel=LORA, help="LoRA merged into the DiT, as "
+                                   "vidax-gen's: SOURCE[=STRENGTH], repeatable; a request's lora_strength changes the "
+                                   "strengths without reloading"),
+    # the rest: typer's "Options"
     no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="do not use the persistent compile cache"),
     debug: bool = typer.Option(False, "--debug", help="show full tracebacks"),
-    coordinator: str = typer.Option(None, "--coordinator", help="several hosts: HOST:PORT of process 0, which "
-                                    "serves HTTP (TPU pod slices, SLURM and Open MPI are detected without it)"),
-    num_processes: int = typer.Option(None, "--num-processes", help="several hosts: number of processes"),
-    process_id: int = typer.Option(None, "--process-id", help="several hosts: this process's index (0 serves)"),
-    join_timeout: int = typer.Option(None, "--join-timeout", help="several hosts: seconds to wait for every "
-                                     "process to join (default 300, or VIDAX_JOIN_TIMEOUT)"),
-    lora: list[str] = typer.Option(None, "--lora", help="LoRA merged into the DiT, as vidax-gen's: SOURCE[=STRENGTH], "
-                                   "repeatable; a request's lora_strength changes the strengths without reloading"),
 ) -> None:
     """Serve MODEL: an HTTP API (/v1/videos) and a web page (/) over one warm model and a durable queue."""
 
@@ -115,11 +136,11 @@ def main_command(
         from vidax.serve.requests import ServerOptions
 
         server = ServerOptions(model=model, weights=weights, dtype=dtype, tp=tp, sp=sp, dp=dp,
-                               offload_chunk=offload_chunk, release_stages=release_stages,
+                               offload_chunk=offload_chunk, release_stages=not keep_stages,
                                compile_cache=False if no_compile_cache else None, lora=tuple(lora or ()))
         processes = dict(coordinator=coordinator, num_processes=num_processes, process_id=process_id,
                          join_timeout=join_timeout)
-        return serve(server, host, port, data, token, max_queue, max_upload_mb, warmup, processes)
+        return serve(server, host, port, data, token, max_queue, max_upload_mb, not no_warmup, processes)
 
     from vidax.cli.common import USER_ERRORS
 
