@@ -32,20 +32,12 @@ import numpy as np
 from vidax.translator.errors import OutputError
 from vidax.translator.executor import host_empty
 from vidax.translator.formats.safetensors_io import SafetensorsFile, header_bytes
+from vidax.translator.version import provenance
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 DEFAULT_SHARD_BYTES = 4 << 30
 _DISK_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("vidax")
-    except Exception:  # an uninstalled checkout still converts
-        return "unknown"
 
 
 def _leaf_info(tree: Mapping) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -364,7 +356,7 @@ def _write_all(tree, tmp: Path, manifest: dict, info: dict, digest: str, shard_b
         shard_entries.append({"file": file, "bytes": size, "leaves": names})
     for entry in shard_entries:  # durability once, after all the data is out
         fsync_path(tmp / entry["file"])
-    record = {**manifest, "vidax_version": _version(), "format": FORMAT_VERSION, "inputs_digest": digest,
+    record = {**manifest, **provenance(), "format": FORMAT_VERSION, "inputs_digest": digest,
               "leaves": {p: {"shape": list(s), "dtype": str(d)} for p, (s, d) in info.items()},
               "shards": shard_entries}
     with open(tmp / MANIFEST, "w") as fh:  # written last: its presence marks completeness

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from vidax.translator import VidaxError
 from vidax.translator.output import StagedFiles, staged_files, write_file
+from vidax.translator.version import provenance
 
 VIDEO_SUFFIXES = (".mp4", ".npy")
 DEFAULT_CRF = 18  # visually lossless for x264; a generated clip is small either way
@@ -44,15 +45,6 @@ SLACK_BYTES = 1 << 20
 
 class VideoIOError(VidaxError, ValueError):
     """An output path or frame array that cannot be written, or an input image that cannot be read."""
-
-
-def vidax_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("vidax")
-    except Exception:  # an uninstalled checkout still generates
-        return "unknown"
 
 
 def check_output_path(path: str | os.PathLike, *, writable: bool = True) -> Path:
@@ -277,9 +269,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def write_sidecar(video_path: str | os.PathLike, settings: Mapping[str, Any], files: StagedFiles | None = None) -> Path:
-    """Write `settings` (every option, the seed, stage times) plus the vidax version next to the video,
-    as strict JSON, whole or not at all (or staged in `files`)."""
-    record = {"vidax_version": vidax_version(), "video": str(video_path), **_jsonable(settings)}
+    """Write `settings` (every option, the seed, stage times) plus what made them (vidax's version and, run from
+    a checkout, its commit) next to the video, as strict JSON, whole or not at all (or staged in `files`)."""
+    record = {**provenance(), "video": str(video_path), **_jsonable(settings)}
     text = json.dumps(record, indent=1, sort_keys=False, default=str, allow_nan=False) + "\n"
     return write_file(sidecar_path(video_path), text, files)
 

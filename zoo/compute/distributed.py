@@ -454,12 +454,9 @@ def _stop_on_difference(stage: str, records: dict[int, dict]) -> None:
 def _compare_join() -> None:
     """Process counts and versions, compared before the backend starts (it waits for the number of
     processes each was told): the count to compare over is process 0's, the coordinator's."""
-    import importlib.metadata
+    from vidax.translator.version import version
 
-    try:
-        vidax = importlib.metadata.version("vidax")
-    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH
-        vidax = "unknown"
+    vidax = version()  # a checkout on PYTHONPATH: its pyproject.toml's
     told = _runtime_state().num_processes
     mine = {"num_processes": told, "jax": jax.__version__, "vidax": vidax}
     if _run.process:  # the first exchange of this stage: its round 0
