@@ -1,7 +1,7 @@
 """Maps the repo's top-level folders onto the `vidax` namespace (pyproject.toml holds the metadata).
 
 `translator/` is `vidax.translator`, `zoo/` is `vidax.zoo`, `cli/` is `vidax.cli`, `serve/` is `vidax.serve`
-(its `static/` page ships with it), `train/` is `vidax.train` (`vidax-train`) and the TOML specs in `conversion_specs/` ship as `vidax.conversion_specs`.
+(its `static/` page ships with it), `train/` is `vidax.train` (`vidax-train`), `eval/` is `vidax.eval` (`vidax-eval`) and the TOML specs in `conversion_specs/` ship as `vidax.conversion_specs`.
 Subpackages (one folder per model family) are found automatically, so adding a family needs no edit here.
 Every folder is declared a package, data-only ones too (`conversion_specs/wan/`, `serve/static/`): setuptools
 treats any folder as importable and warns at length about each one left out of `packages`.
@@ -22,6 +22,7 @@ FOLDERS = {
     "cli": "vidax.cli",
     "serve": "vidax.serve",
     "train": "vidax.train",
+    "eval": "vidax.eval",
     "conversion_specs": "vidax.conversion_specs",
 }
 

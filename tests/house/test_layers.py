@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 # folder -> the dotted name it is installed as (setup.py; bench runs from the checkout)
 TREES = {"translator": "vidax.translator", "zoo": "vidax.zoo", "cli": "vidax.cli", "serve": "vidax.serve",
-         "train": "vidax.train", "bench": "bench"}
+         "train": "vidax.train", "eval": "vidax.eval", "bench": "bench"}
 MAX_FILES = 15
 SKIPPED = {"__pycache__"}
 
