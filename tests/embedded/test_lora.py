@@ -1,4 +1,4 @@
-"""The LoRA example: `zoo/wan/tiny_lora/stripes.safetensors` (training/train_lora.py), a rank-4
+"""The LoRA example: `zoo/wan/tiny_lora/stripes.safetensors` (wan_tiny_recipe/train_lora.py), a rank-4
 PEFT LoRA on wan-tiny's DiT trained on the same clips with striped backgrounds, turns the plain
 background asked for into horizontal stripes; without it the background stays plain."""
 

@@ -1,7 +1,7 @@
 """`wan-tiny`: an embedded Wan2.1-architecture T2V model that needs no download.
 
 Its weights were trained on this project's procedural clips (one shape of one colour moving left,
-right, up or down over a plain background; `training/` in the repository holds the recipe) and ship
+right, up or down over a plain background; `wan_tiny_recipe/` in the repository holds the recipe) and ship
 in the package as an ordinary diffusers-layout folder, `tiny_model/`: transformer, VAE and UMT5 text
 encoder of the real models' classes at small widths, a word-level tokenizer made with `tokenizers`,
 and Wan's UniPC scheduler. The ordinary Wan pipeline loads it through the translator like any

@@ -2,7 +2,7 @@
 
 This folder is a diffusers-layout `WanVACEPipeline` folder shipped in the package: `transformer/` is
 wan-tiny's DiT (`vidax.zoo.wan.tiny`, its weights unchanged) inside a `WanVACETransformer3DModel` with two
-VACE blocks (after main blocks 0 and 2) trained by `training/vace/train_vace.py` in the repository on wan-tiny's
+VACE blocks (after main blocks 0 and 2) trained by `wan_tiny_recipe/vace/train_vace.py` in the repository on wan-tiny's
 procedural clips, with the clip's first frames kept as `--extend` keeps them; `vae/`, `text_encoder/` and
 `tokenizer/` are links to wan-tiny's own folders. The Wan VACE family loads it through the translator like any
 VACE checkpoint:

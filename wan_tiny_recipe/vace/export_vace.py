@@ -1,6 +1,6 @@
-"""Stage 4's export: `training/out/vace/` as the shipped `wan-tiny-vace` folder, `zoo/wan/tiny_vace/`.
+"""Stage 4's export: `wan_tiny_recipe/out/vace/` as the shipped `wan-tiny-vace` folder, `zoo/wan/tiny_vace/`.
 
-    .venv/bin/python -m training.vace.export_vace
+    .venv/bin/python -m wan_tiny_recipe.vace.export_vace
 
 transformer/ is train_vace.py's `save_pretrained` folder (wan-tiny's DiT with the trained VACE blocks);
 scheduler/ and model_index.json are written here (WanVACEPipeline's index); vae/, text_encoder/ and
@@ -15,9 +15,9 @@ import json
 import shutil
 from pathlib import Path
 
-from training.vace import train_vace
-from training.common import RUN, each_step_once
-from training.export import SCHEDULER, _copy_weights
+from wan_tiny_recipe.vace import train_vace
+from wan_tiny_recipe.common import RUN, each_step_once
+from wan_tiny_recipe.export import SCHEDULER, _copy_weights
 
 TARGET = Path(__file__).resolve().parents[2] / "zoo" / "wan" / "tiny_vace"
 LINKED = ("vae", "text_encoder", "tokenizer")  # wan-tiny's own, unchanged
@@ -43,7 +43,7 @@ def main(target: Path = TARGET, source: Path = train_vace.FOLDER) -> None:
         (target / name).symlink_to(Path("..") / "tiny_model" / name, target_is_directory=True)
     rows = each_step_once([json.loads(line) for line in (RUN / "vace_loss.jsonl").read_text().splitlines()])
     tail = rows[-50:]
-    provenance = {"recipe": "training/vace/train_vace.py (training/README.md, stage 4)", "base": "zoo/wan/tiny_model (frozen)",
+    provenance = {"recipe": "wan_tiny_recipe/vace/train_vace.py (wan_tiny_recipe/README.md, stage 4)", "base": "zoo/wan/tiny_model (frozen)",
                   "vace_layers": train_vace.VACE_LAYERS, "windows": list(train_vace.WINDOWS), "seed": train_vace.SEED,
                   "steps": len(rows), "seconds": rows[-1]["seconds"],
                   "final_loss_mean_of_last_50": sum(r["loss"] for r in tail) / len(tail)}

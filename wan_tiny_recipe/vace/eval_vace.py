@@ -2,10 +2,10 @@
 wan-tiny's clip (its first 9 frames), then `--extend` three times (`--frames 13 --extend-overlap 9`), the
 semantic test's detector on each generated window and the circle's step across each join.
 
-    .venv/bin/python -m training.vace.eval_vace [--held-out] [--seeds 0,1] [--scale 1]
+    .venv/bin/python -m wan_tiny_recipe.vace.eval_vace [--held-out] [--seeds 0,1] [--scale 1]
 
 Prints one row per prompt and seed and the counts: windows read fully right, joins that continue (8 +- 3 px
-along the motion, at most 3 px across it). Reads the shipped folder (`training.vace.export_vace` first).
+along the motion, at most 3 px across it). Reads the shipped folder (`wan_tiny_recipe.vace.export_vace` first).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training import data
+from wan_tiny_recipe import data
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "embedded"))
 from detector import FAR_FROM_BACKGROUND, detect  # noqa: E402

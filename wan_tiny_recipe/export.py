@@ -1,6 +1,6 @@
 """Stage 3: the trained parts as one diffusers-layout folder, shipped in the package as `wan-tiny`.
 
-    .venv/bin/python -m training.export   # -> zoo/wan/tiny_model/
+    .venv/bin/python -m wan_tiny_recipe.export   # -> zoo/wan/tiny_model/
 
 transformer/ and text_encoder/ are the stage-2 `save_pretrained` folders, vae/ the stage-1 one with
 the latents' per-channel mean and std written into its config, tokenizer/ the word-level tokenizer,
@@ -14,8 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
-from training import data
-from training.common import RUN, each_step_once
+from wan_tiny_recipe import data
+from wan_tiny_recipe.common import RUN, each_step_once
 
 TARGET = Path(__file__).resolve().parents[1] / "zoo" / "wan" / "tiny_model"
 SCHEDULER = {"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction", "use_flow_sigmas": True,
@@ -60,7 +60,7 @@ def main(target: Path = TARGET) -> None:
     (target / "model_index.json").write_text(json.dumps(MODEL_INDEX, indent=1))
     _, held_out = data.split()
     text = json.loads((RUN / "text_pretrain.json").read_text()) if (RUN / "text_pretrain.json").is_file() else None
-    provenance = {"recipe": "training/ (README there)", "text_encoder": text, "vae": _loss_summary("vae"), "dit": _loss_summary("dit"),
+    provenance = {"recipe": "wan_tiny_recipe/ (README there)", "text_encoder": text, "vae": _loss_summary("vae"), "dit": _loss_summary("dit"),
                   "held_out": [c.__dict__ for c in held_out], "held_out_prompts": [c.caption() for c in held_out]}
     (target / "training.json").write_text(json.dumps(provenance, indent=1))
     print(f"wrote {target}")

@@ -2,7 +2,7 @@
 exported to a scratch folder, vidax loads it as `wan-tiny` (translator, zoo pipeline, native
 settings) and the test's detector reads each clip.
 
-    .venv/bin/python -m training.checks.eval [guidance] [--seeds 0,1,2]   # prints the table's counts of 24 per seed
+    .venv/bin/python -m wan_tiny_recipe.checks.eval [guidance] [--seeds 0,1,2]   # prints the table's counts of 24 per seed
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from training import data, export
+from wan_tiny_recipe import data, export
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "embedded"))
 from detector import detect  # noqa: E402

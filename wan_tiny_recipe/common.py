@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training import data
+from wan_tiny_recipe import data
 
 RUN = Path(os.environ.get("TINY_RUN_DIR", Path(__file__).parent / "out"))
 

@@ -2,7 +2,7 @@
 closing `</s>` included) reads all four attributes of the caption (shape colour, shape, direction,
 background colour).
 
-    .venv/bin/python -m training.pretrain_text   # -> training/out/text_encoder, seconds of CPU
+    .venv/bin/python -m wan_tiny_recipe.pretrain_text   # -> wan_tiny_recipe/out/text_encoder, seconds of CPU
 
 Trained on the training combinations' captions in all three templates and checked on the held-out
 ones (new combinations of known words: the colour before the shape word against the one before
@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 
-from training import data
-from training.common import RUN, setup_torch
-from training.models import make_text_encoder
-from training.text import build_tokenizer, token_batch
+from wan_tiny_recipe import data
+from wan_tiny_recipe.common import RUN, setup_torch
+from wan_tiny_recipe.models import make_text_encoder
+from wan_tiny_recipe.text import build_tokenizer, token_batch
 
 SEED = 3
 FIELDS = {"colour": list(data.PALETTE), "shape": list(data.SHAPES), "direction": list(data.DIRECTIONS),

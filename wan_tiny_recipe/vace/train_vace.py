@@ -1,7 +1,7 @@
 """Stage 4: `wan-tiny-vace`, VACE blocks trained on the frozen wan-tiny DiT to continue a clip.
 
-    nice -n 5 .venv/bin/python -m training.vace.train_vace --steps 1500   # -> training/out/vace/
-    .venv/bin/python -m training.vace.export_vace                       # -> zoo/wan/tiny_vace/
+    nice -n 5 .venv/bin/python -m wan_tiny_recipe.vace.train_vace --steps 1500   # -> wan_tiny_recipe/out/vace/
+    .venv/bin/python -m wan_tiny_recipe.vace.export_vace                       # -> zoo/wan/tiny_vace/
 
 diffusers' `WanVACETransformer3DModel` at wan-tiny's sizes with VACE blocks after main blocks 0 and 2
 (`VACE_LAYERS`) and `vace_in_channels` 2 x 8 + 64 = 80, as `WanVACEPipeline` builds its control latents
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from training import data
-from training.common import RUN, LossLog, setup_torch
-from training.models import TINY_MAX_TEXT, Z_DIM
-from training.text import build_tokenizer, compact_text, token_batch, use_compact_text
-from training.train_dit import DROP_CAPTION, shifted
+from wan_tiny_recipe import data
+from wan_tiny_recipe.common import RUN, LossLog, setup_torch
+from wan_tiny_recipe.models import TINY_MAX_TEXT, Z_DIM
+from wan_tiny_recipe.text import build_tokenizer, compact_text, token_batch, use_compact_text
+from wan_tiny_recipe.train_dit import DROP_CAPTION, shifted
 
 SEED = 5
 BASE = Path(__file__).resolve().parents[2] / "zoo" / "wan" / "tiny_model"  # the frozen wan-tiny

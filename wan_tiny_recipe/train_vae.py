@@ -1,6 +1,6 @@
 """Stage 1: the tiny Wan VAE (diffusers `AutoencoderKLWan`) as an autoencoder of rendered clips.
 
-    nice -n 19 .venv/bin/python -m training.train_vae --steps 500
+    nice -n 19 .venv/bin/python -m wan_tiny_recipe.train_vae --steps 500
 
 Two phases. First single frames (cheap: the causal VAE's first-frame path only), from an init where
 every causal conv looks at the current frame only and the time convs copy one frame: the model is
@@ -16,9 +16,9 @@ import argparse
 
 import numpy as np
 
-from training import data
-from training.common import RUN, LossLog, clip_batch, setup_torch
-from training.models import make_vae
+from wan_tiny_recipe import data
+from wan_tiny_recipe.common import RUN, LossLog, clip_batch, setup_torch
+from wan_tiny_recipe.models import make_vae
 
 SEED = 1
 FRAMES = 9  # video phase

@@ -1,6 +1,6 @@
 """Stage 2: the tiny Wan DiT (diffusers `WanTransformer3DModel`) and its UMT5 encoder, jointly, by flow matching.
 
-    nice -n 19 .venv/bin/python -m training.train_dit --steps 1500
+    nice -n 19 .venv/bin/python -m wan_tiny_recipe.train_dit --steps 1500
 
 Every training clip (combination x offset across the motion) is encoded once by the stage-1 VAE;
 the latents are normalised per channel with their own mean and std, which go into the VAE's config
@@ -19,10 +19,10 @@ import numpy as np
 
 from pathlib import Path
 
-from training import data
-from training.common import RUN, LossLog, setup_torch
-from training.models import MAX_TEXT, make_dit, make_text_encoder
-from training.text import build_tokenizer, compact_text, token_batch, use_compact_text
+from wan_tiny_recipe import data
+from wan_tiny_recipe.common import RUN, LossLog, setup_torch
+from wan_tiny_recipe.models import MAX_TEXT, make_dit, make_text_encoder
+from wan_tiny_recipe.text import build_tokenizer, compact_text, token_batch, use_compact_text
 
 SEED = 2
 SHIFT = 3.0
@@ -160,7 +160,7 @@ def paired_flow_batch(torch, rng, latents_mean, latents_std, stats, batch: int, 
 
 def decay_groups(*models) -> list[dict]:
     """Weight decay on matrices only: decay on the norms' scales would pull cross-attention's back
-    under the padding rows' weight (see training.models.make_dit)."""
+    under the padding rows' weight (see wan_tiny_recipe.models.make_dit)."""
     named = [(n, p) for m in models for n, p in m.named_parameters()]
     return [{"params": [p for n, p in named if p.ndim >= 2 and "norm" not in n], "weight_decay": 0.01},
             {"params": [p for n, p in named if p.ndim < 2 or "norm" in n], "weight_decay": 0.0}]
@@ -249,19 +249,19 @@ if __name__ == "__main__":
                         help="cross-attention's query/key norm scales at init; != 1 also exempts norms and biases from weight decay")
     parser.add_argument("--placements", type=int, default=data.PLACEMENTS, help="with --random-places: clips per combination")
     parser.add_argument("--frozen-text", action="store_true",
-                        help="the stage-0 text encoder (training/out/text_encoder, pretrain_text.py), frozen")
+                        help="the stage-0 text encoder (wan_tiny_recipe/out/text_encoder, pretrain_text.py), frozen")
     parser.add_argument("--max-text", type=int, default=MAX_TEXT,
                         help="text features padded to this many tokens (the model's max_sequence_length setting)")
     parser.add_argument("--init", default=None,
                         help="start the DiT from this diffusers folder's transformer/ (a fresh optimizer and schedule)")
     parser.add_argument("--paired-reversal", action="store_true",
                         help="each batch as clips and their time reversals under the same noise, the direction word swapped")
-    parser.add_argument("--layers", type=int, default=None, help="the DiT's depth (default: training.models.DIT's)")
+    parser.add_argument("--layers", type=int, default=None, help="the DiT's depth (default: wan_tiny_recipe.models.DIT's)")
     parser.add_argument("--heads", type=int, default=None, help="its attention heads")
     parser.add_argument("--head-dim", type=int, default=None, help="its width per head")
     parser.add_argument("--ffn", type=int, default=None, help="its MLP width")
     parser.add_argument("--oracle-text", action="store_true",
-                        help="diagnostic: the DiT reads one-hot attribute rows instead of the text encoder (training.checks.eval_oracle)")
+                        help="diagnostic: the DiT reads one-hot attribute rows instead of the text encoder (wan_tiny_recipe.checks.eval_oracle)")
     parser.add_argument("--self-norm-init", type=float, default=1.0,
                         help="self-attention's query/key norm scales at init (sharper relative lookups)")
     parser.add_argument("--train-shift", type=float, default=SHIFT,

@@ -1,7 +1,7 @@
 """The VAE's ceiling for the semantic test: encode and decode every held-out clip (ground truth, at each
 offset across the motion) and read it back with the test's detector.
 
-    .venv/bin/python -m training.checks.check_vae [folder]   # default: training/out/vae
+    .venv/bin/python -m wan_tiny_recipe.checks.check_vae [folder]   # default: wan_tiny_recipe/out/vae
 
 A combination the detector misreads after the round trip cannot pass however good the DiT is.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training import data
-from training.common import RUN, setup_torch
+from wan_tiny_recipe import data
+from wan_tiny_recipe.common import RUN, setup_torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "embedded"))
 from detector import detect  # noqa: E402  (the test's own detector, not a copy)

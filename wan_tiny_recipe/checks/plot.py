@@ -1,7 +1,7 @@
 """Loss curves of both stages as one PNG (PIL only: no plotting library needed).
 
-    .venv/bin/python -m training.checks.plot              # -> docs/wan_tiny_loss.png
-    .venv/bin/python -m training.checks.plot --only dit   # redraw the DiT's panel, keep the VAE's
+    .venv/bin/python -m wan_tiny_recipe.checks.plot              # -> docs/wan_tiny_loss.png
+    .venv/bin/python -m wan_tiny_recipe.checks.plot --only dit   # redraw the DiT's panel, keep the VAE's
 
 `--only` serves a run that retrained one stage on another run's weights: it has no log of the stage it
 reused, whose panel in the existing PNG still shows the weights that ship.
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from training.common import RUN, each_step_once
+from wan_tiny_recipe.common import RUN, each_step_once
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "wan_tiny_loss.png"
 W, H, PAD = 420, 260, 40

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from training import data
-from training.models import MAX_TEXT
+from wan_tiny_recipe import data
+from wan_tiny_recipe.models import MAX_TEXT
 
 SPECIALS = ["<pad>", "</s>", "<unk>"]  # T5's ids 0, 1, 2
 

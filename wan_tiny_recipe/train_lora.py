@@ -1,7 +1,7 @@
 """A LoRA for the trained `wan-tiny`: rank-4 PEFT adapters on the DiT that draw every background as
 horizontal stripes (the background colour and white; black on a white one), prompts unchanged.
 
-    nice -n 15 .venv/bin/python -m training.train_lora   # -> zoo/wan/tiny_lora/stripes.safetensors
+    nice -n 15 .venv/bin/python -m wan_tiny_recipe.train_lora   # -> zoo/wan/tiny_lora/stripes.safetensors
 
 It trains against the shipped folder (`zoo/wan/tiny_model/`): its DiT and text encoder stay frozen,
 its VAE encodes the clips, and the latents are normalised by its VAE config's mean and std, so only
@@ -18,18 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
-from training import data
-from training.common import RUN, LossLog, setup_torch
-from training.export import TARGET as MODEL
-from training.models import TINY_MAX_TEXT
-from training.text import build_tokenizer, compact_text, token_batch, use_compact_text
-from training.train_dit import DROP_CAPTION, SHIFT, encode_clips, flow_batch
+from wan_tiny_recipe import data
+from wan_tiny_recipe.common import RUN, LossLog, setup_torch
+from wan_tiny_recipe.export import TARGET as MODEL
+from wan_tiny_recipe.models import TINY_MAX_TEXT
+from wan_tiny_recipe.text import build_tokenizer, compact_text, token_batch, use_compact_text
+from wan_tiny_recipe.train_dit import DROP_CAPTION, SHIFT, encode_clips, flow_batch
 
 SEED = 4
 RANK = 4
 TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]  # both attentions of every block
 # striped clips per training combination, by background: white stripes on blue and green stay faint
-# on the DiT with one striped clip each (training/README.md, the LoRA example), so those backgrounds
+# on the DiT with one striped clip each (wan_tiny_recipe/README.md, the LoRA example), so those backgrounds
 # get more of the data
 STRIPED_CLIPS = {"blue": 4, "green": 3}
 OUT = Path(__file__).resolve().parents[1] / "zoo" / "wan" / "tiny_lora" / "stripes.safetensors"

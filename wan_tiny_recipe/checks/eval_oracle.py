@@ -3,7 +3,7 @@ attribute rows, not the text encoder, so vidax's pipeline cannot run it). Sample
 settings do, in torch with diffusers' own scheduler and VAE: 20 UniPC flow steps at shift 5, guidance 2, the
 initial noise from vidax's seeded host draw, then the semantic test's detector.
 
-    TINY_RUN_DIR=... .venv/bin/python -m training.checks.eval_oracle
+    TINY_RUN_DIR=... .venv/bin/python -m wan_tiny_recipe.checks.eval_oracle
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import json
 
 import numpy as np
 
-from training import data
-from training.common import RUN, setup_torch
-from training.checks.eval import score
-from training.export import SCHEDULER
-from training.train_dit import oracle_text
+from wan_tiny_recipe import data
+from wan_tiny_recipe.common import RUN, setup_torch
+from wan_tiny_recipe.checks.eval import score
+from wan_tiny_recipe.export import SCHEDULER
+from wan_tiny_recipe.train_dit import oracle_text
 
 STEPS, GUIDANCE, SEED = 20, 2.0, 0
 LATENT = (1, 8, 5, 8, 8)  # 17 frames of 64 x 64: Wan's VAE packs 4 frames and 8 x 8 pixels per latent
