@@ -1,12 +1,14 @@
 """A trained LoRA as the files LoRA loaders read (docs/LORA.md, "Formats"), and read back.
 
-- `peft` (default): diffusers/PEFT names, `transformer.blocks.{i}.<diffusers module>.lora_A.weight` `[r, in]` and
-  `.lora_B.weight` `[out, r]`, with the LoraConfig (`r`, `lora_alpha`, `target_modules`) in the file's
-  `lora_adapter_metadata`, keyed `transformer.<field>` as diffusers' `save_lora_weights` writes it: what
-  `WanPipeline.load_lora_weights` reads, alpha included.
-- `comfy`: the official Wan module names under `diffusion_model.`, `.lora_down.weight` `[r, in]`,
-  `.lora_up.weight` `[out, r]` and `.alpha` (a 0-d tensor), as ComfyUI, musubi-tuner and diffusion-pipe write
-  them; the official names come from the family's pairs in `conversion_specs/<family>/lora.toml`.
+- `peft` (default): diffusers/PEFT names, `transformer.<block list>.{i}.<diffusers module>.lora_A.weight` `[r, in]`
+  and `.lora_B.weight` `[out, r]` (the block list as the family's diffusers transformer names it: Wan's `blocks`,
+  `transformer_blocks` for HunyuanVideo-1.5, LTX-2 and CogVideoX), with the LoraConfig (`r`, `lora_alpha`,
+  `target_modules`) in the file's `lora_adapter_metadata`, keyed `transformer.<field>` as diffusers'
+  `save_lora_weights` writes it: what the pipelines' `load_lora_weights` read, alpha included.
+- `comfy`: the official module names under `diffusion_model.`, `.lora_down.weight` `[r, in]`, `.lora_up.weight`
+  `[out, r]` and `.alpha` (a 0-d tensor), as ComfyUI, musubi-tuner and diffusion-pipe write them; the official
+  names come from the family's pairs in `conversion_specs/<family>/lora.toml` (a module without a pair has one
+  name in both layouts: LTX-2's attentions, CogVideoX's diffusers-named DiT).
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ class LoraFileError(VidaxError, ValueError):
 
 
 def _official(module: str, mapping: Mapping) -> str:
-    """A block module's official name (`blocks.0.attn1.to_q` -> `blocks.0.self_attn.q`)."""
+    """A block module's official name (`blocks.0.attn1.to_q` -> `blocks.0.self_attn.q`; itself without a pair)."""
     names = mapping.other_names(module)
-    if len(names) != 1:
-        raise LoraFileError(f"{module} has no official name in the LoRA pairs of conversion_specs/*/lora.toml")
-    return names[0]
+    if len(names) > 1:
+        raise LoraFileError(f"{module} has several official names in the LoRA pairs of conversion_specs/*/lora.toml")
+    return names[0] if names else module
 
 
 def lora_tensors(lora: Lora, config: LoraConfig, fmt: str, spec: str = "wan/transformer",
@@ -70,9 +72,14 @@ def peft_metadata(config: LoraConfig) -> str:
 
 
 def save_lora(path: str | Path, lora: Lora, config: LoraConfig, fmt: str = "peft", settings: dict | None = None,
-              spec: str = "wan/transformer") -> Path:
-    """Write `lora` to `path` (whole or not at all) in format `fmt`; `settings` go to the metadata."""
-    tensors = lora_tensors(lora, config, fmt, spec)
+              spec: str = "wan/transformer", group: str = "blocks") -> Path:
+    """Write `lora` to `path` (whole or not at all) in format `fmt`; `settings` go to the metadata.
+
+    Args:
+      spec: the DiT's conversion spec (its `lora.toml` pairs name the official modules of `comfy`).
+      group: the diffusers name of the stacked blocks (`blocks`, `transformer_blocks`).
+    """
+    tensors = lora_tensors(lora, config, fmt, spec, group)
     metadata = {"format": "pt"}
     if fmt == "peft":
         metadata[PEFT_METADATA] = peft_metadata(config)
@@ -83,7 +90,7 @@ def save_lora(path: str | Path, lora: Lora, config: LoraConfig, fmt: str = "peft
     return write_file(path, data)
 
 
-PEFT_KEY = re.compile(r"transformer\.(?P<group>\w+)\.(?P<i>\d+)\.(?P<module>.+)\.lora_(?P<role>[AB])\.weight")
+PEFT_KEY = re.compile(r"transformer\.(?P<group>[a-z_]+)\.(?P<i>\d+)\.(?P<module>.+)\.lora_(?P<role>[AB])\.weight")
 
 
 def read_peft(path: str | Path, module_paths: dict[str, str]) -> tuple[Lora, LoraConfig]:

@@ -1,10 +1,14 @@
 """LoRA parameters on a frozen stacked DiT, and the block runner that applies them.
 
-A LoRA of one Dense layer is a pair `A [L, in, r]`, `B [L, r, out]` (one slice per block of the stack):
-`A` is PEFT's `lora_A.weight` transposed, `B` its `lora_B.weight` transposed, so the layer's kernel
-`[in, out]` becomes `W + (alpha / rank) * A @ B` (PEFT's `W + scale * B @ A` on torch's `[out, in]`).
-The merge happens inside the scanned block body, one block at a time, so the merged kernels of one block
-are the only extra weights alive; the zoo's model code runs unchanged on the merged tree.
+A LoRA of one linear layer is a pair `A [L, in, r]`, `B [L, r, out]` (one slice per block of the stack): `A` is
+PEFT's `lora_A.weight` transposed, `B` its `lora_B.weight` transposed. As PEFT's `LoraLayer` computes it, the
+layer's output becomes `x @ W + b + scale * (x @ A) @ B` (scale = alpha / rank): the frozen kernel is never
+changed, so its gradient `x^T dy` (as many FLOPs as the layer's forward) is never formed, a bf16 or 8-bit base
+keeps its own values, and a small update to a big weight is not rounded away in the base's dtype.
+
+The branch is added around the zoo's own layers without touching them: while a block runs, a Flax method
+interceptor (`nn.intercept_methods`) adds it to the output of each targeted `Dense` (and of the TPU's
+heads-major `HeadsDense` / `HeadsOut`, which declare the same params), found by its path in the block.
 
 Targets are named as PEFT names them (`LoraConfig.target_modules`): a block module matches a target when
 its diffusers name (`attn1.to_out.0`, `ffn.net.0.proj`) equals it or ends with `.` + it.
@@ -15,18 +19,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 import flax
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from vidax.translator import VidaxError
+from vidax.zoo.compute.kernels.heads_major import HeadsDense, HeadsOut
+from vidax.zoo.compute.layers import Dense
 from vidax.zoo.compute.sharding import constrain
 
 Lora = dict[str, dict[str, jax.Array]]  # {"attn1/to_q": {"A": [L, in, r], "B": [L, r, out]}}
 
-# q/k/v/o of both attentions and the feed-forward's two projections (diffusers names, PEFT's matching)
+# q/k/v/o of both attentions and the feed-forward's two projections (Wan's diffusers names, PEFT's matching)
 DEFAULT_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2")
 HIDDEN_AXES = ("batch", "seq", "act_embed")
 
@@ -100,19 +107,60 @@ def init_lora(key: jax.Array, blocks: Any, config: LoraConfig) -> Lora:
     return lora
 
 
-def merged(layer: Any, lora: Lora, scale: float) -> Any:
-    """One block's params with `scale * A @ B` added to each LoRA'd kernel (fp32; the Dense casts it)."""
-    flat = dict(flax.traverse_util.flatten_dict(layer, sep="/"))
-    for module, pair in lora.items():
-        kernel = flat[f"{module}/kernel"]
-        flat[f"{module}/kernel"] = kernel.astype(jnp.float32) + scale * (pair["A"] @ pair["B"])
-    return flax.traverse_util.unflatten_dict(flat, sep="/")
+# --- the branch beside each targeted layer ---------------------------------------------------------
 
 
-def lora_blocks(scale: float, checkpoint: bool = True, carry_dtype: Any = None):
+def low_rank(x: jax.Array, pair: dict[str, jax.Array], scale: float, dtype) -> jax.Array:
+    """`scale * (x @ A) @ B` over the last axis, in the layer's compute dtype (fp32 accumulation)."""
+    a, b = pair["A"].astype(dtype), pair["B"].astype(dtype)
+    down = jnp.einsum("...i,ir->...r", x.astype(dtype), a, preferred_element_type=jnp.float32).astype(dtype)
+    return (jnp.einsum("...r,ro->...o", down, b, preferred_element_type=jnp.float32) * scale).astype(dtype)
+
+
+def _branch(module: nn.Module, x: jax.Array, y: jax.Array, pair, scale: float) -> jax.Array:
+    """The LoRA term of `module`'s output `y` for its input `x`, in `y`'s layout."""
+    if isinstance(module, HeadsDense):  # [B, S, in] -> [B, H, S, Dh]
+        delta = low_rank(x, pair, scale, y.dtype)
+        return delta.reshape(*delta.shape[:-1], y.shape[1], y.shape[-1]).transpose(0, 2, 1, 3)
+    if isinstance(module, HeadsOut):  # [B, H, S, Dh] -> [B, S, out]
+        b, h, s, d = x.shape
+        return low_rank(x.transpose(0, 2, 1, 3).reshape(b, s, h * d), pair, scale, y.dtype)
+    if module.input_activation is not None:  # an MLP's second projection reads the activated hidden state
+        x = module.input_activation(x)
+    return low_rank(x, pair, scale, y.dtype)
+
+
+def branch_interceptor(layer_lora: dict[str, dict[str, jax.Array]], scale: float) -> Callable:
+    """A Flax method interceptor adding `layer_lora[path]`'s branch to each targeted layer's output
+    (`path`: the layer's module path in the block, `attn1/to_q`)."""
+
+    def intercept(call, args, kwargs, context):
+        module = context.module
+        out = call(*args, **kwargs)
+        if context.method_name != "__call__" or not isinstance(module, (Dense, HeadsDense, HeadsOut)):
+            return out
+        pair = layer_lora.get("/".join(module.scope.path))
+        return out if pair is None else out + _branch(module, args[0], out, pair, scale)
+
+    return intercept
+
+
+def _carry(hidden: Any, dtype) -> Any:
+    """The hidden state (an array or a pytree of streams) with its floating leaves in `dtype`."""
+    if dtype is None:
+        return hidden
+    return jax.tree.map(lambda h: h.astype(dtype) if jnp.issubdtype(h.dtype, jnp.floating) else h, hidden)
+
+
+def _constrain(hidden: Any) -> Any:
+    """A token-major `[B, S, D]` hidden state split as the DiT runner splits it (pytrees place themselves)."""
+    return constrain(hidden, HIDDEN_AXES) if isinstance(hidden, jax.Array) and hidden.ndim == 3 else hidden
+
+
+def lora_blocks(scale: float, checkpoint: bool = True, carry_dtype: Any = None, policy: Callable | None = None):
     """A `vidax.zoo.parts.dit.forward` block runner over `{"base": stacked blocks, "lora": Lora}`: the blocks run
-    in one `lax.scan`, each with its LoRA merged, and with `checkpoint` each block's activations are
-    recomputed in the backward pass (`jax.checkpoint` per block) instead of kept.
+    in one `lax.scan`, each with its LoRA branches, and with `checkpoint` each block's activations are
+    recomputed in the backward pass (`jax.checkpoint` per block, saving what `policy` names) instead of kept.
 
     `carry_dtype` (None: the hidden state's own) is the hidden state's dtype between blocks, which is what the
     backward pass keeps of each block: bf16 halves it (Wan2.1-1.3B at 480p, 81 frames: 5.62 GiB of fp32 block
@@ -120,15 +168,18 @@ def lora_blocks(scale: float, checkpoint: bool = True, carry_dtype: Any = None):
     residual adds in fp32 inside."""
 
     def run(block, stacked, hidden, ctx):
+        kinds = jax.tree.map(lambda h: h.dtype, hidden)
+
         def body(h, layer):
             base, lora = layer
-            out = block.apply({"params": merged(base, lora, scale)}, h, ctx)
-            return constrain(out.astype(h.dtype), HIDDEN_AXES), None
+            with nn.intercept_methods(branch_interceptor(lora, scale)):
+                out = block.apply({"params": base}, h, ctx)
+            out = jax.tree.map(lambda o, k: o.astype(k.dtype), out, h)
+            return _constrain(out), None
 
-        body = jax.checkpoint(body) if checkpoint else body
-        start = hidden.astype(carry_dtype or hidden.dtype)
-        out, _ = jax.lax.scan(body, constrain(start, HIDDEN_AXES), (stacked["base"], stacked["lora"]))
-        return out.astype(hidden.dtype)
+        body = jax.checkpoint(body, policy=policy) if checkpoint else body
+        out, _ = jax.lax.scan(body, _constrain(_carry(hidden, carry_dtype)), (stacked["base"], stacked["lora"]))
+        return jax.tree.map(lambda o, k: o.astype(k), out, kinds)
 
     return run
 

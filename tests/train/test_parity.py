@@ -20,11 +20,13 @@ from safetensors.torch import save_file
 
 from tests.train.tiny import CONFIG, build, rel
 from vidax.train.export import read_peft
+from vidax.train.families.wan import WanInputs
 from vidax.train.lora import DEFAULT_TARGETS, LoraConfig, dense_layers, diffusers_name, init_lora
 from vidax.train.objective import AdamW, Objective, loss_and_grad, step_noise, train_step
 LATENT = (2, 4, 3, 4, 6)  # batch 2, 4 channels, 3 x 4 x 6 latents -> 18 tokens per clip
 RANK, ALPHA = 4, 8.0
 ADAMW = AdamW(lr=1e-3, weight_decay=0.01)
+INPUTS = WanInputs("float32", (2, 2), per_token=False, condition=False, image=False)  # text-to-video
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,8 @@ def test_loss_and_lora_gradients_match_peft(setup):
     want = torch_step(setup["ref"], latents, noise, sigmas, text)
     objective = Objective(scale=ALPHA / RANK)
     lora = jax.tree.map(np.array, setup["lora"])
-    loss, grads = loss_and_grad(setup["model"], objective, setup["params"], lora, latents, noise, sigmas, text)
+    loss, grads = loss_and_grad(setup["model"], INPUTS, objective, setup["params"], lora,
+                                {"latents": latents, "text": text}, noise, sigmas)
     assert rel(loss, want.item()) < 1e-5
     torch_side = torch_grads(setup["ref"], setup["paths"])
     assert set(torch_side) == {(m, r) for m in grads for r in ("A", "B")}
@@ -112,8 +115,8 @@ def test_three_adamw_steps_match_torch(setup):
         noise, sigmas = step_noise(key, LATENT, objective)
         torch_step(ref, latents, np.asarray(noise), np.asarray(sigmas), text)
         optim.step()
-        lora, opt_state, _ = train_step(setup["model"], objective, ADAMW, setup["params"], lora, opt_state,
-                                        latents, text, key)
+        lora, opt_state, _ = train_step(setup["model"], INPUTS, objective, ADAMW, setup["params"], lora, opt_state,
+                                        {"latents": latents, "text": text}, key)
     for (module, role), want in torch_values(ref, setup["paths"]).items():
         assert rel(lora[module][role], want) < 1e-5, (module, role)
         moved = np.asarray(lora[module][role]) - start[module][role]
@@ -155,12 +158,13 @@ def test_a_bf16_carry_keeps_each_block_input_in_bf16(setup):
     carries = {}
     for carry in (None, "bfloat16"):
         objective = Objective(scale=ALPHA / RANK, carry_dtype=carry)
-        jaxpr = jax.make_jaxpr(lambda *a: loss_and_grad(setup["model"], objective, *a))(
-            setup["params"], lora, latents, noise, sigmas, text)
+        rows = {"latents": latents, "text": text}
+        jaxpr = jax.make_jaxpr(lambda *a: loss_and_grad(setup["model"], INPUTS, objective, *a))(
+            setup["params"], lora, rows, noise, sigmas)
         scans = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
         carries[carry] = {str(v.aval.dtype) for e in scans for v in e.outvars[:e.params["num_carry"]]
                           if len(v.aval.shape) == 3}
-        loss, _ = loss_and_grad(setup["model"], objective, setup["params"], lora, latents, noise, sigmas, text)
+        loss, _ = loss_and_grad(setup["model"], INPUTS, objective, setup["params"], lora, rows, noise, sigmas)
         carries[carry, "loss"] = float(loss)
     assert carries[None] == {"float32"} and carries["bfloat16"] == {"bfloat16"}, carries
     assert rel(carries["bfloat16", "loss"], carries[None, "loss"]) < 1e-2

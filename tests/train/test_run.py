@@ -16,7 +16,7 @@ from tests.train.tiny import rel
 from vidax.cli.train import app
 from vidax.train import data
 from vidax.train.lora import init_lora
-from vidax.train.objective import Objective, loss_and_grad, step_noise
+from vidax.train.objective import loss_and_grad, step_noise
 from vidax.train.run import TrainOptions, batch_arrays, checkpoint_path, mesh_context, prepare, step_key, train_lora
 from vidax.translator.formats.safetensors_io import SafetensorsFile
 
@@ -81,24 +81,25 @@ def test_bad_requests_are_one_line(folder, tmp_path, args, message):
 
 
 def test_encodings_are_cached_by_content_and_settings(folder, tmp_path):
-    items = data.find_items(folder)
+    samples = data.plan_samples(data.find_items([folder]), data.Framing(**SIZE))
     calls = []
 
-    def video(pixels):
+    def encode(sample, pixels):
         calls.append(pixels.shape)
-        return np.zeros((1, 4, 1 + (pixels.shape[2] - 1) // 4, 4, 4), np.float32)
+        return {"latents": np.zeros((1, 4, 1 + (pixels.shape[2] - 1) // 4, 4, 4), np.float32),
+                "text": np.zeros((1, 3, 8), np.float32)}
 
-    def text(caption):
-        return np.zeros((1, 3, 8), np.float32)
-
-    settings = {"model": "m", **SIZE}
-    first = data.encode_items(items, settings, tmp_path, video, text)
+    settings = {"model": "m"}
+    first = data.encode_samples(samples, settings, tmp_path, encode)
     assert [c[2] for c in calls] == [5, 1, 1]  # the clip's first 5 frames (it has 9), one frame per image
     assert [e.latents.shape[1] for e in first] == [2, 1, 1]
-    data.encode_items(items, settings, tmp_path, video, text)
+    data.encode_samples(samples, settings, tmp_path, encode)
     assert len(calls) == 3  # a rerun encodes nothing
-    data.encode_items(items, {**settings, "height": 16}, tmp_path, video, text)
-    assert len(calls) == 6  # another size encodes everything again
+    data.encode_samples(samples, {**settings, "weights": "other"}, tmp_path, encode)
+    assert len(calls) == 6  # other settings encode everything again
+    smaller = data.plan_samples(data.find_items([folder]), data.Framing(16, 16, 5))
+    data.encode_samples(smaller, settings, tmp_path, encode)
+    assert len(calls) == 9  # and so does another size
 
 
 def test_resume_continues_bit_for_bit(folder, tmp_path):
@@ -121,12 +122,12 @@ def test_resume_continues_bit_for_bit(folder, tmp_path):
 
 def first_step(opts, prep, lora):
     """Step 0's loss and LoRA gradients as `train_lora` computes them, on the options' mesh."""
-    latents, text = batch_arrays(prep, opts, 0)
-    objective = Objective(scale=opts.lora_config().scale)
-    noise, sigmas = step_noise(step_key(opts.seed, 0), latents.shape, objective)
+    batch = batch_arrays(prep, opts, 0)
+    d = prep.denoisers[0]
+    noise, sigmas = step_noise(step_key(opts.seed, 0), batch["latents"].shape, d.objective)
     with mesh_context(prep):
-        return jax.jit(loss_and_grad, static_argnums=(0, 1))(prep.model, objective, prep.base, lora, latents, noise,
-                                                              sigmas, text)
+        return jax.jit(loss_and_grad, static_argnums=(0, 1, 2))(d.model, d.inputs, d.objective, d.base, lora, batch,
+                                                                 noise, sigmas)
 
 
 def test_a_mesh_equals_one_device(folder, tmp_path):
@@ -138,7 +139,7 @@ def test_a_mesh_equals_one_device(folder, tmp_path):
     one = options(folder, tmp_path / "one.safetensors", steps=2)
     mesh = options(folder, tmp_path / "mesh.safetensors", steps=2, dp=2, tp=2, sp=2)
     preps = {opts.dp: prepare(opts) for opts in (one, mesh)}
-    lora = init_lora(jax.random.key(3), preps[1].base["blocks"], one.lora_config())
+    lora = init_lora(jax.random.key(3), preps[1].denoisers[0].base["blocks"], one.lora_config(preps[1].family))
     keys = iter(jax.random.split(jax.random.key(4), len(lora)))
     lora = {m: {"A": p["A"], "B": 0.05 * jax.random.normal(next(keys), p["B"].shape)} for m, p in lora.items()}
     loss, grads = first_step(one, preps[1], lora)
@@ -163,12 +164,16 @@ def test_help_names_the_issue_flags():
         assert flag in result.output, flag
 
 
-@pytest.mark.parametrize("model", ["wan2.1-i2v-14b-480p", "wan2.2-t2v-a14b", "ltx-2"])
-def test_models_it_cannot_train_are_refused_before_any_work(folder, tmp_path, model):
-    """From the registry's configs alone (nothing downloaded): image-conditioned, two-expert, other families."""
+@pytest.mark.parametrize("model, message", [
+    ("cosmos-predict2.5-2b", "vidax-train lora trains Wan 2.1 / 2.2, HunyuanVideo-1.5, LTX-2 and CogVideoX"),
+    ("ltx-video-2b", "not ltx_video models"),
+    ("wan2.1-vace-1.3b", "does not train VACE models yet"),
+])
+def test_models_it_cannot_train_are_refused_before_any_work(folder, tmp_path, model, message):
+    """From the registry's configs alone (nothing downloaded): other families, Wan's VACE models."""
     result = CliRunner().invoke(app, ["lora", model, "--data", str(folder), "--out", str(tmp_path / "x.safetensors")])
     assert result.exit_code == 1
-    assert "trains Wan 2.1 / 2.2 text-to-video DiTs with one expert" in result.output, result.output
+    assert message in result.output and "Traceback" not in result.output, result.output
 
 
 def test_a_bf16_base_trains_an_fp32_lora(folder, tmp_path):
@@ -178,7 +183,7 @@ def test_a_bf16_base_trains_an_fp32_lora(folder, tmp_path):
     for dtype in ("float32", "bfloat16"):
         opts = options(folder, tmp_path / f"{dtype}.safetensors", steps=1, dtype=dtype)
         prep = prepare(opts)
-        kernels = {leaf.dtype for path, leaf in traverse_util.flatten_dict(prep.base, sep="/").items()
+        kernels = {leaf.dtype for path, leaf in traverse_util.flatten_dict(prep.denoisers[0].base, sep="/").items()
                    if path.startswith("blocks/") and path.endswith("/kernel")}
         assert kernels == {np.dtype(dtype)}
         seen = losses.setdefault(dtype, [])
