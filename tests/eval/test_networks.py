@@ -130,19 +130,11 @@ def test_i3d_units_and_inception_module(i3d):
     spec = dict(i3d_net.INCEPTION)["Mixed_3b"]
     got = _run(i3d_net.InceptionModule(spec), _layer_tree(tree, "Mixed_3b/"), _channels_last(x))
     _close(got, _channels_last(want))
+    # the whole network's logits: tests/eval/test_metrics.py::test_fvd_through_i3d_is_cd_fvds (through evaluate)
 
 
 def _layer_tree(tree: dict, prefix: str) -> dict:
     return unflatten({k[len(prefix):]: v for k, v in tree.items() if k.startswith(prefix)})
-
-
-def test_i3d_logits_match_cd_fvd(i3d):
-    model, tree = i3d
-    videos = torch.rand(1, 3, 9, 224, 224, generator=torch.Generator().manual_seed(7)) * 2 - 1
-    with torch.no_grad():
-        want = model(videos)
-    got = _run(i3d_net.InceptionI3d(), unflatten(tree), _channels_last(videos))
-    _close(got, want)
 
 
 def test_aesthetic_head(tmp_path):

@@ -119,3 +119,24 @@ def save_aesthetic(model, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(state_of(model), folder / "sa_0_4_vit_l_14_linear.pth")
     return folder / "sa_0_4_vit_l_14_linear.pth"
+
+
+def clip_tokenizer_folder(folder: Path) -> int:
+    """CLIP's BPE files at the smallest size: every byte alone and ending a word, no merges, the start and end
+    tokens last (as in CLIP's vocabulary, so the end token has the largest id). Returns the vocabulary size."""
+    import json
+
+    from tokenizers import pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {s: i for i, s in enumerate(alphabet + [a + "</w>" for a in alphabet])}
+    vocab.update({"<|startoftext|>": len(vocab), "<|endoftext|>": len(vocab) + 1})
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    special = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>",
+               "pad_token": "<|endoftext|>"}
+    (folder / "special_tokens_map.json").write_text(json.dumps(special))
+    (folder / "tokenizer_config.json").write_text(json.dumps({**special, "tokenizer_class": "CLIPTokenizer",
+                                                              "model_max_length": 77}))
+    return len(vocab)
