@@ -64,9 +64,11 @@ def lora_tensors(lora: Lora, config: LoraConfig, fmt: str, spec: str = "wan/tran
     return out
 
 
-def peft_metadata(config: LoraConfig) -> str:
-    """diffusers' `lora_adapter_metadata` for the transformer's LoraConfig."""
-    fields = {"r": config.rank, "lora_alpha": config.lora_alpha, "target_modules": sorted(config.targets),
+def peft_metadata(config: LoraConfig, modules: list[str]) -> str:
+    """diffusers' `lora_adapter_metadata` for the transformer's LoraConfig. Its `target_modules` are the full names
+    of the layers the file holds (`transformer_blocks.0.attn.to_q`): PEFT's matching of a short name (`to_q`) would
+    also reach layers outside the blocks (HunyuanVideo-1.5's token refiner), which vidax does not train."""
+    fields = {"r": config.rank, "lora_alpha": config.lora_alpha, "target_modules": sorted(modules),
               "lora_dropout": 0.0, "bias": "none"}
     return json.dumps({f"{PEFT_PREFIX}{k}": v for k, v in fields.items()}, indent=2, sort_keys=True)
 
@@ -82,7 +84,8 @@ def save_lora(path: str | Path, lora: Lora, config: LoraConfig, fmt: str = "peft
     tensors = lora_tensors(lora, config, fmt, spec, group)
     metadata = {"format": "pt"}
     if fmt == "peft":
-        metadata[PEFT_METADATA] = peft_metadata(config)
+        names = sorted({k[len(PEFT_PREFIX):].rsplit(".lora_", 1)[0] for k in tensors})
+        metadata[PEFT_METADATA] = peft_metadata(config, names)
     if settings is not None:
         metadata[TRAINING_METADATA] = json.dumps(settings, sort_keys=True)
     entries = [(k, v.dtype, tuple(v.shape)) for k, v in tensors.items()]
@@ -113,6 +116,5 @@ def read_peft(path: str | Path, module_paths: dict[str, str]) -> tuple[Lora, Lor
     lora = {m: {role: np.stack([by_layer[i] for i in sorted(by_layer)]) for role, by_layer in pair.items()}
             for m, pair in layers.items()}
     rank = next(iter(lora.values()))["A"].shape[-1]
-    config = LoraConfig(rank=rank, alpha=fields.get("lora_alpha"), targets=tuple(fields.get("target_modules") or
-                                                                                  sorted({diffusers_name(m) for m in lora})))
+    config = LoraConfig(rank=rank, alpha=fields.get("lora_alpha"), targets=tuple(sorted({diffusers_name(m) for m in lora})))
     return lora, config

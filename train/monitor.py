@@ -45,6 +45,9 @@ def validation_loss(prep, states, options) -> tuple[float, dict[str, float]]:
             # a row per data-parallel device (the same sample and noise: the same loss), so any mesh scores it
             batch = data.collate([encoded], [0] * options.dp, [False] * options.dp, None, ())
             batch["first_frame"] = np.zeros(options.dp, np.float32)
+            extras = prep.family.extras(batch, np.random.default_rng([options.seed, VALIDATION_STREAM, i, j]),
+                                        prep.settings)
+            batch.update({k: np.broadcast_to(v[:1], v.shape) for k, v in extras.items()})
             noise = validation_noise(options.seed, i, j, (1, *encoded.latents.shape))
             noise = jnp.broadcast_to(noise, (options.dp, *encoded.latents.shape))
             with mesh_context(prep.mesh, prep.rules):

@@ -152,7 +152,7 @@ def dit_loss(model, inputs, objective: Objective, base: Any, lora: Lora, batch: 
 
     Args:
       inputs: the family's DiT-input builder (`vidax.train.families`): `inputs(x0, noisy, timestep, sigmas, batch)
-        -> (DiT arguments, loss mask or None)`, `inputs.output(out) -> [B, C, F, H, W]`.
+        -> (DiT arguments, loss mask or None)`, `inputs.output(out, x0) -> [B, C, F, H, W]`.
       batch: `latents` (clean x0 `[B, C, F, H, W]`, normalised as the pipeline's VAE step leaves them) and the
         family's conditions (text features, image conditions), each `[B, ...]`.
       noise: `[B, C, F, H, W]` standard normal; sigmas: `[B]` noise levels in [0, 1).
@@ -162,7 +162,7 @@ def dit_loss(model, inputs, objective: Objective, base: Any, lora: Lora, batch: 
     args, mask = inputs(x0, noisy, timestep, sigmas, batch)
     carry = objective.carry_dtype and jnp.dtype(objective.carry_dtype)
     run = lora_blocks(objective.scale, objective.checkpoint, carry, remat_policy(objective))
-    out = inputs.output(forward(model, with_lora(base, lora), *args, run_blocks=run)).astype(jnp.float32)
+    out = inputs.output(forward(model, with_lora(base, lora), *args, run_blocks=run), x0).astype(jnp.float32)
     pred, target, weight = objective.loss.compare(out, x0, noise, noisy, sigmas)
     error = jnp.square(pred - target) * weight.reshape(-1, *(1,) * (x0.ndim - 1))
     if mask is None:

@@ -62,7 +62,8 @@ class TrainOptions:
       format: "peft" (diffusers) or "comfy" keys.
       resume: a checkpoint `train_lora` wrote (`<out>.ckpt.npz`) to continue from.
       checkpoint_every: write the checkpoint every this many steps (and at the end); 0: at the end only.
-      sampling, shift: noise-level sampling ("shift": musubi-tuner's shifted sigmoid; "uniform").
+      sampling, shift: noise-level sampling ("shift": musubi-tuner's shifted sigmoid; "uniform"; None: the family's,
+        uniform for CogVideoX, shift for the others).
       dtype: the frozen base weights' dtype (None: the registry's); weights_dtype: "int8" / "fp8" keeps the
         base's block kernels 8-bit on the device.
       remat: what each block's checkpoint keeps (`objective.REMAT`).
@@ -98,7 +99,7 @@ class TrainOptions:
     format: str = "peft"
     resume: Path | None = None
     checkpoint_every: int = 0
-    sampling: str = "shift"
+    sampling: str | None = None
     shift: float = 3.0
     dtype: str | None = None
     weights_dtype: str | None = None
@@ -141,7 +142,7 @@ class TrainOptions:
         if self.repeats and len(self.repeats) not in (1, len(self.folders)) or any(r < 1 for r in self.repeats):
             raise TrainError(f"--repeats takes one count of at least 1 per --data folder (or one for all), got "
                              f"{list(self.repeats)} for {len(self.folders)} folder(s)")
-        choices = {"format": (self.format, FORMATS), "timestep-sampling": (self.sampling, SAMPLINGS),
+        choices = {"format": (self.format, FORMATS), "timestep-sampling": (self.sampling or "shift", SAMPLINGS),
                    "remat": (self.remat, tuple(REMAT)), "expert": (self.expert or "both", EXPERT_CHOICES)}
         for flag, (value, allowed) in choices.items():
             if value not in allowed:
@@ -233,7 +234,8 @@ def prepare(options: TrainOptions, encoding: Callable[[int, int], None] | None =
         model = zoo_family.build_dit(part, tree, s)
         # a bf16 base keeps the hidden state in bf16 between blocks (what the backward keeps of each block), as
         # the PyTorch trainers' bf16 DiTs do; fp32 keeps fp32 (the parity setting)
-        objective = Objective(scale=config.scale, sampling=options.sampling, shift=options.shift, low=expert.low,
+        objective = Objective(scale=config.scale, sampling=options.sampling or family.default_sampling,
+                              shift=options.shift, low=expert.low,
                               high=expert.high, loss=family.loss(s), carry_dtype="bfloat16" if bf16 else None,
                               remat=options.remat)
         base = place_base(model, tree, mesh, rules, options.weights_dtype)
@@ -307,6 +309,7 @@ def batch_arrays(prep: Prepared, options: TrainOptions, step: int) -> dict:
     batch = data.collate(prep.encoded, rows, dropped, prep.empty_text, prep.family.text_keys)
     rng = np.random.default_rng([options.seed, step, 3])
     batch["first_frame"] = (rng.random(options.batch) < prep.first_frame_p).astype(np.float32)
+    batch.update(prep.family.extras(batch, rng, prep.settings))
     return place_batch(prep, batch)
 
 

@@ -77,6 +77,8 @@ def test_file_contents(trained):
     assert peft.tensors["transformer.blocks.0.ffn.net.0.proj.lora_B.weight"].shape == (40, 4)
     meta = json.loads(peft.metadata["lora_adapter_metadata"])
     assert meta["transformer.r"] == 4 and meta["transformer.lora_alpha"] == 8.0
+    assert len(meta["transformer.target_modules"]) == 2 * 10  # the full names: 10 layers in each of 2 blocks
+    assert "blocks.1.attn1.to_out.0" in meta["transformer.target_modules"]
     assert json.loads(peft.metadata["vidax_training"]) == {"steps": 1}
     comfy = SafetensorsFile(trained["files"]["comfy"])
     assert comfy.tensors["diffusion_model.blocks.0.self_attn.q.lora_down.weight"].shape == (4, 16)
@@ -88,7 +90,7 @@ def test_file_contents(trained):
 def test_peft_file_reads_back(trained):
     paths = {diffusers_name(m): m for m in dense_layers(trained["params"]["blocks"])}
     lora, config = read_peft(trained["files"]["peft"], paths)
-    assert config == LoraConfig(rank=4, alpha=8.0, targets=tuple(sorted(CONFIG.targets)))
+    assert config == LoraConfig(rank=4, alpha=8.0, targets=tuple(sorted(diffusers_name(m) for m in trained["lora"])))
     for module, pair in trained["lora"].items():
         for role in ("A", "B"):
             np.testing.assert_array_equal(lora[module][role], np.asarray(pair[role]))

@@ -9,8 +9,9 @@ A family's `TrainFamily`:
   clean latents normalised as the pipeline's VAE step leaves them, and what the DiT takes besides them);
   `encode_text(run, s, caption)` the text conditions alone (the empty caption of `--caption-dropout`);
 - `inputs(model)`: a frozen, hashable builder of the DiT's arguments from a batch (a jit static):
-  `inputs(x0, noisy, timestep, sigmas, batch) -> (args, loss mask or None)` and `inputs.output(out)`;
-- `loss()`: `objective.Flow()` or `objective.VPrediction(...)`;
+  `inputs(x0, noisy, timestep, sigmas, batch) -> (args, loss mask or None)` and `inputs.output(out, x0)`;
+  `extras(batch, rng)` what a batch needs besides the encodings, drawn on the host (LTX-2's audio noise);
+- `loss()`: `objective.Flow()` or `objective.VPrediction(...)`; `default_sampling` its noise levels;
 - naming: `block_list` (the diffusers name of the stacked blocks in PEFT keys), `default_targets`, `text_keys`.
 """
 
@@ -48,6 +49,7 @@ class TrainFamily:
     text_keys: ClassVar[tuple[str, ...]] = ("text",)
     frame_step: ClassVar[int] = 4  # clips are 1 + frame_step * k frames
     first_frame_p: ClassVar[float] = 0.0  # default share of rows whose first latent frame is given clean
+    default_sampling: ClassVar[str] = "shift"
 
     def __init__(self, family: Any):
         self.family = family
@@ -74,6 +76,10 @@ class TrainFamily:
 
     def loss(self, s: Any) -> Any:
         return Flow()
+
+    def extras(self, batch: dict, rng: np.random.Generator, s: Any) -> dict:
+        """Arrays a batch needs besides its encodings (`[B, ...]`, drawn from `rng`; `s` the run's settings)."""
+        return {}
 
     def sized(self, s: Any, frames: int, height: int, width: int) -> Any:
         """The settings at one bucket's size."""

@@ -50,7 +50,7 @@ class WanInputs:
         x = noisy if not self.condition else jnp.concatenate([noisy, batch["condition"].astype(noisy.dtype)], axis=1)
         return (x.astype(dtype), timestep.astype(jnp.float32), text, image), None
 
-    def output(self, out):
+    def output(self, out, x0):
         return out
 
 
