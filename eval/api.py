@@ -109,10 +109,27 @@ def check_options(options: EvalOptions) -> list[str]:
     if options.batch < 1 or (options.dp is not None and options.dp < 1):
         raise EvalError("batch and dp must be positive")
     if options.out is not None:
-        from vidax.zoo.video_io import check_output_path
-
-        check_output_path(options.out)
+        _check_out(Path(options.out))
     return metrics
+
+
+def _check_out(path: Path) -> None:
+    """`--out` must be a `.json` whose folder exists (or can be made) and takes a file, before any work."""
+    import tempfile
+
+    if path.suffix.lower() != ".json":
+        raise EvalError(f"{path}: --out must end in .json")
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise EvalError(f"{path}: {folder} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".vidax-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise EvalError(f"{path}: cannot write in {folder} ({err.strerror or err})") from None
 
 
 def evaluate(options: EvalOptions, progress: Progress | None = None) -> EvalResult:
@@ -139,6 +156,7 @@ def evaluate(options: EvalOptions, progress: Progress | None = None) -> EvalResu
     if options.out is not None:
         from vidax.translator.output import write_file
 
+        Path(options.out).parent.mkdir(parents=True, exist_ok=True)
         write_file(options.out, json.dumps(result.to_json(), indent=1, allow_nan=False) + "\n")
     return result
 

@@ -24,6 +24,7 @@ COMMANDS = [
     ("vidax.cli.gen", ["wan2.2-t2v-a14b", "--help"]),
     ("vidax.cli.convert", ["--help"]),
     ("vidax.cli.serve", ["--help"]),
+    ("vidax.cli.eval", ["--help"]),
 ]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from vidax.cli.convert import app as convert_app
+from vidax.cli.eval import app as eval_app
 from vidax.cli.gen import app as gen_app
 from vidax.cli.serve import app as serve_app
 from vidax.cli.train import app as train_app
@@ -47,7 +48,7 @@ def _readme() -> str:
 
 def test_every_flag_readme_names_exists():
     families = {m.family for m in registered_models().values()}
-    known = _options(gen_app) | _options(convert_app) | _options(serve_app) | _options(train_app)
+    known = _options(gen_app) | _options(convert_app) | _options(serve_app) | _options(train_app) | _options(eval_app)
     known |= set().union(*(_family_flags(f) for f in families))
     named = set(FLAG.findall(_readme()))
     for flag, path in OTHER.items():
@@ -61,9 +62,9 @@ def _command_lines(text: str) -> list[str]:
     """vidax CLI invocations: lines of fenced code blocks and inline `code` spans that run one."""
     blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
     lines = [line for block in blocks for line in block.splitlines()]
-    lines += re.findall(r"`([^`\n]*vidax-(?:gen|convert|serve|train) [^`\n]*)`", text)
+    lines += re.findall(r"`([^`\n]*vidax-(?:gen|convert|serve|train|eval) [^`\n]*)`", text)
     lines = [line.split(" #")[0] for line in lines]  # a shell comment after the command
-    return [line for line in lines if re.search(r"(?:^|[\s/])vidax-(?:gen|convert|serve|train) ", line)]
+    return [line for line in lines if re.search(r"(?:^|[\s/])vidax-(?:gen|convert|serve|train|eval) ", line)]
 
 
 def _tokens(line: str) -> list[str]:
@@ -72,13 +73,13 @@ def _tokens(line: str) -> list[str]:
 
 def test_each_example_command_uses_its_own_flags():
     common = {"gen": _options(gen_app), "convert": _options(convert_app), "serve": _options(serve_app),
-              "train": _options(train_app)}
+              "train": _options(train_app), "eval": _options(eval_app)}
     lines = _command_lines(_readme())
     assert len(lines) >= 20  # the Use section's examples, the serving and several-host ones
     problems = []
     for line in lines:
         words = _tokens(line)
-        at = next(i for i, w in enumerate(words) if re.fullmatch(r"(?:.*/)?vidax-(gen|convert|serve|train)", w))
+        at = next(i for i, w in enumerate(words) if re.fullmatch(r"(?:.*/)?vidax-(gen|convert|serve|train|eval)", w))
         tool = words[at].rsplit("-", 1)[1]
         model = words[at + 1] if len(words) > at + 1 and not words[at + 1].startswith("-") else None
         allowed = set(common[tool])
