@@ -166,6 +166,32 @@ def run(options) -> int:
     return 0
 
 
+def run_batch(options, prompts: str, seeds: str | None, out_dir: Path, out: Path) -> int:
+    """`--prompts`: a clip per prompt and seed into `out_dir` (`vidax.zoo.api.generate_batch`), a line per clip."""
+    from vidax.zoo.api import batch_outputs, generate_batch, read_prompts
+    from vidax.zoo.compute.distributed import is_writer
+    from vidax.zoo.errors import PipelineError
+
+    try:
+        chosen = [int(v) for v in seeds.split(",") if v.strip()] if seeds is not None else [options.seed]
+    except ValueError:
+        raise PipelineError(f"--seeds takes comma-separated integers, got {seeds!r}") from None
+    suffix = ".npy" if out.suffix.lower() == ".npy" else ".mp4"  # --out's kind picks the clips' (default .mp4)
+    items = batch_outputs(read_prompts(prompts), chosen or [options.seed], out_dir, suffix)
+
+    def report(index: int, total: int, path: Path, skipped: bool) -> None:
+        if is_writer():
+            console.print(f"{'kept' if skipped else 'wrote'} {path} ({index}/{total})", highlight=False, soft_wrap=True)
+
+    progress = RichProgress() if is_writer() else None
+    try:
+        generate_batch(options, items, progress, report)
+    finally:
+        if progress is not None:
+            progress.close()
+    return 0
+
+
 @app.command(cls=FamilyHelpCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
              epilog=FAMILY_FLAGS_HELP)
 def main_command(
@@ -175,6 +201,8 @@ def main_command(
     variant: str = typer.Option(None, "--variant", rich_help_panel=MODEL, help="one of the model's variants "
                                 "(hunyuanvideo-1.5: 480p_t2v, 720p_i2v, ...; see --list)"),
     prompt: str = typer.Option(None, "--prompt", rich_help_panel=MODEL, help="text prompt"),
+    prompts: str = typer.Option(None, "--prompts", rich_help_panel=MODEL, help="many prompts, one clip each into "
+                                "--out-dir: a text file (one a line), or vbench / vbench:DIMENSION (VBench's list)"),
     negative_prompt: str = typer.Option(None, "--negative-prompt", rich_help_panel=MODEL,
                                         help="negative prompt (default: the model's)"),
     image: Path = typer.Option(None, "--image", rich_help_panel=MODEL, help="first-frame image for image-to-video"),
@@ -208,11 +236,15 @@ def main_command(
                               help="frames per second (the MP4's, and the model's input where it takes one)"),
     seed: int = typer.Option(0, "--seed", rich_help_panel=SAMPLING,
                              help="seed of the initial noise and of any noise drawn while sampling"),
+    seeds: str = typer.Option(None, "--seeds", rich_help_panel=SAMPLING,
+                              help="with --prompts: comma-separated seeds, a clip per prompt and seed (default: --seed)"),
     # output
     out: Path = typer.Option(Path("out.mp4"), "--out", rich_help_panel=OUTPUT,
                              help="output .mp4 (H.264) or .npy (float32 frames)"),
     save_latents: bool = typer.Option(False, "--save-latents", rich_help_panel=OUTPUT,
                                       help="also write the final latents (OUT.latents.npy)"),
+    out_dir: Path = typer.Option(None, "--out-dir", rich_help_panel=OUTPUT, help="with --prompts: the folder of "
+                                 "the clips and their sidecars (clips already there are skipped)"),
     # layout and memory
     tp: int = typer.Option(None, "--tp", rich_help_panel=LAYOUT,
                            help="tensor-parallel degree (default: the memory planner's choice)"),
@@ -299,7 +331,10 @@ def main_command(
         raise typer.Exit(run_guarded(tune, debug=debug))
     if (plan or dry_run) and model is not None:
         prompt = prompt or ""
-    if model is None or prompt is None:
+    if prompts is not None and (prompt is not None or out_dir is None):
+        console.print("[red]error:[/red] --prompts takes --out-dir and no --prompt")
+        raise typer.Exit(2)
+    if model is None or (prompt is None and prompts is None):
         console.print("[red]error:[/red] give a MODEL name and --prompt (see vidax-gen --list)")
         raise typer.Exit(2)
 
@@ -310,7 +345,7 @@ def main_command(
         join(coordinator, num_processes, process_id, join_timeout=join_timeout)  # before anything touches a device
         extra, images = family_options(model, ctx.args)
         return GenerateOptions(
-            model=model, variant=variant, prompt=prompt, negative_prompt=negative_prompt, image=image, images=images, weights=weights,
+            model=model, variant=variant, prompt=prompt if prompts is None else "", negative_prompt=negative_prompt, image=image, images=images, weights=weights,
             height=height, width=width, frames=frames, steps=steps, guidance=guidance, shift=shift, sampler=sampler,
             fps=fps, seed=seed, tp=tp, sp=sp, dp=dp, offload_chunk=offload_chunk, latents=latents,
             save_latents=save_latents, out=out, dtype=dtype, compile_cache=False if no_compile_cache else None,
@@ -346,6 +381,8 @@ def main_command(
             return print_plan(options(), devices, memory)
 
         raise typer.Exit(run_guarded(planned, debug=debug))
+    if prompts is not None:
+        raise typer.Exit(run_guarded(lambda: run_batch(options(), prompts, seeds, out_dir, out), debug=debug))
     raise typer.Exit(run_guarded(lambda: run(options()), debug=debug))
 
 

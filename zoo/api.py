@@ -78,3 +78,77 @@ def write_outputs(options: GenerateOptions, result: GenerateResult, timer: Stage
                            "layout_choice": choice}
         write_sidecar(options.out, result.settings, files)
     result.times["write"] = timer.times["write"]
+
+
+# --- many prompts: `vidax-gen MODEL --prompts FILE --out-dir DIR` -------------------------------------------
+
+VBENCH_INFO = "VBench_full_info.json"  # the prompt list the vbench package ships (prompt_en, dimension)
+
+
+def read_prompts(source: str) -> list[str]:
+    """The prompts of `source`: a text file, one prompt a line (blank lines and `#` lines skipped), or `vbench`
+    (VBench's standard list, 946 prompts) / `vbench:DIMENSION` (its prompts for one dimension), read from the
+    installed vbench package's `VBench_full_info.json` (vidax ships no copy: `pip install --no-deps vbench`)."""
+    import importlib.util
+    import json
+
+    from vidax.zoo.errors import PipelineError
+
+    if source == "vbench" or source.startswith("vbench:"):
+        spec = importlib.util.find_spec("vbench")
+        if spec is None or not spec.submodule_search_locations:
+            raise PipelineError("--prompts vbench reads VBench's list from the vbench package: pip install --no-deps vbench")
+        records = json.loads((Path(next(iter(spec.submodule_search_locations))) / VBENCH_INFO).read_text())
+        dimension = source.partition(":")[2]
+        prompts = [r["prompt_en"] for r in records if not dimension or dimension in r.get("dimension", ())]
+        if not prompts:
+            known = sorted({d for r in records for d in r.get("dimension", ())})
+            raise PipelineError(f"--prompts {source}: no such VBench dimension (known: {', '.join(known)})")
+        return prompts
+    path = Path(source)
+    if not path.is_file():
+        raise PipelineError(f"--prompts {source}: not a file (or `vbench`, `vbench:DIMENSION`)")
+    prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    prompts = [p for p in prompts if p and not p.startswith("#")]
+    if not prompts:
+        raise PipelineError(f"--prompts {source}: no prompts in it")
+    return prompts
+
+
+def batch_outputs(prompts: list[str], seeds: list[int], out_dir: str | Path, suffix: str = ".mp4") -> list[tuple[str, int, Path]]:
+    """(prompt, seed, output path) of each clip: every prompt at every seed, named by the prompt's line, its
+    first words and the seed (`0007-a-red-circle-moves-s0.mp4`), so names sort by prompt and never collide."""
+    import re
+
+    items = []
+    for index, prompt in enumerate(prompts):
+        words = re.sub(r"[^a-z0-9]+", "-", prompt.lower()).strip("-")[:40].rstrip("-") or "prompt"
+        for seed in seeds:
+            items.append((prompt, seed, Path(out_dir) / f"{index:04d}-{words}-s{seed}{suffix}"))
+    return items
+
+
+def generate_batch(options: GenerateOptions, items: list[tuple[str, int, Path]], progress: Progress | None = None,
+                   report=None) -> list[Path]:
+    """Generate each (prompt, seed, out) of `items` with `options`' other settings, the weights placed once and
+    kept between clips (a `StageCache`); a clip whose video and sidecar are already there is skipped, so an
+    interrupted batch resumes where it stopped. `report(index, total, path, skipped)` after each clip.
+
+    Returns the paths of every clip of the batch (written now or before)."""
+    import dataclasses
+
+    from vidax.zoo.generator.stages import StageCache
+    from vidax.zoo.video_io import sidecar_path
+
+    cache, done = StageCache(), []
+    try:
+        for index, (prompt, seed, out) in enumerate(items):
+            skipped = Path(out).is_file() and sidecar_path(out).is_file()
+            if not skipped:
+                generate(dataclasses.replace(options, prompt=prompt, seed=seed, out=out), progress, cache=cache)
+            done.append(Path(out))
+            if report is not None:
+                report(index + 1, len(items), Path(out), skipped)
+    finally:
+        cache.release()
+    return done
