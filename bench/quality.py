@@ -72,3 +72,64 @@ def ssim(a, b) -> float:
     sxy = _gaussian_blur(x * y) - mx * my
     index = ((2 * mx * my + c1) * (2 * sxy + c2)) / ((mx**2 + my**2 + c1) * (sxx + syy + c2))
     return float(index.mean())
+
+
+# --- over a set of clips: FVD-style and VBench-style figures (vidax.eval) -----------------------------------
+
+SET_PROMPTS = int(os.environ.get("VIDAX_BENCH_QUALITY_PROMPTS", "8"))
+
+
+def set_prompts() -> list[str]:
+    """The first `SET_PROMPTS` of wan-tiny's 24 held-out prompts (`training.json`): clips it was not trained on."""
+    record = json.loads((tiny_folder() / "training.json").read_text())
+    return record["held_out_prompts"][:SET_PROMPTS]
+
+
+def tiny_set(folder: Path, name: str, seed: int = 0, prompts: list[str] | None = None, **options: Any) -> list:
+    """One fp32 wan-tiny clip (`STEPS` steps) per prompt of `prompts` (default `set_prompts()`), with `options`."""
+    from vidax.zoo.generator.options import GenerateOptions
+    from vidax.zoo.api import generate
+
+    clips = []
+    for index, prompt in enumerate(set_prompts() if prompts is None else prompts):
+        settings = GenerateOptions(model="wan-tiny", prompt=prompt, steps=STEPS, seed=seed, dtype="float32",
+                                   out=folder / f"{name}-{index}.npy", **options)
+        clips.append(generate(settings).frames)
+    return clips
+
+
+def vae_features(clips: list) -> Any:
+    """Per latent frame of each clip: the mean and standard deviation over space of each channel of wan-tiny's
+    VAE posterior mean (`[clips * F', 2z]`): the only video encoder trained on these clips that vidax has
+    weights for here, standing in for I3D (whose Kinetics weights cannot be downloaded on this machine)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vidax.translator import convert
+    from vidax.zoo.parts.wan_vae import WanVAE, WanVAEConfig
+
+    folder = tiny_folder() / "vae"
+    vae = WanVAE(WanVAEConfig.from_hf_config(json.loads((folder / "config.json").read_text())))
+    from flax.traverse_util import unflatten_dict
+
+    params = unflatten_dict(dict(convert("wan/vae", folder, dtype="float32")), sep="/")
+    rows = []
+    for frames in clips:
+        video = jnp.asarray(np.moveaxis(np.asarray(frames, np.float32) * 2 - 1, -1, 0)[None])  # [1, C, F, H, W]
+        mean = np.asarray(vae.encode(params, video))[0]  # [z, F', H', W']
+        rows.append(np.concatenate([mean.mean(axis=(2, 3)), mean.std(axis=(2, 3))]).T)  # [F', 2z]
+    return np.concatenate(rows)
+
+
+def set_quality(clips: list, exact: list) -> dict[str, float]:
+    """A clip set against the exact run's: the Fréchet distance of their VAE features (FVD's maths, unbiased
+    covariance) and VBench's temporal flickering of each set (on the 8-bit frames an MP4 would hold)."""
+    import numpy as np
+
+    from vidax.eval.dimensions import temporal_flickering
+    from vidax.eval.frechet import fvd
+    from vidax.zoo.video_io import to_uint8
+
+    flicker = lambda group: float(np.mean([temporal_flickering(to_uint8(c)) for c in group]))  # noqa: E731
+    return {"frechet_vae": fvd(vae_features(clips), vae_features(exact)), "flickering": flicker(clips),
+            "exact_flickering": flicker(exact)}

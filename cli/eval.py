@@ -17,10 +17,12 @@ import typer
 
 from vidax.cli import interrupts
 from vidax.cli.common import USER_ERRORS, console, require_packages, run_guarded, step_progress
+from vidax.cli.help_panels import LAYOUT, OUTPUT
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
 
-CLIPS, METRICS, NETWORKS, OUTPUT, LAYOUT = "Clips", "Metrics", "Networks", "Output", "Layout and cache"
+# vidax-eval's own panels beside the shared ones (cli/help_panels.py)
+CLIPS, METRICS, NETWORKS = "Clips", "Metrics", "Networks"
 
 
 @app.command()

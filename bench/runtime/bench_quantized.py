@@ -26,7 +26,7 @@ from pathlib import Path
 from bench.protocol import announce_load, interleaved, print_table
 from bench.quality import PROMPT as QUALITY_PROMPT
 from bench.quality import STEPS as QUALITY_STEPS
-from bench.quality import psnr, ssim, tiny_folder, tiny_run
+from bench.quality import psnr, set_quality, ssim, tiny_folder, tiny_run, tiny_set
 
 SMOKE = os.environ.get("VIDAX_BENCH_SMOKE") == "1"
 SHAPES = ((64, 64, 96),) if SMOKE else ((1560, 5120, 5120), (1560, 5120, 13824), (1560, 13824, 5120))
@@ -151,6 +151,24 @@ def quality() -> None:
             print(f"{name:<10} {psnr(frames, exact):8.2f} {ssim(frames, exact):7.4f}")
         if gguf_file is None:
             print("GGUF Q8_0: not run (the gguf package, from the test extra, is not installed)")
+
+
+def set_quality_table() -> None:
+    """Over wan-tiny's held-out prompts: 8-bit block weights' clips against the exact run's, the Fréchet distance
+    of their VAE features and VBench's temporal flickering (bench.quality.set_quality); the exact model at
+    seed 1 against seed 0 as the yardstick."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        exact = tiny_set(folder, "exact")
+        runs = {"seed 1": {"seed": 1}, "int8": {"weights_dtype": "int8"}, "fp8": {"weights_dtype": "fp8"}}
+        gguf_file = q8_0_gguf(folder / "transformer-Q8_0.gguf")
+        if gguf_file is not None:
+            runs["GGUF Q8_0"] = {"transformer": str(gguf_file)}
+        print(f"wan-tiny, {len(exact)} held-out prompts at seed 0: 8-bit DiT weights vs the exact run (fp32 weights)")
+        print(f"{'weights':<10} {'Frechet (VAE)':>14} {'flickering':>11} {'exact':>9}")
+        for name, options in runs.items():
+            row = set_quality(tiny_set(folder, name.replace(" ", "_"), **options), exact)
+            print(f"{name:<10} {row['frechet_vae']:14.4f} {row['flickering']:11.4f} {row['exact_flickering']:9.4f}")
 
 
 def main() -> None:
