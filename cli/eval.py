@@ -32,7 +32,7 @@ def evaluate(
     reference: Path = typer.Option(None, "--reference", rich_help_panel=CLIPS, help="folder of real clips (FVD)"),
     metrics: str = typer.Option(None, "--metrics", rich_help_panel=METRICS,
                                 help="comma-separated: fvd, clip_score, subject_consistency, background_consistency, "
-                                "temporal_flickering, aesthetic_quality (default: all but fvd)"),
+                                "temporal_flickering, aesthetic_quality, dynamic_degree (default: all but fvd)"),
     fvd_frames: int = typer.Option(None, "--fvd-frames", rich_help_panel=METRICS,
                                    help="the first N frames of each clip go to I3D (default: all; at least 9)"),
     covariance: str = typer.Option("unbiased", "--covariance", rich_help_panel=METRICS,

@@ -22,13 +22,13 @@ from typing import Callable
 import numpy as np
 
 from vidax.eval import dimensions, frechet
-from vidax.eval.clips import Clip, find_clips, read_frames
+from vidax.eval.clips import Clip, clip_fps, find_clips, read_frames
 from vidax.eval.errors import EvalError
 from vidax.eval.features import (FeatureCache, Runner, default_cache_folder, forward_of, load_network, mesh_for,
                                  settings_of)
 
 # metric -> the networks it reads (VBench's choices: CLIP ViT-B/32 for background consistency, ViT-L/14 +
-# LAION's head for aesthetic quality, DINO ViT-B/16 for subject consistency)
+# LAION's head for aesthetic quality, DINO ViT-B/16 for subject consistency, RAFT for dynamic degree)
 METRICS = {
     "fvd": ("i3d",),
     "clip_score": ("clip_b32",),
@@ -36,9 +36,11 @@ METRICS = {
     "background_consistency": ("clip_b32",),
     "temporal_flickering": (),
     "aesthetic_quality": ("clip_l14", "aesthetic"),
+    "dynamic_degree": ("raft",),
 }
-NOT_YET = {"dynamic_degree": "needs RAFT optical flow, which vidax-eval does not port yet"}
-DEFAULT_METRICS = ("clip_score", "subject_consistency", "background_consistency", "temporal_flickering", "aesthetic_quality")
+RAFT_MIN_SIDE = 128  # RAFT's coarsest correlation level is 1/64 of the frame: at least 2 pixels (torch divides by W - 1)
+DEFAULT_METRICS = ("clip_score", "subject_consistency", "background_consistency", "temporal_flickering", "aesthetic_quality",
+                   "dynamic_degree")
 FVD_MIN_FRAMES = 9  # I3D's head pools 2 of its 8x-subsampled time steps
 
 
@@ -92,8 +94,6 @@ def check_options(options: EvalOptions) -> list[str]:
     """Every user error before any work; returns the metrics in order."""
     metrics = list(dict.fromkeys(options.metrics))
     for name in metrics:
-        if name in NOT_YET:
-            raise EvalError(f"metric {name}: not available ({NOT_YET[name]})")
         if name not in METRICS:
             raise EvalError(f"unknown metric {name!r} (known: {', '.join(METRICS)})")
     if not metrics:
@@ -289,6 +289,27 @@ def _fvd(ctx: _Context, clips, reference):
     return score, {}
 
 
+def _dynamic_degree(ctx: _Context, clips, _reference):
+    """Each clip's pair scores (cached), then VBench's decision; the dimension is the share of clips that move."""
+    net = ctx.network("raft")
+    per_clip = {}
+    for done, clip in enumerate(clips):
+        interval = dimensions.frame_interval(clip_fps(clip))
+        frames = read_frames(clip)[::interval]
+        h, w = frames.shape[1:3]
+        if min(h, w) < RAFT_MIN_SIDE:
+            raise EvalError(f"{clip.path}: dynamic_degree needs frames of at least {RAFT_MIN_SIDE} px a side (RAFT), got {h}x{w}")
+        key = FeatureCache.key(clip=clip.digest(), network=net.digest, interval=interval, **settings_of("raft"))
+        scores = ctx.cache.get(key)
+        if scores is None:
+            pairs = np.stack([frames[:-1], frames[1:]], axis=1)  # [F - 1, 2, H, W, 3]
+            scores = ctx.runner("raft", "raft", batch=1)(pairs) if len(pairs) else np.zeros((0,), np.float32)
+            ctx.cache.put(key, scores)
+        per_clip[clip.name] = float(dimensions.dynamic_degree(scores, h, w, len(frames)))
+        ctx.progress("dynamic_degree", done + 1, len(clips))
+    return float(np.mean(list(per_clip.values()))), per_clip
+
+
 _METRIC_FUNCTIONS = {
     "fvd": _fvd,
     "clip_score": _clip_score,
@@ -296,4 +317,5 @@ _METRIC_FUNCTIONS = {
     "background_consistency": _consistency("clip_image", "clip_b32", "background_consistency"),
     "temporal_flickering": _temporal_flickering,
     "aesthetic_quality": _aesthetic_quality,
+    "dynamic_degree": _dynamic_degree,
 }

@@ -72,6 +72,25 @@ def find_clips(folder: str | os.PathLike) -> list[Clip]:
     return clips
 
 
+def clip_fps(clip: Clip) -> float | None:
+    """The clip's frame rate: an MP4's average rate (what OpenCV reports), a `.npy`'s from its sidecar; None if unknown."""
+    if clip.path.suffix.lower() == ".npy":
+        sidecar = clip.path.with_suffix(".json")
+        try:
+            fps = json.loads(sidecar.read_text(encoding="utf-8")).get("fps") if sidecar.is_file() else None
+        except (OSError, ValueError, AttributeError):
+            return None
+        return float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
+    import av
+
+    try:
+        with av.open(str(clip.path)) as container:
+            rate = container.streams.video[0].average_rate
+    except (OSError, ValueError, IndexError) as err:
+        raise EvalError(f"{clip.path}: cannot read its frame rate ({err.__class__.__name__})") from None
+    return float(rate) if rate else None
+
+
 def read_frames(clip: Clip) -> np.ndarray:
     """The clip's frames as uint8 `[F, H, W, 3]` RGB."""
     try:

@@ -11,6 +11,10 @@ dimensions over frame pairs of all clips (not over clips), the others over clips
 - aesthetic quality (`vbench.aesthetic_quality`): LAION's score of each frame's normalised CLIP ViT-L/14
   features, divided by 10, averaged over the clip.
 - CLIP score (as torchmetrics' `CLIPScore`, per frame): 100 * max(0, cos(image, text)), averaged over the clip.
+- dynamic degree (`vbench.dynamic_degree`): frames taken every round(fps / 8) (at least 1), RAFT's flow between
+  consecutive ones (each frame padded to a multiple of 8), a pair's score the mean of its largest 5% flow
+  magnitudes; a clip moves when at least round(4 * frames / 16) scores pass 6 * min(H, W) / 256 (Python's
+  rounding, half to even, as VBench's); the dimension is the share of clips that move.
 """
 
 from __future__ import annotations
@@ -54,3 +58,21 @@ def clip_score(image_features: np.ndarray, text_features: np.ndarray) -> float:
     """A clip's CLIP score from its frames' image features `[F, D]` and its prompt's text features `[D]`."""
     cos = normalised(image_features).astype(np.float64) @ normalised(text_features).astype(np.float64)
     return float(np.mean(np.maximum(100.0 * cos, 0.0)))
+
+
+def frame_interval(fps: float | None) -> int:
+    """VBench's sampling of frames for dynamic degree: every round(fps / 8)-th, at least every one."""
+    return 1 if fps is None else max(1, round(fps / 8))
+
+
+def dynamic_degree(scores, height: int, width: int, frames: int) -> bool:
+    """Whether a clip moves, from its pair scores (VBench's `set_params` and `check_move`, including that a
+    needed count of 0 makes any clip with a pair move)."""
+    threshold = 6.0 * (min(height, width) / 256.0)
+    needed = round(4 * (frames / 16.0))
+    count = 0
+    for score in scores:
+        count += score > threshold
+        if count >= needed:
+            return True
+    return False

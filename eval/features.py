@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from vidax.eval import resize
 from vidax.eval.errors import EvalError
-from vidax.eval.networks import aesthetic, clip, dino, i3d
+from vidax.eval.networks import aesthetic, clip, dino, i3d, raft
 from vidax.zoo.compute.mesh import DATA, make_mesh
 
 I3D_SIZE = 224  # cd-fvd's TARGET_RESOLUTION
@@ -49,6 +49,7 @@ NETWORKS = {
     "clip_b32": NetworkFile("eval/clip", ("ViT-B-32.pt", "*ViT-B-32*.pt", "*ViT-B-32*.bin"), "CLIP ViT-B/32 (OpenAI's ViT-B-32.pt)"),
     "clip_l14": NetworkFile("eval/clip", ("ViT-L-14.pt", "*ViT-L-14*.pt", "*ViT-L-14*.bin"), "CLIP ViT-L/14 (OpenAI's ViT-L-14.pt)"),
     "dino": NetworkFile("eval/dino", ("dino_vitbase16_pretrain.pth", "*dino*.pth"), "DINO ViT-B/16 (dino_vitbase16_pretrain.pth)"),
+    "raft": NetworkFile("eval/raft", ("raft-things.pth", "*raft*.pth"), "RAFT (raft-things.pth)"),
     "aesthetic": NetworkFile("eval/aesthetic", ("sa_0_4_vit_l_14_linear.pth", "*aesthetic*.pth"),
                              "LAION's aesthetic head (sa_0_4_vit_l_14_linear.pth)"),
 }
@@ -141,6 +142,24 @@ def i3d_logits(network: Network, videos):
     return i3d.InceptionI3d().apply({"params": network.params}, i3d_input(videos))
 
 
+def padded_to_8(frames):
+    """RAFT's `InputPadder` (sintel mode): edge-replicate to multiples of 8, the odd pixel at the end: `[..., H, W, 3]`."""
+    h, w = frames.shape[-3:-1]
+    ph, pw = -h % 8, -w % 8
+    pads = [(0, 0)] * (frames.ndim - 3) + [(ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)]
+    return jnp.pad(frames, pads, mode="edge")
+
+
+def raft_pair_scores(network: Network, pairs):
+    """VBench's dynamic-degree score of each frame pair `[N, 2, H, W, 3]` uint8: RAFT's flow (20 refinements) on
+    the padded frames, the mean of its largest 5% magnitudes (`DynamicDegree.get_score`)."""
+    x = padded_to_8(pairs.astype(jnp.float32))
+    flow = raft.RAFT(iters=20).apply({"params": network.params}, x[:, 0], x[:, 1])
+    magnitude = jnp.sqrt(jnp.sum(flow**2, axis=-1)).reshape(flow.shape[0], -1)
+    top = max(1, int(magnitude.shape[1] * 0.05))
+    return jax.lax.top_k(magnitude, top)[0].mean(axis=1)
+
+
 def aesthetic_scores(network: Network, features):
     return aesthetic.aesthetic_score(network.params, features)
 
@@ -179,7 +198,7 @@ def mesh_for(dp: int | None) -> jax.sharding.Mesh:
 
 def forward_of(kind: str, network: Network) -> Callable:
     """The per-item forward of a feature kind, over the network's params (a pure function of (params, batch))."""
-    functions = {"clip_image": clip_image_features, "dino": dino_features, "i3d": i3d_logits}
+    functions = {"clip_image": clip_image_features, "dino": dino_features, "i3d": i3d_logits, "raft": raft_pair_scores}
     apply = functions[kind]
     return lambda params, batch: apply(dataclasses.replace(network, params=params), batch)
 
@@ -230,4 +249,5 @@ def settings_of(kind: str) -> dict:
     """What a feature kind's values depend on besides the clip and the weights (bumped when preprocessing changes)."""
     return {"kind": kind, "preprocess": {"clip_image": f"vbench clip_transform({VBENCH_SIZE})",
                                          "dino": f"vbench dino_transform({VBENCH_SIZE})",
-                                         "i3d": f"cd-fvd preprocess_i3d({I3D_SIZE})"}[kind], "version": 1}
+                                         "i3d": f"cd-fvd preprocess_i3d({I3D_SIZE})",
+                                         "raft": "vbench DynamicDegree.get_score, 20 iterations"}[kind], "version": 1}

@@ -6,4 +6,5 @@
 | `clip` | CLIP ViT-B/32 and ViT-L/14 image and text towers (OpenAI layout, open_clip's too) | the `clip` package's `CLIP` | `eval/clip` |
 | `dino` | DINO ViT-B/16 (subject consistency) | DINO's `vit_base` as torch.hub loads it | `eval/dino` |
 | `aesthetic` | LAION's aesthetic predictor v1 head (linear on normalised CLIP ViT-L/14 features) | `torch.nn.Linear(768, 1)` | `eval/aesthetic` |
+| `raft` | RAFT optical flow, the large model (dynamic degree) | VBench's `third_party/RAFT` (`raft-things.pth`) | `eval/raft` |
 """

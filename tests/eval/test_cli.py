@@ -53,7 +53,7 @@ def test_scores_table_json_and_cache(folders, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (("--metrics", "fvd"), "fvd needs --reference"),
-    (("--metrics", "dynamic_degree"), "not available"),
+    (("--metrics", "dynamic_degree", "--weights", "{weights}"), "no weights for RAFT"),
     (("--metrics", "sharpness"), "unknown metric 'sharpness'"),
     (("--metrics", "clip_score", "--weights", "{weights}"), "clip_score needs each clip's prompt"),
     (("--metrics", "aesthetic_quality", "--weights", "{weights}"), "no weights for CLIP ViT-L/14"),

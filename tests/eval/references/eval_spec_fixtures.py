@@ -124,3 +124,28 @@ def aesthetic_cases(tmp_path):
     state = state_of(model)
     expected = {"kernel": np.ascontiguousarray(to_np(state["weight"]).T), "bias": to_np(state["bias"])}
     return [SpecCase("laion", tiny.save_aesthetic(model, tmp_path), expected)]
+
+
+def raft_tree(state: dict) -> dict:
+    names = {"weight": "scale", "bias": "bias", "running_mean": "mean", "running_var": "var"}
+    tree = {}
+    for key, value in state.items():
+        module, param = key.removeprefix("module.").rsplit(".", 1)
+        if param == "num_batches_tracked" or re.fullmatch(r"cnet\.layer\d\.0\.downsample\.1", module):
+            continue  # the step counters; downsample.1 is norm3 under a second name
+        path = re.sub(r"\.(\d+)", r"_\1", module).replace(".", "/")
+        value = to_np(value)
+        if value.ndim == 4:
+            tree[f"{path}/kernel"] = np.ascontiguousarray(value.transpose(2, 3, 1, 0))
+        elif ".norm" in module:
+            tree[f"{path}/{names[param]}"] = value
+        else:
+            tree[f"{path}/bias"] = value
+    return tree
+
+
+@register_spec_fixture("eval/raft")
+def raft_cases(tmp_path):
+    model = tiny.tiny_raft(seed=7)
+    return [SpecCase("raft-things", tiny.save_raft(model, tmp_path), raft_tree(
+        {f"module.{k}": v for k, v in state_of(model).items()}))]

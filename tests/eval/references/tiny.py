@@ -140,3 +140,30 @@ def clip_tokenizer_folder(folder: Path) -> int:
     (folder / "tokenizer_config.json").write_text(json.dumps({**special, "tokenizer_class": "CLIPTokenizer",
                                                               "model_max_length": 77}))
     return len(vocab)
+
+
+def tiny_raft(seed: int = 0) -> torch.nn.Module:
+    """VBench's RAFT (the large model, real widths: they are fixed), perturbed, batch statistics moved off 0 and 1."""
+    from easydict import EasyDict
+
+    from standins import installed
+
+    with installed():
+        from vbench.third_party.RAFT.core.raft import RAFT
+
+    torch.manual_seed(seed)
+    model = RAFT(EasyDict(small=False, mixed_precision=False, alternate_corr=False))
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.normal_(0, 0.1, generator=gen)
+                module.running_var.uniform_(0.5, 1.5, generator=gen)
+    return perturb(model, seed)
+
+
+def save_raft(model, folder: Path) -> Path:
+    """As `raft-things.pth` ships: saved from DataParallel, every key under `module.`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save({f"module.{k}": v for k, v in state_of(model).items()}, folder / "raft-things.pth")
+    return folder / "raft-things.pth"
