@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vidax-eval's feature extraction on a TPU host as one command (jax[tpu] installed; no torch, vidax not installed):
 #
-#   bash scripts/eval_tpu.sh            # ~3-6 min: CLIP ViT-B/32, DINO ViT-B/16, I3D, CLIP ViT-L/14 at real sizes
+#   bash scripts/eval_tpu.sh            # ~4-8 min: CLIP ViT-B/32, DINO ViT-B/16, I3D, RAFT, CLIP ViT-L/14 at real sizes
 #
 # bench.accelerator.chip.eval_features in one process: 16 clips of 16 frames at 256x256 per network, random
 # weights drawn on the device, fp32 at "highest" precision (the metrics' setting), then the same at the
@@ -27,7 +27,7 @@ mkdir -p "$shim/vidax"
 for d in translator zoo cli eval conversion_specs; do ln -s "$PWD/$d" "$shim/vidax/$d"; done
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$shim:$PWD
 timeout 330 "$python" -m bench.accelerator.chip.eval_features --out "$out/eval.json" > "$out/eval.log" 2>&1
-tail -4 "$out/eval.log"
-timeout 200 "$python" -m bench.accelerator.chip.eval_features --precision default --networks clip_b32,dino,i3d \
+tail -5 "$out/eval.log"
+timeout 150 "$python" -m bench.accelerator.chip.eval_features --precision default --networks clip_b32,dino,i3d \
   --out "$out/eval-default.json" > "$out/eval-default.log" 2>&1
 tail -3 "$out/eval-default.log"

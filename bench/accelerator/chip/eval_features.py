@@ -1,5 +1,5 @@
 """vidax-eval's networks on an accelerator: clips per second of each metric's feature extraction at the real
-networks' sizes (CLIP ViT-B/32 and ViT-L/14 image towers, DINO ViT-B/16, I3D), vidax alone (torch is not
+networks' sizes (CLIP ViT-B/32 and ViT-L/14 image towers, DINO ViT-B/16, I3D, RAFT with 20 refinements), vidax alone (torch is not
 on the chip's host). Weights random (N(0, 0.02), drawn on the device: the Kinetics / OpenAI / DINO files
 cannot be downloaded there); the preprocessing and forwards are `vidax.eval.features`' own, fp32 at
 "highest" matmul precision as the metrics run (`--precision default` for the backend's own), split over
@@ -44,7 +44,7 @@ def network(name: str):
     from flax.traverse_util import flatten_dict
 
     from vidax.eval.features import Network
-    from vidax.eval.networks import dino, i3d
+    from vidax.eval.networks import dino, i3d, raft
     from vidax.zoo.parts.encoders.clip import CLIPVisionModelWithProjection
     from vidax.zoo.parts.encoders.vision import VisionConfig
 
@@ -61,6 +61,10 @@ def network(name: str):
                               image_size=224, patch_size=16, hidden_act="gelu", layer_norm_eps=1e-6, pre_norm=False,
                               patch_bias=True)
         params, kind = shapes(dino.DinoViT(config), jnp.zeros((1, 3, 224, 224))), "dino"
+    elif name == "raft":
+        frame = jnp.zeros((1, 128, 128, 3))
+        params = nn.unbox(jax.eval_shape(lambda: raft.RAFT(iters=1).init(jax.random.key(0), frame, frame))["params"])
+        kind = "raft"
     else:
         params, kind = shapes(i3d.InceptionI3d(), jnp.zeros((1, 16, 224, 224, 3))), "i3d"
     tree = flatten_dict(params, sep="/")
@@ -73,9 +77,15 @@ def measure(name: str, clips: int, frames: int, size: int, repeats: int, batch: 
     from vidax.eval.features import Runner, forward_of, mesh_for
 
     kind, net = network(name)
-    runner = Runner(forward_of(kind, net), net.params, mesh_for(None), batch=jax.device_count() if kind == "i3d" else batch)
+    per_call = jax.device_count() if kind in ("i3d", "raft") else batch
+    runner = Runner(forward_of(kind, net), net.params, mesh_for(None), batch=per_call)
     videos = np.random.default_rng(0).integers(0, 256, (clips, frames, size, size, 3), dtype=np.uint8)
-    run = (lambda: runner(videos)) if kind == "i3d" else (lambda: [runner(v) for v in videos])
+    if kind == "i3d":
+        run = lambda: runner(videos)  # noqa: E731
+    elif kind == "raft":  # a clip's consecutive frame pairs, as dynamic degree reads them
+        run = lambda: [runner(np.stack([v[:-1], v[1:]], axis=1)) for v in videos]  # noqa: E731
+    else:
+        run = lambda: [runner(v) for v in videos]  # noqa: E731
     start = time.perf_counter()
     run()
     first = time.perf_counter() - start
@@ -94,7 +104,7 @@ def main(argv=None) -> None:
     import jax
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--networks", default="clip_b32,dino,i3d,clip_l14")
+    parser.add_argument("--networks", default="clip_b32,dino,i3d,raft,clip_l14")
     parser.add_argument("--clips", type=int, default=16)
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--size", type=int, default=256)
