@@ -5,9 +5,9 @@
                                   weights="eval-weights/", out="scores.json"))
     result.scores  # {"fvd": ..., "clip_score": ...}
 
-Every clip is read, checked and hashed before any network runs, so a bad folder fails at once; features
-come from the cache where they are there; the JSON (`scores`, `per_clip`, `settings`) is written whole or
-not at all.
+Every clip (and, for CLIP score, its prompt), the metrics, the weights folder and `out` are checked before any
+network runs, so a bad request fails at once; features come from the cache where they are there; the JSON
+(`scores`, `per_clip`, `settings`) is written whole or not at all.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from vidax.eval import dimensions, frechet
 from vidax.eval.clips import Clip, clip_fps, find_clips, read_frames
 from vidax.eval.errors import EvalError
 from vidax.eval.features import (FeatureCache, Runner, default_cache_folder, forward_of, load_network, mesh_for,
-                                 settings_of)
+                                 settings_of, weights_file)
 
 # metric -> the networks it reads (VBench's choices: CLIP ViT-B/32 for background consistency, ViT-L/14 +
 # LAION's head for aesthetic quality, DINO ViT-B/16 for subject consistency, RAFT for dynamic degree)
@@ -143,6 +143,8 @@ def evaluate(options: EvalOptions, progress: Progress | None = None) -> EvalResu
         if missing:
             raise EvalError(f"clip_score needs each clip's prompt (NAME.txt or vidax-gen's NAME.json): none for "
                             f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    for network in dict.fromkeys(n for m in metrics for n in METRICS[m]):
+        weights_file(network, options.weights)  # every file there before the first network loads
     cache = FeatureCache(None if options.no_cache else (options.cache or default_cache_folder()))
     context = _Context(options, cache, mesh_for(options.dp), progress)
     scores, per_clip = {}, {}
@@ -169,6 +171,13 @@ class _Context:
     progress: Progress
     networks: dict = dataclasses.field(default_factory=dict)
     runners: dict = dataclasses.field(default_factory=dict)
+    digests: dict = dataclasses.field(default_factory=dict)
+
+    def digest(self, clip: Clip) -> str:
+        """The clip's content hash, computed once per run (several metrics key their features by it)."""
+        if clip.path not in self.digests:
+            self.digests[clip.path] = clip.digest()
+        return self.digests[clip.path]
 
     def network(self, name: str):
         if name not in self.networks:
@@ -187,7 +196,7 @@ class _Context:
         net = self.network(network_name)
         out = []
         for done, clip in enumerate(clips):
-            key = FeatureCache.key(clip=clip.digest(), network=net.digest, **settings_of(kind))
+            key = FeatureCache.key(clip=self.digest(clip), network=net.digest, **settings_of(kind))
             features = self.cache.get(key)
             if features is None:
                 features = self.runner(kind, network_name)(read_frames(clip))
@@ -253,7 +262,7 @@ def _fvd_features(ctx: _Context, clips: list[Clip], what: str) -> np.ndarray:
     """I3D logits per clip `[N, 400]`: cached ones read, the others run together, one clip per device per call."""
     net = ctx.network("i3d")
     frames = ctx.options.fvd_frames
-    keys = [FeatureCache.key(clip=c.digest(), network=net.digest, frames=frames, **settings_of("i3d")) for c in clips]
+    keys = [FeatureCache.key(clip=ctx.digest(c), network=net.digest, frames=frames, **settings_of("i3d")) for c in clips]
     out = [ctx.cache.get(k) for k in keys]
     todo: dict[tuple, list[int]] = {}
     videos = {}
@@ -299,7 +308,7 @@ def _dynamic_degree(ctx: _Context, clips, _reference):
         h, w = frames.shape[1:3]
         if min(h, w) < RAFT_MIN_SIDE:
             raise EvalError(f"{clip.path}: dynamic_degree needs frames of at least {RAFT_MIN_SIDE} px a side (RAFT), got {h}x{w}")
-        key = FeatureCache.key(clip=clip.digest(), network=net.digest, interval=interval, **settings_of("raft"))
+        key = FeatureCache.key(clip=ctx.digest(clip), network=net.digest, interval=interval, **settings_of("raft"))
         scores = ctx.cache.get(key)
         if scores is None:
             pairs = np.stack([frames[:-1], frames[1:]], axis=1)  # [F - 1, 2, H, W, 3]
