@@ -151,6 +151,7 @@ class Monitor:
             generate(GenerateOptions(
                 model=self.options.model, prompt=prompt, weights=self.options.weights, height=s.height, width=s.width,
                 frames=s.frames, steps=self.options.sample_steps, seed=self.options.seed, out=out,
+                extra=dict(self.options.extra),
                 lora=tuple(str(loras[c]) for c in ("transformer",) if c in loras),
                 lora_2=tuple(str(loras[c]) for c in ("transformer_2",) if c in loras)))
             written.append(out)

@@ -72,6 +72,7 @@ class TrainOptions:
       validation: a folder of held-out clips scored every `validation_every` steps at `validation_sigmas`.
       sample_prompts: a text file of prompts (one a line) generated every `sample_every` steps with
         `sample_steps` sampling steps.
+      extra: the family's own settings by field name, as `GenerateOptions.extra` (`{"max_sequence_length": 256}`).
     """
 
     model: str
@@ -114,6 +115,7 @@ class TrainOptions:
     sample_prompts: Path | None = None
     sample_every: int = 0
     sample_steps: int | None = None
+    extra: dict = dataclasses.field(default_factory=dict)
 
     @property
     def folders(self) -> tuple[Path, ...]:
@@ -162,7 +164,7 @@ class TrainOptions:
         """What a checkpoint must agree on to be resumed (and what the LoRA file records)."""
         keep = ("model", "weights", "rank", "alpha", "targets", "lr", "weight_decay", "batch", "seed", "sampling",
                 "shift", "dtype", "weights_dtype", "repeats", "buckets", "frame_stride", "windows",
-                "caption_dropout", "first_frame_p", "expert")
+                "caption_dropout", "first_frame_p", "expert", "extra")
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items() if k in keep}
 
 
@@ -249,7 +251,7 @@ def _generate_options(options: TrainOptions):
 
     return GenerateOptions(model=options.model, prompt="", weights=options.weights, height=options.height,
                            width=options.width, frames=options.frames, seed=options.seed, release_stages=False,
-                           weights_dtype=options.weights_dtype)
+                           weights_dtype=options.weights_dtype, extra=dict(options.extra))
 
 
 def _chosen(experts: list[Expert], options: TrainOptions) -> list[Expert]:
@@ -280,7 +282,10 @@ def _encode(family: TrainFamily, run, s, options: TrainOptions, encoding):
     if options.validation is not None:
         held = data.plan_samples(data.find_items([options.validation]), framing)
         validation = data.encode_samples(held, settings, cache, encode)
-    return samples, encoded, empty, validation
+    cut = family.trim([e.cond for e in encoded + validation] + ([empty] if empty is not None else []))
+    trimmed = lambda cond: {k: v[:cut[k]] if k in cut else v for k, v in cond.items()}  # noqa: E731
+    encoded, validation = ([data.Encoded(e.latents, trimmed(e.cond)) for e in group] for group in (encoded, validation))
+    return samples, encoded, empty if empty is None else trimmed(empty), validation
 
 
 # --- each step's draws ---------------------------------------------------------------------------

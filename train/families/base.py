@@ -77,6 +77,11 @@ class TrainFamily:
     def loss(self, s: Any) -> Any:
         return Flow()
 
+    def trim(self, conds: list[dict]) -> dict:
+        """`{condition name: length}` to cut every sample's condition `name` to along its first axis, where that
+        cannot change the loss (padding the DiT masks out); {} keeps them whole."""
+        return {}
+
     def extras(self, batch: dict, rng: np.random.Generator, s: Any) -> dict:
         """Arrays a batch needs besides its encodings (`[B, ...]`, drawn from `rng`; `s` the run's settings)."""
         return {}

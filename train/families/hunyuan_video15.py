@@ -2,7 +2,11 @@
 are built as `vidax.zoo.hunyuan_video15`'s predictor builds them: the condition channels (the first frame's
 latents and a first-frame mask for I2V, zeros for T2V) concatenated to the noisy latents, the Qwen2.5-VL and ByT5
 features with their masks, and the SigLIP tokens of the first frame (zeros for T2V), all encoded by the family's
-own `encode_text` / `encode_image` as a generation encodes its prompt and image."""
+own `encode_text` / `encode_image` as a generation encodes its prompt and image.
+
+Two cuts that cannot change the loss (the DiT masks what they drop) keep the joint sequence short: the prompts'
+padding is cut to the longest prompt of the run (the pipeline pads Qwen's to 1000 tokens and ByT5's to 256), and a
+text-to-video model gets one all-zero SigLIP token instead of 729 (all-zero image tokens are masked out)."""
 
 from __future__ import annotations
 
@@ -54,6 +58,15 @@ class HunyuanVideo15TrainFamily(TrainFamily):
             raise TrainRefused(f"{self.family.name}: vidax-train does not train the step-distilled (meanflow) "
                                "HunyuanVideo-1.5 models")
 
+    def trim(self, conds: list[dict]) -> dict:
+        out = {}
+        for key, mask in (("text", "text_mask"), ("text_2", "text_mask_2")):
+            masks = [np.asarray(c[mask], bool) for c in conds]
+            length = max(1, max(int(m.sum()) for m in masks))
+            if all(not m[length:].any() for m in masks):  # right-padded: the valid tokens come first
+                out[key] = out[mask] = length
+        return out
+
     def encode_text(self, run, s, caption: str) -> dict:
         features = self.family.encode_text(run, [caption])[0]
         return {"text": features.text, "text_mask": features.text_mask, "text_2": features.text_2,
@@ -79,4 +92,4 @@ class HunyuanVideo15TrainFamily(TrainFamily):
 
         cfg = model.cfg
         return HunyuanVideo15Inputs(jnp.dtype(model.dtype).name, cfg.in_channels - self.family.vae_config.latent_channels,
-                                    IMAGE_TOKENS, cfg.image_embed_dim, self.family.i2v)
+                                    IMAGE_TOKENS if self.family.i2v else 1, cfg.image_embed_dim, self.family.i2v)

@@ -61,3 +61,21 @@ def test_loss_and_lora_gradients_match_peft(setup):
     ref.zero_grad()
     want.backward()
     assert_step_matches(loss, grads, want.item(), ref, paths, modules=8)
+
+
+def test_the_cuts_leave_the_loss_as_it_is(setup):
+    """vidax-train's two cuts of the joint sequence (`HunyuanVideo15TrainFamily.trim`, one zero SigLIP token for
+    text-to-video) drop only tokens the DiT masks out: the loss is unchanged."""
+    _, model, params, lora, _ = setup
+    rows = batch()
+    rows["text_mask"] = np.array([[1] * 5 + [0] * 2, [1] * 4 + [0] * 3], bool)
+    noise = np.random.default_rng(4).standard_normal(LATENT).astype(np.float32)
+    sigmas = np.asarray([0.3, 0.85], np.float32)
+    objective = Objective(scale=ALPHA / RANK)
+    family = HunyuanVideo15TrainFamily(None)
+    cut = family.trim([{k: v[i] for k, v in rows.items()} for i in range(LATENT[0])])
+    assert cut == {"text": 5, "text_mask": 5, "text_2": 4, "text_mask_2": 4}
+    short = {k: v[:, :cut[k]] if k in cut else v for k, v in rows.items()}
+    losses = [step(model, HunyuanVideo15Inputs("float32", 1, tokens, 12, i2v=False), objective, params, lora, r, noise,
+                   sigmas)[0] for tokens, r in ((3, rows), (1, short))]
+    assert abs(float(losses[1]) - float(losses[0])) < 1e-6 * abs(float(losses[0]))
