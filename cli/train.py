@@ -78,8 +78,9 @@ def lora(
     batch: int = typer.Option(1, "--batch", rich_help_panel=OPTIMISER, help="samples per step"),
     seed: int = typer.Option(0, "--seed", rich_help_panel=OPTIMISER,
                              help="seed of the LoRA's initial A, the rows, the noise and the noise levels"),
-    sampling: str = typer.Option("shift", "--timestep-sampling", rich_help_panel=OPTIMISER,
-                                 help="noise levels: shift (musubi-tuner's shifted sigmoid) or uniform"),
+    sampling: str = typer.Option(None, "--timestep-sampling", rich_help_panel=OPTIMISER,
+                                 help="noise levels: shift (musubi-tuner's shifted sigmoid) or uniform (default: "
+                                 "uniform for CogVideoX, shift for the others)"),
     flow_shift: float = typer.Option(3.0, "--flow-shift", rich_help_panel=OPTIMISER,
                                      help="the shift of --timestep-sampling shift"),
     validation: Path = typer.Option(None, "--validation", rich_help_panel=VALIDATION,
