@@ -4,7 +4,9 @@ features cached by content (a second run reads them and scores the same)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -72,3 +74,27 @@ def test_user_errors_are_one_line_and_write_nothing(folders, tmp_path, args, mes
 def test_an_empty_folder_is_refused(tmp_path):
     result = _invoke(tmp_path, "--metrics", "temporal_flickering")
     assert result.exit_code == 1 and "no clips" in result.output
+
+
+def test_vidax_eval_runs_without_torch_or_the_oracles(folders, tmp_path):
+    """The metrics' PyTorch packages are test oracles only: vidax.eval imports and scores clips with them blocked."""
+    script = textwrap.dedent(f"""
+        import sys
+        BLOCKED = ("torch", "torchvision", "diffusers", "transformers", "vbench", "cdfvd", "clip", "open_clip", "cv2",
+                   "decord")
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+                    raise ImportError(f"blocked: {{name}}")
+        sys.meta_path.insert(0, Block())
+        import vidax.cli.eval
+        from vidax.eval import EvalOptions, evaluate
+        from vidax.eval.networks import aesthetic, clip, dino, i3d, raft
+        result = evaluate(EvalOptions(generated={str(folders / "clips")!r}, weights={str(folders / "weights")!r},
+                                      metrics=("background_consistency", "temporal_flickering"), no_cache=True))
+        assert set(result.scores) == {{"background_consistency", "temporal_flickering"}}
+        leaked = [m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in BLOCKED)]
+        assert not leaked, leaked
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
