@@ -165,9 +165,10 @@ def probe(item: Item) -> tuple[int, int, int]:
 def window_starts(count: int, stride: int, frames: int, windows: int, step: int = 4) -> tuple[int, list[int]]:
     """(frames per window, start frames) of a clip of `count` frames read every `stride`-th frame."""
     available = (count - 1) // stride + 1
+    wanted = usable_frames(frames, frames, step)
     frames = usable_frames(available, frames, step)
     last = count - ((frames - 1) * stride + 1)  # the latest start that still fits
-    if windows <= 1 or last <= 0:
+    if windows <= 1 or last <= 0 or frames < wanted:  # a clip shorter than one window gives one
         return frames, [0]
     return frames, sorted({round(i * last / (windows - 1)) for i in range(windows)})
 

@@ -191,3 +191,43 @@ def test_a_bf16_base_trains_an_fp32_lora(folder, tmp_path):
         with np.load(checkpoint_path(opts.out)) as saved:
             assert {saved[k].dtype for k in saved.files if k.startswith("leaf_") and saved[k].ndim} == {np.dtype("float32")}
     assert abs(losses["bfloat16"][0] - losses["float32"][0]) < 1e-2 * losses["float32"][0]
+
+
+def test_validation_at_fixed_noise_the_loss_plot_and_samples(folder, tmp_path):
+    """`--validation` scored every K steps at fixed noise levels and noise (the same numbers for the same LoRA,
+    others once it moved), logged beside the training loss in `losses.jsonl`, drawn in `loss.png`; a sample video
+    per `--sample-prompts` line."""
+    from PIL import Image
+
+    from vidax.train.monitor import read_log, validation_loss
+    from vidax.train.run import fresh_states, run_folder
+    from vidax.train.objective import AdamW
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle moves left on a blue background\n")
+    opts = options(folder, tmp_path / "v.safetensors", steps=4, validation=folder, validation_every=2,
+                   sample_prompts=prompts, sample_every=4, sample_steps=2)
+    prep = prepare(opts)
+    lines = []
+    train_lora(opts, prep=prep, report=lines.append)
+    runs = run_folder(opts.out)
+    log = read_log(runs)
+    assert [e["step"] for e in log if "loss" in e] == [1, 2, 3, 4]
+    scored = [e for e in log if "validation" in e]
+    assert [e["step"] for e in scored] == [2, 4] and scored[0]["validation"] != scored[1]["validation"]
+    assert set(scored[0]["per_sigma"]) == {"0.1", "0.3", "0.5", "0.7", "0.9"}
+    states = fresh_states(prep, opts.lora_config(prep.family), opts.seed, AdamW())
+    assert validation_loss(prep, states, opts) == validation_loss(prep, states, opts)  # fixed noise and levels
+    with Image.open(runs / "loss.png") as plot:
+        assert plot.format == "PNG" and plot.size == (960, 540)
+    assert (runs / "samples" / "step000004_0.mp4").is_file()
+    assert any("validation loss" in line for line in lines) and any("sample" in line for line in lines)
+
+
+def test_help_fits_80_columns_in_panels():
+    result = CliRunner().invoke(app, ["lora", "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    for panel in ("Model and inputs", "Data", "LoRA", "Optimiser", "Validation and samples", "Output",
+                  "Layout and memory"):
+        assert panel in result.output, panel

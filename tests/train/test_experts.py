@@ -1,0 +1,91 @@
+"""Wan2.2 A14B's two experts in `vidax-train` (issue 63, item 1): each trained on its own noise levels, split at the
+model's boundary as musubi-tuner splits them (`--min_timestep/--max_timestep` with `--preserve_distribution_shape`),
+one file per expert that `vidax-gen --lora/--lora-2` and diffusers' `load_lora_weights` (`load_into_transformer_2`)
+load; the I2V-A14B experts' image condition through the family's own encoder."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from tests.wan.test_pipeline import _reference_a14b, _reference_i2v_a14b
+from vidax.train.objective import Objective, range_share, sample_sigmas
+from vidax.train.run import TrainOptions, prepare, step_expert, train_lora
+from vidax.translator.formats.safetensors_io import SafetensorsFile
+
+SIZE = dict(height=32, width=48, frames=5)
+
+
+def test_an_experts_noise_levels_keep_the_distributions_shape():
+    """The range's draws are the full distribution's draws that land in it (compared by quantiles with rejection
+    sampling), and the high expert's share of steps is the full distribution's mass above the boundary."""
+    for sampling in ("shift", "uniform"):
+        full = Objective(scale=1.0, sampling=sampling, shift=3.0)
+        wide = np.asarray(sample_sigmas(jax.random.key(0), 400_000, full))
+        for low, high in ((0.875, 1.0), (0.0, 0.875)):
+            ranged = np.asarray(sample_sigmas(jax.random.key(1), 40_000, dataclasses.replace(full, low=low, high=high)))
+            assert ranged.min() >= low and ranged.max() < high
+            kept = wide[(wide >= low) & (wide < high)]
+            q = np.linspace(0.01, 0.99, 25)
+            assert np.abs(np.quantile(ranged, q) - np.quantile(kept, q)).max() < 0.01, (sampling, low)
+        share = range_share(full, 0.875, 1.0)
+        assert abs(share - np.mean(wide >= 0.875)) < 0.005
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    from vidax.zoo.video_io import write_mp4
+
+    root = tmp_path_factory.mktemp("a14b_clips")
+    write_mp4(root / "clip.mp4", np.random.default_rng(0).random((9, 32, 48, 3)).astype(np.float32), 16)
+    (root / "clip.txt").write_text("a red kite over a grey sea")
+    return root
+
+
+def test_both_experts_train_and_load_with_lora_and_lora_2(clips, tmp_path):
+    import diffusers
+
+    from vidax.zoo.api import generate
+    from vidax.zoo.generator.options import GenerateOptions
+
+    pipe = _reference_a14b(tmp_path / "model")
+    options = TrainOptions(model="wan2.2-t2v-a14b", weights=str(tmp_path / "model"), data=clips,
+                           out=tmp_path / "style.safetensors", rank=4, steps=6, lr=1e-2, dtype="float32", seed=2, **SIZE)
+    prep = prepare(options)
+    assert [(d.expert.component, d.objective.low, d.objective.high) for d in prep.denoisers] == \
+        [("transformer", 0.875, 1.0), ("transformer_2", 0.0, 0.875)]
+    assert {step_expert(prep, options, s) for s in range(options.steps)} == {0, 1}  # both step in this run
+    paths = train_lora(options, prep=prep)
+    assert [p.name for p in paths] == ["style_high_noise.safetensors", "style_low_noise.safetensors"]
+    for path in paths:
+        file = SafetensorsFile(path)
+        assert max(np.abs(np.asarray(file.array(k))).max() for k in file.tensors if "lora_B" in k) > 0
+
+    def frames(**loras):
+        request = GenerateOptions(model="wan2.2-t2v-a14b", prompt="a red kite over a grey sea", weights=str(tmp_path / "model"),
+                                  steps=3, dtype="float32", out=tmp_path / f"{len(loras)}.npy", **SIZE, **loras)
+        return generate(request).frames
+
+    plain, styled = frames(), frames(lora=(str(paths[0]),), lora_2=(str(paths[1]),))
+    assert np.isfinite(styled).all() and np.abs(styled - plain).max() > 1e-4
+    pipe.load_lora_weights(str(paths[0]), adapter_name="high")
+    pipe.load_lora_weights(str(paths[1]), adapter_name="low", load_into_transformer_2=True)
+    assert isinstance(pipe, diffusers.WanPipeline) and {"high", "low"} <= set(pipe.get_list_adapters()["transformer"]
+                                                                             + pipe.get_list_adapters()["transformer_2"])
+
+
+def test_the_i2v_experts_take_the_first_frame_as_the_pipeline_encodes_it(clips, tmp_path):
+    """Wan2.2 I2V-A14B, `--expert low`: the sample's first frame VAE-encoded with the frame mask (36 channels), one
+    file at --out."""
+    _reference_i2v_a14b(tmp_path / "model")
+    options = TrainOptions(model="wan2.2-i2v-a14b", weights=str(tmp_path / "model"), data=clips, expert="low",
+                           out=tmp_path / "low.safetensors", rank=4, steps=2, lr=1e-2, dtype="float32", **SIZE)
+    prep = prepare(options)
+    assert [(d.expert.component, d.objective.high) for d in prep.denoisers] == [("transformer_2", 0.9)]
+    assert prep.encoded[0].cond["condition"].shape == (20, 2, 4, 6)  # mask 4 + 16 latent channels
+    losses = []
+    assert train_lora(options, lambda s, n, loss, r: losses.append(loss), prep=prep) == [options.out]
+    assert all(np.isfinite(losses))
