@@ -132,7 +132,7 @@ def first_step(opts, prep, lora):
 
 def test_a_mesh_equals_one_device(folder, tmp_path):
     """dp 2 x tp 2 x sp 2 on the 8 fake CPU devices: the loss and every LoRA gradient of a step as on one device
-    (within 1e-5 of each tensor's norm), and a whole run's losses too. The LoRA after AdamW steps is not
+    (the loss within 1e-5, the gradients within 3e-5 of each tensor's norm), and a whole run's losses too. The LoRA after AdamW steps is not
     compared entry by entry: Adam divides each gradient entry by its own magnitude, so an entry whose gradient
     is near zero turns the reductions' fp32 rounding (another order on 8 devices) into a visible change."""
     assert len(jax.devices()) >= 8
@@ -145,9 +145,12 @@ def test_a_mesh_equals_one_device(folder, tmp_path):
     loss, grads = first_step(one, preps[1], lora)
     mesh_loss, mesh_grads = first_step(mesh, preps[2], lora)
     assert rel(mesh_loss, loss) < 1e-5
+    # 3e-5: each LoRA gradient is a sum over every token of products of small terms that largely cancel (A's is
+    # x^T (dy B^T)), which 8 devices add in another order; the 20 tensors measured 2e-6 to 1.03e-5 of their norms
+    # (a missing or doubled reduction is off by O(1)). The loss agrees to 3e-7.
     for module in grads:
         for role in ("A", "B"):
-            assert rel(mesh_grads[module][role], grads[module][role]) < 1e-5, (module, role)
+            assert rel(mesh_grads[module][role], grads[module][role]) < 3e-5, (module, role)
     losses = {}
     for opts in (one, mesh):
         seen = losses.setdefault(opts.dp, [])
