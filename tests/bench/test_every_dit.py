@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bench.accelerator.chip import every_dit
+from bench.accelerator.chip import dit_programs, every_dit
 
 
 def test_jaxpr_flops_counts_products_convolutions_and_loop_bodies():
@@ -71,7 +71,7 @@ def test_wan_tiny_row_has_every_measure(wan_tiny_row):
 def test_a_step_that_cannot_trace_without_blocks_is_timed_at_depths_one_and_two(monkeypatch):
     # LTX-Video's STG row masks a block by index, so its depth-0 step fails while it is traced: on the chip
     # (2026-12-06, run Q3) that ended the model's row instead of timing depth 2
-    real = every_dit._program
+    real = dit_programs._program
 
     def program(family, settings, depth):
         fn, args, dit = real(family, settings, depth)
@@ -80,7 +80,7 @@ def test_a_step_that_cannot_trace_without_blocks_is_timed_at_depths_one_and_two(
                 raise IndexError("index 0 is out of bounds for axis 1 with size 0")
         return fn, args, dit
 
-    monkeypatch.setattr(every_dit, "_program", program)
+    monkeypatch.setattr(dit_programs, "_program", program)
     row = every_dit.measure("wan-tiny", repeats=1)
     assert set(row["runs"]) == {"1", "2"}
     assert row["block_flops"] == row["runs"]["2"]["flops"] - row["runs"]["1"]["flops"] > 0
@@ -97,3 +97,36 @@ def test_the_table_keeps_trace_and_lower_apart_from_the_compile(wan_tiny_row, tm
     assert header.count("|") == rule.count("|") == row.count("|") == 14
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert cells[-3].startswith(f"{one['compile_s']:.1f} / ") and cells[-2] == f"{one['lower_s']:.1f}"
+
+
+def test_a_group_compiles_together_and_runs_smallest_first(tmp_path, monkeypatch):
+    """Two models planned, compiled by two workers at once, run in the order of their XLA plans (smallest
+    first), each row written as a file; the table names the concurrency."""
+    order = []
+    real_run = dit_programs.run
+    monkeypatch.setattr(dit_programs, "run", lambda model, *a, **k: order.append(model.spec) or real_run(model, *a, **k))
+    specs = ["wan-tiny", "wan-tiny@64x64x9"]
+    rows = dit_programs.measure_group(specs, tmp_path, repeats=1, workers=2)
+    assert [r["spec"] for r in rows] == specs and order == ["wan-tiny@64x64x9", "wan-tiny"]
+    assert all(r["runs"]["1"]["compiled_beside"] == 2 and r["runs"]["1"]["compile_cpu_s"] > 0 for r in rows)
+    assert sorted(p.name for p in tmp_path.glob("dit-*.json")) == ["dit-wan-tiny.json", "dit-wan-tiny_64x64x9.json"]
+    assert "compiled beside up to 1 others" in every_dit.table(tmp_path)
+
+
+def test_models_a_crashed_process_did_not_reach_get_a_fresh_one(tmp_path, monkeypatch):
+    """The first process writes one row and dies; the parent starts a second one for the other models only."""
+    import subprocess
+
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        specs = cmd[cmd.index("group") + 1:cmd.index("--out-dir")]
+        seen.append(specs)
+        (tmp_path / every_dit.file_name(specs[0])).write_text(json.dumps({"spec": specs[0], "model": specs[0],
+                                                                          "error": "fake"}))
+        return subprocess.CompletedProcess(cmd, 1 if len(seen) == 1 else 0)
+
+    monkeypatch.setattr(every_dit.subprocess, "run", fake_run)
+    every_dit.run_all(["a", "b", "c"], tmp_path, budget=600, workers=2)
+    assert seen == [["a", "b", "c"], ["b", "c"]]
+    assert (tmp_path / "every_dit.md").exists()

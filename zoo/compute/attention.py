@@ -8,9 +8,9 @@ no key to attend return zeros, never NaN.
 
 Kernels (`zoo/compute/kernels/`), chosen per call: short attention (Sq·Skv ≤ PLAIN_MAX_LOGITS, e.g. cross
 attention to a few hundred text tokens at low resolution) runs plain softmax; otherwise TPU runs
-JAX's Pallas splash (or flash) kernel at the blocks `kernels/tpu_blocks.py` chooses for the chip and
-shape, GPU runs cuDNN flash where dtype/shape allow (prefix masks as lengths), and everything else
-the blockwise online-softmax kernel. No path materialises S×S above the threshold.
+JAX's Pallas splash (or flash) kernel or vidax's exp2 kernels (`kernels/pallas_exp2.py`) at the choice
+`kernels/tpu_blocks.py` makes for the chip and shape, GPU runs cuDNN flash where dtype/shape allow (prefix masks
+as lengths), and everything else the blockwise online-softmax kernel. No path materialises S×S above the threshold.
 
 Under a mesh (`vidax.zoo.compute.runtime.use_mesh`, i.e. jax's mesh context) the kernel runs inside
 `shard_map`, batch on "data", heads on "tensor" (Megatron: q/k/v come out of column-parallel
@@ -39,10 +39,12 @@ from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR, axis_size, check_head
 from vidax.zoo.compute.runtime import active_mesh
 
 PLAIN_MAX_LOGITS = 1 << 20  # Sq·Skv per (batch, head): 4 MiB of fp32 logits
-# "pallas": the TPU kernel and blocks `tpu_blocks.choose` picks; "splash"/"flash": that kernel at the chip's
-# built-in blocks; the `_interpret` forms run the same kernels in Pallas' interpreter (on CPU, in tests).
-IMPLEMENTATIONS = ("plain", "blockwise", "cudnn", "pallas", "splash", "flash",
-                   "pallas_interpret", "splash_interpret", "flash_interpret")
+# "pallas": the TPU kernel and blocks `tpu_blocks.choose` picks; "splash"/"flash"/"exp2"/"exp2_bounded": that
+# kernel at the chip's built-in blocks; the `_interpret` forms run the same kernels in Pallas' interpreter (on CPU,
+# in tests).
+_TPU_KERNELS = ("pallas", "splash", "flash", "exp2", "exp2_bounded")
+_TPU_NAMES = _TPU_KERNELS + tuple(f"{name}_interpret" for name in _TPU_KERNELS)
+IMPLEMENTATIONS = ("plain", "blockwise", "cudnn") + _TPU_NAMES
 
 
 def attention(q, k, v, *, kv_mask=None, scale=None, implementation: str | None = None):
@@ -122,7 +124,7 @@ def local_attention(q, k, v, kv_mask=None, *, scale, implementation=None):
     name = implementation or choose_kernel(q, k, kv_mask)
     if name == "plain":
         return plain_attention(q, k, v, kv_mask, scale)
-    if name in ("pallas", "splash", "flash", "pallas_interpret", "splash_interpret", "flash_interpret"):
+    if name in _TPU_NAMES:
         return tpu_attention(q, k, v, kv_mask, scale, _tpu_choice(name, q, k, kv_mask),
                              interpret=name.endswith("_interpret"))
     if name == "cudnn":
@@ -131,9 +133,8 @@ def local_attention(q, k, v, kv_mask=None, *, scale, implementation=None):
 
 
 
-# Tests set this to "splash_interpret" / "flash_interpret" to run the heads-major path on CPU.
+# Tests set this to "splash_interpret" / "flash_interpret" / "exp2_interpret" to run the heads-major path on CPU.
 HEADS_MAJOR_IMPLEMENTATION: str | None = None
-_TPU_NAMES = ("pallas", "splash", "flash", "pallas_interpret", "splash_interpret", "flash_interpret")
 
 
 def heads_major_choice(batch: int, sq: int, skv: int, heads: int, head_dim: int, dtype

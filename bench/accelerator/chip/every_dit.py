@@ -1,387 +1,57 @@
-"""Every registered model's DiT step at its native size on one device: ms per block, MFU, attention share,
-peak memory beside what `--dry-run` predicts, and cold / warm compile.
+"""Every registered family's DiT step at its native size on one device: ms per block, MFU, attention share, XLA's
+temporaries and the compile, in one table.
 
-The programs are the dry run's own (`vidax.zoo.plan.dry_run.step_args`: the family's predictor, its
-condition and the CFG rows its defaults guide with, the DiT cut to a depth), so nothing here knows a
-family: a model the dry run builds is a model this bench times. Weights are random at the synthetic
-folders' scale (`vidax.zoo.plan.synthetic.leaf_init`: N(0, 0.02), norm scales 1 + N(0, 0.02)) in the
-dtype the dry run compiles (bf16), drawn on the device.
+The programs are the dry run's own (`dit_programs`: nothing here knows a family, so a model the dry run builds is
+a model this bench times): the step at depth 1 (one block of each group) and at depth 0 (embed and head alone),
+one block = t(1) - t(0), the native step estimated as t(0) + depth x block (single-group DiTs); FLOPs from the
+jaxpr with attention traced as XLA products (so MFU counts attention too); each distinct attention call of the
+block alone for the share; XLA's memory analysis of the depth-1 program (what `vidax-gen MODEL --dry-run` reports
+for it). The attention kernel and blocks are the table's (`vidax.zoo.compute.kernels.tpu_blocks`): nothing is
+timed while a program is traced.
 
-For each model, in a process of its own (JAX's memory pool keeps its peak until the process ends):
-- the step at depth 1 (one block of each group) and at depth 0 (embed and head alone): one block = t(1) - t(0),
-  the native step estimated as t(0) + depth x block (single-group DiTs);
-- FLOPs from the program's jaxpr with attention traced as plain XLA products (`count_flops`: every
-  dot_general and convolution, loop bodies times their trip count), so MFU counts attention too;
-- attention alone at each distinct shape the block calls it with (recorded while tracing), for the share;
-- XLA's memory analysis of the depth-1 program (what `vidax-gen MODEL --dry-run` reports for it) beside the
-  device's `peak_bytes_in_use` after running it;
-- compile seconds with the persistent cache empty (cold), apart from trace + lower (which times the TPU
-  attention candidates of a shape met the first time, unless VIDAX_NO_TPU_TUNING is set); `warm` recompiles
-  every model's depth-1 program in one process from the cache the runs filled.
+The models run in groups (`GROUPS`), each group in one process that compiles all its programs at once in a
+thread pool and then runs them one model at a time, smallest first: one group fits one 10-minute call of a
+v5e host (`scripts/bench_tpu.sh dits-N`). Each model's row is a JSON file written as it is measured, so a cut run
+keeps what it measured; the parent starts a fresh process for the models a crashed one did not reach.
 
-    python -m bench.accelerator.chip.every_dit all --out-dir OUT [--budget 480] [--models a,b,...]
-    python -m bench.accelerator.chip.every_dit one MODEL [--size WxHxF] --out JSON
-    python -m bench.accelerator.chip.every_dit table OUT          # the markdown table from OUT/*.json
+    python -m bench.accelerator.chip.every_dit all --out-dir OUT [--group wan | --models a,b] [--budget 540]
+    python -m bench.accelerator.chip.every_dit one MODEL[@WxHxF] --out JSON
+    python -m bench.accelerator.chip.every_dit table OUT          # the markdown table from OUT/dit-*.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-# The issue's table: every family at real width (Wan 1.3B at full depth through the estimate), VACE with its
-# extra blocks. `model@WxHxF` overrides the native size.
-MODELS = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b@832x480x81", "wan2.1-vace-1.3b", "hunyuanvideo",
-          "hunyuanvideo-1.5", "cogvideox-5b", "cogvideox1.5-5b", "ltx-video-13b", "ltx-2",
-          "cosmos-predict2.5-14b", "cosmos3-nano", "wan2.1-t2v-14b")
+from bench.accelerator.chip import dit_programs
+from bench.accelerator.chip.dit_programs import count_flops, file_name, jaxpr_flops  # noqa: F401 (the bench's API)
 
-
-def _split(spec: str) -> tuple[str, tuple[int, int, int] | None]:
-    model, _, size = spec.partition("@")
-    if not size:
-        return model, None
-    w, h, f = (int(x) for x in size.split("x"))
-    return model, (w, h, f)
-
-
-# --- FLOPs from a jaxpr ---------------------------------------------------------------------------
-
-
-def _sub_jaxprs(eqn) -> list:
-    found = []
-    for value in eqn.params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            jaxpr = getattr(item, "jaxpr", None)
-            if jaxpr is not None and hasattr(jaxpr, "eqns"):
-                found.append(jaxpr)
-            elif hasattr(item, "eqns"):
-                found.append(item)
-    return found
-
-
-def jaxpr_flops(jaxpr) -> float:
-    """Multiply-adds x 2 of every dot_general and convolution; scans count their length, conds their costliest
-    branch, while loops once (none in the DiTs' programs)."""
-    total = 0.0
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name == "dot_general":
-            (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
-            lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
-            rhs_free = math.prod(d for i, d in enumerate(rhs) if i not in rc and i not in rb)
-            total += 2.0 * math.prod(lhs) * rhs_free
-        elif name == "conv_general_dilated":
-            out = eqn.outvars[0].aval.shape
-            kernel = eqn.invars[1].aval.shape
-            spec = eqn.params["dimension_numbers"].rhs_spec  # (out feature, in feature, spatial...)
-            per_output = math.prod(kernel[i] for i in spec[1:])
-            total += 2.0 * math.prod(out) * per_output
-        elif name == "cond":
-            total += max(jaxpr_flops(b.jaxpr) for b in eqn.params["branches"])
-        elif name == "scan":
-            total += eqn.params["length"] * jaxpr_flops(eqn.params["jaxpr"].jaxpr)
-        else:
-            total += sum(jaxpr_flops(sub) for sub in _sub_jaxprs(eqn))
-    return total
-
-
-@contextmanager
-def plain_attention_kernels():
-    """Trace attention as XLA products (plain below the threshold, blockwise above), so a jaxpr counts it."""
-    from vidax.zoo.compute import attention as module
-
-    original = module.choose_kernel
-    module.choose_kernel = lambda q, k, kv_mask: ("plain" if q.shape[1] * k.shape[1] <= module.PLAIN_MAX_LOGITS
-                                                  else "blockwise")
-    try:
-        yield
-    finally:
-        module.choose_kernel = original
-
-
-@contextmanager
-def recorded_attention(calls: list):
-    """Record `(q shape, k shape, masked)` of every local attention call traced inside the block."""
-    from vidax.zoo.compute import attention as module
-
-    original = module.local_attention
-
-    def recording(q, k, v, kv_mask=None, **kw):
-        calls.append((tuple(q.shape), tuple(k.shape), kv_mask is not None, str(q.dtype)))
-        return original(q, k, v, kv_mask, **kw)
-
-    module.local_attention = recording
-    try:
-        yield
-    finally:
-        module.local_attention = original
-
-
-def count_flops(fn, args) -> float:
-    """FLOPs of `fn` with attention as XLA products. Traced through a wrapper of its own: jax keeps the trace of
-    `make_jaxpr(fn)` and `jax.jit(fn).lower` reuses it, so counting on `fn` itself made the timed program run
-    the blockwise XLA attention traced here instead of the kernel (run G's Wan2.1-14B block: 2,164 ms)."""
-    import jax
-
-    with plain_attention_kernels():
-        return jaxpr_flops(jax.make_jaxpr(lambda *a: fn(*a))(*args).jaxpr)
-
-
-# --- one model ------------------------------------------------------------------------------------
-
-
-def _options(model: str, size):
-    from vidax.zoo.generator.options import GenerateOptions
-
-    kw = {} if size is None else dict(width=size[0], height=size[1], frames=size[2])
-    return GenerateOptions(model=model, prompt="a bench", **kw)
-
-
-def _random_like(abstract_tree: Any, seed: int) -> Any:
-    """Concrete arrays for an abstract tree: floats N(0, 0.02) (norm scales 1 + that, as the synthetic folders
-    write), masks all True, integers zero. Drawn on the host with NumPy and put on the device leaf by leaf: a
-    device program drawing every leaf took 20-50 s to compile on the v5e (run G), longer than the draw."""
-    import jax
-    import ml_dtypes
-    import numpy as np
-    from vidax.zoo.plan.synthetic import leaf_init
-
-    rng = np.random.default_rng(seed)
-    paths, treedef = jax.tree_util.tree_flatten_with_path(abstract_tree)
-    out = []
-    for path, leaf in paths:
-        name = "/".join(str(getattr(p, "key", getattr(p, "idx", getattr(p, "name", p)))) for p in path)
-        dtype = np.dtype(leaf.dtype) if leaf.dtype != jax.numpy.bfloat16 else np.dtype(ml_dtypes.bfloat16)
-        if np.issubdtype(dtype, np.floating) or dtype == ml_dtypes.bfloat16:
-            x = rng.standard_normal(leaf.shape, dtype=np.float32) * np.float32(0.02)
-            value = (x + np.float32(1.0) if leaf_init(name) == "one" else x).astype(dtype)
-        elif dtype == np.bool_:
-            value = np.ones(leaf.shape, np.bool_)
-        else:
-            value = np.zeros(leaf.shape, dtype)
-        out.append(jax.device_put(value, getattr(leaf, "sharding", None)))
-    return jax.tree_util.tree_unflatten(treedef, out)
-
-
-def _timed(fn, args, repeats: int) -> dict:
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return {"median_s": statistics.median(times), "times_s": times}
-
-
-def _program(family, s, depth: int):
-    """The dry run's DiT step at `depth` blocks (per group): `(fn, abstract args, dit)`."""
-    import jax.numpy as jnp
-    from vidax.zoo.plan.dry_run import dit_step, stages_of, step_args
-
-    parts = stages_of(family)
-    dit = parts.dit(family, s, depth, jnp.bfloat16)
-    cond = parts.cond(family, s, 2 if s.guided else 1)
-    predict, args = step_args(family, s, dit, jnp.bfloat16, None, cond, stacked=True)
-    return dit_step(predict, dit), args, dit
-
-
-def _attention_alone(calls: list, repeats: int) -> list[dict]:
-    """Each distinct attention call of the block timed alone (random q/k/v, the mask all True)."""
-    import jax
-    import jax.numpy as jnp
-    from vidax.zoo.compute.attention import local_attention
-
-    rows = []
-    for (q_shape, k_shape, masked, dtype), count in _counted(calls):
-        key = jax.random.key(7)
-        q = jax.random.normal(key, q_shape, dtype)
-        k = jax.random.normal(key, k_shape, dtype)
-        mask = jnp.ones(k_shape[:2], bool) if masked else None
-        fn = jax.jit(lambda q, k, v, m: local_attention(q, k, v, m, scale=q_shape[-1] ** -0.5))
-        t = _timed(fn, (q, k, k, mask), repeats)
-        b, sq, h, d = q_shape
-        flops = 4.0 * b * h * sq * k_shape[1] * d
-        rows.append({"q": q_shape, "k": k_shape, "masked": masked, "calls_per_unit": count, "ms": t["median_s"] * 1e3,
-                     "tflop_s": flops / t["median_s"] / 1e12})
-        del q, k, mask
-    return rows
-
-
-def _counted(calls: list) -> list:
-    seen: dict = {}
-    for c in calls:
-        seen[c] = seen.get(c, 0) + 1
-    return list(seen.items())
-
-
-def _seconds(call):
-    """(seconds, result) of one call."""
-    started = time.perf_counter()
-    result = call()
-    return time.perf_counter() - started, result
-
-
-def _log(message: str) -> None:
-    print(f"[every_dit {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+# The issue's table: every family at its native size (Wan2.1-14B and HunyuanVideo-1.5 at 480p and 720p, the sizes
+# of their targets), in groups that each fit one device call. `model@WxHxF` overrides the native size.
+GROUPS = {
+    "wan": ("wan2.1-t2v-1.3b", "wan2.1-vace-1.3b", "wan2.2-ti2v-5b", "wan2.1-t2v-14b@832x480x81", "wan2.1-t2v-14b",
+            "wan2.2-t2v-a14b"),
+    "hunyuan-cogvideox": ("cogvideox-5b", "hunyuanvideo-1.5", "cogvideox1.5-5b", "hunyuanvideo",
+                          "hunyuanvideo-1.5-720p-t2v"),
+    "ltx-cosmos": ("ltx-video-2b", "cosmos-predict2.5-2b", "cosmos3-nano", "ltx-2", "ltx-video-13b",
+                   "cosmos-predict2.5-14b"),
+}
+MODELS = tuple(spec for group in GROUPS.values() for spec in group)
+WORKERS = 4  # compiles at once: 13 host cores, about 2-3 busy per XLA compile, 2-4 GB of host memory each
 
 
 def measure(spec: str, repeats: int = 2, out: Path | None = None) -> dict:
-    """One model: the step at depth 1 (one block of each group; compile, FLOPs, memory, time) and at depth 0
-    (embed and head alone), so one block = t(1) - t(0); then attention alone at the block's largest call.
-    The row is written to `out` after each phase (a cut run keeps what it measured)."""
-    import jax
-    from vidax.zoo.registry import make_pipeline
-
-    from bench.accelerator.cases import peak_tflops
-
-    model, size = _split(spec)
-    family = make_pipeline(model, _options(model, size))
-    s = family.resolve_settings(_options(model, size))
-    device = jax.devices()[0]
-    peak = peak_tflops(device.device_kind)
-    row: dict[str, Any] = {"spec": spec, "model": model, "size": f"{s.width}x{s.height}x{s.frames}",
-                           "device": device.device_kind, "jax": jax.__version__, "guided": bool(s.guided),
-                           "date": time.strftime("%Y-%m-%d"),
-                           "heads_major": os.environ.get("VIDAX_HEADS_MAJOR", "by memory")}
-    save = (lambda: out.write_text(json.dumps(row, indent=1, default=str))) if out else (lambda: None)
-    runs: dict[str, dict] = {}
-    for depth in (1, 0, 2):
-        if depth == 2 and "0" in runs:
-            break
-        _log(f"{spec}: depth {depth}: tracing")
-        calls: list = []
-        try:
-            fn, args, dit = _program(family, s, depth)
-            with recorded_attention(calls):
-                flops = count_flops(fn, args)  # traces the step: LTX-Video's STG row masks a block by index
-        except Exception as error:  # noqa: BLE001 - a family whose step needs blocks (LTX-2's and LTX-Video's STG): depth 2 then
-            if depth != 0:
-                raise
-            _log(f"{spec}: depth 0 cannot be built ({type(error).__name__}); depth 2 instead")
-            continue
-        if depth == 1:
-            row["attention_calls"] = [list(c) for c in calls]
-            row["depths"] = {g.name: dit_depth(family, s, g.name) for g in _groups(dit)}
-        _log(f"{spec}: depth {depth}: compiling ({flops / 1e12:.1f} TFLOP)")
-        # trace + lower apart from XLA's compile: tracing a shape met the first time times the TPU attention
-        # candidates (`tpu_blocks.choose`, unless VIDAX_NO_TPU_TUNING is set), seconds no compiler spends
-        lower_s, lowered = _seconds(lambda: jax.jit(fn).lower(*args))
-        compile_s, compiled = _seconds(lowered.compile)
-        del lowered
-        memory = compiled.memory_analysis()
-        # which attention ran: a TPU program that should call the kernel and has no Pallas call is no figure
-        pallas_calls = compiled.as_text().count("tpu_custom_call")
-        _log(f"{spec}: depth {depth}: traced and lowered in {lower_s:.1f} s, compiled in {compile_s:.1f} s; "
-             "drawing inputs")
-        concrete = _random_like(args, seed=depth + 1)
-        try:
-            result = jax.block_until_ready(compiled(*concrete))
-        except Exception as error:  # noqa: BLE001 - as for tracing: depth 0 may not run (an empty scan's index)
-            if depth != 0:
-                raise
-            _log(f"{spec}: depth 0 does not run ({type(error).__name__}); depth 2 instead")
-            continue
-        finite = bool(jax.numpy.isfinite(jax.numpy.asarray(jax.tree.leaves(result)[0], "float32")).all())
-        del result
-        t = _timed(compiled, concrete, repeats)
-        stats = device.memory_stats() or {}
-        runs[str(depth)] = {"lower_s": lower_s, "compile_s": compile_s, "ms": t["median_s"] * 1e3, "times_s": t["times_s"],
-                            "flops": flops, "finite": finite, "pallas_calls": pallas_calls, "xla_argument": memory.argument_size_in_bytes,
-                            "xla_output": memory.output_size_in_bytes, "xla_temp": memory.temp_size_in_bytes,
-                            "xla_alias": memory.alias_size_in_bytes,
-                            "peak_bytes_in_use": stats.get("peak_bytes_in_use"), "bytes_limit": stats.get("bytes_limit"),
-                            # every figure the runtime gives (run G: its peak_bytes_in_use did not count XLA's
-                            # temporaries, so the dry run's check needs to know which one does)
-                            "memory_stats": dict(stats)}
-        row["runs"] = runs
-        _log(f"{spec}: depth {depth}: {t['median_s'] * 1e3:.1f} ms, finite {finite}")
-        del concrete, compiled
-        save()
-    one = runs["1"]
-    if "0" in runs:
-        block_ms, block_flops = one["ms"] - runs["0"]["ms"], one["flops"] - runs["0"]["flops"]
-    else:
-        block_ms, block_flops = runs["2"]["ms"] - one["ms"], runs["2"]["flops"] - one["flops"]
-    zero = {"ms": one["ms"] - block_ms, "flops": one["flops"] - block_flops}
-    row.update(block_ms=block_ms, block_flops=block_flops, outside_ms=zero["ms"], outside_flops=zero["flops"])
-    if peak and block_ms > 0:
-        row["block_mfu"] = block_flops / (block_ms / 1e3) / (peak * 1e12)
-    depths = row["depths"]
-    if len(depths) == 1:
-        depth = next(iter(depths.values()))
-        row["native_depth"] = depth
-        row["step_ms_estimate"] = zero["ms"] + depth * block_ms
-        row["step_flops"] = zero["flops"] + depth * block_flops
-        if peak:
-            row["step_mfu_estimate"] = row["step_flops"] / (row["step_ms_estimate"] / 1e3) / (peak * 1e12)
-    save()
-    _log(f"{spec}: attention alone")
-    largest = sorted(_counted(calls_of(row)), key=lambda c: -c[0][0][1] * c[0][1][1])[:2]
-    row["attention"] = _attention_alone([c for c, n in largest for _ in range(n)], repeats)
-    attention_ms = sum(a["ms"] * a["calls_per_unit"] for a in row["attention"])
-    row["attention_ms_per_block"] = attention_ms
-    if block_ms > 0:
-        row["attention_share"] = attention_ms / block_ms
-        rest_flops = block_flops - sum(4.0 * math.prod(a["q"][:3]) * a["k"][1] * a["q"][3] * a["calls_per_unit"]
-                                       for a in row["attention"])
-        if peak and block_ms > attention_ms:
-            row["outside_attention_mfu"] = rest_flops / ((block_ms - attention_ms) / 1e3) / (peak * 1e12)
-    save()
-    _log(f"{spec}: done")
+    """One model through the three phases in this process (tests, and `one`)."""
+    row = dit_programs.measure_group([spec], None, repeats, workers=1)[0]
+    if out is not None:
+        out.write_text(json.dumps(row, indent=1, default=str))
     return row
-
-
-def calls_of(row: dict) -> list:
-    return [(tuple(q), tuple(k), masked, dtype) for q, k, masked, dtype in row["attention_calls"]]
-
-
-def _groups(dit):
-    from vidax.zoo.parts.dit import block_groups
-
-    return block_groups(dit)
-
-
-def dit_depth(family, s, group: str) -> int:
-    """The native depth of `group` (the uncut DiT's)."""
-    import jax.numpy as jnp
-    from vidax.zoo.plan.dry_run import stages_of
-
-    import jax
-
-    dit = stages_of(family).dit(family, s, None, jnp.bfloat16)
-    shapes = jax.eval_shape(lambda: dit.init_params(jax.random.key(0)))
-    return int(jax.tree.leaves(shapes[group])[0].shape[0])
-
-
-def warm_compiles(specs: list[str]) -> list[dict]:
-    """Every model's depth-1 program compiled again in this process, from the persistent cache the runs filled."""
-    import jax
-    from vidax.zoo.registry import make_pipeline
-
-    rows = []
-    for spec in specs:
-        model, size = _split(spec)
-        try:
-            family = make_pipeline(model, _options(model, size))
-            s = family.resolve_settings(_options(model, size))
-            fn, args, _ = _program(family, s, 1)
-            lower_s, lowered = _seconds(lambda: jax.jit(fn).lower(*args))
-            compile_s, _ = _seconds(lowered.compile)
-            rows.append({"model": spec, "warm_lower_s": lower_s, "warm_compile_s": compile_s})
-        except Exception as error:  # noqa: BLE001 - a model that failed its run fails here too; keep going
-            rows.append({"model": spec, "error": f"{type(error).__name__}: {str(error)[:300]}"})
-    return rows
 
 
 # --- the table ------------------------------------------------------------------------------------
@@ -395,7 +65,7 @@ def table(out_dir: Path) -> str:
     pct = lambda x: "-" if x is None else f"{100 * x:.0f}%"  # noqa: E731
     seconds = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
     lines = ["| model | size | ms/block | block MFU | attention share | MFU outside attention | step (est.) | "
-             "step MFU | peak HBM, 1 block (GiB) | XLA's analysis, 1 block (GiB) | compile cold / warm (s) | "
+             "step MFU | XLA temporaries, 1 block (GiB) | XLA arguments (GiB) | compile cold / warm (s) | "
              "trace + lower (s) | note |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -404,17 +74,19 @@ def table(out_dir: Path) -> str:
             lines.append(f"| {r['spec']} | {r.get('size', '-')} | - | - | - | - | - | - | - | - | - | - | "
                          f"{r.get('error', '?')[:160]} |")
             continue
-        dry = one["xla_argument"] + one["xla_output"] + one["xla_temp"] - one["xla_alias"]
         w = warm.get(r["spec"], {}).get("warm_compile_s")
         step = "-" if "step_ms_estimate" not in r else f"{r['step_ms_estimate'] / 1e3:.2f} s"
         block = "-" if "block_ms" not in r else f"{r['block_ms']:.1f}"
         groups = r.get("depths", {})
         note = r.get("error", "") or ("one block of each group: " + ", ".join(f"{k} x{v}" for k, v in groups.items())
                                       if len(groups) > 1 else f"{next(iter(groups.values()), '?')} blocks")
+        beside = one.get("compiled_beside", 1)
+        if beside > 1:
+            note += f"; compiled beside up to {beside - 1} others ({seconds(one.get('compile_cpu_s'))} s of CPU)"
         lines.append(
             f"| {r['model']} | {r['size']} | {block} | {pct(r.get('block_mfu'))} | "
             f"{pct(r.get('attention_share'))} | {pct(r.get('outside_attention_mfu'))} | {step} | "
-            f"{pct(r.get('step_mfu_estimate'))} | {gib(one['peak_bytes_in_use'])} | {gib(dry)} | "
+            f"{pct(r.get('step_mfu_estimate'))} | {gib(one['xla_temp'])} | {gib(one['xla_argument'])} | "
             f"{one['compile_s']:.1f} / {seconds(w)} | "
             f"{seconds(one.get('lower_s'))} | {note} |")
     return "\n".join(lines)
@@ -423,47 +95,57 @@ def table(out_dir: Path) -> str:
 # --- the command ----------------------------------------------------------------------------------
 
 
-def _file_name(spec: str) -> str:
-    return "dit-" + spec.replace("@", "_").replace(".", "_") + ".json"
+def _log(message: str) -> None:
+    print(f"[every_dit {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def run_all(specs: list[str], out_dir: Path, budget: float, per_model: float) -> None:
-    """Each model in a child process (its own memory pool), a fresh persistent cache for all, then `warm`."""
+def run_all(specs: list[str], out_dir: Path, budget: float, workers: int) -> None:
+    """The models in a child process (one group); if it dies with models not reached, a fresh child for those,
+    while the budget lasts. Then the table, printed and written beside the rows."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    cache = out_dir.parent / (out_dir.name + "-cache")
-    env = dict(os.environ, VIDAX_CACHE_DIR=str(cache))
+    env = dict(os.environ, VIDAX_CACHE_DIR=str(out_dir.parent / (out_dir.name + "-cache")))
     deadline = time.time() + budget
-    done = []
-    for spec in specs:
-        left = deadline - time.time()
-        if left < 40:
-            print(f"[every_dit] skipped {spec}: {left:.0f} s left", flush=True)
-            continue
-        target = out_dir / _file_name(spec)
-        started = time.time()
-        cmd = [sys.executable, "-m", "bench.accelerator.chip.every_dit", "one", spec, "--out", str(target)]
-        log = target.with_suffix(".log")
+    left_to_do = list(specs)
+    attempt = 0
+    while left_to_do and deadline - time.time() > 60:
+        attempt += 1
+        log = out_dir / f"group-{attempt}.log"
+        cmd = [sys.executable, "-m", "bench.accelerator.chip.every_dit", "group", *left_to_do, "--out-dir",
+               str(out_dir), "--workers", str(workers)]
+        _log(f"process {attempt}: {', '.join(left_to_do)}")
         try:
             with log.open("w") as sink:
-                code = subprocess.run(cmd, env=env, timeout=min(per_model, left), stdout=sink, stderr=subprocess.STDOUT).returncode
+                code = subprocess.run(cmd, env=env, timeout=deadline - time.time(), stdout=sink,
+                                      stderr=subprocess.STDOUT).returncode
             why = None if code == 0 else f"exit code {code}"
-        except subprocess.TimeoutExpired as error:
-            why = f"timed out after {error.timeout:.0f} s"
-        row = json.loads(target.read_text()) if target.exists() else {"spec": spec, "model": spec}
-        if why and "error" not in row and "attention" not in row:
-            row["error"] = why
-            target.write_text(json.dumps(row, indent=1, default=str))
-        if "runs" in row and "1" in row["runs"]:
-            done.append(spec)
-        print(f"[every_dit] {spec}: {why or 'ok'} in {time.time() - started:.0f} s", flush=True)
-    if done and deadline - time.time() > 40:
-        cmd = [sys.executable, "-m", "bench.accelerator.chip.every_dit", "warm", *done, "--out", str(out_dir / "warm.json")]
-        try:
-            subprocess.run(cmd, env=env, timeout=max(10, deadline - time.time()))
         except subprocess.TimeoutExpired:
-            print("[every_dit] warm compiles cut by the budget", flush=True)
-    (out_dir / "every_dit.md").write_text(table(out_dir) + "\n")
-    print(table(out_dir), flush=True)
+            why = f"cut by the budget ({budget:.0f} s)"
+        done = {spec for spec in left_to_do if (out_dir / file_name(spec)).exists()}
+        for spec in left_to_do:
+            if spec not in done and why:
+                row = {"spec": spec, "model": spec, "error": why}
+                (out_dir / file_name(spec)).write_text(json.dumps(row, indent=1))
+        _log(f"process {attempt}: {why or 'ok'}; {len(done)} of {len(left_to_do)} rows")
+        if why is None or "budget" in why:
+            break
+        left_to_do = [s for s in left_to_do if s not in done]
+    text = table(out_dir)
+    (out_dir / "every_dit.md").write_text(text + "\n")
+    print(text, flush=True)
+
+
+def warm_compiles(specs: list[str]) -> list[dict]:
+    """Every model's depth-1 program compiled again in this process, from the persistent cache the runs filled."""
+    rows = []
+    for spec in specs:
+        try:
+            model = dit_programs.plan(spec)
+            one = model.programs["1"]
+            dit_programs._compile(one)
+            rows.append({"model": spec, "warm_lower_s": one.lower_s, "warm_compile_s": one.compile_s})
+        except Exception as error:  # noqa: BLE001 - a model that failed its run fails here too; keep going
+            rows.append({"model": spec, "error": f"{type(error).__name__}: {str(error)[:300]}"})
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -472,36 +154,43 @@ def main(argv: list[str] | None = None) -> None:
     one = sub.add_parser("one")
     one.add_argument("spec")
     one.add_argument("--out", required=True)
-    one.add_argument("--repeats", type=int, default=2)
+    one.add_argument("--repeats", type=int, default=3)
+    group = sub.add_parser("group", help="the three phases over these models in this process")
+    group.add_argument("specs", nargs="+")
+    group.add_argument("--out-dir", required=True)
+    group.add_argument("--repeats", type=int, default=3)
+    group.add_argument("--workers", type=int, default=WORKERS)
     every = sub.add_parser("all")
     every.add_argument("--out-dir", required=True)
-    every.add_argument("--models", default=",".join(MODELS))
-    every.add_argument("--budget", type=float, default=480)
-    every.add_argument("--per-model", type=float, default=120)
+    every.add_argument("--group", choices=sorted(GROUPS), default=None)
+    every.add_argument("--models", default=None, help="comma-separated; default: the group's, else every model")
+    every.add_argument("--budget", type=float, default=540)
+    every.add_argument("--workers", type=int, default=WORKERS)
     warm = sub.add_parser("warm")
     warm.add_argument("specs", nargs="+")
     warm.add_argument("--out", required=True)
     show = sub.add_parser("table")
     show.add_argument("out_dir")
     args = parser.parse_args(argv)
+    if args.command in ("one", "group", "warm"):
+        from vidax.zoo.compute.runtime import configure_compile_cache
+
+        configure_compile_cache(True)
     if args.command == "one":
-        from vidax.zoo.compute.runtime import configure_compile_cache
-
-        configure_compile_cache(True)
-        out = Path(args.out)
         try:
-            row = measure(args.spec, args.repeats, out)
+            row = measure(args.spec, args.repeats, Path(args.out))
         except Exception as error:  # noqa: BLE001 - the table says what stopped the model, in one line
-            row = json.loads(out.read_text()) if out.exists() else {"spec": args.spec, "model": args.spec}
-            row["error"] = f"{type(error).__name__}: {str(error)[:400]}"
-            out.write_text(json.dumps(row, indent=1, default=str))
+            row = {"spec": args.spec, "model": args.spec, "error": f"{type(error).__name__}: {str(error)[:400]}"}
+            Path(args.out).write_text(json.dumps(row, indent=1, default=str))
         print(json.dumps({k: v for k, v in row.items() if k not in ("runs", "attention_calls")}, default=str))
+    elif args.command == "group":
+        out_dir = Path(args.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dit_programs.measure_group(args.specs, out_dir, args.repeats, args.workers)
     elif args.command == "all":
-        run_all([m for m in args.models.split(",") if m], Path(args.out_dir), args.budget, args.per_model)
+        specs = (args.models.split(",") if args.models else list(GROUPS[args.group]) if args.group else list(MODELS))
+        run_all([m for m in specs if m], Path(args.out_dir), args.budget, args.workers)
     elif args.command == "warm":
-        from vidax.zoo.compute.runtime import configure_compile_cache
-
-        configure_compile_cache(True)
         rows = warm_compiles(args.specs)
         Path(args.out).write_text(json.dumps(rows, indent=1))
         print(json.dumps(rows))

@@ -1,6 +1,7 @@
-"""TPU attention: JAX's Pallas splash and flash kernels, padded to their blocks and masked.
+"""TPU attention: JAX's Pallas splash and flash kernels and vidax's own (`pallas_exp2`), padded to their blocks
+and masked.
 
-Both kernels want heads-major inputs and sequence lengths that are multiples of their blocks. We
+The kernels want heads-major inputs and sequence lengths that are multiples of their blocks. We
 pad queries and keys to the block multiple only (never to a fixed 128 when a block is larger, and
 blocks are capped at the padded length, so cross attention to a few hundred text tokens runs as
 one KV block). Keys are masked only when something is masked:
@@ -15,6 +16,10 @@ Splash applies no softmax scale, so q is scaled first (in q's dtype, as MaxDiffu
 own examples do). A row with no allowed key comes out of either kernel as an average of values,
 so such rows are zeroed after. Under a mesh this runs inside `shard_map` (`zoo/compute/attention.py`):
 Pallas kernels sit outside GSPMD.
+
+The "exp2" kernels (`pallas_exp2`: keys on the sublanes, base-2 exponentials, "exp2_bounded" with a fixed
+softmax bound where that is safe) take the batch folded into the heads and mask in-kernel as splash does. They
+are forward kernels: differentiated, a call runs splash's forward and backward (`GRADIENT_CHOICE`) instead.
 
 Block sizes come from `vidax.zoo.compute.kernels.tpu_blocks` (a table per chip, measured choices, an
 environment override); `TpuAttention` names one choice.
@@ -34,8 +39,11 @@ from jax.experimental.pallas.ops.tpu import flash_attention as fa
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
 
+from vidax.zoo.compute.kernels import pallas_exp2
+
 LANES = 128
-KERNELS = ("splash", "flash")
+KERNELS = ("splash", "flash", "exp2", "exp2_bounded")
+EXP2_KERNELS = ("exp2", "exp2_bounded")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +95,8 @@ def effective_choice(choice: TpuAttention, dtype, sq: int, skv: int) -> TpuAtten
     if jnp.dtype(dtype).itemsize > 2:  # fp32 tiles take twice the VMEM: 1024 x 2048 failed to compile on v5e
         choice = dataclasses.replace(choice, block_q=min(choice.block_q, 512), block_kv=min(choice.block_kv, 1024),
                                      block_kv_compute=min(choice.block_kv_compute, 512))
+        if choice.kernel == "exp2_bounded":  # a fixed bound puts exponents near 100 through fp32's 24 bits: the
+            choice = dataclasses.replace(choice, kernel="exp2")  # parity runs keep the running maximum
     return choice.fitted(sq, skv)
 
 
@@ -98,6 +108,9 @@ def padded_lengths(choice: TpuAttention, sq: int, skv: int) -> tuple[int, int]:
 def tpu_attention(q, k, v, kv_mask, scale: float, choice: TpuAttention, *, interpret: bool = False):
     """Attention for `[B, S, H, D]` inputs with one TPU kernel choice; `interpret=True` runs it on CPU."""
     choice = effective_choice(choice, q.dtype, q.shape[1], k.shape[1])
+    if choice.kernel in EXP2_KERNELS:
+        return _with_splash_gradients(functools.partial(_exp2, scale=scale, choice=choice, interpret=interpret),
+                                      q, k, v, kv_mask, scale, interpret)
     with _kernel_precision(q.dtype):
         if choice.kernel == "splash":
             out = _splash(q, k, v, kv_mask, scale, choice, interpret)
@@ -159,6 +172,8 @@ def tpu_attention_heads_major(qh, kh, vh, scale: float, choice: TpuAttention, sq
     if (sq_pad, skv_pad) != padded_lengths(choice, sq, skv) or _head_dim(d) != d:
         raise ValueError(f"heads-major attention: q{qh.shape} k{kh.shape} do not fit {choice.label()} "
                          f"for lengths {sq}, {skv}")
+    if choice.kernel in EXP2_KERNELS:
+        return _exp2_heads_major(qh, kh, vh, scale, choice, sq, skv, interpret)
     with _kernel_precision(qh.dtype):
         if choice.kernel == "splash":
             kernel = splash_kernel_for(choice, h, sq, skv, interpret)
@@ -247,3 +262,80 @@ def _flash(q, k, v, kv_mask, scale, choice: TpuAttention):
                              block_sizes=blocks)
     return out.transpose(0, 2, 1, 3)[:, :sq, :, :d]
 
+
+
+# --- vidax's exp2 kernels ---------------------------------------------------------------------
+
+# The splash blocks a differentiated exp2 call runs (forward and backward): v5e's at libtpu's default scoped VMEM,
+# which every chip the table knows compiles; fitted to the lengths like any choice.
+GRADIENT_CHOICE = TpuAttention("splash", 1024, 2048, 1024)
+
+
+def _exp2_blocks(choice: TpuAttention) -> pallas_exp2.Exp2Blocks:
+    inner = min(pallas_exp2.INNER_ROWS, choice.block_kv_compute)
+    while choice.block_kv_compute % inner:  # both multiples of 128
+        inner -= LANES
+    return pallas_exp2.Exp2Blocks(choice.block_q, choice.block_kv, choice.block_kv_compute, inner)
+
+
+def _exp2(q, k, v, kv_mask, *, scale: float, choice: TpuAttention, interpret: bool):
+    """`[B, S, H, D]` in and out: heads folded into the batch, padded, the kernel, back."""
+    b, sq, h, d = q.shape
+    skv = k.shape[1]
+    sq_pad, skv_pad, d_pad = _round_up(sq, choice.block_q), _round_up(skv, choice.block_kv), _head_dim(d)
+
+    def rows(x, length):  # [B, S, H, D] -> [B*H, S_pad, D_pad]
+        return _heads_major(x, length, d_pad).reshape(b * h, length, d_pad)
+
+    q2 = rows(q * jnp.asarray(scale * pallas_exp2.LOG2E, q.dtype), sq_pad)
+    mask = None if kv_mask is None else _pad_to(kv_mask.astype(bool), 1, skv_pad)
+    with _kernel_precision(q.dtype):
+        out = pallas_exp2.exp2_attention(q2, rows(k, skv_pad), rows(v, skv_pad), kv_len=skv,
+                                         blocks=_exp2_blocks(choice), heads=h, kv_mask=mask,
+                                         bounded=choice.kernel == "exp2_bounded", interpret=interpret)
+    out = out.reshape(b, h, sq_pad, d_pad).transpose(0, 2, 1, 3)[:, :sq, :, :d]
+    if kv_mask is not None:
+        out = jnp.where(kv_mask.astype(bool).any(axis=1)[:, None, None, None], out, 0)
+    return out.astype(q.dtype)
+
+
+def _exp2_heads_major(qh, kh, vh, scale: float, choice: TpuAttention, sq: int, skv: int, interpret: bool):
+    """`tpu_attention_heads_major` for the exp2 kernels: `[B, H, S_pad, D]` folded to `[B*H, S_pad, D]`."""
+    b, h, sq_pad, d = qh.shape
+
+    def forward(qh, kh, vh, _mask):
+        fold = lambda x: x.reshape(b * h, x.shape[2], d)  # noqa: E731
+        with _kernel_precision(qh.dtype):
+            out = pallas_exp2.exp2_attention(
+                fold(qh * jnp.asarray(scale * pallas_exp2.LOG2E, qh.dtype)), fold(kh), fold(vh), kv_len=skv,
+                blocks=_exp2_blocks(choice), heads=h, bounded=choice.kernel == "exp2_bounded", interpret=interpret)
+        return out.reshape(b, h, sq_pad, d)
+
+    def splash_forward(qh, kh, vh, _mask):  # differentiated: splash at the same blocks (the padding fits them)
+        return tpu_attention_heads_major(qh, kh, vh, scale, dataclasses.replace(choice, kernel="splash"), sq, skv,
+                                         interpret=interpret)
+
+    return _custom_gradients(forward, splash_forward, qh, kh, vh, None)
+
+
+def _with_splash_gradients(forward, q, k, v, kv_mask, scale: float, interpret: bool):
+    """`forward(q, k, v, kv_mask)` where nothing differentiates it; splash's forward and backward where something
+    does (LoRA training), so gradients are exact whatever kernel inference runs."""
+    splash = functools.partial(tpu_attention, scale=scale, choice=GRADIENT_CHOICE, interpret=interpret)
+    return _custom_gradients(forward, lambda q, k, v, m: splash(q, k, v, m), q, k, v, kv_mask)
+
+
+def _custom_gradients(forward, differentiable, q, k, v, kv_mask):
+    @jax.custom_vjp
+    def attend(q, k, v, kv_mask):
+        return forward(q, k, v, kv_mask)
+
+    def attend_forward(q, k, v, kv_mask):
+        out, pullback = jax.vjp(lambda q, k, v: differentiable(q, k, v, kv_mask), q, k, v)
+        return out, pullback
+
+    def attend_backward(pullback, grad):
+        return (*pullback(grad), None)
+
+    attend.defvjp(attend_forward, attend_backward)
+    return attend(q, k, v, kv_mask)

@@ -1,66 +1,90 @@
-"""Which TPU attention kernel and blocks to run: a table per chip, measured once per machine, overridable.
+"""Which TPU attention kernel and blocks to run: a table per chip, measurements only when asked, overridable.
 
 On a TPU v5e the same attention (Wan2.1 at 480p: 2 x 40 heads x 32,760 tokens x 128) ran at 8.8% of
 the chip's peak with JAX's flash kernel at 128-blocks and 80% with its splash kernel at
 q 2048 / kv 4096 / kv-compute 1024 (scoped VMEM raised to 64 MiB, below). Blocks that
 suit one chip generation, sequence length and head count can fail or crawl on another, so:
 
-1. `VIDAX_TPU_ATTENTION=splash:1024,2048,1024` (or `flash:...`) decides, nothing is measured;
-2. else `VIDAX_NO_TPU_TUNING=1`: the table below for this chip (the test suite runs this way);
-3. else the cache file's answer for this chip and shape, or, the first time a shape is met, each
-   candidate of `candidates()` timed at that shape (interleaved, median of a few calls; a candidate
-   that does not compile is dropped) and the fastest written to `tpu-attention.json` in the compile
-   cache folder (`vidax.zoo.compute.runtime.default_cache_dir`), keyed by the chip and the jax version.
-   Timing memory that the chip no longer has falls back to the table for this run.
+1. `VIDAX_TPU_ATTENTION=splash:1024,2048,1024` (or `flash:...`, `exp2:...`, `exp2_bounded:...`) decides;
+2. else `VIDAX_NO_TPU_TUNING=1`: the table below for this chip, nothing else (the test suite runs this way);
+3. else a measurement kept in `tpu-attention.json` in the compile cache folder
+   (`vidax.zoo.compute.runtime.default_cache_dir`) for this chip, jax version, scoped VMEM and shape;
+4. else the table (`TABLE`): rows measured on a chip (v5e), or derived from published figures for chips not
+   measured yet (marked so). Nothing is timed: a first run never waits on a measurement.
 
-`python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ...` times shapes now and prints every candidate.
+Measurements are made only when asked: `python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked]
+...` times every candidate of `candidates()` at those shapes and keeps the fastest, and `VIDAX_TPU_TUNING=1`
+times a shape not yet measured the first time a run meets it (interleaved, median of a few calls, in a thread of
+its own so that it runs eagerly while a model is traced; a candidate that does not compile is dropped; timing
+memory the chip no longer has falls back to the table).
 
 Scoped VMEM: libtpu lets a kernel use 16 MiB of v5e's 128 MiB VMEM unless told otherwise, and
 splash's larger blocks need more (2048/1024/1024 failed to compile at the default; with 64 MiB,
 2048/4096/1024 ran the Wan 480p shape at 80% of peak, 1024/2048/1024 at 75%). `tpu_vmem.raise_scoped_vmem()`
 (called when `vidax.zoo.compute.runtime` is imported, before JAX starts its backend) adds
 `--xla_tpu_scoped_vmem_limit_kib=65536` to `LIBTPU_INIT_ARGS` unless the variable already sets it
-or `VIDAX_TPU_SCOPED_VMEM_KIB=0`; the table then holds the choices measured with that limit, and
-the limit in effect is part of the cache key.
+or `VIDAX_TPU_SCOPED_VMEM_KIB=0`; the table's rows say which limit they hold for, and the limit in effect is
+part of the measurements' key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 from typing import Any
 
 from vidax.translator import VidaxError
-from vidax.zoo.compute.kernels.pallas_tpu import KERNELS as KERNEL_NAMES, TpuAttention
+from vidax.zoo.compute.kernels.pallas_tpu import KERNELS as KERNEL_NAMES, TpuAttention, _round_up
 from vidax.zoo.compute.kernels.tpu_vmem import LARGE_VMEM_KIB, scoped_vmem_kib
 
 CHOICE_ENV = "VIDAX_TPU_ATTENTION"
 NO_TUNING_ENV = "VIDAX_NO_TPU_TUNING"
+TUNING_ENV = "VIDAX_TPU_TUNING"
 CACHE_NAME = "tpu-attention.json"
 ROUNDS = 3
+SHORT_KEYS = 1024  # keys up to this: cross-attention to text, one key block
 
-# Built-in choices by `device_kind` substring, first match wins, with the scoped VMEM at 64 MiB.
-# v5e ("TPU v5 lite") measured at Wan 480p (2 x 40 x 32,760^2 x 128, 2026-12-06): splash 2048/4096/1024
-# 80% of peak, 1024/4096/1024 80%, 2048/2048/1024 76%, 1024/2048/1024 75%; the others are untimed.
-LARGE_VMEM_DEFAULTS: tuple[tuple[str, TpuAttention], ...] = (
-    ("TPU v5 lite", TpuAttention("splash", 2048, 4096, 1024)),
-    ("TPU v5e", TpuAttention("splash", 2048, 4096, 1024)),
-)
-# At libtpu's default scoped VMEM (16 MiB on v5e): v5e measured (splash 1024/2048/1024 75% at the
-# shape above, 2048/1024/1024 out of VMEM at compile); the others scaled by their VMEM (v6e and v7
-# have twice v5e's, v4 and v5p as much).
-DEFAULTS: tuple[tuple[str, TpuAttention], ...] = (
-    ("TPU v5 lite", TpuAttention("splash", 1024, 2048, 1024)),
-    ("TPU v5e", TpuAttention("splash", 1024, 2048, 1024)),
-    ("TPU v6", TpuAttention("splash", 2048, 2048, 1024)),
-    ("TPU7", TpuAttention("splash", 2048, 2048, 1024)),
-    ("TPU v5", TpuAttention("splash", 1024, 2048, 1024)),
-    ("TPU v4", TpuAttention("splash", 1024, 1024, 512)),
+
+@dataclasses.dataclass(frozen=True)
+class TableRow:
+    """One entry of the built-in table: a chip (`device_kind` substring), the keys it covers ("short": up to
+    SHORT_KEYS, "long": more), whether it needs the scoped VMEM at 64 MiB, the choice, and where it comes from."""
+
+    chip: str
+    keys: str
+    large_vmem: bool
+    choice: TpuAttention
+    source: str
+
+
+_V5E = "measured on a TPU v5e, jax 0.10.2"
+TABLE: tuple[TableRow, ...] = (
+    # v5e ("TPU v5 lite"), bf16, the CFG pair: Wan 480p self-attention (2 x 40 x 32,760^2 x 128) splash
+    # 2048/4096/1024 80.2% of peak, 1024/4096/1024 80%, 2048/2048/1024 76%, 1024/2048/1024 75% (2026-12-06, runs I
+    # and M); HunyuanVideo-1.5's joint 480p shape (2 x 16 x 51,275^2, text padding masked) 1024/4096/1024 76.6%,
+    # 2048/4096/1024 76.2% (run Q: `choose_long` takes the block_q that pads less); Wan's cross-attention to 512
+    # text keys flash 1024/512/512 13.95 ms against splash's 15.9 ms (run M).
+    *(TableRow(chip, "long", True, TpuAttention("splash", 2048, 4096, 1024), _V5E + ", 64 MiB scoped VMEM")
+      for chip in ("TPU v5 lite", "TPU v5e")),
+    *(TableRow(chip, "short", False, TpuAttention("flash", 1024, 1024, 512), _V5E) for chip in ("TPU v5 lite", "TPU v5e")),
+    # at libtpu's default scoped VMEM (16 MiB on v5e): splash 1024/2048/1024 75% at the Wan shape, 2048/1024/1024
+    # out of VMEM at compile (2026-12-05)
+    *(TableRow(chip, "long", False, TpuAttention("splash", 1024, 2048, 1024), _V5E + ", 16 MiB scoped VMEM")
+      for chip in ("TPU v5 lite", "TPU v5e")),
+    # not measured: the v5e rows scaled by each chip's VMEM (v6e and v7 have twice v5e's 128 MiB, v4 and v5p as
+    # much; the 64 MiB rows are v5e's own, untimed elsewhere)
+    TableRow("TPU v6", "long", False, TpuAttention("splash", 2048, 2048, 1024), "untimed: v5e's scaled by VMEM"),
+    TableRow("TPU7", "long", False, TpuAttention("splash", 2048, 2048, 1024), "untimed: v5e's scaled by VMEM"),
+    TableRow("TPU v5", "long", False, TpuAttention("splash", 1024, 2048, 1024), "untimed: v5e's (same VMEM)"),
+    TableRow("TPU v4", "long", False, TpuAttention("splash", 1024, 1024, 512), "untimed: half v5e's blocks"),
+    *(TableRow(chip, "short", False, TpuAttention("flash", 1024, 1024, 512), "untimed: v5e's")
+      for chip in ("TPU v6", "TPU7", "TPU v5", "TPU v4")),
 )
 FALLBACK = TpuAttention("splash", 512, 1024, 512)  # any other chip (and Pallas' interpreter on CPU)
 
-# Timed at first use: the built-in choice first (it stays unless another is faster).
+# Timed when asked: the table's choice first (it stays unless another is faster).
 CANDIDATES = (
     TpuAttention("splash", 2048, 4096, 1024),
     TpuAttention("splash", 1024, 4096, 1024),
@@ -70,7 +94,13 @@ CANDIDATES = (
     TpuAttention("splash", 1024, 1024, 1024),
     TpuAttention("splash", 512, 1024, 512),
     TpuAttention("flash", 1024, 1024, 512),
+    # vidax's own kernels (`pallas_exp2`): keys on the sublanes, base-2 exponentials, the fixed bound
+    TpuAttention("exp2", 2048, 4096, 1024),
+    TpuAttention("exp2_bounded", 2048, 4096, 1024),
+    TpuAttention("exp2_bounded", 4096, 2048, 1024),
+    TpuAttention("exp2_bounded", 1024, 4096, 1024),
 )
+
 
 _decided: dict[tuple[str, str], TpuAttention] = {}
 
@@ -101,16 +131,35 @@ def tuning_disabled() -> bool:
     return os.environ.get(NO_TUNING_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
+def table_row(device_kind: str, keys: str = "long") -> TableRow | None:
+    """The table's row for a chip and kind of keys at the scoped VMEM in effect (None: a chip it does not know)."""
+    large = (scoped_vmem_kib() or 0) >= LARGE_VMEM_KIB
+    for wanted in ((True, False) if large else (False,)):
+        for row in TABLE:
+            if row.keys == keys and row.large_vmem == wanted and row.chip.lower() in device_kind.lower():
+                return row
+    return None
+
+
 def default_for(device_kind: str) -> TpuAttention:
-    """The built-in choice for a chip named `device_kind` (FALLBACK for one the table does not know)."""
-    if (scoped_vmem_kib() or 0) >= LARGE_VMEM_KIB:
-        for name, choice in LARGE_VMEM_DEFAULTS:
-            if name.lower() in device_kind.lower():
-                return choice
-    for name, choice in DEFAULTS:
-        if name.lower() in device_kind.lower():
-            return choice
-    return FALLBACK
+    """The table's choice for long keys on a chip named `device_kind` (FALLBACK for one it does not know)."""
+    row = table_row(device_kind)
+    return FALLBACK if row is None else row.choice
+
+
+def table_choice(device_kind: str, q, k, kv_mask) -> TpuAttention:
+    """The table's choice for these inputs: short keys their row; long keys the row's blocks, block_q halved
+    where that pads the queries less (51,275 queries: 52,224 at 1024 against 53,248 at 2048)."""
+    del kv_mask
+    sq, skv = q.shape[1], k.shape[1]
+    row = table_row(device_kind, "short" if skv <= SHORT_KEYS else "long")
+    if row is None:
+        return default_for(device_kind)
+    choice = row.choice
+    half = choice.block_q // 2
+    if row.keys == "long" and half >= 512 and _round_up(sq, half) < _round_up(sq, choice.block_q):
+        choice = dataclasses.replace(choice, block_q=half)
+    return choice
 
 
 def shape_entry(q, k, kv_mask) -> str:
@@ -119,8 +168,13 @@ def shape_entry(q, k, kv_mask) -> str:
     return f"b{b} h{h} sq{sq} skv{k.shape[1]} d{d} {q.dtype} {'masked' if kv_mask is not None else 'open'}"
 
 
+def timing_asked() -> bool:
+    return os.environ.get(TUNING_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 def choose(q, k, kv_mask) -> TpuAttention:
-    """The choice for these (per-device) inputs on this process's TPU."""
+    """The choice for these (per-device) inputs on this process's TPU: the override, a kept measurement, or the
+    table; timed now only when `VIDAX_TPU_TUNING=1` asks."""
     chosen = override()
     if chosen is not None:
         return chosen
@@ -128,7 +182,7 @@ def choose(q, k, kv_mask) -> TpuAttention:
 
     device_kind = jax.devices()[0].device_kind
     if tuning_disabled():
-        return default_for(device_kind)
+        return table_choice(device_kind, q, k, kv_mask)
     return _decide(device_kind, shape_entry(q, k, kv_mask), q, k, kv_mask)
 
 
@@ -143,14 +197,17 @@ def _decide(device_kind: str, entry: str, q, k, kv_mask) -> TpuAttention:
     if isinstance(stored, dict) and isinstance(stored.get("choice"), str):
         _decided[memo] = parse(stored["choice"])
         return _decided[memo]
+    if not timing_asked():  # the table: a first run never waits on a measurement
+        _decided[memo] = table_choice(device_kind, q, k, kv_mask)
+        return _decided[memo]
     print(f"vidax: timing TPU attention blocks for {entry} once (seconds; kept in {path})", file=sys.stderr)
     try:
         result = _outside_the_trace(measure, q.shape, k.shape[1], q.dtype, kv_mask is not None,
-                                    candidates(default_for(device_kind)))
+                                    candidates(table_choice(device_kind, q, k, kv_mask)))
     except Exception as error:  # noqa: BLE001 - out of memory beside a placed model: the table serves
         print(f"vidax: could not time TPU attention ({type(error).__name__}); using the built-in blocks",
               file=sys.stderr)
-        _decided[memo] = default_for(device_kind)
+        _decided[memo] = table_choice(device_kind, q, k, kv_mask)
         return _decided[memo]
     cpu_tuning.write_tuning_entry(path, key, entry, result)
     _decided[memo] = parse(result["choice"])
@@ -253,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         b, h, sq, skv, d = (int(n) for n in fields[:5])
         q = jax.ShapeDtypeStruct((b, sq, h, d), jnp.bfloat16)
         entry = shape_entry(q, jax.ShapeDtypeStruct((b, skv, h, d), jnp.bfloat16), True if masked else None)
-        contenders = candidates(default_for(device_kind))
+        k = jax.ShapeDtypeStruct((b, skv, h, d), jnp.bfloat16)
+        contenders = candidates(table_choice(device_kind, q, k, True if masked else None))
         contenders += [c for c in extra if c not in contenders]
         result = measure(q.shape, skv, jnp.bfloat16, masked, contenders,
                          interpret=not on_tpu)
