@@ -2,7 +2,8 @@
 default level, interleaved, each call a fresh process with the persistent compile cache off.
 
 - compile-bound: `pytest tests/wan/test_pipeline.py` (tiny programs, each compiled about once);
-- run-bound: the semantic test's 96 generations of the embedded `wan-tiny` (`generate_held_out`).
+- run-bound: the semantic test's 96 generations of the embedded `wan-tiny` (its fixed sample of the grid,
+  `tests/embedded/grid.py`).
 
 tests/backend_level.py explains what the tests do with the answer.
 
@@ -22,8 +23,8 @@ from bench.protocol import announce_load, interleaved, print_table
 ROOT = Path(__file__).resolve().parents[2]
 DEVICES = "--xla_force_host_platform_device_count=8"
 LEVELS = {"level 0": f"{DEVICES} --xla_backend_optimization_level=0", "default level": DEVICES}
-GENERATIONS = ("import json, sys; sys.path[:0] = ['tests/embedded', '.']; import test_semantic as t; "
-               "t.generate_held_out(json.loads((t.TRAINED / 'training.json').read_text())['held_out'])")
+GENERATIONS = ("import sys; sys.path[:0] = ['.']; from tests.embedded import grid; from bench.quality import tiny_folder; "
+               "grid.generate(grid.fixed_sample(grid.held_out(tiny_folder())))")
 PIECES = {"pytest tests/wan/test_pipeline.py": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/wan/test_pipeline.py"],
           "the semantic test's 96 generations": ["-c", GENERATIONS]}
 

@@ -1,6 +1,12 @@
-"""A plain detector for the embedded model's scenes: background and shape colour by nearest named
-colour, the shape's direction by its centroid's track. Written without the training code, from
-what the model was taught to draw (see vidax.zoo.wan.tiny)."""
+"""A plain detector for the embedded model's scenes: the background's colour, the shape's colour and the
+direction of the shape's centroid's track. Written without the training code, from what the model was
+taught to draw (see vidax.zoo.wan.tiny).
+
+The shape's colour is read from its core, not its whole blob: the model draws soft edges, a blend of
+the shape's colour and the background's, and a median over the blob with its rim leaned towards the
+background's hue (a yellow shape with an orange core on black read red; a green one on red read
+yellow). And it names a colour only when the core is close to it (`NAMED_WITHIN`): the nearest named
+colour alone called an orange core yellow and a teal one green, which a viewer would not."""
 
 from __future__ import annotations
 
@@ -12,6 +18,11 @@ PALETTE = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), 
            "white": (240, 240, 240), "black": (20, 20, 20)}
 FAR_FROM_BACKGROUND = 0.3  # RGB distance in [0, 1] units above which a pixel belongs to the shape
 MIN_PIXELS = 6  # a frame with fewer shape pixels has no centroid
+RIM = 2  # pixels of the blob's edge left out of its colour (the blend with the background)
+# a colour is read as a named one only within this RGB distance of it: a third of the smallest distance
+# between two named colours (red and yellow, 0.71), so a core between two names (orange, teal, a light
+# blue for white, a grey) is named neither
+NAMED_WITHIN = 0.24
 MIN_TRAVEL = 6.0  # pixels the centroid must travel between the first and last quarter of the clip
 STRIPE = 8  # rows per stripe of the LoRA's striped backgrounds (zoo/wan/tiny_lora)
 
@@ -30,14 +41,41 @@ def nearest_colour(rgb: np.ndarray) -> str:
     return names[int(np.argmin(((table - rgb) ** 2).sum(-1)))]
 
 
+def named_colour(rgb: np.ndarray) -> str | None:
+    """The named colour within `NAMED_WITHIN` of `rgb`, or None (a colour between names)."""
+    name = nearest_colour(rgb)
+    close = np.sqrt(((np.asarray(PALETTE[name], np.float32) / 255 - rgb) ** 2).sum()) <= NAMED_WITHIN
+    return name if close else None
+
+
+def eroded(mask: np.ndarray, pixels: int = RIM) -> np.ndarray:
+    """`mask` `[F, H, W]` without the `pixels` outermost pixels of each blob (a square neighbourhood)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    size = 2 * pixels + 1
+    padded = np.pad(mask, ((0, 0), (pixels, pixels), (pixels, pixels)), constant_values=False)
+    return sliding_window_view(padded, (size, size), axis=(1, 2)).all(axis=(-2, -1))
+
+
+def shape_colour(frames: np.ndarray, mask: np.ndarray, distance: np.ndarray) -> str | None:
+    """The named colour of the shape's core: its blob less the rim, or (a blob too thin to keep a core)
+    the quarter of its pixels farthest from the background."""
+    if mask.sum() < MIN_PIXELS:
+        return None
+    core = eroded(mask)
+    if core.sum() < MIN_PIXELS:
+        core = mask & (distance >= np.quantile(distance[mask], 0.75))
+    return named_colour(np.median(frames[core], axis=0))
+
+
 def detect(frames: np.ndarray) -> Seen:
     """`frames` `[F, H, W, 3]` in [0, 1]."""
     border = np.concatenate([frames[:, :2].reshape(-1, 3), frames[:, -2:].reshape(-1, 3),
                              frames[:, :, :2].reshape(-1, 3), frames[:, :, -2:].reshape(-1, 3)])
     background_rgb = np.median(border, axis=0)
-    mask = np.sqrt(((frames - background_rgb) ** 2).sum(-1)) > FAR_FROM_BACKGROUND  # [F, H, W]
-    colour = nearest_colour(np.median(frames[mask], axis=0)) if mask.sum() >= MIN_PIXELS else None
-    return Seen(colour, nearest_colour(background_rgb), *_direction(mask))
+    distance = np.sqrt(((frames - background_rgb) ** 2).sum(-1))
+    mask = distance > FAR_FROM_BACKGROUND  # [F, H, W]
+    return Seen(shape_colour(frames, mask, distance), nearest_colour(background_rgb), *_direction(mask))
 
 
 def _direction(mask: np.ndarray) -> tuple[str | None, float]:
