@@ -146,7 +146,7 @@ def exp2_attention(q2, k, v, *, kv_len: int, blocks: Exp2Blocks, heads: int, kv_
                 pl.BlockSpec((None, bkv, d), lambda h, i, j, *_: (h, j, 0))]
     args = [q2, k, v]
     if masked:  # one column per key: [B, Skv_pad, 1]
-        in_specs.append(pl.BlockSpec((None, bkv, 1), lambda h, i, j, *_: (h // heads, j, 0)))
+        in_specs.append(pl.BlockSpec((None, bkv, 1), lambda h, i, j, *_: (lax.div(h, heads), j, 0)))
         args.append(kv_mask.astype(jnp.int32)[..., None])
     if bounded:
         in_specs.append(pl.BlockSpec((None, 1, bq), lambda h, i, j, *_: (h, 0, i)))
@@ -185,16 +185,18 @@ def _kernel(kinds_ref, eligible_ref, q_ref, k_ref, v_ref, *refs, blocks: Exp2Blo
         else:
             m_ref[...] = jnp.full_like(m_ref, NEG)
 
-    def fold(c: int, with_mask: bool, with_fixed: bool):
-        """Fold keys `c * step ...` of this block into m, l and the accumulator (`with_fixed`: m stays)."""
+    def fold(c, with_mask: bool, with_fixed: bool):
+        """Fold keys `c * step ...` of this block (`c` static or traced) into m, l and the accumulator
+        (`with_fixed`: m stays)."""
         q = q_ref[...]
         m, l, acc = m_ref[0:1, :], l_ref[0:1, :], acc_ref[...]
-        s = lax.dot_general(k_ref[pl.ds(c * step, step), :], q, (((1,), (1,)), ((), ())),
+        start = c * step if isinstance(c, int) else pl.multiple_of(c * step, step)
+        s = lax.dot_general(k_ref[pl.ds(start, step), :], q, (((1,), (1,)), ((), ())),
                             preferred_element_type=jnp.float32)  # [step, bq]
         for r in range(0, step, inner):
             t = s[r:r + inner]
             if with_mask:
-                t = jnp.where(_allowed(mask_ref, j, c * step + r, inner, bkv, kv_len, masked), t, NEG)
+                t = jnp.where(_allowed(mask_ref, j, start + r, inner, bkv, kv_len, masked), t, NEG)
             if with_fixed:
                 p = jnp.exp2(t - m)
             else:
@@ -203,35 +205,65 @@ def _kernel(kinds_ref, eligible_ref, q_ref, k_ref, v_ref, *refs, blocks: Exp2Blo
                 p = jnp.exp2(t - m_next)
                 l, acc, m = alpha * l, alpha * acc, m_next
             l = l + p.sum(axis=0, keepdims=True)
-            acc = acc + lax.dot_general(v_ref[pl.ds(c * step + r, inner), :], p.astype(v_ref.dtype),
+            acc = acc + lax.dot_general(v_ref[pl.ds(start + r, inner), :], p.astype(v_ref.dtype),
                                         (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)  # [D, bq]
         if not with_fixed:
             m_ref[...] = jnp.broadcast_to(m, m_ref.shape)
         l_ref[...] = jnp.broadcast_to(l, l_ref.shape)
         acc_ref[...] = acc
 
-    def accumulate(with_mask: bool, with_fixed: bool):
-        for c in range(bkv // step):
-            if with_mask and ragged:  # the last block's padded tail: no product for a chunk of padding alone
-                pl.when(j * bkv + c * step < kv_len)(functools.partial(fold, c, with_mask, with_fixed))
-            else:
-                fold(c, with_mask, with_fixed)
-
-    def run(with_mask: bool):
-        if not bounded:
-            accumulate(with_mask, False)
-            return
-        pl.when(fixed)(lambda: accumulate(with_mask, True))
-        pl.when(jnp.logical_not(fixed))(lambda: accumulate(with_mask, False))
-
     last = j == n_kv - 1
-    kind = kinds_ref[h // heads, j] if masked else BLOCK_FULL
-    needs_mask = (kind == BLOCK_MIXED) | (last if ragged else False) if masked else (last if ragged else False)
-    if masked or ragged:
-        pl.when(needs_mask & (kind != BLOCK_EMPTY))(lambda: run(True))
-        pl.when(jnp.logical_not(needs_mask) & (kind == BLOCK_FULL))(lambda: run(False))
+    chunks = bkv // step
+    tail = kv_len - (n_kv - 1) * bkv  # real keys in the last block
+
+    def fast(with_fixed: bool):
+        """The unrolled body. Without a key mask every chunk is unmasked except, in the last block, the one chunk
+        the real keys end in (masked there) and those past it (skipped there); with one, a mixed block masks
+        every chunk and skips those of padding alone."""
+        if masked:
+            kind = kinds_ref[lax.div(h, heads), j]
+
+            @pl.when(kind == BLOCK_FULL)
+            def _full():
+                for c in range(chunks):
+                    fold(c, False, with_fixed)
+
+            @pl.when(kind == BLOCK_MIXED)
+            def _mixed():
+                for c in range(chunks):
+                    if ragged and (c + 1) * step > tail:
+                        pl.when(j * bkv + c * step < kv_len)(functools.partial(fold, c, True, with_fixed))
+                    else:
+                        fold(c, True, with_fixed)
+            return
+        for c in range(chunks):
+            if not ragged or (c + 1) * step <= tail:
+                fold(c, False, with_fixed)
+                continue
+            pl.when(jnp.logical_not(last))(functools.partial(fold, c, False, with_fixed))
+            if c * step < tail:
+                pl.when(last)(functools.partial(fold, c, True, with_fixed))
+
+    def rolled():
+        """The running maximum for the heads the fixed bound does not fit: one chunk's code in a loop, every chunk
+        masked (the rare path keeps the compile small)."""
+        def chunk(c, carry):
+            pl.when(j * bkv + c * step < kv_len)(lambda: fold(c, True, False))
+            return carry
+
+        def loop():
+            lax.fori_loop(0, chunks, chunk, 0)
+
+        if masked:
+            pl.when(kinds_ref[lax.div(h, heads), j] != BLOCK_EMPTY)(loop)
+        else:
+            loop()
+
+    if bounded:
+        pl.when(fixed)(lambda: fast(True))
+        pl.when(jnp.logical_not(fixed))(rolled)
     else:
-        run(False)
+        fast(False)
 
     @pl.when(last)
     def _end():
