@@ -108,6 +108,9 @@ def lora(
     dp: int = typer.Option(1, "--dp", rich_help_panel=LAYOUT, help="data-parallel degree (splits --batch)"),
     remat: str = typer.Option("full", "--remat", rich_help_panel=LAYOUT,
                               help="what each block keeps for the backward: full (recompute all) or attention"),
+    offload: bool = typer.Option(False, "--offload", rich_help_panel=LAYOUT,
+                                 help="the frozen blocks and each block's input in host memory (a base larger "
+                                 "than the chip)"),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks for errors"),
 ) -> None:
     """Train a LoRA on the model's DiT and write it as OUT (docs/TRAINING.md)."""
@@ -120,7 +123,7 @@ def lora(
         lr=lr, batch=batch, seed=seed, height=height, width=width, frames=frames, repeats=tuple(repeats or ()),
         buckets=not no_buckets, frame_stride=frame_stride, windows=windows, caption_dropout=caption_dropout,
         first_frame_p=first_frame_p, expert=expert, format=fmt, resume=resume, checkpoint_every=checkpoint_every,
-        sampling=sampling, shift=flow_shift, dtype=dtype, weights_dtype=weights_dtype, remat=remat, dp=dp, tp=tp,
+        sampling=sampling, shift=flow_shift, dtype=dtype, weights_dtype=weights_dtype, remat=remat, offload=offload, dp=dp, tp=tp,
         sp=sp, validation=validation, validation_every=validation_every, sample_prompts=sample_prompts,
         sample_every=sample_every, sample_steps=sample_steps, **({"validation_sigmas": sigmas} if sigmas else {}))
 

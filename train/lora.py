@@ -25,6 +25,7 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from vidax.translator import VidaxError
 from vidax.zoo.compute.kernels.heads_major import HeadsDense, HeadsOut
@@ -157,7 +158,11 @@ def _constrain(hidden: Any) -> Any:
     return constrain(hidden, HIDDEN_AXES) if isinstance(hidden, jax.Array) and hidden.ndim == 3 else hidden
 
 
-def lora_blocks(scale: float, checkpoint: bool = True, carry_dtype: Any = None, policy: Callable | None = None):
+BLOCK_INPUT = "block_input"  # the name `objective.REMAT`'s "offload" policy moves to host memory
+
+
+def lora_blocks(scale: float, checkpoint: bool = True, carry_dtype: Any = None, policy: Callable | None = None,
+                on_device: Any = None):
     """A `vidax.zoo.parts.dit.forward` block runner over `{"base": stacked blocks, "lora": Lora}`: the blocks run
     in one `lax.scan`, each with its LoRA branches, and with `checkpoint` each block's activations are
     recomputed in the backward pass (`jax.checkpoint` per block, saving what `policy` names) instead of kept.
@@ -165,20 +170,27 @@ def lora_blocks(scale: float, checkpoint: bool = True, carry_dtype: Any = None, 
     `carry_dtype` (None: the hidden state's own) is the hidden state's dtype between blocks, which is what the
     backward pass keeps of each block: bf16 halves it (Wan2.1-1.3B at 480p, 81 frames: 5.62 GiB of fp32 block
     inputs, which with the frozen base put the step over a 15.75 GiB chip), and blocks still compute their
-    residual adds in fp32 inside."""
+    residual adds in fp32 inside.
+
+    `on_device` (a sharding of device memory): the base blocks live in host memory and each block's weights are
+    brought to the device inside the checkpointed body, so the backward pass brings them again instead of keeping
+    them (a base larger than the chip: Wan2.1-14B)."""
 
     def run(block, stacked, hidden, ctx):
         kinds = jax.tree.map(lambda h: h.dtype, hidden)
 
         def body(h, layer):
             base, lora = layer
+            if on_device is not None:
+                base = jax.device_put(base, on_device)
+            h = jax.tree.map(lambda x: checkpoint_name(x, BLOCK_INPUT), h)
             with nn.intercept_methods(branch_interceptor(lora, scale)):
                 out = block.apply({"params": base}, h, ctx)
-            out = jax.tree.map(lambda o, k: o.astype(k.dtype), out, h)
-            return _constrain(out), None
+            return _constrain(jax.tree.map(lambda o, k: o.astype(k.dtype), out, h))
 
         body = jax.checkpoint(body, policy=policy) if checkpoint else body
-        out, _ = jax.lax.scan(body, _constrain(_carry(hidden, carry_dtype)), (stacked["base"], stacked["lora"]))
+        out, _ = jax.lax.scan(lambda h, layer: (body(h, layer), None), _constrain(_carry(hidden, carry_dtype)),
+                              (stacked["base"], stacked["lora"]))
         return jax.tree.map(lambda o, k: o.astype(k), out, kinds)
 
     return run

@@ -33,9 +33,10 @@ from vidax.train.lora import Lora, lora_blocks, with_lora
 from vidax.zoo.parts.dit import forward
 
 SAMPLINGS = ("shift", "uniform")
-# what `jax.checkpoint` keeps of each block for the backward pass: nothing (recompute it all), or also the
-# outputs of the attention kernels (a TPU's Pallas calls: their backward then reruns only the projections)
-REMAT = {"full": None, "attention": "pallas"}
+# what `jax.checkpoint` keeps of each block for the backward pass besides its input: nothing (recompute it all);
+# also the outputs of the attention kernels (a TPU's Pallas calls: their backward then reruns only the
+# projections); or nothing, with each block's input moved to host memory until the backward pass reads it
+REMAT = {"full": None, "attention": "pallas", "offload": "offload"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Objective:
       carry_dtype: the hidden state's dtype between blocks ("bfloat16" halves what the backward keeps; None:
         the model's).
       remat: what the checkpoint keeps besides each block's input (`REMAT`).
+      stream: the base blocks live in host memory, brought to the device block by block (`lora_blocks`).
     """
 
     scale: float
@@ -98,6 +100,7 @@ class Objective:
     checkpoint: bool = True
     carry_dtype: str | None = None
     remat: str = "full"
+    stream: bool = False
 
     def __post_init__(self):
         if self.sampling not in SAMPLINGS:
@@ -141,9 +144,50 @@ def range_share(objective: Objective, low: float, high: float) -> float:
 
 
 def remat_policy(objective: Objective) -> Callable | None:
-    if REMAT[objective.remat] == "pallas":
+    kind = REMAT[objective.remat]
+    if kind == "pallas":
         return lambda prim, *_, **__: prim.name == "pallas_call"
+    if kind == "offload" and host_memory() is not None:
+        from vidax.train.lora import BLOCK_INPUT
+
+        return jax.checkpoint_policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=[BLOCK_INPUT], offload_src="device",
+            offload_dst="pinned_host")
     return None
+
+
+_TARGET: list = []  # a device to compile for instead of this process's (`targeting`: a chip this host lacks)
+
+
+class targeting:
+    """While active, `host_memory` and `device_memory` answer for `device` (an ahead-of-time compile's target)."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def __enter__(self):
+        _TARGET.append(self.device)
+
+    def __exit__(self, *exc):
+        _TARGET.pop()
+
+
+def host_memory(device=None):
+    """The device's pinned host memory kind, or None where the backend has none (CPU: nothing to offload)."""
+    device = device or (_TARGET[-1] if _TARGET else jax.devices()[0])
+    try:
+        kinds = {m.kind for m in device.addressable_memories()}
+    except Exception:  # a backend without memory kinds
+        return None
+    return "pinned_host" if "pinned_host" in kinds and device.platform != "cpu" else None
+
+
+def device_memory(device=None):
+    """A sharding of the device's own memory, where the backend has memory kinds (None on CPU)."""
+    from jax.sharding import SingleDeviceSharding
+
+    device = device or (_TARGET[-1] if _TARGET else jax.devices()[0])
+    return SingleDeviceSharding(device, memory_kind="device") if host_memory(device) else None
 
 
 def dit_loss(model, inputs, objective: Objective, base: Any, lora: Lora, batch: dict, noise: jax.Array,
@@ -161,7 +205,8 @@ def dit_loss(model, inputs, objective: Objective, base: Any, lora: Lora, batch: 
     noisy, timestep = objective.loss.noised(x0, noise, sigmas)
     args, mask = inputs(x0, noisy, timestep, sigmas, batch)
     carry = objective.carry_dtype and jnp.dtype(objective.carry_dtype)
-    run = lora_blocks(objective.scale, objective.checkpoint, carry, remat_policy(objective))
+    run = lora_blocks(objective.scale, objective.checkpoint, carry, remat_policy(objective),
+                      device_memory() if objective.stream else None)
     out = inputs.output(forward(model, with_lora(base, lora), *args, run_blocks=run), x0).astype(jnp.float32)
     pred, target, weight = objective.loss.compare(out, x0, noise, noisy, sigmas)
     error = jnp.square(pred - target) * weight.reshape(-1, *(1,) * (x0.ndim - 1))

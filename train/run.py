@@ -67,6 +67,8 @@ class TrainOptions:
       dtype: the frozen base weights' dtype (None: the registry's); weights_dtype: "int8" / "fp8" keeps the
         base's block kernels 8-bit on the device.
       remat: what each block's checkpoint keeps (`objective.REMAT`).
+      offload: the frozen base's blocks in host memory, brought to the device block by block, and each block's
+        input in host memory until the backward pass (a base larger than the chip: Wan2.1-14B on a 16 GB TPU).
       dp, tp, sp: data, tensor and sequence parallel degrees.
       cache: the encodings' folder (None: `<first data folder>/.vidax-cache`).
       validation: a folder of held-out clips scored every `validation_every` steps at `validation_sigmas`.
@@ -105,6 +107,7 @@ class TrainOptions:
     dtype: str | None = None
     weights_dtype: str | None = None
     remat: str = "full"
+    offload: bool = False
     dp: int = 1
     tp: int = 1
     sp: int = 1
@@ -149,6 +152,8 @@ class TrainOptions:
         for flag, (value, allowed) in choices.items():
             if value not in allowed:
                 raise TrainError(f"--{flag} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.offload and self.dp * self.tp * self.sp > 1:
+            raise TrainError("--offload runs on one device (no --dp/--tp/--sp)")
         if self.batch % self.dp:
             raise TrainError(f"--batch {self.batch} must be a multiple of --dp {self.dp}")
         if not str(self.out).endswith(".safetensors"):
@@ -239,8 +244,8 @@ def prepare(options: TrainOptions, encoding: Callable[[int, int], None] | None =
         objective = Objective(scale=config.scale, sampling=options.sampling or family.default_sampling,
                               shift=options.shift, low=expert.low,
                               high=expert.high, loss=family.loss(s), carry_dtype="bfloat16" if bf16 else None,
-                              remat=options.remat)
-        base = place_base(model, tree, mesh, rules, options.weights_dtype)
+                              remat="offload" if options.offload else options.remat, stream=options.offload)
+        base = place_base(model, tree, mesh, rules, options.weights_dtype, stream=options.offload)
         denoisers.append(Denoiser(expert, model, base, family.inputs(model, s), objective))
     p = family.first_frame_p if options.first_frame_p is None else options.first_frame_p
     return Prepared(family, s, denoisers, samples, encoded, empty, validation, mesh, rules, p)

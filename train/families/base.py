@@ -86,6 +86,15 @@ class TrainFamily:
         """Arrays a batch needs besides its encodings (`[B, ...]`, drawn from `rng`; `s` the run's settings)."""
         return {}
 
+    def dit_model(self, s: Any, dtype: str = "bfloat16") -> Any:
+        """The DiT module from the configs alone (no weights: `vidax.train.bench` at real sizes)."""
+        raise NotImplementedError
+
+    def example_conditions(self, s: Any, batch: int, text: int) -> dict:
+        """`{name: jax.ShapeDtypeStruct}` of a text-to-video batch's conditions with `text` valid prompt tokens
+        (`vidax.train.bench`); the latents are the zoo family's `latent_shape`."""
+        raise NotImplementedError
+
     def sized(self, s: Any, frames: int, height: int, width: int) -> Any:
         """The settings at one bucket's size."""
         return dataclasses.replace(s, frames=frames, height=height, width=width)

@@ -75,5 +75,16 @@ class CogVideoXTrainFamily(TrainFamily):
         table = cogvideox_alphas_cumprod(**{k: config[k] for k in keys if k in config})
         return VPrediction(tuple(float(a) for a in table))
 
+    def dit_model(self, s, dtype: str = "bfloat16"):
+        from vidax.zoo.cogvideox.transformer import CogVideoXTransformer
+
+        return CogVideoXTransformer(self.family.dit_config, dtype=jnp.dtype(dtype), residual_dtype=jnp.float32)
+
+    def example_conditions(self, s, batch: int, text: int) -> dict:
+        import jax
+
+        return {"text": jax.ShapeDtypeStruct((batch, s.max_sequence_length, self.family.dit_config.text_embed_dim),
+                                             jnp.float32)}
+
     def inputs(self, model, s) -> CogVideoXInputs:
         return CogVideoXInputs(jnp.dtype(model.dtype).name)

@@ -87,6 +87,22 @@ class HunyuanVideo15TrainFamily(TrainFamily):
             out["condition"], out["image_tokens"] = condition.latents, condition.tokens
         return out
 
+    def dit_model(self, s, dtype: str = "bfloat16"):
+        from vidax.zoo.hunyuan_video15.transformer import HunyuanVideo15Transformer
+
+        return HunyuanVideo15Transformer(self.family.dit_config, dtype)
+
+    def example_conditions(self, s, batch: int, text: int) -> dict:
+        """`text` Qwen tokens and one (masked) ByT5 token: the prompts as `trim` leaves them, no quoted text."""
+        import jax
+
+        cfg = self.family.dit_config
+        f32, flag = jnp.float32, jnp.bool_
+        return {"text": jax.ShapeDtypeStruct((batch, text, cfg.text_embed_dim), f32),
+                "text_mask": jax.ShapeDtypeStruct((batch, text), flag),
+                "text_2": jax.ShapeDtypeStruct((batch, 1, cfg.text_embed_2_dim), f32),
+                "text_mask_2": jax.ShapeDtypeStruct((batch, 1), flag)}
+
     def inputs(self, model, s) -> HunyuanVideo15Inputs:
         from vidax.zoo.hunyuan_video15.family import IMAGE_TOKENS
 

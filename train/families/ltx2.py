@@ -94,5 +94,21 @@ class LTX2TrainFamily(TrainFamily):
         _, c, length, mel = self.family.audio_shape(dataclasses.replace(s, frames=frames))
         return {"audio_noise": rng.standard_normal((len(batch["latents"]), length, c * mel), dtype=np.float32)}
 
+    def dit_model(self, s, dtype: str = "bfloat16"):
+        from vidax.zoo.ltx2.transformer import LTX2Transformer
+
+        cfg = dataclasses.replace(self.family.model.transformer, perturbed_attn=True)  # as LTX2Family.build_dit
+        return LTX2Transformer(cfg, use_cross_timestep=s.use_cross_timestep, dtype=jnp.dtype(dtype))
+
+    def example_conditions(self, s, batch: int, text: int) -> dict:
+        cfg = self.family.model.transformer
+        widths = (cfg.caption_channels,) * 2 if cfg.use_prompt_embeddings else (cfg.inner_dim, cfg.audio_inner_dim)
+        _, c, length, mel = self.family.audio_shape(s)
+        f32 = jnp.float32
+        return {"text": jax.ShapeDtypeStruct((batch, text, widths[0]), f32),
+                "audio_text": jax.ShapeDtypeStruct((batch, text, widths[1]), f32),
+                "text_mask": jax.ShapeDtypeStruct((batch, text), jnp.bool_),
+                "audio_noise": jax.ShapeDtypeStruct((batch, length, c * mel), f32)}
+
     def inputs(self, model, s) -> LTX2Inputs:
         return LTX2Inputs(jnp.dtype(model.dtype).name, model.cfg, float(s.conditioning_fps))

@@ -98,6 +98,16 @@ class WanTrainFamily(TrainFamily):
                 out["clip"] = cond.image[None]  # [1, 1 or 2 frames, 257, D]
         return out
 
+    def dit_model(self, s, dtype: str = "bfloat16"):
+        from vidax.zoo.wan.transformer import WanTransformer
+
+        return WanTransformer(self.family.model.transformer, dtype=jnp.dtype(dtype))
+
+    def example_conditions(self, s, batch: int, text: int) -> dict:
+        import jax
+
+        return {"text": jax.ShapeDtypeStruct((batch, text, self.family.model.transformer.text_dim), jnp.float32)}
+
     def inputs(self, model, s) -> WanInputs:
         m = self.family.model
         _, ph, pw = m.transformer.patch_size
