@@ -117,3 +117,17 @@ def patch_host_noise(monkeypatch, image: np.ndarray | None, steps: list[np.ndarr
         return np.asarray(value, np.float32)
 
     monkeypatch.setattr(Run, "host_noise", host_noise)
+
+
+def draw_as_fp32(monkeypatch) -> None:
+    """A reference run in fp64 draws the values an fp32 run draws (each normal draw made in fp32 from the same
+    generator, then widened): diffusers draws in the latents' dtype, and fp64 draws are other values."""
+    import diffusers.models.autoencoders.vae as posterior
+    import diffusers.pipelines.cogvideo.pipeline_cogvideox_image2video as image_to_video
+    import diffusers.schedulers.scheduling_dpm_cogvideox as dpm
+
+    def randn_tensor(shape, generator=None, device=None, dtype=None, layout=None):
+        return torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype or torch.float32)
+
+    for module in (posterior, image_to_video, dpm):
+        monkeypatch.setattr(module, "randn_tensor", randn_tensor)

@@ -7,10 +7,10 @@
   `patch_size_t` (by adding 4 pixel frames per missing latent frame), denoises all of them, and drops
   the first `drop` latent frames before decoding (81 frames: 21 -> 22 latents, drop 1).
 - I2V image latents (`image_latents`): the VAE posterior of the first frame *sampled* with the run's
-  noise, scaled by `scaling_factor` (1.5, `invert_scale_latents`: divided by it), followed by zero
+  noise, scaled by `scaling_factor` (1.5, `invert_scale_latents`: times its reciprocal), followed by zero
   frames; with `patch_size_t`, `F' % patch_size_t` leading copies of the image latent (none once
   `frame_plan` has padded F'). Concatenated after the noisy latents on the channel axis.
-- Decoding (`to_vae_latents`): the kept frames divided by `scaling_factor`.
+- Decoding (`to_vae_latents`): the kept frames times 1 / `scaling_factor`.
 - Guidance: plain CFG `uncond + s·(cond − uncond)` on the [uncond, cond] batch; with dynamic CFG
   (diffusers `use_dynamic_cfg`) the scale of each step is `dynamic_guidance(s, t, steps)`.
 - ofs (1.5 I2V): the DiT's `ofs` input is the constant 2.0 (`OFS`), one value for the whole batch.
@@ -109,7 +109,7 @@ def image_latents(moments: jax.Array, noise: jax.Array, latent_frames: int, vae:
       vae, dit: the configs (`scaling_factor`, `invert_scale_latents`, `patch_size_t`).
     """
     z = sample_posterior(moments, noise)
-    z = z / vae.scaling_factor if vae.invert_scale_latents else z * vae.scaling_factor
+    z = z * (1 / vae.scaling_factor) if vae.invert_scale_latents else z * vae.scaling_factor  # as the reference: × 1/s
     b, c, _, h, w = z.shape
     z = jnp.concatenate([z, jnp.zeros((b, c, latent_frames - 1, h, w), z.dtype)], axis=2)
     if dit.patch_size_t is not None:
@@ -119,8 +119,13 @@ def image_latents(moments: jax.Array, noise: jax.Array, latent_frames: int, vae:
 
 def to_vae_latents(latents: jax.Array, plan: FramePlan, vae: CogVideoXVAEConfig) -> jax.Array:
     """The DiT's final latents `[B, C, F', H', W']` -> the VAE decoder's input: the first
-    `plan.drop` frames dropped (1.5), divided by `scaling_factor` (`decode_latents`)."""
-    return latents[:, :, plan.drop:] / vae.scaling_factor
+    `plan.drop` frames dropped (1.5), times 1 / `scaling_factor` (`decode_latents`).
+
+    Multiplied by the reciprocal (rounded to fp32) as the reference writes it: a division differs in the last
+    bit of about one value in ten, and a decoder can carry one ulp of its input into ~1e-5 of its output (the
+    tiny CogVideoX 5B-I2V test's VAE). XLA's simplifier turns a division by a constant into this product
+    anyway; written out, the order does not depend on it."""
+    return latents[:, :, plan.drop:] * (1 / vae.scaling_factor)
 
 
 def dynamic_guidance(scale: float, timestep: float, steps: int) -> float:
