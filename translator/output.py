@@ -31,7 +31,7 @@ import numpy as np
 
 from vidax.translator.errors import OutputError
 from vidax.translator.executor import host_empty
-from vidax.translator.formats.safetensors_io import SafetensorsFile, header_bytes
+from vidax.translator.formats.safetensors_io import DATA_ALIGNMENT, SafetensorsFile, header_bytes
 from vidax.translator.version import provenance
 
 MANIFEST = "manifest.json"
@@ -56,6 +56,13 @@ def _shards(info: dict, shard_bytes: int) -> list[list[str]]:
         current.append(path)
         size += nbytes
     return shards + [current] if current or not shards else shards
+
+
+def aligned_order(names: list[str], info: dict) -> list[str]:
+    """The shard's tensors with those whose size is a multiple of the data alignment first (in their order), so
+    that every one of them starts aligned; the odd-sized ones (a few small biases and tables) follow."""
+    odd = {n for n in names if int(np.prod(info[n][0], dtype=np.int64)) * info[n][1].itemsize % DATA_ALIGNMENT}
+    return [n for n in names if n not in odd] + [n for n in names if n in odd]
 
 
 def _inputs_digest(manifest: dict, info: dict) -> str:
@@ -249,6 +256,7 @@ def _open_writer(path: Path, total: int) -> _ShardWriter:
 def _write_shard(path: Path, tree: Mapping, names: list[str], info: dict, progress: Callable[[int], None] | None) -> int:
     """Write one shard (not yet fsynced); returns its size in bytes."""
     streaming = hasattr(tree, "chunks")
+    names = aligned_order(names, info)
     header = header_bytes(((n, info[n][1], info[n][0]) for n in names), {"format": "pt"})
     total = len(header) + sum(int(np.prod(info[n][0], dtype=np.int64)) * info[n][1].itemsize for n in names)
     writer = _open_writer(path, total)

@@ -41,7 +41,7 @@ def test_a_second_run_loads_every_stage_with_the_same_figures(runs):
 def test_another_size_is_compiled_not_loaded(runs):
     _, cold, _, other = runs
     assert not any(stage.loaded for stage in other)
-    assert other[0].stage == "dit step" and other[0].temp != next(s.temp for s in cold if s.stage == "dit step")
+    assert other[0].stage.startswith("dit step") and other[0].temp != next(s.temp for s in cold if s.stage.startswith("dit step"))
 
 
 def test_no_run_context_no_cache(tmp_path, monkeypatch):

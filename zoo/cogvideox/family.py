@@ -60,6 +60,7 @@ from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
 from vidax.zoo.video_io import vae_image
+from vidax.zoo.compute.runtime import platform
 
 # --sampler names -> the diffusers scheduler class each stands for
 SAMPLERS = {"ddim": "CogVideoXDDIMScheduler", "dpm": "CogVideoXDPMScheduler"}
@@ -352,7 +353,7 @@ class CogVideoXFamily(Family):
         job = memory_job(self.dit_config, self.vae_config, s, t5=self.t5_config,
                          weight_bytes=4 if options.dtype == "float32" else 2,
                          t5_bytes=_dtype_bytes(options.dtype or self.component("text_encoder").dtype or "bfloat16"),
-                         blockwise_attention=jax.default_backend() == "cpu")
+                         blockwise_attention=platform() == "cpu")
         return quantized_job(job, CogVideoXTransformer(self.dit_config), options.weights_dtype)  # --weights-dtype
 
 

@@ -13,18 +13,18 @@ Without a negative prompt, classifier-free guidance encodes the empty string (di
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 from vidax.zoo.parts.encoders.t5 import T5EncoderModel
 from vidax.zoo.parts.encoders.tokenizer import Tokenizer
+from vidax.zoo.parts.encoders.common import by_layer
 
 MAX_SEQUENCE_LENGTH = 226  # the pipelines' `max_sequence_length`; the DiT's max_text_seq_length
 
 
-@partial(jax.jit, static_argnums=0)
+@by_layer
 def _run_t5(encoder: T5EncoderModel, params: Any, ids: jax.Array) -> jax.Array:
     return encoder.apply({"params": params}, ids, None).last_hidden_state
 

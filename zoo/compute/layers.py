@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from vidax.zoo.compute import cpu_tuning
 from vidax.zoo.compute.products import CPU_ROW_BLOCK, in_row_blocks, product  # noqa: F401 (in_row_blocks: layers' API)
-from vidax.zoo.compute.runtime import active_mesh
+from vidax.zoo.compute.runtime import active_mesh, platform
 
 Axes = tuple[str | None, ...]
 
@@ -81,7 +81,7 @@ def project(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *,
 def cpu_fp32_result(dtype) -> bool:
     """Whether a product of `dtype` operands asks for an fp32 result: only bf16 / fp16 on a CPU run, where
     `cpu_tuning` measured it faster (or `VIDAX_CPU_FP32_RESULT` says so). Accelerators: never."""
-    if jax.default_backend() != "cpu" or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+    if platform() != "cpu" or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
         return False
     return cpu_tuning.fp32_result_faster(dtype)
 
@@ -89,7 +89,7 @@ def cpu_fp32_result(dtype) -> bool:
 def _cpu_row_block(rows: int, dtype) -> int:
     """Rows per block for a product of `rows` rows, 0 for one call. Only a CPU product too big for one
     block asks `cpu_tuning` (which may time both ways once per machine): small ones never do."""
-    if jax.default_backend() != "cpu" or _split_over_devices():
+    if platform() != "cpu" or _split_over_devices():
         return 0
     block = cpu_tuning.row_block_override()
     if block is None and rows > CPU_ROW_BLOCK:
@@ -267,7 +267,7 @@ def ffn_token_chunks(shape: tuple[int, ...], hidden: int, dtype: Any) -> int:
     """How many token chunks a feed-forward over `[B, S, D]` runs in: 1 on a CPU, under a mesh (a chunk
     of a sequence-split axis would move data) or when its hidden activation is small."""
     mesh = active_mesh()
-    if len(shape) != 3 or jax.default_backend() == "cpu" or (mesh is not None and mesh.size > 1):
+    if len(shape) != 3 or platform() == "cpu" or (mesh is not None and mesh.size > 1):
         return 1
     hidden_bytes = shape[0] * shape[1] * hidden * jnp.dtype(dtype).itemsize
     return max(1, min(shape[1], -(-hidden_bytes // FFN_CHUNK_BYTES)))

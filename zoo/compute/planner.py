@@ -318,10 +318,14 @@ def plan(job: Job, devices: int, device_bytes: int, release_stages: bool = True,
 
 def device_memory_bytes() -> tuple[int, int]:
     """(device count, bytes per device) of the local backend: the allocator's limit on accelerators,
-    an even share of host RAM on CPU."""
+    an even share of host RAM on CPU; the targeted chips' while compiling for them (`--target`)."""
     import jax
     import psutil
 
+    from vidax.zoo.compute.runtime import target_memory
+
+    if target_memory() is not None:
+        return target_memory()
     devices = jax.devices()
     stats = devices[0].memory_stats() or {}
     limit = stats.get("bytes_limit")

@@ -84,6 +84,51 @@ def active_rules() -> Rules | None:
     return _ACTIVE_RULES.get()
 
 
+# --- the platform programs are compiled for ---------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PlatformOverride:
+    """A chip this process compiles for without having it (`vidax.zoo.compute.target`)."""
+
+    platform: str
+    device_kind: str
+    devices: int
+    device_bytes: int
+
+
+_PLATFORM: contextvars.ContextVar[PlatformOverride | None] = contextvars.ContextVar("vidax_platform", default=None)
+
+
+def platform() -> str:
+    """The platform the code being traced will run on: the local backend's (`jax.default_backend()`), or the
+    chip a deviceless compile targets (`--target`). Model code asks this, not jax, wherever a backend picks a
+    form (the attention kernel, RoPE's products, CPU row blocks)."""
+    override = _PLATFORM.get()
+    return override.platform if override is not None else jax.default_backend()
+
+
+def device_kind() -> str:
+    """The device kind programs are compiled for (`jax.devices()[0].device_kind` when nothing is targeted)."""
+    override = _PLATFORM.get()
+    return override.device_kind if override is not None else jax.devices()[0].device_kind
+
+
+def target_memory() -> tuple[int, int] | None:
+    """(devices, bytes per device) of the targeted chips, None when compiling for the local backend."""
+    override = _PLATFORM.get()
+    return None if override is None else (override.devices, override.device_bytes)
+
+
+@contextlib.contextmanager
+def platform_override(platform_name: str, kind: str, devices: int, device_bytes: int) -> Iterator[None]:
+    token = _PLATFORM.set(PlatformOverride(platform_name, kind, devices, device_bytes))
+    try:
+        yield
+    finally:
+        _PLATFORM.reset(token)
+
+
 # --- persistent compilation cache ------------------------------------------------------------
 
 

@@ -45,6 +45,8 @@ from vidax.zoo.generator.contract import Flag, Inputs, Settings
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
+from vidax.zoo.compute.runtime import platform
+from vidax.zoo.parts.encoders.common import by_layer
 
 REASON1_PARAMS = 7_070_000_000  # Qwen2.5-VL-7B's language tower, when no config says otherwise
 
@@ -100,7 +102,7 @@ class CosmosPredict:
         return cc.guide(v, velocity(negative), knobs["scale"]) if self.guided else v
 
 
-@partial(jax.jit, static_argnums=0)
+@by_layer
 def _reason1(model: DecoderTextModel, params, ids) -> jax.Array:
     return reason1_features(model, params, ids)
 
@@ -273,7 +275,7 @@ class CosmosFamily(CosmosBase):
             text_encoder_params=text_params,
             text_encoder_bytes=width,
             **planner_entries(vae, s.height, s.width),
-            blockwise_attention=jax.default_backend() == "cpu",
+            blockwise_attention=platform() == "cpu",
             step_input_bytes=self._step_input_bytes(s),
         ), CosmosTransformer(cfg), options.weights_dtype)
 

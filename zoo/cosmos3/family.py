@@ -43,6 +43,7 @@ from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job
 from vidax.zoo.weights.quantize import quantized_job
 from vidax.zoo.parts.wan_vae import WanVAEConfig
+from vidax.zoo.compute.runtime import platform
 
 PLANNED_PROMPT_TOKENS = 256  # the joint sequence's text part for --plan (system prompt, prompt, sentences)
 KEEP = ("first", "last")
@@ -219,7 +220,7 @@ class Cosmos3Family(CosmosBase):
         """What the memory planner needs (configs only): the video tokens join the prompt's in every layer."""
         s = self.resolve_settings(options)
         job = memory_job(self.dit_config, self.vae_config, s, dtype_bytes=4 if options.dtype == "float32" else 2,
-                         blockwise_attention=jax.default_backend() == "cpu")
+                         blockwise_attention=platform() == "cpu")
         return quantized_job(job, Cosmos3Transformer(self.dit_config), options.weights_dtype)  # --weights-dtype
 
 

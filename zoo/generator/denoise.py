@@ -28,6 +28,7 @@ from vidax.zoo.parts.dit import block_groups, forward, place_resident
 from vidax.zoo.weights.dit_file import dit_file
 from vidax.zoo.compute.progress import release
 from vidax.zoo.generator.stages import Params, Run
+from vidax.zoo.compute.runtime import platform
 
 # predictor(expert, dit, step) -> a frozen, hashable callable predict(run, latents, timestep, cond, knobs)
 PredictorFor = Callable[[int, Any, int], Callable]
@@ -84,7 +85,7 @@ def place_dit(run: Run, family: Any, part: Any, s: Any, dtype: str | None, loras
     """One denoiser's weights on the devices: resident (on the mesh under its rules) or, with
     `--offload-chunk`, embed/head resident and the blocks streamed from host memory (`loras`: see
     `family.load_tree`)."""
-    from vidax.zoo.weights.offload import stream_blocks
+    from vidax.zoo.weights.offload import place_layers, stream_blocks
     from vidax.zoo.weights.quantize import device_specs, device_weights, file_kernels
     from vidax.zoo.compute.sharding import place
 
@@ -98,6 +99,8 @@ def place_dit(run: Run, family: Any, part: Any, s: Any, dtype: str | None, loras
     if run.options.offload_chunk is not None:
         params, streamed, host = stream_blocks(dit, tree, run.options.offload_chunk, rules, run.mesh)
         return LoadedDiT(dit, params, streamed, host)
+    if run.mesh is None and platform() == "cpu":  # one block per program (`offload.place_layers`)
+        return LoadedDiT(dit, *place_layers(dit, tree))
     if run.mesh is not None:
         return LoadedDiT(dit, place(tree, device_specs(dit.logical_specs(), tree), rules, run.mesh))
     return LoadedDiT(dit, place_resident(dit, traverse_util.unflatten_dict(dict(tree), sep="/")))
@@ -136,7 +139,8 @@ class Denoisers:
         from vidax.zoo.weights import lora_switch
 
         adapters = self.family.adapters.get(part.component, ())
-        switch = lora_switch.switchable(self.run.options)
+        # a CPU run's layers are placed from the folder's file pages (no copy): a LoRA change places them again
+        switch = lora_switch.switchable(self.run.options) and (self.run.mesh is not None or platform() != "cpu")
         key = key if switch else (*key, lora_switch.identity(adapters))
         if key not in cache.denoisers:
             self.release()  # one denoiser's weights at a time

@@ -58,6 +58,7 @@ from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
 from vidax.zoo.video_io import vae_image
+from vidax.zoo.compute.runtime import platform
 
 # The Llama-3-8B tower (llava-llama-3's language model, as the official preprocess extracts it) and CLIP-L's
 # text tower: the sizes `--plan` falls back to when neither the checkpoint nor the registry has their configs.
@@ -398,7 +399,7 @@ class HunyuanVideoFamily(HunyuanBase):
         job = memory_job(self.dit_config, self.vae_config, s, i2v=self.i2v,
                          dtype_bytes=4 if options.dtype == "float32" else 2,
                          text_encoder_params=self._text_encoder_params(),
-                         blockwise_attention=jax.default_backend() == "cpu")
+                         blockwise_attention=platform() == "cpu")
         return quantized_job(job, HunyuanVideoTransformer(self.dit_config), options.weights_dtype)  # --weights-dtype
 
     def _text_encoder_params(self) -> int:

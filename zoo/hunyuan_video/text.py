@@ -21,7 +21,6 @@ conditioning.
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 from typing import Any, Sequence
 
 import jax
@@ -29,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.zoo.parts.encoders.tokenizer import Tokenizer
+from vidax.zoo.parts.encoders.common import by_layer
 
 MAX_LENGTH = 256  # text tokens after the crop (the pipelines' `max_sequence_length`)
 CLIP_MAX_LENGTH = 77
@@ -165,12 +165,12 @@ def llava_text_features(model, params: Any, tokenizer: Tokenizer, prompts: Seque
     return jnp.concatenate([image, text], axis=1), jnp.asarray(np.concatenate([image_mask, text_mask], axis=1))
 
 
-@partial(jax.jit, static_argnums=(0, 2))
+@by_layer(static_argnums=(0, 2))
 def _hidden_state(model, params: Any, index: int, *inputs) -> jax.Array:
     """One compiled unit per tower and shape: `hidden_states[index]` of `model.apply(params, *inputs)`."""
     return model.apply({"params": params}, *inputs).hidden_states[index]
 
 
-@partial(jax.jit, static_argnums=0)
+@by_layer
 def _pooled(model, params: Any, ids: jax.Array) -> jax.Array:
     return model.apply({"params": params}, ids).pooler_output

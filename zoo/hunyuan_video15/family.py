@@ -39,6 +39,7 @@ from vidax.zoo.hunyuan_video15.vae import HunyuanVideo15VAE, decode_peak_bytes
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
+from vidax.zoo.compute.runtime import platform
 
 IMAGE_TOKENS = 729  # SigLIP semantic tokens (all zeros for text-to-video)
 DEFAULT_ASPECT = (16, 9)  # width : height when the user gives no size
@@ -338,7 +339,7 @@ class HunyuanVideo15Family(HunyuanBase):
         s = self.planned_settings(options)
         job = memory_job(self.dit_config, self.vae_config, s, dtype_bytes=4 if options.dtype == "float32" else 2,
                          text_encoder_params=self._text_encoder_params(),
-                         blockwise_attention=jax.default_backend() == "cpu")
+                         blockwise_attention=platform() == "cpu")
         return quantized_job(job, HunyuanVideo15Transformer(self.dit_config), options.weights_dtype)  # --weights-dtype
 
     def _text_encoder_params(self) -> int:

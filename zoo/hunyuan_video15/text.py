@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from functools import partial
 from typing import Any
 
 import jax
@@ -21,6 +20,7 @@ import numpy as np
 from vidax.zoo.parts.encoders.decoder import DecoderTextModel
 from vidax.zoo.parts.encoders.t5 import T5EncoderModel
 from vidax.zoo.parts.encoders.tokenizer import Tokenizer, qwen_chat_prompt
+from vidax.zoo.parts.encoders.common import by_layer
 
 # The reference's system message; its source wraps lines with `\` inside the string literal, so
 # the numbered items are separated by the 8 spaces of indentation the continuation keeps.
@@ -112,11 +112,11 @@ class PromptEncoder:
         return TextFeatures(text, mask, text_2, mask_2)
 
 
-@partial(jax.jit, static_argnums=0)
+@by_layer
 def _run_decoder(decoder: DecoderTextModel, params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
     return decoder.apply({"params": params}, ids, mask).hidden_states[HIDDEN_STATE]
 
 
-@partial(jax.jit, static_argnums=0)
+@by_layer
 def _run_t5(byt5: T5EncoderModel, params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
     return byt5.apply({"params": params}, ids, mask)[0]

@@ -63,6 +63,8 @@ from vidax.zoo.generator.options import GenerateOptions, load_latents
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
+from vidax.zoo.compute.runtime import platform
+from vidax.zoo.parts.encoders.common import by_layer
 
 ANCESTRAL = "euler-ancestral"  # LTXEulerAncestralRFScheduler on the same (shifted) sigma grid
 SAMPLER_CLASSES = {**FLOW_SAMPLERS, ANCESTRAL: "LTXEulerAncestralRFScheduler"}
@@ -233,7 +235,7 @@ class LTX2Predict:
 # --- compiled units (static configs: one compile per shape, shared by every generation) ------------
 
 
-@partial(jax.jit, static_argnums=(0,))
+@by_layer
 def _text_features(model: GemmaTextModel, params, ids, mask):
     return stack_hidden_states(model.apply({"params": params}, ids, mask).hidden_states)
 
@@ -684,7 +686,7 @@ class LTX2Family(Family):
         s = self.resolve_settings(options)
         job = memory_job(self.model, s, len(s.scales.passes), dtype_bytes=4 if options.dtype == "float32" else 2,
                          text_encoder_params=self._text_encoder_params(),
-                         blockwise_attention=jax.default_backend() == "cpu")
+                         blockwise_attention=platform() == "cpu")
         _, _, f, h, w = self.latent_shape(s)  # the RoPE tables every device holds whole, fp32 as the DiT reads them
         tables = default_dit_rope_shapes(self.model.transformer, f, h, w, self.audio_shape(s)[2], fps=s.conditioning_fps)
         job = dataclasses.replace(job, step_input_bytes=sum(leaf.size * 4 for leaf in jax.tree.leaves(tables)))

@@ -27,6 +27,7 @@ from flax import struct
 
 from vidax.zoo.compute.kernels.heads_major import swapped_lanes
 from vidax.zoo.ltx2.config import TransformerConfig
+from vidax.zoo.compute.runtime import platform
 
 
 def video_coords(frames: int, height: int, width: int, *, fps: float, patch_size: int = 1, patch_size_t: int = 1,
@@ -156,7 +157,7 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array, rope_type: str) -> 
     Tables are batch-free (`[S, ...]`) or per sample (`[B, S, ...]`).
     """
     x32 = x.astype(jnp.float32)
-    if jax.default_backend() == "tpu":
+    if platform() == "tpu":
         return _rope_by_products(x, cos, sin, rope_type)
     if rope_type == "interleaved":
         pairs = x32.reshape(*x.shape[:-1], -1, 2)

@@ -82,6 +82,7 @@ from vidax.zoo.compute.progress import Progress
 from vidax.zoo.weights.source import WeightsSource
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
+from vidax.zoo.compute.runtime import platform
 
 CONDITION_PIPELINES = ("LTXConditionPipeline",)
 LTX_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline")
@@ -838,7 +839,7 @@ class LTXVideoFamily(Family):
             vae_params=vae_params,
             vae_weight_bytes=4 if options.dtype == "float32" else None,
             vae_peak_activation_bytes=decode_peak_bytes(vae_cfg, pad.frames, last.height, last.width, tiles),
-            blockwise_attention=jax.default_backend() == "cpu",
+            blockwise_attention=platform() == "cpu",
             step_input_bytes=2 * tokens * cfg.inner_dim * 4,  # RoPE cos and sin, [1, S, inner_dim] fp32, whole
         ), dit, options.weights_dtype)
 

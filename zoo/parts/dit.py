@@ -31,6 +31,7 @@ from typing import Any, Callable, Protocol
 import flax
 import flax.linen as nn
 import jax
+from vidax.zoo.compute.runtime import platform
 
 Params = dict[str, Any]
 
@@ -64,6 +65,10 @@ def scan_blocks(block: nn.Module, stacked: Params | tuple[Params, ...], hidden: 
         for layer_params in stacked:
             hidden = _constrain_hidden(block.apply({"params": layer_params}, hidden, ctx))
         return hidden
+    if jax.tree.leaves(stacked)[0].shape[0] == 1:  # one layer (a CPU run's unit, `offload.place_layers`): no
+        # scan, whose body would copy the layer's weights out of the stack first; the squeeze is a view
+        one = jax.tree.map(lambda leaf: leaf.reshape(leaf.shape[1:]), stacked)
+        return _constrain_hidden(block.apply({"params": one}, _constrain_hidden(hidden), ctx))
 
     def body(h, layer_params):
         return _constrain_hidden(block.apply({"params": layer_params}, h, ctx)), None
@@ -88,7 +93,7 @@ def place_resident(model: StackedDiT, params: Params) -> Params:
     own buffers: XLA's CPU dots cannot read a slice of the layer stack in place, so a scan copies
     every layer's weights on every call (Cosmos3-Nano, 2 layers at 244 tokens: 1.85 s scanned, 1.04 s
     per layer; `python -m bench cosmos3_dit`). Accelerators keep the stack (one compiled block body)."""
-    if jax.default_backend() == "cpu":
+    if platform() == "cpu":
         params = per_layer(model, params)
     return jax.device_put(params)
 

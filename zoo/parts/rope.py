@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.zoo.compute.kernels.heads_major import swapped_lanes
+from vidax.zoo.compute.runtime import platform
 
 
 def grid_table(parts: Sequence[tuple[int, np.ndarray]], grid: Sequence[int]) -> jax.Array:
@@ -59,7 +60,7 @@ def rotate_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Arra
     On the CPU the reshape fuses (the dry-run planner's figures are XLA's CPU ones).
     """
     x32 = x.astype(jnp.float32)
-    if jax.default_backend() == "tpu":
+    if platform() == "tpu":
         rotated = swapped_lanes(x)
     else:
         pairs = x32.reshape(*x.shape[:-1], -1, 2)
@@ -71,7 +72,7 @@ def rotate_half(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     """Rotate the halves `(x[:D/2], x[D/2:])` (transformers `rotate_half`, diffusers
     `use_real_unbind_dim=-2`; the tables hold each angle twice, `[freqs, freqs]`)."""
     x32 = x.astype(jnp.float32)
-    if jax.default_backend() == "tpu":  # one exact product, as `rotate_interleaved`: the slices' concatenate
+    if platform() == "tpu":  # one exact product, as `rotate_interleaved`: the slices' concatenate
         rotated = swapped_lanes(x, halves=True)
     else:
         half = x.shape[-1] // 2

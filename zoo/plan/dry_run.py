@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from vidax.zoo.plan import dry_run_cache
+from vidax.zoo.compute.runtime import platform
 from vidax.zoo.plan.dry_run_units import (  # noqa: F401 (re-exported: the tests and the bench use them from here)
     DecodeUnit,
     abstract,
@@ -75,6 +76,12 @@ class StageMemory:
     def ratio(self) -> float | None:
         return None if self.planned is None or not self.total else self.planned / self.total
 
+    @property
+    def kind(self) -> str:
+        """The stage this unit belongs to: "text encoder", "dit" or "vae decode" (a stage may run as several
+        compiled units: its peak is the largest)."""
+        return next((k for k in ("text encoder", "vae decode") if self.stage.startswith(k)), "dit")
+
 
 @dataclasses.dataclass(frozen=True)
 class DryRun:
@@ -90,6 +97,11 @@ class DryRun:
     @property
     def fits(self) -> bool:
         return all(stage.total <= self.device_bytes for stage in self.stages)
+
+    def peak(self, kind: str) -> StageMemory:
+        """The largest compiled unit of a stage ("text encoder", "dit", "vae decode"): what the planner's
+        figure for that stage predicts."""
+        return max((s for s in self.stages if s.kind == kind), key=lambda s: s.total)
 
 
 def compile_stage(stage: str, fn: Callable, args: tuple, *, planned: int | None = None,
@@ -192,12 +204,15 @@ def compile_dit_step(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond:
 
 
 def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, cond: Any, chunk: int,
-                          planned: int | None, device: Any = None) -> StageMemory:
+                          planned: int | None, device: Any = None, *, layered: bool = False) -> StageMemory:
     """`--offload-chunk`: the compiled chunk of `chunk` blocks (`offload.StreamedDiT`'s unit, hidden state
     donated), plus what stays on the device beside it: the embed and head weights and the next chunk, whose
     transfer is issued before this chunk's compute (at a cut depth, the blocks left after this chunk, at most a
     chunk: the planner's `min(depth, 2 x chunk)`). The hidden state and context are the embed's, traced, with the
-    shardings the embed gives them under a mesh (every stream of a multi-stream DiT split as between blocks)."""
+    shardings the embed gives them under a mesh (every stream of a multi-stream DiT split as between blocks).
+
+    `layered`: a CPU run's DiT (`offload.place_layers`): one block per program, every block's weights resident
+    beside it."""
     from vidax.zoo.parts.dit import block_groups, forward, scan_blocks
 
     rules = family.transformer_rules
@@ -221,9 +236,12 @@ def compile_offloaded_dit(family: Any, s: Any, dit: Any, dtype: Any, mesh: Any, 
     blocks = jax.tree.map(lambda x: jax.ShapeDtypeStruct((min(chunk, x.shape[0]), *x.shape[1:]), x.dtype,
                                                          sharding=x.sharding), params[group.name])
     unit = lambda b, h, c: scan_blocks(group.block, b, h, c)  # noqa: E731
+    name = "dit step (one block)" if layered else f"dit chunk (offload {chunk})"
     with _on(mesh, rules):
-        report = compile_stage(f"dit chunk (offload {chunk})", unit, (blocks, hidden, ctx), planned=planned,
-                               donate=(1,))
+        report = compile_stage(name, unit, (blocks, hidden, ctx), planned=planned, donate=(1,))
+    if layered:  # every weight on the device, the compiled block's counted in its arguments
+        return dataclasses.replace(report, argument=report.argument + per_device_bytes(params)
+                                   - per_device_bytes(blocks))
     resident = {k: v for k, v in params.items() if k not in {g.name for g in block_groups(dit)}}
     depth = jax.tree.leaves(params[group.name])[0].shape[0]
     compiled = min(chunk, depth)
@@ -239,6 +257,40 @@ def embedded_as_placed(embedded: Callable, params: Any, rest: list) -> Any:
     shapes = jax.eval_shape(embedded, params, *rest)
     return jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
                         shapes, compiled.output_shardings)
+
+
+def compile_text_encoder(fn: Callable, args: tuple, static: tuple, beside: int, planned: int | None,
+                         device: Any) -> list[StageMemory]:
+    """The text encoder as it runs: on CPU a host loop over one compiled layer per stack (`encoders.by_layer`),
+    each unit a row whose arguments count every weight of the towers (they stay on the device while the loop
+    runs); on an accelerator one program."""
+    from vidax.zoo.compute.runtime import platform
+    from vidax.zoo.parts.encoders.common import recording_layer_units
+
+    if platform() != "cpu":
+        report = compile_stage("text encoder", fn, args, planned=planned, static=static)
+        return [dataclasses.replace(report, argument=report.argument + beside)]
+    dynamic = [i for i in range(len(args)) if i not in static]
+
+    def traced(*values):  # the static arguments in their places, the others traced
+        merged = list(args)
+        for i, value in zip(dynamic, values):
+            merged[i] = value
+        return fn(*merged)
+
+    with recording_layer_units() as units:
+        jax.eval_shape(traced, *(args[i] for i in dynamic))
+    weights = per_device_bytes([a for i, a in enumerate(args) if i not in static]) + beside  # every layer resident
+    reports = []
+    for index, unit in enumerate(units):
+        on_device = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=SingleDeviceSharding(
+            device)), unit.args)
+        name = "text encoder (layer)" if len(units) == 1 else f"text encoder (layer of stack {index + 1})"
+        report = compile_stage(name, unit.fn, on_device, planned=planned)
+        layer = per_device_bytes(on_device[0])
+        inputs = report.argument - layer  # the carry and what every layer reads
+        reports.append(dataclasses.replace(report, argument=weights + inputs))
+    return reports
 
 
 def compile_decode_unit(unit: Any, planned: int | None) -> StageMemory:
@@ -587,15 +639,16 @@ def _compile_stages(family: Any, options: Any, s: Any, parts: FamilyStages, layo
     if text is not None:  # (fn, args, static[, bytes of other towers held beside it])
         fn, args, static, *beside = text
         planned = job.text_encoder_params * job.text_encoder_bytes
-        report = compile_stage("text encoder", fn, args, planned=planned, static=static)
-        reports.append(dataclasses.replace(report, argument=report.argument + sum(beside)))
+        reports.extend(compile_text_encoder(fn, args, static, sum(beside), planned, first))
     if "dit" in stages:
         check_heads(job.dit.heads, layout.tp, layout.sp)
         mesh = make_mesh(layout.dp, layout.tp, layout.sp, devices=found[: layout.devices])
         mesh = mesh if mesh.size > 1 else None
         cond = parts.cond(family, s, 2 if s.guided else 1)
         planned = planned_dit_bytes(job, layout)
-        if layout.offload_chunk is None:
+        if layout.offload_chunk is None and mesh is None and platform() == "cpu":  # as `denoise.place_dit` runs it
+            reports.append(compile_offloaded_dit(family, s, dit, dtype, mesh, cond, 1, planned, first, layered=True))
+        elif layout.offload_chunk is None:
             reports.append(compile_dit_step(family, s, dit, dtype, mesh, cond, planned, first))
         else:
             reports.append(compile_offloaded_dit(family, s, dit, dtype, mesh, cond, layout.offload_chunk, planned,

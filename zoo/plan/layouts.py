@@ -11,6 +11,7 @@ import jax
 
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.compute.runtime import platform
 
 def _layout_given(options: GenerateOptions) -> bool:
     return any(v is not None for v in (options.tp, options.sp, options.dp, options.offload_chunk))
@@ -107,7 +108,7 @@ def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOpti
             f"{smallest[0].describe()}; {devices} device(s) have {device_bytes / 2**30:.1f} GiB (see --plan)")
     from vidax.zoo.compute.distributed import multiprocess
 
-    if jax.default_backend() == "cpu" and not multiprocess():  # CPU "devices" share the host's cores: spread only when one does not fit
+    if platform() == "cpu" and not multiprocess():  # CPU "devices" share the host's cores: spread only when one does not fit
         single = next(row for row in rows if row[0].devices == 1 and row[0].offload_chunk is None)
         chosen = single if single[2] else chosen
     layout, prediction, _ = chosen

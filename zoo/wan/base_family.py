@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from functools import cached_property, partial
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -54,6 +54,8 @@ from vidax.zoo.parts.wan_vae import (
     normalize_latents,
     planner_entries,
 )
+from vidax.zoo.compute.runtime import platform
+from vidax.zoo.parts.encoders.common import by_layer
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -139,7 +141,7 @@ def _model_input(latents, t, cond: WanCondition, patch: tuple[int, int]):
     return x, jnp.broadcast_to(per_token, (latents.shape[0], per_token.shape[1]))
 
 
-@partial(jax.jit, static_argnames=("model",))
+@by_layer
 def _encode_image(model: CLIPVisionModelWithProjection, params, pixels: jax.Array) -> jax.Array:
     return model.apply({"params": params}, pixels).hidden_states[-2]
 
@@ -413,7 +415,7 @@ class WanFamily(Family):
             text_encoder_params=abstract_param_count(T5EncoderModel(text), ids, jnp.ones_like(ids)),
             text_encoder_bytes=width,
             **planner_entries(vae_cfg, s.height, s.width),
-            blockwise_attention=jax.default_backend() == "cpu",
+            blockwise_attention=platform() == "cpu",
             block_weight_bytes=block_bytes,
             attention_input_copies=BLOCKWISE_LAYOUT_COPIES,  # over the rotated q and k (tests/dryrun: 14B at 720p)
         )

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import html
 import re
-from functools import partial
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 
 from vidax.zoo.parts.encoders.tokenizer import Tokenizer
+from vidax.zoo.parts.encoders.common import by_layer
 
 MAX_SEQUENCE_LENGTH = 512  # the reference pads every prompt to 512 tokens (I2V splits text from image by it)
 
@@ -41,7 +41,7 @@ def wan_text_features(model, params, tokenizer: Tokenizer, prompts: Sequence[str
     return _encode(model, params, jnp.asarray(batch.input_ids), jnp.asarray(batch.attention_mask))
 
 
-@partial(jax.jit, static_argnums=0)
+@by_layer
 def _encode(model, params, ids: jax.Array, mask: jax.Array) -> jax.Array:
     features = model.apply(params, ids, mask).last_hidden_state
     keep = jnp.arange(ids.shape[1])[None, :] < mask.sum(axis=1)[:, None]  # the reference zeroes past the prompt
