@@ -1,80 +1,110 @@
 #!/usr/bin/env bash
-# The TPU table as one command, on a TPU host where jax[tpu] is installed: no torch, vidax not installed.
+# The TPU bench as device calls, each within one 10-minute call of a TPU host where jax with libtpu is installed
+# (no torch; vidax is not installed: it runs from this checkout):
 #
-#   bash scripts/bench_tpu.sh [BUDGET_S]          # default 540 s; every step is time-boxed, in priority order
+#   bash scripts/bench_tpu.sh kernels                  # attention kernels at the families' shapes; vidax beside
+#                                                      # MaxDiffusion (Wan2.1-14B 480p, Wan2.1-1.3B step)
+#   bash scripts/bench_tpu.sh dits-wan                 # every family's DiT at native size, in three groups
+#   bash scripts/bench_tpu.sh dits-hunyuan-cogvideox   #   (bench.accelerator.chip.every_dit: each group compiles
+#   bash scripts/bench_tpu.sh dits-ltx-cosmos          #   its programs at once, then runs them one by one)
+#   bash scripts/bench_tpu.sh tier                     # the TPU test tier (pytest -m tpu)
 #
-# Steps, in priority order: the TPU tier (pytest -m tpu), MaxDiffusion's Wan transformer and vidax's at the
-# same shapes called in turns in one process (only where .bench/maxdiffusion holds its source:
-# scripts/prepare_maxdiffusion.sh), attention alone at the Wan and HunyuanVideo-1.5 480p shapes (every
-# candidate block choice), vidax's DiTs at 480p (Wan2.1-14B blocks with cold and warm compile,
-# HunyuanVideo-1.5 blocks, the whole Wan2.1-1.3B step), then the 720p blocks, each case in a process of its
-# own (JAX's memory pool keeps the largest size it grew to), then every registered family's DiT at its native
-# size (bench.accelerator.chip.every_dit) with the time left: each family's one-block program compiled in
-# 40-130 s on the v5e (2026-12-06), so the whole table takes several calls of the device's 10 minutes.
-# Output: $OUT (the device tool's folder) or .bench/tpu: tpu.md (the table), the JSON and logs.
-# Python: $PYTHON or python3. Missing runtime packages (flax, ...) are installed into a temporary
-# folder appended to PYTHONPATH, so the host's own JAX stays first: set PIP_INDEX_URL (or
-# VIDAX_BENCH_PIP_ARGS, e.g. "--index-url file:///opt/pypi/simple") where PyPI is not reachable.
+# Every call writes its logs and JSON under $OUT (the device tool's folder; .bench/tpu/CALL elsewhere) and prints
+# its table at the end. BUDGET (seconds, default 560) bounds the call; its steps are time-boxed, in priority order.
+# `kernels` needs MaxDiffusion's export in .bench/maxdiffusion (scripts/prepare_maxdiffusion.sh; carry it); its
+# tiles: MD_CUSTOM (default 4864,1024,1024: its custom kernel's own default block_q, keys per block).
+# TPU_LONG=KERNEL:Q,KV,KC sets vidax's attention for long keys in every call (VIDAX_TPU_ATTENTION_LONG), e.g.
+# the kernel `kernels` timed fastest: TPU_LONG=exp2_bounded:2048,4096,1024 bash scripts/bench_tpu.sh dits-wan.
+# TOY=1: the same steps at toy sizes on the CPU (`dits-toy` is wan-tiny), so that the script's CPU path is checked.
+# Python: $PYTHON or python3. Runtime packages missing there are installed into /tmp/vidax-site, appended to
+# PYTHONPATH (the host's jax stays first), from $VIDAX_BENCH_PIP_ARGS (default: the host's own index at
+# /opt/pypi/simple when it exists).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-budget=${1:-540}
-out=${OUT:-.bench/tpu}
+call=${1:-kernels}
+budget=${BUDGET:-560}
+out=${OUT:-.bench/tpu/$call}
 mkdir -p "$out"
 python=${PYTHON:-python3}
 start=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - start) )); }
-step() { echo "[bench_tpu] $1 at $(( $(date +%s) - start )) s" ; }
+cap() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }  # a step's limit: its own or what is left
+step() { echo "[bench_tpu $call] $1 at $(( $(date +%s) - start )) s" | tee -a "$out/run.log"; }
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1 VIDAX_CACHE_DIR=${VIDAX_CACHE_DIR:-/tmp/vidax-bench-tpu-cache}
+[ -n "${TPU_LONG:-}" ] && export VIDAX_TPU_ATTENTION_LONG=$TPU_LONG
 
-if ! "$python" -c 'import flax, typer, rich, psutil' 2>/dev/null; then
-  site=$(mktemp -d /tmp/vidax-bench-site.XXXX)
-  # shellcheck disable=SC2086  # VIDAX_BENCH_PIP_ARGS is a list of pip options
-  PIP_CONFIG_FILE=${PIP_CONFIG_FILE:-/dev/null} "$python" -m pip install -q --only-binary=:all: --target "$site" \
-    ${VIDAX_BENCH_PIP_ARGS:-} flax typer rich huggingface-hub psutil pillow tokenizers sentencepiece jinja2 \
-    safetensors ftfy av gguf einops pyyaml pytest > /tmp/vidax-bench-pip.log 2>&1 || tail -5 /tmp/vidax-bench-pip.log
+site=/tmp/vidax-site
+if ! "$python" -c 'import flax, typer, rich, psutil, einops, yaml' 2>/dev/null; then
+  pip_args=${VIDAX_BENCH_PIP_ARGS:-}
+  [ -z "$pip_args" ] && [ -d /opt/pypi/simple ] && pip_args="--index-url file:///opt/pypi/simple"
+  # shellcheck disable=SC2086  # pip_args is a list of pip options
+  PIP_CONFIG_FILE=${PIP_CONFIG_FILE:-/dev/null} "$python" -m pip install -q --isolated --only-binary=:all: \
+    --target "$site" $pip_args flax typer rich huggingface-hub psutil pillow tokenizers sentencepiece jinja2 \
+    safetensors ftfy av gguf einops pyyaml optax orbax-checkpoint requests pytest > "$out/pip.log" 2>&1 \
+    || tail -5 "$out/pip.log"
   export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$site
 fi
 shim=$(mktemp -d /tmp/vidax-shim.XXXX)  # `vidax.*` from this checkout without installing it
 mkdir -p "$shim/vidax"
-for d in translator zoo cli conversion_specs; do ln -s "$PWD/$d" "$shim/vidax/$d"; done
+for d in translator zoo cli conversion_specs train; do ln -s "$PWD/$d" "$shim/vidax/$d"; done
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$shim:$PWD
+{ uptime; "$python" -c 'import jax; print(jax.__version__, jax.devices())' 2>&1 | tail -1; git log -1 --format=%h 2>/dev/null; } \
+  >> "$out/run.log"
 step "set up"
 
-# the tier took 124 s of pytest on a warm host (run N) and more than 150 s as the first step of a cold one (run M)
-VIDAX_TEST_TPU=1 timeout 200 "$python" -m pytest -m tpu tests/tpu -q -s -p no:cacheprovider --tb=line -rf \
-  > "$out/tier.log" 2>&1
-step "TPU tier"
-if [ -d .bench/maxdiffusion ]; then  # the peer in the same process, called in turns with vidax (the issue's ratio first)
-  timeout $(( $(left) > 200 ? 200 : $(left) )) "$python" -m bench.accelerator.side_by_side --shape wan14b_480p \
-    --layers 1 --blocks 2048,4096,1024 --blocks 512,512,512 --vidax-always-own --rounds 5 \
-    --out "$out/side.json" > "$out/side.log" 2>&1
-  step "vidax and MaxDiffusion interleaved"
+# the shapes whose attention decides the families' blocks: Wan2.1-14B 480p self-attention, CogVideoX1.5-5B's joint
+# attention (head dim 64), HunyuanVideo-1.5 480p's joint attention (text padding masked)
+SHAPES="2,40,32760,32760,128 2,48,45106,45106,64 2,16,51275,51275,128,masked"
+CHOICES="exp2:2048,4096,1024 exp2_bounded:2048,4096,1024 exp2_bounded:4096,2048,1024 exp2_bounded:1024,4096,1024"
+MD_CUSTOM=${MD_CUSTOM:-4864,1024,1024}
+VIDAX_EXP2=${VIDAX_EXP2:-exp2_bounded:2048,4096,1024}
+toy=()
+if [ "${TOY:-0}" = 1 ]; then
+  export JAX_PLATFORMS=cpu
+  SHAPES="1,2,300,300,64 1,2,200,700,128,masked"
+  CHOICES="exp2:128,256,128 exp2_bounded:128,256,128"
+  MD_CUSTOM=128,128,128 VIDAX_EXP2=exp2_bounded:128,256,128 toy=(--toy)
 fi
-timeout 120 "$python" -m vidax.zoo.compute.kernels.tpu_blocks 2,40,32760,32760,128 2,40,32760,512,128 \
-  2,16,51275,51275,128,masked > "$out/sweep.log" 2>&1
-step "attention alone"
-# each case in a process of its own: JAX's pool keeps what the Wan 8-block case grew to, and the
-# HunyuanVideo-1.5 program could not be loaded beside it (run I: 8.72 GB to reserve, 8.51 GB free)
-for case in wan-480p hv15-480p wan13-480p; do
-  [ "$(left)" -lt 60 ] && { step "skipped $case (budget)"; continue; }
-  only=dit; [ "$case" = wan-480p ] && only=dit,compile
-  VIDAX_NO_TPU_TUNING=1 timeout $(( $(left) > 110 ? 110 : $(left) )) "$python" -m bench.accelerator --profile real \
-    --torch-device none --only "$only" --cases "$case" --budget 100 --out "/tmp/vidax-$case.md" \
-    --json "$out/vidax-$case.json" --cache-dir "$VIDAX_CACHE_DIR" > "/tmp/vidax-$case.log" 2>&1
-  step "vidax $case"
-done
-for case in wan-720p hv15-720p; do
-  [ "$(left)" -lt 50 ] && { step "skipped $case (budget)"; continue; }
-  VIDAX_NO_TPU_TUNING=1 timeout $(( $(left) > 80 ? 80 : $(left) )) "$python" -m bench.accelerator --profile real \
-    --torch-device none --only dit --cases "$case" --budget 60 --out "/tmp/vidax-$case.md" \
-    --json "$out/vidax-$case.json" --cache-dir "$VIDAX_CACHE_DIR" > "/tmp/vidax-$case.log" 2>&1
-  step "vidax $case"
-done
-if [ "$(left)" -gt 200 ]; then  # every family's DiT at its native size, from the dry run's step programs
-  timeout "$(left)" "$python" -m bench.accelerator.chip.every_dit all --out-dir /tmp/vidax-every-dit \
-    --budget $(( $(left) - 15 )) --per-model 200 > "$out/every_dit.log" 2>&1
-  cp /tmp/vidax-every-dit/every_dit.md "$out/" 2>/dev/null
-  step "every family's DiT"
-fi
-"$python" -m bench.accelerator.tpu_table "$out" | tee "$out/tpu.md"
-[ -f "$out/every_dit.md" ] && cat "$out/every_dit.md" | tee -a "$out/tpu.md"
+
+side_by_side() {  # shape, layers, limit, json name
+  [ -d .bench/maxdiffusion ] || { step "no .bench/maxdiffusion: MaxDiffusion skipped"; return; }
+  local t layers=$2; t=$(cap "$3"); [ "$t" -lt 90 ] && { step "side by side $1 skipped ($t s left)"; return; }
+  [ "${TOY:-0}" = 1 ] && layers=1
+  # vidax at MaxDiffusion's splash blocks (the same kernel, tiles and chip), then vidax's exp2 kernel beside
+  # MaxDiffusion's custom kernel with its fixed softmax bound, calls interleaved in one process
+  timeout "$t" "$python" -m bench.accelerator.side_by_side "${toy[@]}" --shape "$1" --layers "$layers" --rounds 5 \
+    --blocks 2048,4096,1024 --peer "ulysses_custom_fixed_m:$MD_CUSTOM" --vidax-attention "$VIDAX_EXP2" \
+    --out "$out/$4.json" > "$out/$4.log" 2>&1
+  step "side by side $1, $2 layers: rc $?"
+}
+
+case "$call" in
+  kernels)
+    t=$(cap 190)
+    timeout "$t" "$python" -m vidax.zoo.compute.kernels.tpu_blocks --only $SHAPES $CHOICES > "$out/attention.log" 2>&1
+    step "attention kernels: rc $?"
+    cp "$VIDAX_CACHE_DIR/tpu-attention.json" "$out/" 2>/dev/null
+    side_by_side wan14b_480p 1 220 side-wan14b-480p
+    side_by_side wan1.3b_480p 30 200 side-wan13b-step
+    { echo "## attention alone"; grep -v "^vidax:" "$out/attention.log"; } > "$out/table.md"
+    for f in "$out"/side-*.log; do [ -f "$f" ] && { echo; echo "## $(basename "$f" .log)"; grep "^|\|^#" "$f"; } >> "$out/table.md"; done
+    ;;
+  dits-*)
+    group=${call#dits-}
+    timeout "$(left)" "$python" -m bench.accelerator.chip.every_dit all --group "$group" --out-dir "$out/rows" \
+      --budget $(( $(left) - 10 )) --workers "${WORKERS:-6}" > "$out/every_dit.log" 2>&1
+    step "every_dit $group: rc $?"
+    "$python" -m bench.accelerator.chip.every_dit table "$out/rows" > "$out/table.md" 2>&1
+    ;;
+  tier)
+    VIDAX_TEST_TPU=1 timeout "$(cap 300)" "$python" -m pytest -m tpu tests/tpu -q -s -p no:cacheprovider --tb=line \
+      -rf > "$out/tier.log" 2>&1
+    step "TPU tier: rc $?"
+    tail -3 "$out/tier.log" > "$out/table.md"
+    ;;
+  *)
+    echo "unknown call $call: kernels, dits-wan, dits-hunyuan-cogvideox, dits-ltx-cosmos, tier" >&2
+    exit 2 ;;
+esac
+uptime >> "$out/run.log"
+cat "$out/table.md"

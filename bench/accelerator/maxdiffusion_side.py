@@ -247,13 +247,22 @@ def load_yml(name: str) -> dict:
     return yaml.safe_load((MAXDIFFUSION_DIR / "src" / "maxdiffusion" / "configs" / name).read_text())
 
 
+CUSTOM_VMEM_BYTES = 64 * 2**20  # its fast-inference script's vmem_limit_bytes for the custom kernel
+CUSTOM_INNER = 1024  # ... and its block_kv_compute_in
+
+
 def block_sizes_for(yml: dict, attention: str, blocks: tuple[int, int, int] | None):
-    """MaxDiffusion's BlockSizes for a (block_q, block_kv, block_kv_compute) candidate, or the yml's."""
+    """MaxDiffusion's BlockSizes for a (block_q, block_kv, block_kv_compute) candidate, or the yml's. The custom
+    kernel's ("ulysses_custom", "ulysses_custom_fixed_m") get its fast-inference script's other fields: keys per
+    exponential pass min(block_kv_compute, 1024), 64 MiB of VMEM."""
     from maxdiffusion import max_utils
 
     sizes = dict(yml["flash_block_sizes"])
     if blocks is not None:
-        sizes = max_utils.flash_block_sizes_for_candidate(sizes, attention, *blocks)
+        custom = {"vmem_limit_bytes": CUSTOM_VMEM_BYTES} if "custom" in attention else {}
+        sizes = max_utils.flash_block_sizes_for_candidate(sizes, attention, *blocks, **custom)
+        if "custom" in attention:
+            sizes["block_kv_compute_in"] = min(blocks[2], CUSTOM_INNER)
     return sizes, max_utils.get_flash_block_sizes(types.SimpleNamespace(attention=attention, flash_block_sizes=sizes))
 
 
@@ -366,16 +375,43 @@ def record_kernels() -> None:
     af._select_flash_block_sizes = selected
 
 
+_INTERPRET = []  # set by use_pallas_interpret
+
+
+def _interpreted():
+    import contextlib
+
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pltpu.force_tpu_interpret_mode() if _INTERPRET else contextlib.nullcontext()
+
+
 def use_pallas_interpret() -> None:
-    """Run the splash kernel in Pallas interpret mode (CPU smoke test of the flash path only)."""
+    """Run the splash kernel and MaxDiffusion's custom kernel in Pallas interpret mode (CPU smoke tests)."""
     import functools
 
+    from jax.experimental.pallas import tpu as pltpu
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from maxdiffusion.kernels import custom_splash_attention as custom
 
     if not getattr(sk.make_splash_mha, "_vidax_interpret", False):
         patched = functools.partial(sk.make_splash_mha, interpret=True)
         patched._vidax_interpret = True
         sk.make_splash_mha = patched
+    if not getattr(custom.make_splash_mha, "_vidax_interpret", False):
+        make = custom.make_splash_mha
+
+        def interpreted(*args, **kwargs):
+            kernel = make(*args, **kwargs)
+
+            def run(*a):
+                with pltpu.force_tpu_interpret_mode():
+                    return kernel(*a)
+            return run
+
+        interpreted._vidax_interpret = True
+        custom.make_splash_mha = interpreted
+    _INTERPRET.append(True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,8 +468,9 @@ def prepare(shape: Shape, layers: int, attention: str, blocks: tuple[int, int, i
             jnp.zeros((batch, *shape.latent, shape.in_channels)))
         args = (params, rest, latents, timestep, text, rotary_emb)
         t0 = time.perf_counter()
-        lowered = jax.jit(forward).lower(*args)
-        compiled = lowered.compile()
+        with _interpreted():  # the custom kernel has no interpret flag: the mode must hold while it is lowered
+            lowered = jax.jit(forward).lower(*args)
+            compiled = lowered.compile()
         compile_s = time.perf_counter() - t0
         mem = compiled.memory_analysis()
         hlo = compiled.as_text() or ""

@@ -14,6 +14,11 @@ gives each side's median, the ratio, and the per-block cost from the slope betwe
 vidax's attention blocks follow each `--blocks` (through `VIDAX_TPU_ATTENTION`) so that the
 kernel and its tiles are the same on both sides; `--vidax-own` adds vidax with its own choice
 (the chip's table), `--vidax-always-own` runs vidax's own choice beside each of MaxDiffusion's.
+`--peer KIND:Q,KV,KC` adds MaxDiffusion's other attention paths beside vidax's own choice, e.g. its custom
+kernel with the fixed softmax bound, `--peer ulysses_custom_fixed_m:4864,1024,1024` (Ulysses over a one-chip
+mesh: no exchange, the local kernel; its fast-inference script's other fields, `maxdiffusion_side.block_sizes_for`);
+`--vidax-attention LABEL` sets vidax's own choice for long keys (`VIDAX_TPU_ATTENTION_LONG`, e.g.
+`exp2_bounded:2048,4096,1024`; cross-attention to text keeps the table's).
 Both sides share the process's `LIBTPU_INIT_ARGS` (vidax raises the scoped VMEM limit to 64 MiB
 when it is imported: MaxDiffusion's README asks for the same flag). MaxDiffusion's source comes from `.bench/maxdiffusion` as for
 `bench.accelerator.maxdiffusion_side`. `--trace DIR` records one profiled call of each side and
@@ -137,6 +142,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--vidax-own", action="store_true", help="also vidax alone with its own block choice")
     parser.add_argument("--vidax-always-own", action="store_true",
                         help="vidax runs its own block choice beside each of MaxDiffusion's --blocks")
+    parser.add_argument("--peer", action="append", default=[], type=_parse_peer,
+                        help="KIND:Q,KV,KC: a MaxDiffusion attention path beside vidax's own choice (repeatable)")
+    parser.add_argument("--vidax-attention", default=None,
+                        help="vidax's own choice for long keys (VIDAX_TPU_ATTENTION_LONG), the table's for the others")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--trace", action="store_true", help="summarise one profiled call per side")
@@ -165,28 +174,36 @@ def main(argv: list[str] | None = None) -> dict:
         "maxdiffusion": source, "shape": dataclasses.asdict(shape), "rounds": args.rounds,
         "load_before": os.getloadavg(), "runs": [],
     }
-    settings = [(blocks, f"{blocks[0]},{blocks[1]},{blocks[2]}") for blocks in (args.blocks or [(512, 512, 512)])]
+    splash_kind = "dot_product" if args.toy else "flash"
+    # (MaxDiffusion's attention kind or None, its blocks, the setting's label, vidax's override or None = own)
+    settings = [(splash_kind, blocks, f"{splash_kind} {blocks[0]},{blocks[1]},{blocks[2]}",
+                 None if args.vidax_always_own else f"splash:{blocks[0]},{blocks[1]},{blocks[2]}")
+                for blocks in (args.blocks or ([] if args.peer else [(512, 512, 512)]))]
+    settings += [(kind, blocks, f"{kind} {blocks[0]},{blocks[1]},{blocks[2]}", None) for kind, blocks in args.peer]
     if args.vidax_own:
-        settings.append((None, None))
+        settings.append((None, None, "vidax's own", None))
     for layers in [int(n) for n in args.layers.split(",")]:
-        for blocks, label in settings:
-            run: dict[str, Any] = {"layers": layers, "blocks": label or "vidax's own",
-                                   "vidax_blocks": "own" if label is None or args.vidax_always_own else label}
+        for kind, blocks, label, vidax_choice in settings:
+            run: dict[str, Any] = {"layers": layers, "blocks": label, "vidax_blocks": vidax_choice or "own"}
             calls = {}
             try:
-                if label is not None and not args.vidax_always_own:
-                    os.environ["VIDAX_TPU_ATTENTION"] = f"splash:{label}"
+                if vidax_choice:  # the same kernel and tiles as MaxDiffusion's, for every attention call
+                    os.environ["VIDAX_TPU_ATTENTION"] = vidax_choice
                 else:
                     os.environ.pop("VIDAX_TPU_ATTENTION", None)
+                if args.vidax_attention:  # vidax's own choice with another kernel for long keys (the table's else)
+                    os.environ[tpu_blocks.LONG_CHOICE_ENV] = args.vidax_attention
                 ours = prepare_vidax(vidax_case(shape, layers, args.batch))
-                ours["tpu_blocks"] = (tpu_blocks.override() or tpu_blocks.default_for(device.device_kind)).label()
+                ours["tpu_blocks"] = (tpu_blocks.override() or tpu_blocks.override(tpu_blocks.LONG_CHOICE_ENV)
+                                      or tpu_blocks.default_for(device.device_kind)).label()
                 calls["vidax"] = ours.pop("call")
                 ours.pop("harness")
                 run["vidax"] = ours
-                if blocks is not None:
-                    theirs = maxdiffusion_side.prepare(shape, layers, "dot_product" if args.toy else "flash",
-                                                      None if args.toy else blocks, batch=args.batch,
-                                                      flash_min_seq_length=None)
+                if kind is not None:
+                    custom = "custom" in kind
+                    theirs = maxdiffusion_side.prepare(shape, layers, kind,
+                                                      None if args.toy and not custom else blocks, batch=args.batch,
+                                                      flash_min_seq_length=0 if args.toy and custom else None)
                     calls["maxdiffusion"] = theirs.pop("call")
                     run["maxdiffusion"] = theirs
                 times = interleave(calls, args.rounds)
@@ -212,6 +229,13 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
+def _parse_peer(text: str) -> tuple[str, tuple[int, int, int]]:
+    kind, _, blocks = text.partition(":")
+    if not kind or not blocks:
+        raise argparse.ArgumentTypeError("--peer is KIND:Q,KV,KC, e.g. ulysses_custom_fixed_m:4864,1024,1024")
+    return kind, maxdiffusion_side._parse_blocks(blocks)
+
+
 def _slopes(runs: list[dict]) -> None:
     """ms per block from the two depths of each setting, for each side."""
     by_setting: dict[str, list[dict]] = defaultdict(list)
@@ -230,15 +254,17 @@ def _slopes(runs: list[dict]) -> None:
 def table(report: dict) -> str:
     lines = [f"# side by side on {report['device']['kind']} (jax {report['device']['jax']}), "
              f"load {report['load_before'][0]:.2f} before / {report['load_after'][0]:.2f} after",
-             "| layers | blocks | vidax ms | MaxDiffusion ms | MD / vidax | vidax ms/block | MD ms/block |",
-             "|---|---|---|---|---|---|---|"]
+             "| layers | MaxDiffusion's path | vidax's attention | vidax ms | MaxDiffusion ms | MD / vidax | "
+             "vidax ms/block | MD ms/block |",
+             "|---|---|---|---|---|---|---|---|"]
     for run in report["runs"]:
         if "error" in run:
-            lines.append(f"| {run['layers']} | {run['blocks']} | error: {run['error'][:120]} |||||")
+            lines.append(f"| {run['layers']} | {run['blocks']} | error: {run['error'][:120]} ||||||")
             continue
         ours, theirs = run["vidax"], run.get("maxdiffusion", {})
         fmt = lambda x: f"{x:.1f}" if isinstance(x, (int, float)) else "—"  # noqa: E731
-        lines.append(f"| {run['layers']} | {run['blocks']} | {fmt(ours.get('ms'))} | {fmt(theirs.get('ms'))} | "
+        lines.append(f"| {run['layers']} | {run['blocks']} | {ours.get('tpu_blocks', '-')} | {fmt(ours.get('ms'))} | "
+                     f"{fmt(theirs.get('ms'))} | "
                      f"{run.get('maxdiffusion_over_vidax', float('nan')):.3f} | "
                      f"{fmt(ours.get('ms_per_block_slope'))} | {fmt(theirs.get('ms_per_block_slope'))} |")
     return "\n".join(lines)

@@ -100,16 +100,19 @@ def test_the_table_keeps_trace_and_lower_apart_from_the_compile(wan_tiny_row, tm
 
 
 def test_a_group_compiles_together_and_runs_smallest_first(tmp_path, monkeypatch):
-    """Two models planned, compiled by two workers at once, run in the order of their XLA plans (smallest
-    first), each row written as a file; the table names the concurrency."""
-    order = []
-    real_run = dit_programs.run
+    """Three models planned, compiled by two workers at once (the two the same program once), run in the order
+    of their XLA plans (smallest first), each row written as a file; the table names the concurrency."""
+    order, compiled = [], []
+    real_run, real_compile = dit_programs.run, dit_programs._compile
     monkeypatch.setattr(dit_programs, "run", lambda model, *a, **k: order.append(model.spec) or real_run(model, *a, **k))
-    specs = ["wan-tiny", "wan-tiny@64x64x9"]
+    monkeypatch.setattr(dit_programs, "_compile", lambda program: compiled.append(program.key) or real_compile(program))
+    specs = ["wan-tiny", "wan-tiny@64x64x9", "wan-tiny@64x64x17"]  # the last is wan-tiny's native size
     rows = dit_programs.measure_group(specs, tmp_path, repeats=1, workers=2)
-    assert [r["spec"] for r in rows] == specs and order == ["wan-tiny@64x64x9", "wan-tiny"]
-    assert all(r["runs"]["1"]["compiled_beside"] == 2 and r["runs"]["1"]["compile_cpu_s"] > 0 for r in rows)
-    assert sorted(p.name for p in tmp_path.glob("dit-*.json")) == ["dit-wan-tiny.json", "dit-wan-tiny_64x64x9.json"]
+    assert [r["spec"] for r in rows] == specs and order[0] == "wan-tiny@64x64x9"
+    assert sorted(compiled) == sorted(["0", "0", "1", "1"] + ["attention 0", "attention 1"] * 2)
+    assert rows[0]["runs"]["1"]["compile_s"] == rows[2]["runs"]["1"]["compile_s"]
+    assert all(r["runs"]["1"]["compiled_beside"] == 2 and r["compile_phase"]["programs"] == 8 for r in rows)
+    assert len(list(tmp_path.glob("dit-*.json"))) == 3
     assert "compiled beside up to 1 others" in every_dit.table(tmp_path)
 
 

@@ -33,7 +33,8 @@ CASES = {  # (Sq, Skv, head_dim): several query/key blocks, ragged lengths, cros
     "cross": (2100, 300, 128),
     "d64": (1500, 1500, 64),
 }
-CHOICES = [TpuAttention("splash", 1024, 2048, 1024), TpuAttention("flash", 1024, 1024, 512)]
+CHOICES = [TpuAttention("splash", 1024, 2048, 1024), TpuAttention("flash", 1024, 1024, 512),
+           TpuAttention("exp2", 1024, 2048, 1024), TpuAttention("exp2_bounded", 1024, 2048, 1024)]
 
 
 @pytest.mark.parametrize("choice", CHOICES, ids=lambda c: c.label())
@@ -71,7 +72,7 @@ def test_entry_point_under_a_one_device_mesh_and_rows_with_no_key():
     assert np.abs(out[1] - want[1]).max() < 3e-2
 
 
-@pytest.mark.parametrize("kernel", ["splash", "flash"])
+@pytest.mark.parametrize("kernel", ["splash", "flash", "exp2_bounded"])
 def test_gradients_through_the_kernel_match_plain(kernel):
     rng = np.random.default_rng(2)
     q, k, v = (jnp.asarray(rng.standard_normal((1, 1280, 2, 128)), jnp.float32) for _ in range(3))

@@ -219,7 +219,6 @@ class Program:
     flops: float = 0.0
     lower_s: float = 0.0
     compile_s: float | None = None
-    compile_cpu_s: float | None = None
     error: str | None = None
 
 
@@ -302,30 +301,47 @@ def plan(spec: str) -> Model:
 
 
 def _compile(program: Program) -> None:
-    started, cpu = time.perf_counter(), time.thread_time()
+    started = time.perf_counter()
     try:
         program.compiled = program.lowered.compile()
     except Exception as error:  # noqa: BLE001 - out of memory at compile is a result
         program.error = f"{type(error).__name__}: {str(error)[:600]}"
-    program.compile_s, program.compile_cpu_s = time.perf_counter() - started, time.thread_time() - cpu
+    program.compile_s = time.perf_counter() - started
     program.lowered = None
 
 
-def compile_all(models: list[Model], workers: int) -> None:
-    """Phase 2: every lowered program compiled, `workers` at a time, the one-block programs first."""
+def compile_all(models: list[Model], workers: int) -> dict:
+    """Phase 2: every lowered program compiled, `workers` at a time, the one-block programs first; a program
+    lowered to the same text as another (Wan2.2-A14B's block is Wan2.1-14B's at 720p) is compiled once."""
     programs = [p for m in models for p in m.programs.values() if p.lowered is not None]
     programs += [p for m in models for _, _, p in m.attention if p.lowered is not None]
     programs.sort(key=lambda p: p.key != "1")
-    _log(f"compiling {len(programs)} programs, {workers} at a time")
+    first: dict[str, Program] = {}
+    copies: list[tuple[Program, Program]] = []
+    for program in programs:
+        text = program.lowered.as_text()
+        if text in first:
+            copies.append((program, first[text]))
+        else:
+            first[text] = program
+    _log(f"compiling {len(first)} programs ({len(copies)} more the same), {workers} at a time")
+    started, cpu = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        list(pool.map(_compile, programs))
+        list(pool.map(_compile, first.values()))
+    phase = {"programs": len(first), "workers": workers, "wall_s": time.perf_counter() - started,
+             "cpu_s": time.process_time() - cpu}
+    _log(f"compiled in {phase['wall_s']:.1f} s ({phase['cpu_s']:.1f} s of CPU)")
+    for program, same in copies:
+        program.compiled, program.error = same.compiled, same.error
+        program.compile_s, program.lowered = same.compile_s, None
+    return phase
 
 
 def _memory_row(program: Program, device, workers: int) -> dict:
     memory = program.compiled.memory_analysis()
     stats = device.memory_stats() or {}
-    return {"lower_s": program.lower_s, "compile_s": program.compile_s, "compile_cpu_s": program.compile_cpu_s,
-            "compiled_beside": workers, "flops": program.flops,
+    return {"lower_s": program.lower_s, "compile_s": program.compile_s, "compiled_beside": workers,
+            "flops": program.flops,
             # which attention ran: a TPU program that should call the kernel and has no Pallas call is no figure
             "pallas_calls": program.compiled.as_text().count("tpu_custom_call"),
             "xla_argument": memory.argument_size_in_bytes, "xla_output": memory.output_size_in_bytes,
@@ -441,8 +457,9 @@ def measure_group(specs: list[str], out_dir: Path | None = None, repeats: int = 
             models.append(plan(spec))
         except Exception as error:  # noqa: BLE001 - the table says what stopped the model, in one line
             rows[spec] = {"spec": spec, "model": _split(spec)[0], "error": f"{type(error).__name__}: {str(error)[:400]}"}
-    compile_all(models, workers)
+    phase = compile_all(models, workers)
     for model in sorted(models, key=planned_bytes):
+        model.row["compile_phase"] = phase
         out = None if out_dir is None else out_dir / file_name(model.spec)
         try:
             rows[model.spec] = run(model, repeats, workers, out)

@@ -43,6 +43,7 @@ GROUPS = {
                    "cosmos-predict2.5-14b"),
 }
 MODELS = tuple(spec for group in GROUPS.values() for spec in group)
+GROUPS["toy"] = ("wan-tiny", "wan-tiny@64x64x9")  # the CPU check of the chip script (`TOY=1`)
 WORKERS = 4  # compiles at once: 13 host cores, about 2-3 busy per XLA compile, 2-4 GB of host memory each
 
 
@@ -80,9 +81,10 @@ def table(out_dir: Path) -> str:
         groups = r.get("depths", {})
         note = r.get("error", "") or ("one block of each group: " + ", ".join(f"{k} x{v}" for k, v in groups.items())
                                       if len(groups) > 1 else f"{next(iter(groups.values()), '?')} blocks")
-        beside = one.get("compiled_beside", 1)
+        beside, phase = one.get("compiled_beside", 1), r.get("compile_phase", {})
         if beside > 1:
-            note += f"; compiled beside up to {beside - 1} others ({seconds(one.get('compile_cpu_s'))} s of CPU)"
+            note += (f"; compiled beside up to {beside - 1} others (the group's {phase.get('programs', '?')} programs: "
+                     f"{seconds(phase.get('wall_s'))} s, {seconds(phase.get('cpu_s'))} s of CPU)")
         lines.append(
             f"| {r['model']} | {r['size']} | {block} | {pct(r.get('block_mfu'))} | "
             f"{pct(r.get('attention_share'))} | {pct(r.get('outside_attention_mfu'))} | {step} | "

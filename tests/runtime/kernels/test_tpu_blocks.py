@@ -78,6 +78,10 @@ def test_the_table_by_kind_of_keys_and_padding(monkeypatch):
     assert tpu_blocks.table_choice("TPU v5 lite", *shapes(51275, 51275), True) == TpuAttention("splash", 1024, 4096, 1024)
     assert tpu_blocks.table_choice("some chip", *shapes(51275, 51275), None) == tpu_blocks.FALLBACK
     assert all(row.source.startswith(("measured", "untimed")) for row in tpu_blocks.TABLE)
+    monkeypatch.setenv(tpu_blocks.LONG_CHOICE_ENV, "exp2_bounded:2048,4096,1024")  # long keys only
+    assert tpu_blocks.table_choice("TPU v5 lite", *shapes(51275, 51275), True) == TpuAttention("exp2_bounded", 1024, 4096, 1024)
+    assert tpu_blocks.table_choice("some chip", *shapes(32760, 32760), None) == TpuAttention("exp2_bounded", 2048, 4096, 1024)
+    assert tpu_blocks.table_choice("TPU v5 lite", *shapes(32760, 512), None) == TpuAttention("flash", 1024, 1024, 512)
     assert {row.chip for row in tpu_blocks.TABLE if row.source.startswith("measured")} == {"TPU v5 lite", "TPU v5e"}
 
 

@@ -6,6 +6,8 @@ q 2048 / kv 4096 / kv-compute 1024 (scoped VMEM raised to 64 MiB, below). Blocks
 suit one chip generation, sequence length and head count can fail or crawl on another, so:
 
 1. `VIDAX_TPU_ATTENTION=splash:1024,2048,1024` (or `flash:...`, `exp2:...`, `exp2_bounded:...`) decides;
+   `VIDAX_TPU_ATTENTION_LONG=...` the same for long keys only (more than SHORT_KEYS: self and joint attention),
+   in place of the table's row;
 2. else `VIDAX_NO_TPU_TUNING=1`: the table below for this chip, nothing else (the test suite runs this way);
 3. else a measurement kept in `tpu-attention.json` in the compile cache folder
    (`vidax.zoo.compute.runtime.default_cache_dir`) for this chip, jax version, scoped VMEM and shape;
@@ -40,6 +42,7 @@ from vidax.zoo.compute.kernels.pallas_tpu import KERNELS as KERNEL_NAMES, TpuAtt
 from vidax.zoo.compute.kernels.tpu_vmem import LARGE_VMEM_KIB, scoped_vmem_kib
 
 CHOICE_ENV = "VIDAX_TPU_ATTENTION"
+LONG_CHOICE_ENV = "VIDAX_TPU_ATTENTION_LONG"
 NO_TUNING_ENV = "VIDAX_NO_TPU_TUNING"
 TUNING_ENV = "VIDAX_TPU_TUNING"
 CACHE_NAME = "tpu-attention.json"
@@ -109,7 +112,7 @@ class TpuAttentionChoiceError(VidaxError, ValueError):
     """An override that names no valid choice (one line)."""
 
 
-def parse(text: str) -> TpuAttention:
+def parse(text: str, variable: str = CHOICE_ENV) -> TpuAttention:
     """`splash:1024,2048,1024` -> TpuAttention; a clear one-line error otherwise."""
     kernel, _, numbers = text.strip().partition(":")
     try:
@@ -119,12 +122,12 @@ def parse(text: str) -> TpuAttention:
         return TpuAttention(kernel.strip(), *sizes)
     except ValueError as error:
         raise TpuAttentionChoiceError(
-            f"{CHOICE_ENV}={text!r}: give KERNEL:Q,KV,KV_COMPUTE, e.g. splash:1024,2048,1024 ({error})") from None
+            f"{variable}={text!r}: give KERNEL:Q,KV,KV_COMPUTE, e.g. splash:1024,2048,1024 ({error})") from None
 
 
-def override() -> TpuAttention | None:
-    value = os.environ.get(CHOICE_ENV, "").strip()
-    return parse(value) if value else None
+def override(variable: str = CHOICE_ENV) -> TpuAttention | None:
+    value = os.environ.get(variable, "").strip()
+    return parse(value, variable) if value else None
 
 
 def tuning_disabled() -> bool:
@@ -153,8 +156,11 @@ def table_choice(device_kind: str, q, k, kv_mask) -> TpuAttention:
     del kv_mask
     sq, skv = q.shape[1], k.shape[1]
     row = table_row(device_kind, "short" if skv <= SHORT_KEYS else "long")
-    if row is None:
+    long_choice = override(LONG_CHOICE_ENV) if skv > SHORT_KEYS else None
+    if row is None and long_choice is None:
         return default_for(device_kind)
+    if long_choice is not None:
+        row = dataclasses.replace(row or TableRow(device_kind, "long", False, long_choice, ""), choice=long_choice)
     choice = row.choice
     half = choice.block_q // 2
     if row.keys == "long" and half >= 512 and _round_up(sq, half) < _round_up(sq, choice.block_q):
@@ -286,8 +292,9 @@ def measure(q_shape: tuple[int, ...], skv: int, dtype: Any, masked: bool, conten
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ... [splash:Q,KV,KC ...]`: time each
-    shape now, print, keep. Choices named on the line are timed beside the built-in candidates."""
+    """`python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ... [splash:Q,KV,KC ...] [--only]`: time
+    each shape now, print, keep. Choices named on the line are timed beside the built-in candidates (`--only`:
+    beside the table's choice alone)."""
     from vidax.zoo.compute.kernels.tpu_vmem import raise_scoped_vmem
 
     raise_scoped_vmem()  # as importing vidax.zoo.compute.runtime would, before JAX starts its backend
@@ -297,10 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     from vidax.zoo.compute import cpu_tuning
 
     args = list(sys.argv[1:] if argv is None else argv)
+    only = "--only" in args  # time the table's choice and the choices named, not every candidate
+    args = [a for a in args if a != "--only"]
     extra = [parse(a) for a in args if a.split(":")[0] in KERNEL_NAMES]
     args = [a for a in args if a.split(":")[0] not in KERNEL_NAMES]
     if not args:
-        print("usage: python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ... [splash:Q,KV,KC ...]", file=sys.stderr)
+        print("usage: python -m vidax.zoo.compute.kernels.tpu_blocks B,H,SQ,SKV,D[,masked] ... [splash:Q,KV,KC ...] "
+              "[--only]", file=sys.stderr)
         return 2
     device_kind = jax.devices()[0].device_kind
     on_tpu = jax.default_backend() == "tpu"
@@ -311,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         q = jax.ShapeDtypeStruct((b, sq, h, d), jnp.bfloat16)
         entry = shape_entry(q, jax.ShapeDtypeStruct((b, skv, h, d), jnp.bfloat16), True if masked else None)
         k = jax.ShapeDtypeStruct((b, skv, h, d), jnp.bfloat16)
-        contenders = candidates(table_choice(device_kind, q, k, True if masked else None))
+        built_in = table_choice(device_kind, q, k, True if masked else None)
+        contenders = [built_in] if only else candidates(built_in)
         contenders += [c for c in extra if c not in contenders]
         result = measure(q.shape, skv, jnp.bfloat16, masked, contenders,
                          interpret=not on_tpu)
