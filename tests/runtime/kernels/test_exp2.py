@@ -49,11 +49,12 @@ def inputs(rng, b, sq, skv, h, d, dtype=jnp.float32):
 @pytest.mark.parametrize("bounded", [False, True], ids=["running_max", "fixed_bound"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_fp32_ragged_cross_attention_with_every_kind_of_key_block(rng, bounded, d):
-    # 700 keys in blocks of 256: blocks 0 and 2 mixed, block 1 full, block 2 ragged (700 of 768); batch row 1 has
-    # no allowed key at all (zeros, never NaN)
+    # 700 keys in blocks of 256 (products of 128): block 0 mixed, block 1 mixed with its first chunk empty (skipped),
+    # block 2 ragged (700 of 768) and mixed; batch row 1 has no allowed key at all (zeros, never NaN)
     q, k, v = inputs(rng, 2, 200, 700, 2, d)
     mask = np.ones((2, 700), bool)
     mask[0, :100] = False
+    mask[0, 256:384] = False
     mask[0, 600:650] = False
     mask[1] = False
     out = run_kernel(q, k, v, mask, d ** -0.5, bounded=bounded)
@@ -64,13 +65,13 @@ def test_fp32_ragged_cross_attention_with_every_kind_of_key_block(rng, bounded, 
     np.testing.assert_allclose(out, naive(q, k, v, mask, d ** -0.5), atol=tolerance, rtol=1e-5)
 
 
-def test_a_masked_key_block_is_skipped_and_a_full_one_needs_no_mask():
+def test_a_masked_key_block_or_chunk_is_skipped_and_a_full_one_needs_no_mask():
     mask = np.zeros((2, 1024), bool)
-    mask[0, :256] = True  # full, empty, empty, empty
-    mask[1, 300:600] = True  # empty, mixed, mixed, empty
-    kinds = np.asarray(pallas_exp2.block_kinds(jnp.asarray(mask), 1000, 256, 1024))
+    mask[0, :256] = True  # blocks of 512 keys: mixed (chunk 1 full, chunk 2 empty), empty
+    mask[1, 300:700] = True  # mixed (chunks empty, mixed), mixed (chunks mixed, empty)
+    kinds = np.asarray(pallas_exp2.block_kinds(jnp.asarray(mask), 1000, 512, 256, 1024))
     full, mixed, empty = pallas_exp2.BLOCK_FULL, pallas_exp2.BLOCK_MIXED, pallas_exp2.BLOCK_EMPTY
-    assert kinds.tolist() == [[full, empty, empty, empty], [empty, mixed, mixed, empty]]
+    assert kinds.tolist() == [[mixed, full, empty, empty, empty, empty], [mixed, empty, mixed, mixed, mixed, empty]]
 
 
 @pytest.mark.parametrize("kernel", ["exp2", "exp2_bounded"])

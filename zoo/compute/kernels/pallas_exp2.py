@@ -103,13 +103,20 @@ def fixed_bounds(q2, k, kv_mask, kv_len: int, heads: int):
     return (shift + ceiling - RECENTER)[:, None, :], eligible
 
 
-def block_kinds(kv_mask, kv_len: int, block_kv: int, skv_pad: int):
-    """`[B, n_kv_blocks]` int32: BLOCK_FULL (no mask work), BLOCK_MIXED or BLOCK_EMPTY (skipped) per key block."""
+def block_kinds(kv_mask, kv_len: int, block_kv: int, chunk: int, skv_pad: int):
+    """`[B, n_kv_blocks * (1 + chunks per block)]` int32: per key block its kind, then its chunks' (`chunk` keys each):
+    BLOCK_FULL (no mask work), BLOCK_MIXED, BLOCK_EMPTY (skipped: a block or chunk of text padding)."""
     b = kv_mask.shape[0]
     allowed = jnp.pad(kv_mask.astype(bool), ((0, 0), (0, skv_pad - kv_mask.shape[1])))
     allowed = allowed & (jnp.arange(skv_pad) < kv_len)
-    blocks = allowed.reshape(b, skv_pad // block_kv, block_kv)
-    return jnp.where(blocks.all(-1), BLOCK_FULL, jnp.where(blocks.any(-1), BLOCK_MIXED, BLOCK_EMPTY)).astype(jnp.int32)
+
+    def kinds(groups):  # [B, n, size] -> [B, n]
+        return jnp.where(groups.all(-1), BLOCK_FULL, jnp.where(groups.any(-1), BLOCK_MIXED, BLOCK_EMPTY))
+
+    n_kv, chunks = skv_pad // block_kv, block_kv // chunk
+    per_block = kinds(allowed.reshape(b, n_kv, block_kv))[..., None]
+    per_chunk = kinds(allowed.reshape(b, n_kv * chunks, chunk)).reshape(b, n_kv, chunks)
+    return jnp.concatenate([per_block, per_chunk], axis=-1).reshape(b, -1).astype(jnp.int32)
 
 
 def exp2_attention(q2, k, v, *, kv_len: int, blocks: Exp2Blocks, heads: int, kv_mask=None, bounded: bool = False,
@@ -135,7 +142,8 @@ def exp2_attention(q2, k, v, *, kv_len: int, blocks: Exp2Blocks, heads: int, kv_
         raise ValueError(f"exp2 attention: lengths {sq_pad}, {skv_pad} and blocks {blocks} do not tile")
     n_kv = skv_pad // bkv
     masked = kv_mask is not None
-    kinds = (block_kinds(kv_mask, kv_len, bkv, skv_pad) if masked else jnp.zeros((1, 1), jnp.int32))
+    kinds = (block_kinds(kv_mask, kv_len, bkv, blocks.block_kv_compute, skv_pad) if masked
+             else jnp.zeros((1, 1), jnp.int32))
     if bounded:
         bounds, eligible = fixed_bounds(q2, k, kv_mask, kv_len, heads)
     else:
@@ -216,12 +224,15 @@ def _kernel(kinds_ref, eligible_ref, q_ref, k_ref, v_ref, *refs, blocks: Exp2Blo
     chunks = bkv // step
     tail = kv_len - (n_kv - 1) * bkv  # real keys in the last block
 
+    def kind_of(c=None):  # the block's kind (`block_kinds`), or its chunk c's
+        return kinds_ref[lax.div(h, heads), j * (1 + chunks) + (0 if c is None else 1 + c)]
+
     def fast(with_fixed: bool):
         """The unrolled body. Without a key mask every chunk is unmasked except, in the last block, the one chunk
         the real keys end in (masked there) and those past it (skipped there); with one, a mixed block masks
         every chunk and skips those of padding alone."""
         if masked:
-            kind = kinds_ref[lax.div(h, heads), j]
+            kind = kind_of()
 
             @pl.when(kind == BLOCK_FULL)
             def _full():
@@ -231,10 +242,7 @@ def _kernel(kinds_ref, eligible_ref, q_ref, k_ref, v_ref, *refs, blocks: Exp2Blo
             @pl.when(kind == BLOCK_MIXED)
             def _mixed():
                 for c in range(chunks):
-                    if ragged and (c + 1) * step > tail:
-                        pl.when(j * bkv + c * step < kv_len)(functools.partial(fold, c, True, with_fixed))
-                    else:
-                        fold(c, True, with_fixed)
+                    pl.when(kind_of(c) != BLOCK_EMPTY)(functools.partial(fold, c, True, with_fixed))
             return
         for c in range(chunks):
             if not ragged or (c + 1) * step <= tail:
@@ -248,14 +256,15 @@ def _kernel(kinds_ref, eligible_ref, q_ref, k_ref, v_ref, *refs, blocks: Exp2Blo
         """The running maximum for the heads the fixed bound does not fit: one chunk's code in a loop, every chunk
         masked (the rare path keeps the compile small)."""
         def chunk(c, carry):
-            pl.when(j * bkv + c * step < kv_len)(lambda: fold(c, True, False))
+            present = kind_of(c) != BLOCK_EMPTY if masked else j * bkv + c * step < kv_len
+            pl.when(present)(lambda: fold(c, True, False))
             return carry
 
         def loop():
             lax.fori_loop(0, chunks, chunk, 0)
 
         if masked:
-            pl.when(kinds_ref[lax.div(h, heads), j] != BLOCK_EMPTY)(loop)
+            pl.when(kind_of() != BLOCK_EMPTY)(loop)
         else:
             loop()
 
