@@ -123,8 +123,8 @@ def lora(
         lr=lr, batch=batch, seed=seed, height=height, width=width, frames=frames, repeats=tuple(repeats or ()),
         buckets=not no_buckets, frame_stride=frame_stride, windows=windows, caption_dropout=caption_dropout,
         first_frame_p=first_frame_p, expert=expert, format=fmt, resume=resume, checkpoint_every=checkpoint_every,
-        sampling=sampling, shift=flow_shift, dtype=dtype, weights_dtype=weights_dtype, remat=remat, offload=offload, dp=dp, tp=tp,
-        sp=sp, validation=validation, validation_every=validation_every, sample_prompts=sample_prompts,
+        sampling=sampling, shift=flow_shift, dtype=dtype, weights_dtype=weights_dtype, remat=remat, offload=offload,
+        dp=dp, tp=tp, sp=sp, validation=validation, validation_every=validation_every, sample_prompts=sample_prompts,
         sample_every=sample_every, sample_steps=sample_steps, **({"validation_sigmas": sigmas} if sigmas else {}))
 
     def work() -> None:

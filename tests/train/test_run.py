@@ -132,9 +132,10 @@ def first_step(opts, prep, lora):
 
 def test_a_mesh_equals_one_device(folder, tmp_path):
     """dp 2 x tp 2 x sp 2 on the 8 fake CPU devices: the loss and every LoRA gradient of a step as on one device
-    (the loss within 1e-5, the gradients within 3e-5 of each tensor's norm), and a whole run's losses too. The LoRA after AdamW steps is not
-    compared entry by entry: Adam divides each gradient entry by its own magnitude, so an entry whose gradient
-    is near zero turns the reductions' fp32 rounding (another order on 8 devices) into a visible change."""
+    (the loss within 1e-5, the gradients within 3e-5 of each tensor's norm), and a whole run's losses too. The LoRA
+    after AdamW steps is not compared entry by entry: Adam divides each gradient entry by its own magnitude, so an
+    entry whose gradient is near zero turns the reductions' fp32 rounding (another order on 8 devices) into a
+    visible change."""
     assert len(jax.devices()) >= 8
     one = options(folder, tmp_path / "one.safetensors", steps=2)
     mesh = options(folder, tmp_path / "mesh.safetensors", steps=2, dp=2, tp=2, sp=2)
