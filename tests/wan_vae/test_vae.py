@@ -24,7 +24,7 @@ from vidax.zoo.compute.runtime import use_mesh
 from vidax.zoo.compute.sharding import place
 from vidax.zoo.parts.wan_vae import (
     WAN21_VAE, WAN22_VAE, WAN_VAE_RULES, MidBlock, Resample, ResidualBlock, ResidualDownBlock, UpBlock, WanVAE,
-    WanVAEConfig, WanVAEError, _run_chunk, denormalize_latents, normalize_latents,
+    WanVAEConfig, WanVAEError, _run_stage, decode_stages, denormalize_latents, normalize_latents,
 )
 
 import torch
@@ -175,15 +175,17 @@ def test_block(converted, spec, path, block, channels):
     np.testing.assert_allclose(np.asarray(ours).transpose(0, 4, 1, 2, 3), expected, atol=ATOL, rtol=1e-5)
 
 
-def test_decode_compiles_first_and_steady_chunks_once(tiny21):
+def test_decode_compiles_each_unit_once_for_the_first_and_the_steady_chunks(tiny21):
     vae, tree = tiny21
     params = _params(tree)
     z = jnp.zeros((1, 16, 4, 1, 2), jnp.float32)  # a shape no other test uses
-    before = _run_chunk.jitted._cache_size()
+    units = len(decode_stages(vae.config))
+    before = _run_stage.jitted._cache_size()
     vae.decode(params, z)
-    assert _run_chunk.jitted._cache_size() - before == 2  # first chunk + steady state, not one per chunk
+    # each unit once for the first chunk and once for the steady state, not once per chunk
+    assert _run_stage.jitted._cache_size() - before == 2 * units
     vae.decode(params, jnp.zeros((1, 16, 6, 1, 2), jnp.float32))
-    assert _run_chunk.jitted._cache_size() - before == 2
+    assert _run_stage.jitted._cache_size() - before == 2 * units
 
 
 def test_sharded_decode_matches_one_device(tiny21):

@@ -274,7 +274,7 @@ class CosmosFamily(CosmosBase):
             residual_bytes=4,  # the fp32 residual stream
             text_encoder_params=text_params,
             text_encoder_bytes=width,
-            **planner_entries(vae, s.height, s.width),
+            **planner_entries(vae, s.height, s.width, s.frames),
             blockwise_attention=platform() == "cpu",
             step_input_bytes=self._step_input_bytes(s),
         ), CosmosTransformer(cfg), options.weights_dtype)

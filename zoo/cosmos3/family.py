@@ -241,7 +241,7 @@ def memory_job(cfg: Cosmos3TransformerConfig, vae: WanVAEConfig, s: Settings, *,
         weight_bytes=dtype_bytes,
         activation_bytes=dtype_bytes,
         residual_bytes=4,  # both streams stay fp32 between layers
-        **planner_entries(vae, s.height, s.width),
+        **planner_entries(vae, s.height, s.width, s.frames),
         blockwise_attention=blockwise_attention,
     )
 

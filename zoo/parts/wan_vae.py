@@ -425,16 +425,17 @@ def encoder_blocks(cfg: WanVAEConfig) -> list[nn.Module]:
 
 def decoder_blocks(cfg: WanVAEConfig) -> list[nn.Module]:
     """`decoder.up_blocks` in order."""
+    return [decoder_block(cfg, i) for i in range(len(cfg.dim_mult))]
+
+
+def decoder_block(cfg: WanVAEConfig, i: int) -> nn.Module:
+    """`decoder.up_blocks[i]`."""
     mult = cfg.dim_mult
     dims = [cfg.decoder_dim * m for m in (mult[-1], *mult[::-1])]
-    temperal_upsample = cfg.temperal_downsample[::-1]
-    blocks = []
-    for i in range(len(mult)):
-        mode = None
-        if i != len(mult) - 1:
-            mode = "upsample3d" if temperal_upsample[i] else "upsample2d"
-        blocks.append(UpBlock(dims[i + 1], cfg.num_res_blocks, mode, cfg.is_residual, name=f"up_blocks_{i}"))
-    return blocks
+    mode = None
+    if i != len(mult) - 1:
+        mode = "upsample3d" if cfg.temperal_downsample[::-1][i] else "upsample2d"
+    return UpBlock(dims[i + 1], cfg.num_res_blocks, mode, cfg.is_residual, name=f"up_blocks_{i}")
 
 
 class Encoder(nn.Module):
@@ -529,6 +530,88 @@ def _chunk(module: AutoencoderKLWan, method: str, params: Params, cache: Params 
 _run_chunk = compile_step(_chunk, donate=(3,), static=(0, 1, 5))
 
 
+# --- the decoder in stages ---------------------------------------------------------------------------------
+#
+# A decoder chunk runs as a few compiled units, each a run of the tree's own submodules (the same parameter
+# paths): the latent-resolution part (post_quant_conv, conv_in, the mid block), then one up block each, the last
+# with the output head. Each unit keeps its own part of the causal cache. XLA's TPU compiler took about 100 s
+# for one whole decoder chunk at 480p (the first video on a v5e: 206 s of its decode stage compiling two of them);
+# a unit is a fraction of that, and the units of the two chunk kinds are independent programs.
+
+
+class _DecoderIn(nn.Module):
+    config: WanVAEConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array, first: bool = False) -> jax.Array:
+        x = CausalConv3d(self.config.decoder_dim * self.config.dim_mult[-1], name="conv_in")(x)
+        return MidBlock(name="mid_block")(x)
+
+
+class _DecodeIn(nn.Module):
+    """`post_quant_conv`, then the decoder's `conv_in` and `mid_block` (params `{post_quant_conv, decoder}`)."""
+
+    config: WanVAEConfig
+
+    @nn.compact
+    def __call__(self, z: jax.Array, first: bool = False) -> jax.Array:
+        x = CausalConv3d(self.config.z_dim, (1, 1, 1), name="post_quant_conv")(z)
+        return _DecoderIn(self.config, name="decoder")(x, first)
+
+
+class _DecoderUp(nn.Module):
+    config: WanVAEConfig
+    index: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array, first: bool = False) -> jax.Array:
+        cfg = self.config
+        x = decoder_block(cfg, self.index)(x, first)  # `decoder/up_blocks_i`, as in `Decoder`
+        if self.index < len(cfg.dim_mult) - 1:
+            return x
+        x = constrain(x, _ACTIVATION_AXES)
+        return CausalConv3d(cfg.out_channels, name="conv_out")(nn.silu(RMSNorm(name="norm_out")(x)))
+
+
+class _DecodeUp(nn.Module):
+    """The decoder's up block `index` (the last one with `norm_out` and `conv_out`, then the clamped frames)."""
+
+    config: WanVAEConfig
+    index: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array, first: bool = False) -> jax.Array:
+        x = _DecoderUp(self.config, self.index, name="decoder")(x, first)
+        if self.index < len(self.config.dim_mult) - 1:
+            return x
+        return jnp.clip(unpatchify(x, self.config.patch), -1.0, 1.0)
+
+
+def decode_stages(cfg: WanVAEConfig) -> tuple[nn.Module, ...]:
+    """The decoder's compiled units, in order."""
+    return (_DecodeIn(cfg), *(_DecodeUp(cfg, i) for i in range(len(cfg.dim_mult))))
+
+
+def stage_params(stage: nn.Module, params: Params) -> Params:
+    """The part of the whole VAE tree a decode unit reads (views: nothing is copied)."""
+    if isinstance(stage, _DecodeIn):
+        decoder = params["decoder"]
+        return {"post_quant_conv": params["post_quant_conv"],
+                "decoder": {"conv_in": decoder["conv_in"], "mid_block": decoder["mid_block"]}}
+    names = [f"up_blocks_{stage.index}"] + (["norm_out", "conv_out"] if stage.index == len(stage.config.dim_mult) - 1
+                                            else [])
+    return {"decoder": {name: params["decoder"][name] for name in names}}
+
+
+def _stage(stage: nn.Module, first: bool, params: Params, cache: Params | None, x: jax.Array):
+    variables = {"params": params} if cache is None else {"params": params, "cache": cache}
+    out, state = stage.apply(variables, x, first, mutable=["cache"])
+    return out, state["cache"]
+
+
+_run_stage = compile_step(_stage, donate=(3,), static=(0, 1))  # the cache passed in is dead: donated
+
+
 class WanVAE:
     """Chunked encode and decode of the Wan2.1 / Wan2.2 VAE.
 
@@ -591,11 +674,15 @@ class WanVAE:
             latents: unnormalised latents (`denormalize_latents` of the DiT's output).
         """
         z = jnp.moveaxis(latents, 1, -1)
-        out, cache = _run_chunk(self.module, "decode_chunk", params, None, z[:, :1], True)
-        outs = [out]
-        for i in range(1, z.shape[1]):
-            out, cache = _run_chunk(self.module, "decode_chunk", params, cache, z[:, i:i + 1], False)
-            outs.append(out)
+        stages = decode_stages(self.config)
+        parts = [stage_params(stage, params) for stage in stages]
+        caches: list[Params | None] = [None] * len(stages)
+        outs = []
+        for i in range(z.shape[1]):  # one latent frame a chunk; each chunk a host loop over the units
+            x = z[:, i:i + 1]
+            for u, stage in enumerate(stages):
+                x, caches[u] = _run_stage(stage, i == 0, parts[u], caches[u], x)
+            outs.append(x)
         return jnp.moveaxis(jnp.concatenate(outs, axis=1), -1, 1)
 
     def init_params(self, key: jax.Array, size: int | None = None) -> Params:
@@ -618,28 +705,30 @@ class WanVAE:
         return nn.get_partition_spec(abstract["params"])
 
 
-def planner_entries(cfg: WanVAEConfig, height: int, width: int) -> dict:
+def planner_entries(cfg: WanVAEConfig, height: int, width: int, frames: int) -> dict:
     """The VAE's `planner.Job` fields: its fp32 weights and its decode peak, the steady-state decode unit
     (one latent frame into 4 video frames, after the first): the causal cache it reads and writes (exact, from
     its shapes), the frames it makes, and its working set, `DECODE_WORKING_MAPS` fp32 maps of the widest decoder
     stage (channels x pixels x frames at the last up block). The counts were read off XLA's compiled memory
     analysis of that unit (`vidax-gen --dry-run`, `tests/dryrun`): the former estimate (four full-resolution
     maps, no cache) was a third of it for the Wan2.1 VAE at 480p."""
-    frames = cfg.scale_factor_temporal
+    chunk_frames = cfg.scale_factor_temporal
     maps = DECODE_WORKING_MAPS + (DECODE_RESIDUAL_MAPS if cfg.is_residual else 0)
-    widest = frames * (height // cfg.patch) * (width // cfg.patch) * cfg.decoder_dim * cfg.dim_mult[0] * 4
-    out = frames * height * width * cfg.out_channels // cfg.patch**2 * 4
+    widest = chunk_frames * (height // cfg.patch) * (width // cfg.patch) * cfg.decoder_dim * cfg.dim_mult[0] * 4
+    per_frame = height * width * cfg.out_channels // cfg.patch**2 * 4
+    video = max(frames, cfg.scale_factor_temporal) * per_frame  # every decoded frame, held until they are joined
     return dict(
         vae_params=sum(math.prod(shape) for shape in WanVAE(cfg).param_shapes().values()),
         vae_weight_bytes=4,
-        vae_peak_activation_bytes=decode_cache_bytes(cfg, height, width) + out + maps * widest,
+        vae_peak_activation_bytes=int(decode_cache_bytes(cfg, height, width) + video + maps * widest),
     )
 
 
-# fp32 maps of the widest decoder stage live at the steady decode unit's peak (XLA's buffer assignment, CPU):
-# 9 for the Wan2.1 VAE, 12 for the Wan2.2 VAE, whose residual up blocks keep their shortcuts
+# fp32 maps of the widest decoder stage live at the decode's peak unit, the last stage of a steady chunk (XLA's
+# buffer assignment, CPU): 9.0 for the Wan2.1 VAE at 480p and 720p, 13.56 for the Wan2.2 VAE (cosmos3-nano and
+# wan2.2-ti2v-5b at 704x1280), whose residual up blocks keep their shortcuts
 DECODE_WORKING_MAPS = 9
-DECODE_RESIDUAL_MAPS = 3
+DECODE_RESIDUAL_MAPS = 4.5
 
 
 @functools.lru_cache(maxsize=64)

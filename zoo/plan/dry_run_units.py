@@ -51,22 +51,44 @@ def per_device_bytes(tree: Any) -> int:
 
 
 def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...], device: Any = None) -> list[tuple]:
-    """The Wan VAE's two compiled decode units (the first latent frame, then each next one with the
-    causal cache), as `WanVAE.decode` runs them: `[(name, fn, args, donate, static)]`."""
-    from vidax.zoo.parts.wan_vae import WanVAE, _chunk
+    """The Wan VAE's compiled decode units as `WanVAE.decode` runs them: each stage of the decoder
+    (`wan_vae.decode_stages`) for the first latent frame, then for each next one with its part of the causal cache
+    (donated): `[(name, fn, args, donate, static, beside)]`, `beside` the bytes the device holds while the unit runs
+    besides its arguments (the rest of the VAE's weights, the other units' caches, the frames decoded so far)."""
+    from vidax.zoo.parts.wan_vae import WanVAE, _stage, decode_stages, stage_params
 
     vae = WanVAE(config)
     device = SingleDeviceSharding(device or jax.devices()[0])
     params = abstract(jax.eval_shape(lambda: vae.init_params(jax.random.key(0))), device)
-    _, z, _, h, w = latent_shape
-    chunk = jax.ShapeDtypeStruct((1, 1, h, w, z), jnp.float32, sharding=device)
-    _, cache = jax.eval_shape(lambda p, x: _chunk(vae.module, "decode_chunk", p, None, x, True), params, chunk)
-    cache = abstract(cache, device)
-    static = (0, 1, 5)  # the module, the method, `first`
-    first = (vae.module, "decode_chunk", params, None, chunk, True)
-    steady = (vae.module, "decode_chunk", params, cache, chunk, False)  # the cache in, donated
-    return [("vae decode (first frame)", _chunk, first, (), static),
-            ("vae decode (next frames)", _chunk, steady, (3,), static)]
+    _, z, frames, h, w = latent_shape
+    stages = decode_stages(config)
+    units, caches = [], []
+    x = jax.ShapeDtypeStruct((1, 1, h, w, z), jnp.float32, sharding=device)
+    for stage in stages:  # the first chunk: no cache in; the cache each unit leaves
+        part = stage_params(stage, params)
+        units.append((stage, True, part, None, x))
+        x, cache = jax.eval_shape(lambda p, v, st=stage: _stage(st, True, p, None, v), part, x)
+        caches.append(abstract(cache, device))
+        x = abstract(x, device)
+    first_frames = x
+    x = jax.ShapeDtypeStruct((1, 1, h, w, z), jnp.float32, sharding=device)
+    for u, stage in enumerate(stages):
+        part = stage_params(stage, params)
+        units.append((stage, False, part, caches[u], x))
+        x, _ = jax.eval_shape(lambda p, c, v, st=stage: _stage(st, False, p, c, v), part, caches[u], x)
+        x = abstract(x, device)
+    weights, all_caches = per_device_bytes(params), per_device_bytes(caches)
+    # the frames decoded before the last chunk, held until they are joined
+    earlier = per_device_bytes(first_frames) + per_device_bytes(x) * max(frames - 2, 0)
+    out = []
+    for index, (stage, first, part, cache, inputs) in enumerate(units):
+        name = f"vae decode ({'first frame' if first else 'next frames'}, unit {index % len(stages) + 1})"
+        others = weights - per_device_bytes(part) + all_caches - (0 if first else per_device_bytes(cache))
+        if first:  # the caches of the units before this one exist already
+            others = weights - per_device_bytes(part) + per_device_bytes(caches[:index])
+        out.append((name, _stage, (stage, first, part, cache, inputs), () if first else (3,), (0, 1),
+                    others + (0 if first else earlier)))
+    return out
 
 
 class DecodeUnit(NamedTuple):

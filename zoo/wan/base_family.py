@@ -414,7 +414,7 @@ class WanFamily(Family):
             residual_bytes=4,  # the fp32 residual stream
             text_encoder_params=abstract_param_count(T5EncoderModel(text), ids, jnp.ones_like(ids)),
             text_encoder_bytes=width,
-            **planner_entries(vae_cfg, s.height, s.width),
+            **planner_entries(vae_cfg, s.height, s.width, s.frames),
             blockwise_attention=platform() == "cpu",
             block_weight_bytes=block_bytes,
             attention_input_copies=BLOCKWISE_LAYOUT_COPIES,  # over the rotated q and k (tests/dryrun: 14B at 720p)
