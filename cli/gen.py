@@ -161,8 +161,10 @@ def run(options) -> int:
     if result.settings.get("layout_choice", "as given") != "as given":
         console.print(f"layout: {result.settings['layout_choice']}", highlight=False, soft_wrap=True)
     times = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in result.times.items())
+    programs = result.settings.get("programs", {}).get("summary")
     console.print(f"wrote {options.out} ({result.frames.shape[0]} frames {result.frames.shape[2]}x"
-                  f"{result.frames.shape[1]} at {result.fps:g} fps); {times}", highlight=False, soft_wrap=True)
+                  f"{result.frames.shape[1]} at {result.fps:g} fps); {times}" + (f"; {programs}" if programs else ""),
+                  highlight=False, soft_wrap=True)
     return 0
 
 

@@ -233,8 +233,8 @@ class Service:
         out = self.partial / "warmup.mp4"
         start = time.perf_counter()
         options = GenerateOptions(**dataclasses.asdict(self.server), prompt="warm-up", out=out)
-        self._generate(options, check(options), None)
-        log.info("warm-up done in %.1f s", time.perf_counter() - start)
+        result = self._generate(options, check(options), None)
+        log.info("warm-up done in %.1f s: %s", time.perf_counter() - start, result.settings["programs"]["summary"])
         for path in self.partial.glob("warmup.*"):
             path.unlink()
 
@@ -248,6 +248,7 @@ class Service:
                        else self.uploads / job_id / name for role, name in job["request"].get("uploads", {}).items()}
             options = build_options(self.server, request, uploads, out)
             result = self._generate(options, job["settings"], JobProgress(self, job_id))
+            log.info("job %s: %s", job_id, result.settings["programs"]["summary"])  # warm: none compiled or loaded
             settings = self._publish_outputs(job_id, out, result.settings["layout_choice"])
             self.store.finish(job_id, jobs.SUCCEEDED, settings={**job["settings"], **settings},
                               times={k: round(v, 4) for k, v in result.times.items()})

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from vidax.translator.output import staged_files
+from vidax.zoo.compute.compiles import ProgramCount
 from vidax.zoo.compute.progress import Progress, StageTimer
 from vidax.zoo.generator.options import GenerateOptions, GenerateResult, save_latents
+from vidax.zoo.plan.ahead import compile_ahead
 from vidax.zoo.plan.layouts import choose_layout
 
 def generate(options: GenerateOptions, progress: Progress | None = None, *, cache: Any = None) -> GenerateResult:
@@ -47,9 +49,12 @@ def generate(options: GenerateOptions, progress: Progress | None = None, *, cach
     except BaseException as err:  # every process learns of it (multi-process runs), then it is raised
         agree(err, "preparation")
         raise
-    with run_guard():  # an error this process alone hits stops its peers too
-        result = generate_video(pipeline, options, progress, cache=cache)  # agrees once its preparation is over
+    with ProgramCount() as programs, run_guard():  # an error this process alone hits stops its peers too
+        ahead = compile_ahead(pipeline, options)  # the decode's programs compile while the run encodes and samples
+        result = generate_video(pipeline, options, progress, cache=cache, ahead=ahead)  # agrees once prepared
     result.times = {**timer.times, **result.times}
+    result.settings["programs"] = {"compiled": programs.compiled, "loaded": programs.loaded,
+                                   "seconds": round(programs.seconds, 2), "summary": programs.line()}
     if is_writer():  # one process writes the outputs
         write_outputs(options, result, timer, choice)
     return result

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("setup.py", "pyproject.toml", "README.md", "translator", "zoo", "cli", "serve", "train", "conversion_specs")
+SOURCES = ("setup.py", "pyproject.toml", "README.md", "translator", "zoo", "cli", "serve", "train", "eval", "conversion_specs")
 
 BUILD = """
 import sys

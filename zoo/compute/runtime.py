@@ -154,8 +154,9 @@ def configure_compile_cache(
       enabled: None reads the environment (off when `VIDAX_NO_COMPILE_CACHE=1`); the CLIs pass
         `not no_compile_cache`.
       path: cache folder; default `default_cache_dir()`.
-      min_compile_secs: only cache programs that took at least this long to compile (jax's
-        default, 1 s, keeps trivial programs out).
+      min_compile_secs: only cache programs that took at least this long to compile (default 0: every
+        program, so that a second process compiles nothing; jax's own default, 1 s, left the many small programs
+        of a run, each a fraction of a second, to compile again in every process).
     """
     if enabled is None:
         enabled = os.environ.get("VIDAX_NO_COMPILE_CACHE", "").lower() not in ("1", "true", "yes")
@@ -166,9 +167,8 @@ def configure_compile_cache(
     folder.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
-    if min_compile_secs is not None:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs))
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs or 0))
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return folder
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import Any
 
 import jax
 import numpy as np
@@ -45,15 +46,17 @@ def prepare(family: Family, options: GenerateOptions) -> Request:
 
 
 def generate_video(family: Family, options: GenerateOptions, progress: Progress | None = None, *,
-                   cache: StageCache | None = None) -> GenerateResult:
+                   cache: StageCache | None = None, ahead: Any = None) -> GenerateResult:
     """Encode -> sample -> decode; returns float32 frames `[F, H, W, 3]` in [0, 1] and the final latents.
 
     `cache` keeps every placed weight for the next call (a long-lived process); None releases them.
+    `ahead`: a background compile of the decode's programs (`vidax.zoo.plan.ahead`), waited for before the decode
+    (it started first, so waiting costs less than compiling a unit a second time beside it).
     `--dtype float32` traces every program at the highest matmul precision: a TPU otherwise multiplies
     fp32 operands in bf16 passes (and a GPU in TF32), so "float32" would not be fp32.
     """
     with matmul_precision(options.dtype):
-        return _generate_video(family, options, progress, cache)
+        return _generate_video(family, options, progress, cache, ahead)
 
 
 def matmul_precision(dtype: str | None):
@@ -62,7 +65,7 @@ def matmul_precision(dtype: str | None):
 
 
 def _generate_video(family: Family, options: GenerateOptions, progress: Progress | None,
-                    cache: StageCache | None) -> GenerateResult:
+                    cache: StageCache | None, ahead: Any) -> GenerateResult:
     from vidax.zoo.compute.distributed import agree, run_record
 
     timer = StageTimer(progress)
@@ -79,6 +82,8 @@ def _generate_video(family: Family, options: GenerateOptions, progress: Progress
     agree(None, "preparation", same=lambda: run_record(s, options, run.mesh, request.latents))
     try:
         latents = family.sample(run, s, request.latents, cond)
+        if ahead is not None:
+            ahead.join()
         with timer.stage("decode"):
             decoded: Decoded = family.decode(run, s, latents)
     finally:

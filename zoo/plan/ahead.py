@@ -1,0 +1,86 @@
+"""A generation's later programs compiled while its earlier stages run.
+
+Every shape of a run is known once its settings are: the VAE decode's units (the dry run's `DecodeUnit`s, built
+as the decode calls them) can be lowered and compiled on abstract arrays in a background thread while the text
+encoder and the sampling loop use the devices. JAX keeps what it compiled in the process, keyed by the program,
+so when the decode calls the same unit with real arrays it finds the executable and compiles nothing. On a TPU
+host, whose CPU cores sit idle while the chip denoises, this takes the decoder's compile (most of the first
+video's 206 s decode stage on a v5e) off the critical path; the persistent compile cache then keeps it for the
+next process.
+
+    ahead = compile_ahead(family, options)   # starts at once; returns before anything is compiled
+    ...generate...
+    ahead.join()                             # the units compiled (or failed: a unit that cannot compile ahead
+                                             # is compiled by its first call, as without this)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from typing import Any
+
+AHEAD_ENV = "VIDAX_COMPILE_AHEAD"  # "0": compile every program when it is first called
+
+
+@dataclasses.dataclass
+class Ahead:
+    """A background compile: the units it compiled, their seconds, the first error (None: none)."""
+
+    thread: threading.Thread | None = None
+    compiled: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    error: BaseException | None = None
+
+    def join(self, timeout: float | None = None) -> "Ahead":
+        if self.thread is not None:
+            self.thread.join(timeout)
+        return self
+
+
+def enabled(options: Any) -> bool:
+    return os.environ.get(AHEAD_ENV, "1") not in ("0", "false", "no") and getattr(options, "compile_ahead", True)
+
+
+def compile_ahead(family: Any, options: Any) -> Ahead:
+    """Start compiling `family`'s decode units for `options` (its layout chosen) in a daemon thread."""
+    ahead = Ahead()
+    if not enabled(options) or getattr(options, "no_decode", False):
+        return ahead
+    ahead.thread = threading.Thread(target=_compile, args=(family, options, ahead), name="vidax-compile-ahead",
+                                    daemon=True)
+    ahead.thread.start()
+    return ahead
+
+
+def _compile(family: Any, options: Any, ahead: Ahead) -> None:
+    import jax
+
+    from vidax.zoo.generator.generation import matmul_precision
+    from vidax.zoo.plan.dry_run import FAMILY_STAGES, weight_dtype
+    from vidax.zoo.plan.dry_run_units import DecodeUnit
+
+    stages = FAMILY_STAGES.get(family.entry.family)
+    if stages is None:
+        return
+    try:
+        with matmul_precision(options.dtype):
+            s = family.resolve_settings(options)
+            for unit in stages.vae_decode(family, s, weight_dtype(options), jax.devices()[0]):
+                unit = DecodeUnit(*unit)
+                start = time.perf_counter()
+                args = [a if i in unit.static else _unplaced(a) for i, a in enumerate(unit.args)]
+                jax.jit(unit.fn, donate_argnums=unit.donate, static_argnums=unit.static).lower(*args).compile()
+                ahead.compiled.append((unit.name, time.perf_counter() - start))
+    except Exception as error:  # noqa: BLE001 - the decode compiles what is missing itself
+        ahead.error = error
+
+
+def _unplaced(tree: Any) -> Any:
+    """Abstract arrays without a sharding: arrays on the default device lower without one, and a unit compiled
+    ahead must be the very program the decode lowers."""
+    import jax
+
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else a,
+                        tree)
