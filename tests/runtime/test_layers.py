@@ -105,6 +105,28 @@ def test_feed_forward_in_token_chunks_equals_one_pass(monkeypatch, chunks):
     assert np.any(np.abs(np.roll(whole, 1, axis=1) - whole) > bound)  # tight enough to see a token moved by one
 
 
+@pytest.mark.parametrize("per_token_gate", [False, True])
+def test_feed_forward_adds_into_the_residual_chunk_by_chunk(monkeypatch, per_token_gate):
+    """With a residual, the feed-forward adds `out * gate` into it: in one pass the expression the blocks wrote
+    before (`residual + out.astype(residual.dtype) * gate`), bit for bit; in token chunks each chunk's tokens
+    through the feed-forward on their own, added into the residual's rows, a gate per token sliced with them
+    (7 tokens in chunks of 3, 3 and 1)."""
+    ffn = layers.FeedForward(dim=8, hidden=16)
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((2, 7, 8)), jnp.bfloat16)
+    residual = jnp.asarray(rng.standard_normal((2, 7, 8)), jnp.float32)
+    gate = jnp.asarray(rng.standard_normal((2, 7 if per_token_gate else 1, 8)), jnp.float32)
+    params = ffn.init(jax.random.key(0), x)
+    whole = np.asarray(ffn.apply(params, x, residual=residual, gate=gate))
+    np.testing.assert_array_equal(whole, np.asarray(residual + ffn.apply(params, x).astype(jnp.float32) * gate))
+    monkeypatch.setattr(layers, "ffn_token_chunks", lambda shape, *a: 3 if shape[1] == 7 else 1)
+    chunked = np.asarray(ffn.apply(params, x, residual=residual, gate=gate))
+    for start in (0, 3, 6):
+        rows = slice(start, start + 3)
+        part = ffn.apply(params, x[:, rows], residual=residual[:, rows], gate=gate[:, rows] if per_token_gate else gate)
+        np.testing.assert_array_equal(chunked[:, rows], np.asarray(part))
+
+
 def test_feed_forward_chunks_only_where_it_pays(monkeypatch):
     big = (2, 75600, 5120)  # Wan2.1-14B at 720p, the CFG pair: 4.2 GB of bf16 hidden activation
     assert layers.ffn_token_chunks(big, 13824, jnp.bfloat16) == 1  # a CPU run: its own row blocks

@@ -227,7 +227,7 @@ class WanBlock(nn.Module):
 
         # 3. Feed-forward on the AdaLN-modulated stream.
         x = modulate(plain_norm(residual), c_shift, c_scale).astype(self.dtype)
-        residual = residual + FeedForward(cfg.inner_dim, cfg.ffn_dim, name="ffn")(x).astype(jnp.float32) * c_gate
+        residual = FeedForward(cfg.inner_dim, cfg.ffn_dim, name="ffn")(x, residual=residual, gate=c_gate)
         return constrain(residual.astype(hidden.dtype), VIDEO_AXES)
 
 
