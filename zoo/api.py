@@ -55,9 +55,25 @@ def generate(options: GenerateOptions, progress: Progress | None = None, *, cach
     result.times = {**timer.times, **result.times}
     result.settings["programs"] = {"compiled": programs.compiled, "loaded": programs.loaded,
                                    "seconds": round(programs.seconds, 2), "summary": programs.line()}
+    result.settings["memory_peaks"] = memory_peaks()
     if is_writer():  # one process writes the outputs
         write_outputs(options, result, timer, choice)
     return result
+
+
+def memory_peaks() -> dict[str, int | None]:
+    """The process's peaks so far: host resident memory (bytes) and, on an accelerator, the first device's
+    allocator peak (None where the backend keeps no such figure, the CPU)."""
+    import resource
+    import sys
+
+    import jax
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    device = jax.devices()[0]
+    stats = device.memory_stats() or {}
+    return {"host_rss_bytes": int(rss), "device_bytes": stats.get("peak_bytes_in_use"),
+            "device_kind": device.device_kind, "jax": jax.__version__}
 
 
 def write_outputs(options: GenerateOptions, result: GenerateResult, timer: StageTimer, choice: str) -> None:

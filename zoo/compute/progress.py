@@ -38,6 +38,11 @@ class StageTimer:
     def __init__(self, progress: Progress | None = None):
         self.progress = progress or Progress()
         self.times: dict[str, float] = {}
+        self.marks: dict[str, float] = {}  # moments (epoch seconds) of a run's firsts: "denoise first step"
+
+    def mark(self, name: str) -> None:
+        """Note the first time `name` happened (later calls keep the first)."""
+        self.marks.setdefault(name, time.time())
 
     @contextlib.contextmanager
     def stage(self, name: str, total: int | None = None) -> Iterator[None]:

@@ -209,6 +209,7 @@ def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, co
 
     def on_step(i, x):
         x.block_until_ready()
+        run.timer.mark(f"{stage} first step")
         now = time.perf_counter()
         run.progress.advance(stage, 1, f"{now - last[0]:.3g} s/step")
         last[0] = now

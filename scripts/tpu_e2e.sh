@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One model's video on a TPU host made as a user makes it, and the table row README shows for it:
+#
+#   bash scripts/tpu_e2e.sh MODEL [HEIGHTxWIDTHxFRAMES] [STEPS]      e.g. bash scripts/tpu_e2e.sh wan2.1-t2v-1.3b
+#
+# 1. `vidax-convert MODEL --synthetic` writes real-size weights on the host (random values; kept between calls in
+#    $E2E_DIR, so a second call on the same machine converts nothing);
+# 2. `vidax-gen MODEL --weights DIR` with an empty compile cache: the cold run (a fresh host's first video);
+# 3. the same command in a second process over that cache: the warm run (WARM_STEPS steps, default STEPS);
+# 4. python -m bench.accelerator.chip.e2e_table: wall time by stage, seconds per step warm, programs compiled and
+#    their seconds cold and warm, time from process start to the first denoise step, peak HBM, host peak RSS,
+#    the layout chosen; as JSON and as a markdown row.
+# The model's native size, frames and steps unless given. Everything goes under $OUT (the device tool's folder;
+# .bench/tpu/e2e elsewhere): run.log, cold.json / warm.json (vidax-gen's sidecars and the process figures),
+# table.md, e2e.json. Runtime packages missing on the host are installed as scripts/tpu_setup.sh says.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+model=${1:?usage: bash scripts/tpu_e2e.sh MODEL [HEIGHTxWIDTHxFRAMES] [STEPS]}
+size=${2:-}
+steps=${3:-}
+out=${OUT:-.bench/tpu/e2e}
+work=${E2E_DIR:-/tmp/vidax-e2e}
+mkdir -p "$out" "$work"
+source scripts/tpu_setup.sh "$out"
+
+flags=(--prompt "a red fox runs through fresh snow at dawn, cinematic" --seed 0)
+if [ -n "$size" ]; then
+  IFS=x read -r height width frames <<< "$size"
+  flags+=(--height "$height" --width "$width" --frames "$frames")
+fi
+[ -n "$steps" ] && flags+=(--steps "$steps")
+weights="$work/$model"
+
+step "convert $model (synthetic)"
+/usr/bin/time -v "$python" -c 'import sys; from vidax.cli import convert_main; sys.argv[0] = "vidax-convert"; convert_main()' \
+  "$model" --synthetic --out "$weights" > "$out/convert.log" 2>&1 || { tail -20 "$out/convert.log"; exit 1; }
+grep -E "Maximum resident|Elapsed" "$out/convert.log" | tee -a "$out/run.log"
+
+# one vidax-gen process: its sidecar, when it started and how long it ran, its peak RSS (from /usr/bin/time)
+generate() {  # NAME [extra flags...]
+  local name=$1; shift
+  local began; began=$(date +%s.%N)
+  /usr/bin/time -v "$python" -c 'import sys; from vidax.cli import gen_main; sys.argv[0] = "vidax-gen"; gen_main()' \
+    "$model" --weights "$weights" "${flags[@]}" "$@" --out "$work/$name.mp4" > "$out/$name.log" 2>&1
+  local code=$?
+  "$python" -m bench.accelerator.chip.e2e_table record --name "$name" --began "$began" --code "$code" \
+    --sidecar "$work/$name.json" --time-log "$out/$name.log" --json "$out/$name.json"
+  tail -3 "$out/$name.log" | tee -a "$out/run.log"
+}
+
+export VIDAX_CACHE_DIR="$work/compile-cache"
+rm -rf "$VIDAX_CACHE_DIR"
+step "cold run"
+generate cold
+step "warm run"
+if [ -n "${WARM_STEPS:-}" ]; then generate warm --steps "$WARM_STEPS"; else generate warm; fi
+step "table"
+"$python" -m bench.accelerator.chip.e2e_table table --model "$model" --cold "$out/cold.json" --warm "$out/warm.json" \
+  --markdown "$out/table.md" --json "$out/e2e.json" | tee -a "$out/run.log"
