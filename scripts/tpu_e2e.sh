@@ -11,8 +11,8 @@
 #    their seconds cold and warm, time from process start to the first denoise step, peak HBM, host peak RSS,
 #    the layout chosen; as JSON and as a markdown row.
 # The model's native size, frames and steps unless given. Everything goes under $OUT (the device tool's folder;
-# .bench/tpu/e2e elsewhere): run.log, cold.json / warm.json (vidax-gen's sidecars and the process figures),
-# table.md, e2e.json. Runtime packages missing on the host are installed as scripts/tpu_setup.sh says.
+# .bench/tpu/e2e elsewhere): run.log, cold.log / warm.log and cold.json / warm.json (vidax-gen's output, sidecar
+# and process figures), table.md, e2e.json. Runtime packages missing on the host are installed as scripts/tpu_setup.sh says.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: bash scripts/tpu_e2e.sh MODEL [HEIGHTxWIDTHxFRAMES] [STEPS]}
@@ -33,8 +33,8 @@ weights="$work/$model"
 
 step "convert $model (synthetic)"
 /usr/bin/time -v "$python" -c 'import sys; from vidax.cli import convert_main; sys.argv[0] = "vidax-convert"; convert_main()' \
-  "$model" --synthetic --out "$weights" > "$out/convert.log" 2>&1 || { tail -20 "$out/convert.log"; exit 1; }
-grep -E "Maximum resident|Elapsed" "$out/convert.log" | tee -a "$out/run.log"
+  "$model" --synthetic --out "$weights" > "$work/convert.log" 2>&1 || { tail -20 "$work/convert.log"; exit 1; }
+grep -E "Maximum resident|Elapsed" "$work/convert.log" | tee -a "$out/run.log"
 
 # one vidax-gen process: its sidecar, when it started and how long it ran, its peak RSS (from /usr/bin/time)
 generate() {  # NAME [extra flags...]
@@ -45,15 +45,23 @@ generate() {  # NAME [extra flags...]
   local code=$?
   "$python" -m bench.accelerator.chip.e2e_table record --name "$name" --began "$began" --code "$code" \
     --sidecar "$work/$name.json" --time-log "$out/$name.log" --json "$out/$name.json"
+  cp "$out/$name.json" "$work/$name.record.json"  # for a later call's table (RUNS=warm)
   tail -3 "$out/$name.log" | tee -a "$out/run.log"
 }
 
 export VIDAX_CACHE_DIR="$work/compile-cache"
-rm -rf "$VIDAX_CACHE_DIR"
-step "cold run"
-generate cold
-step "warm run"
-if [ -n "${WARM_STEPS:-}" ]; then generate warm --steps "$WARM_STEPS"; else generate warm; fi
+runs=${RUNS:-cold warm}  # RUNS=warm: a warm run alone, over the cache an earlier call on this machine left
+if [[ " $runs " == *" cold "* ]]; then
+  rm -rf "$VIDAX_CACHE_DIR"
+  step "cold run"
+  generate cold
+fi
+if [[ " $runs " == *" warm "* ]]; then
+  step "warm run"
+  if [ -n "${WARM_STEPS:-}" ]; then generate warm --steps "$WARM_STEPS"; else generate warm; fi
+fi
+[ -f "$out/cold.json" ] || cp "$work/cold.record.json" "$out/cold.json" 2>/dev/null
+[ -f "$out/cold.json" ] && [ -f "$out/warm.json" ] || exit 0
 step "table"
 "$python" -m bench.accelerator.chip.e2e_table table --model "$model" --cold "$out/cold.json" --warm "$out/warm.json" \
   --markdown "$out/table.md" --json "$out/e2e.json" | tee -a "$out/run.log"

@@ -19,7 +19,7 @@ if ! "$python" -c 'import flax, typer, rich, psutil, av, tokenizers, ftfy' 2>/de
   # shellcheck disable=SC2086  # pip_args is a list of pip options
   PIP_CONFIG_FILE=${PIP_CONFIG_FILE:-/dev/null} "$python" -m pip install -q --isolated --only-binary=:all: \
     --target "$site" $pip_args flax typer rich huggingface-hub psutil pillow tokenizers sentencepiece jinja2 \
-    safetensors ftfy av gguf einops pyyaml optax requests > "$setup_out/pip.log" 2>&1 || tail -5 "$setup_out/pip.log"
+    safetensors ftfy av gguf einops pyyaml optax requests > /tmp/vidax-pip.log 2>&1 || tail -5 /tmp/vidax-pip.log
 fi
 [ -d "$site" ] && export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$site
 shim=$(mktemp -d /tmp/vidax-shim.XXXX)
