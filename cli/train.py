@@ -107,7 +107,8 @@ def lora(
     sp: int = typer.Option(1, "--sp", rich_help_panel=LAYOUT, help="sequence-parallel degree"),
     dp: int = typer.Option(1, "--dp", rich_help_panel=LAYOUT, help="data-parallel degree (splits --batch)"),
     remat: str = typer.Option("full", "--remat", rich_help_panel=LAYOUT,
-                              help="what each block keeps for the backward: full (recompute all) or attention"),
+                              help="what each block keeps for the backward: full (recompute all), attention, "
+                              "offload or attention_offload (kept in host memory)"),
     offload: bool = typer.Option(False, "--offload", rich_help_panel=LAYOUT,
                                  help="the frozen blocks and each block's input in host memory (a base larger "
                                  "than the chip)"),

@@ -188,8 +188,8 @@ def step_setup(model_name: str, height: int, width: int, frames: int, rank: int,
     shapes = {"latents": jax.ShapeDtypeStruct(latent, jnp.float32),
               "first_frame": jax.ShapeDtypeStruct((batch,), jnp.float32),
               **family.example_conditions(s, batch, text)}
-    patch = getattr(model.cfg, "patch_size", 1)
-    patch = (patch,) * 3 if isinstance(patch, int) else tuple(patch)
+    patch = getattr(model.cfg, "patch", None) or getattr(model.cfg, "patch_size", 1)  # CogVideoX's (t, h, w): `patch`
+    patch = (1, patch, patch) if isinstance(patch, int) else tuple(p or 1 for p in patch)
     tokens = math.prod(n // p for n, p in zip(latent[2:], patch))
     config = LoraConfig(rank=rank, targets=family.default_targets)
     objective = Objective(scale=config.scale, sampling=family.default_sampling, loss=family.loss(s),
@@ -271,7 +271,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--text", type=int, default=None, help="prompt tokens (default: the family's padded length)")
     p.add_argument("--depth", type=int, default=None, help="blocks of the DiT (default: all)")
-    p.add_argument("--remat", default="full", choices=("full", "attention", "offload"))
+    p.add_argument("--remat", default="full", choices=("full", "attention", "offload", "attention_offload"))
     p.add_argument("--weights-dtype", default=None, choices=("int8", "fp8"))
     p.add_argument("--offload", action="store_true", help="the base's blocks and each block's input in host memory")
     p.add_argument("--steps", type=int, default=3)

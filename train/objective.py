@@ -35,8 +35,9 @@ from vidax.zoo.parts.dit import forward
 SAMPLINGS = ("shift", "uniform")
 # what `jax.checkpoint` keeps of each block for the backward pass besides its input: nothing (recompute it all);
 # also the outputs of the attention kernels (a TPU's Pallas calls: their backward then reruns only the
-# projections); or nothing, with each block's input moved to host memory until the backward pass reads it
-REMAT = {"full": None, "attention": "pallas", "offload": "offload"}
+# projections); nothing, with each block's input moved to host memory until the backward pass reads it; or both
+# moved there (the attention kernels' outputs of every block do not fit a 16 GB chip beside the rest at 480p)
+REMAT = {"full": None, "attention": "pallas", "offload": "offload", "attention_offload": "pallas_offload"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +154,21 @@ def remat_policy(objective: Objective) -> Callable | None:
         return jax.checkpoint_policies.save_and_offload_only_these_names(
             names_which_can_be_saved=[], names_which_can_be_offloaded=[BLOCK_INPUT], offload_src="device",
             offload_dst="pinned_host")
+    if kind == "pallas_offload":
+        return _attention_offload if host_memory() is not None else (lambda prim, *_, **__: prim.name == "pallas_call")
     return None
+
+
+def _attention_offload(prim, *_, **params):
+    """Each block's input and its attention kernels' outputs moved to host memory for the backward pass, the rest
+    recomputed (JAX's policy values are not public: `jax.checkpoint_policies` builds them from the same module)."""
+    from jax._src.interpreters import partial_eval as pe
+
+    from vidax.train.lora import BLOCK_INPUT
+
+    if prim.name == "pallas_call" or (prim.name == "name" and params.get("name") == BLOCK_INPUT):
+        return pe.Offloadable(src="device", dst="pinned_host")
+    return pe.Recompute
 
 
 _TARGET: list = []  # a device to compile for instead of this process's (`targeting`: a chip this host lacks)
