@@ -6,7 +6,8 @@ and then generates that caption from the same noise with and without the LoRA.
 With random weights the VAE cannot draw the clip itself, so the detector's target is what the model can make of it:
 the clip's own latents (as training encoded them) decoded by the same VAE. The LoRA must move the video towards it:
 the change it makes points at the target (cosine > 0.4: a LoRA that did nothing, or pushed the other way, fails)
-and leaves the frames at least 8% nearer to it (150 steps of rank 8 at lr 2e-2; 8 sampling steps). The runs
+and leaves the frames at least 8% nearer to it (100 steps of rank 8 at lr 3e-2; 6 sampling
+steps; measured: cosines 0.55 to 0.63, 14% to 22% nearer). The runs
 happen in one child process at XLA's default backend level (their time is compiled code running, not compiling:
 tests/backend_level.py)."""
 
@@ -20,7 +21,7 @@ import pytest
 from tests.backend_level import call_at_default_level
 from tests.hunyuan_video15.pipelines import saved, towers  # noqa: F401  (the tiny HunyuanVideo-1.5 pipeline)
 
-STEPS, LR, RANK, SAMPLING_STEPS = 150, 2e-2, 8, 8
+STEPS, LR, RANK, SAMPLING_STEPS = 100, 3e-2, 8, 6
 # LTX-2 and generation: a single guidance pass, no STG at the registry's block 29 of a 2-block DiT, no audio decode
 LTX2 = {"stg_scale": 0.0, "modality_scale": 1.0, "audio_guidance": 1.0, "audio_stg_scale": 0.0,
         "audio_modality_scale": 1.0, "guidance_rescale": 0.0, "audio_guidance_rescale": 0.0, "audio": False,
