@@ -6,10 +6,9 @@ and then generates that caption from the same noise with and without the LoRA.
 With random weights the VAE cannot draw the clip itself, so the detector's target is what the model can make of it:
 the clip's own latents (as training encoded them) decoded by the same VAE. The LoRA must move the video towards it:
 the change it makes points at the target (cosine > 0.4: a LoRA that did nothing, or pushed the other way, fails)
-and leaves the frames at least 8% nearer to it (100 steps of rank 8 at lr 3e-2; 6 sampling
-steps; measured: cosines 0.55 to 0.63, 14% to 22% nearer). The runs
-happen in one child process at XLA's default backend level (their time is compiled code running, not compiling:
-tests/backend_level.py)."""
+and leaves the frames at least 8% nearer to it (100 steps of rank 8 at lr 3e-2, 6 sampling steps; measured:
+cosines 0.55 to 0.63, 14% to 22% nearer). The runs happen in one child process at XLA's default backend level
+(their time is compiled code running, not compiling: tests/backend_level.py)."""
 
 from __future__ import annotations
 
