@@ -15,12 +15,10 @@ import typer
 
 from vidax.cli import interrupts
 from vidax.cli.common import USER_ERRORS, console, require_packages, run_guarded, step_progress
+from vidax.cli.help_panels import DATA, LAYOUT, LORA, MODEL, OPTIMISER, OUTPUT
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
-
-# the panels of `--help` (the headings vidax-gen, vidax-convert and vidax-serve group their flags under)
-MODEL, DATA, LORA, OPTIMISER = "Model and inputs", "Data", "LoRA", "Optimiser"
-VALIDATION, OUTPUT, LAYOUT = "Validation and samples", "Output", "Layout and memory"
+VALIDATION = "Validation and samples"  # vidax-train's own panel (the others are every tool's: help_panels)
 
 
 @app.callback()

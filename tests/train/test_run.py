@@ -229,9 +229,13 @@ def test_validation_at_fixed_noise_the_loss_plot_and_samples(folder, tmp_path):
 
 
 def test_help_fits_80_columns_in_panels():
+    from tests.cli.test_help import DESCRIPTION_BY, description_columns
+
     result = CliRunner().invoke(app, ["lora", "--help"], env={"COLUMNS": "80"}, terminal_width=80)
     assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.output.splitlines()) <= 80
+    starts = description_columns(result.output)
+    assert len(starts) > 20 and max(starts.values()) <= DESCRIPTION_BY, starts  # no description squeezed
     for panel in ("Model and inputs", "Data", "LoRA", "Optimiser", "Validation and samples", "Output",
                   "Layout and memory"):
         assert panel in result.output, panel
