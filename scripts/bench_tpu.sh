@@ -3,16 +3,18 @@
 # (no torch; vidax is not installed: it runs from this checkout):
 #
 #   bash scripts/bench_tpu.sh kernels                  # attention kernels at the families' shapes; vidax beside
-#                                                      # MaxDiffusion (Wan2.1-14B 480p, Wan2.1-1.3B step)
+#                                                      # MaxDiffusion on the Wan2.1-14B 480p forward
+#   bash scripts/bench_tpu.sh step                     # vidax beside MaxDiffusion on the Wan2.1-1.3B step; the tier
 #   bash scripts/bench_tpu.sh dits-wan                 # every family's DiT at native size, in three groups
 #   bash scripts/bench_tpu.sh dits-hunyuan-cogvideox   #   (bench.accelerator.chip.every_dit: each group compiles
 #   bash scripts/bench_tpu.sh dits-ltx-cosmos          #   its programs at once, then runs them one by one)
-#   bash scripts/bench_tpu.sh tier                     # the TPU test tier (pytest -m tpu)
+#   bash scripts/bench_tpu.sh tier                     # the TPU test tier (pytest -m tpu) alone
 #
 # Every call writes its logs and JSON under $OUT (the device tool's folder; .bench/tpu/CALL elsewhere) and prints
 # its table at the end. BUDGET (seconds, default 560) bounds the call; its steps are time-boxed, in priority order.
-# `kernels` needs MaxDiffusion's export in .bench/maxdiffusion (scripts/prepare_maxdiffusion.sh; carry it); its
-# tiles: MD_CUSTOM (default 4864,1024,1024: its custom kernel's own default block_q, keys per block).
+# `kernels` and `step` need MaxDiffusion's export in .bench/maxdiffusion (scripts/prepare_maxdiffusion.sh; carry it); its
+# tiles: MD_CUSTOM (default 4096,1024,1024, the fewest bundles per logit of its custom kernel compiled for a v5e
+# without a chip among 4864/1024/1024 (its default), 6400/2048/2048 (its v7 pick), 4096/2048/2048, 2048/4096/2048).
 # TPU_LONG=KERNEL:Q,KV,KC sets vidax's attention for long keys in every call (VIDAX_TPU_ATTENTION_LONG), e.g.
 # the kernel `kernels` timed fastest: TPU_LONG=exp2_bounded:2048,4096,1024 bash scripts/bench_tpu.sh dits-wan.
 # TOY=1: the same steps at toy sizes on the CPU (`dits-toy` is wan-tiny), so that the script's CPU path is checked.
@@ -56,7 +58,7 @@ step "set up"
 # attention (head dim 64), HunyuanVideo-1.5 480p's joint attention (text padding masked)
 SHAPES="2,40,32760,32760,128 2,48,45106,45106,64 2,16,51275,51275,128,masked"
 CHOICES="exp2:2048,4096,1024 exp2_bounded:2048,4096,1024 exp2_bounded:4096,2048,1024 exp2_bounded:1024,4096,1024"
-MD_CUSTOM=${MD_CUSTOM:-4864,1024,1024}
+MD_CUSTOM=${MD_CUSTOM:-4096,1024,1024}
 VIDAX_EXP2=${VIDAX_EXP2:-exp2_bounded:2048,4096,1024}
 toy=()
 if [ "${TOY:-0}" = 1 ]; then
@@ -66,16 +68,20 @@ if [ "${TOY:-0}" = 1 ]; then
   MD_CUSTOM=128,128,128 VIDAX_EXP2=exp2_bounded:128,256,128 toy=(--toy)
 fi
 
-side_by_side() {  # shape, layers, limit, json name
+side_by_side() {  # shape, layers, limit, json name, rounds
   [ -d .bench/maxdiffusion ] || { step "no .bench/maxdiffusion: MaxDiffusion skipped"; return; }
   local t layers=$2; t=$(cap "$3"); [ "$t" -lt 90 ] && { step "side by side $1 skipped ($t s left)"; return; }
   [ "${TOY:-0}" = 1 ] && layers=1
   # vidax at MaxDiffusion's splash blocks (the same kernel, tiles and chip), then vidax's exp2 kernel beside
   # MaxDiffusion's custom kernel with its fixed softmax bound, calls interleaved in one process
-  timeout "$t" "$python" -m bench.accelerator.side_by_side "${toy[@]}" --shape "$1" --layers "$layers" --rounds 5 \
+  timeout "$t" "$python" -m bench.accelerator.side_by_side "${toy[@]}" --shape "$1" --layers "$layers" --rounds "${5:-5}" \
     --blocks 2048,4096,1024 --peer "ulysses_custom_fixed_m:$MD_CUSTOM" --vidax-attention "$VIDAX_EXP2" \
     --out "$out/$4.json" > "$out/$4.log" 2>&1
   step "side by side $1, $2 layers: rc $?"
+}
+
+tables() {  # the side-by-side tables of this call
+  for f in "$out"/side-*.log; do [ -f "$f" ] && { echo; echo "## $(basename "$f" .log)"; grep "^|\|^#" "$f"; }; done
 }
 
 case "$call" in
@@ -84,10 +90,19 @@ case "$call" in
     timeout "$t" "$python" -m vidax.zoo.compute.kernels.tpu_blocks --only $SHAPES $CHOICES > "$out/attention.log" 2>&1
     step "attention kernels: rc $?"
     cp "$VIDAX_CACHE_DIR/tpu-attention.json" "$out/" 2>/dev/null
-    side_by_side wan14b_480p 1 220 side-wan14b-480p
-    side_by_side wan1.3b_480p 30 200 side-wan13b-step
+    side_by_side wan14b_480p 1 300 side-wan14b-480p
     { echo "## attention alone"; grep -v "^vidax:" "$out/attention.log"; } > "$out/table.md"
-    for f in "$out"/side-*.log; do [ -f "$f" ] && { echo; echo "## $(basename "$f" .log)"; grep "^|\|^#" "$f"; } >> "$out/table.md"; done
+    tables >> "$out/table.md"
+    ;;
+  step)
+    side_by_side wan1.3b_480p 30 300 side-wan13b-step 3
+    tables > "$out/table.md"
+    if [ "$(left)" -gt 150 ]; then
+      VIDAX_TEST_TPU=1 timeout "$(left)" "$python" -m pytest -m tpu tests/tpu -q -s -p no:cacheprovider --tb=line \
+        -rf > "$out/tier.log" 2>&1
+      step "TPU tier: rc $?"
+      { echo; echo "## TPU tier"; tail -3 "$out/tier.log"; } >> "$out/table.md"
+    fi
     ;;
   dits-*)
     group=${call#dits-}
@@ -103,7 +118,7 @@ case "$call" in
     tail -3 "$out/tier.log" > "$out/table.md"
     ;;
   *)
-    echo "unknown call $call: kernels, dits-wan, dits-hunyuan-cogvideox, dits-ltx-cosmos, tier" >&2
+    echo "unknown call $call: kernels, step, dits-wan, dits-hunyuan-cogvideox, dits-ltx-cosmos, tier" >&2
     exit 2 ;;
 esac
 uptime >> "$out/run.log"
