@@ -133,3 +133,16 @@ def test_models_a_crashed_process_did_not_reach_get_a_fresh_one(tmp_path, monkey
     every_dit.run_all(["a", "b", "c"], tmp_path, budget=600, workers=2)
     assert seen == [["a", "b", "c"], ["b", "c"]]
     assert (tmp_path / "every_dit.md").exists()
+
+
+def test_a_spec_sets_variables_while_its_model_is_traced(monkeypatch):
+    import os
+
+    monkeypatch.setenv("VIDAX_HEADS_MAJOR", "0")
+    monkeypatch.delenv("VIDAX_BENCH_PROBE", raising=False)
+    spec = "wan2.1-t2v-14b@832x480x81+VIDAX_HEADS_MAJOR=1+VIDAX_BENCH_PROBE=x"
+    assert dit_programs._split(spec) == ("wan2.1-t2v-14b", (832, 480, 81))
+    with dit_programs._environment(spec):
+        assert os.environ["VIDAX_HEADS_MAJOR"] == "1" and os.environ["VIDAX_BENCH_PROBE"] == "x"
+    assert os.environ["VIDAX_HEADS_MAJOR"] == "0" and "VIDAX_BENCH_PROBE" not in os.environ
+    assert every_dit.file_name(spec) == "dit-wan2_1-t2v-14b_832x480x81_VIDAX_HEADS_MAJOR-1_VIDAX_BENCH_PROBE-x.json"

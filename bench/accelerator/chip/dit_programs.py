@@ -116,11 +116,30 @@ def count_flops(fn, args) -> float:
 
 
 def _split(spec: str) -> tuple[str, tuple[int, int, int] | None]:
-    model, _, size = spec.partition("@")
+    model, _, size = spec.split("+")[0].partition("@")
     if not size:
         return model, None
     w, h, f = (int(x) for x in size.split("x"))
     return model, (w, h, f)
+
+
+@contextmanager
+def _environment(spec: str):
+    """`MODEL[@WxHxF][+NAME=VALUE...]`: the variables set while the model's programs are traced (the choices vidax
+    reads when tracing, e.g. `+VIDAX_HEADS_MAJOR=1`), restored after."""
+    import os
+
+    pairs = [item.split("=", 1) for item in spec.split("+")[1:]]
+    saved = {name: os.environ.get(name) for name, _ in pairs}
+    os.environ.update({name: value for name, value in pairs})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _options(model: str, size):
@@ -275,6 +294,11 @@ def _attention_program(call, index: int) -> Program:
 
 def plan(spec: str) -> Model:
     """Phase 1: a model's programs traced and lowered (depth 2 where depth 0 cannot be built)."""
+    with _environment(spec):
+        return _plan(spec)
+
+
+def _plan(spec: str) -> Model:
     import jax
     from vidax.zoo.registry import make_pipeline
 
@@ -282,7 +306,8 @@ def plan(spec: str) -> Model:
     family = make_pipeline(model_name, _options(model_name, size))
     s = family.resolve_settings(_options(model_name, size))
     device = jax.devices()[0]
-    model = Model(spec, {"spec": spec, "model": model_name, "size": f"{s.width}x{s.height}x{s.frames}",
+    model = Model(spec, {"spec": spec, "model": model_name + "".join(f" ({v})" for v in spec.split("+")[1:]),
+                         "size": f"{s.width}x{s.height}x{s.frames}",
                          "device": device.device_kind, "jax": jax.__version__, "guided": bool(s.guided),
                          "date": time.strftime("%Y-%m-%d")}, family, s)
     calls: list = []
@@ -391,7 +416,8 @@ def run(model: Model, repeats: int, workers: int, out: Path | None = None) -> di
                 raise
             del runs[key]
             _log(f"{model.spec}: depth 0 does not run ({type(error).__name__}); depth 2 instead")
-            model.programs["2"], _ = _lowered(model.family, model.settings, 2, [])
+            with _environment(model.spec):
+                model.programs["2"], _ = _lowered(model.family, model.settings, 2, [])
             _compile(model.programs["2"])
             keys.append("2")
             continue
@@ -476,4 +502,4 @@ def measure_group(specs: list[str], out_dir: Path | None = None, repeats: int = 
 
 
 def file_name(spec: str) -> str:
-    return "dit-" + spec.replace("@", "_").replace(".", "_") + ".json"
+    return "dit-" + spec.replace("@", "_").replace(".", "_").replace("+", "_").replace("=", "-") + ".json"
