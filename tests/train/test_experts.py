@@ -1,7 +1,7 @@
 """Wan2.2 A14B's two experts in `vidax-train` (issue 63, item 1): each trained on its own noise levels, split at the
 model's boundary as musubi-tuner splits them (`--min_timestep/--max_timestep` with `--preserve_distribution_shape`),
 one file per expert that `vidax-gen --lora/--lora-2` and diffusers' `load_lora_weights` (`load_into_transformer_2`)
-load; the I2V-A14B experts' image condition through the family's own encoder."""
+load."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.wan.test_pipeline import _reference_a14b, _reference_i2v_a14b
+from tests.wan.test_pipeline import _reference_a14b
 from vidax.train.objective import Objective, range_share, sample_sigmas
 from vidax.train.run import TrainOptions, prepare, step_expert, train_lora
 from vidax.translator.formats.safetensors_io import SafetensorsFile
@@ -77,15 +77,14 @@ def test_both_experts_train_and_load_with_lora_and_lora_2(clips, tmp_path):
                                                                              + pipe.get_list_adapters()["transformer_2"])
 
 
-def test_the_i2v_experts_take_the_first_frame_as_the_pipeline_encodes_it(clips, tmp_path):
-    """Wan2.2 I2V-A14B, `--expert low`: the sample's first frame VAE-encoded with the frame mask (36 channels), one
-    file at --out."""
-    _reference_i2v_a14b(tmp_path / "model")
-    options = TrainOptions(model="wan2.2-i2v-a14b", weights=str(tmp_path / "model"), data=clips, expert="low",
-                           out=tmp_path / "low.safetensors", rank=4, steps=2, lr=1e-2, dtype="float32", **SIZE)
-    prep = prepare(options)
-    assert [(d.expert.component, d.objective.high) for d in prep.denoisers] == [("transformer_2", 0.9)]
-    assert prep.encoded[0].cond["condition"].shape == (20, 2, 4, 6)  # mask 4 + 16 latent channels
-    losses = []
-    assert train_lora(options, lambda s, n, loss, r: losses.append(loss), prep=prep) == [options.out]
-    assert all(np.isfinite(losses))
+def test_expert_picks_one_of_two_and_refuses_one_dit(tmp_path):
+    """`--expert high|low` keeps that expert (one file at --out); a one-DiT model refuses the flag in one line."""
+    from vidax.train.families import Expert
+    from vidax.train.run import TrainError, _chosen
+
+    two = [Expert("transformer", "high_noise", 0.9, 1.0), Expert("transformer_2", "low_noise", 0.0, 0.9)]
+    options = lambda expert: TrainOptions(model="m", data=tmp_path, out=tmp_path / "x.safetensors", expert=expert)  # noqa: E731
+    assert [e.component for e in _chosen(two, options("low"))] == ["transformer_2"]
+    assert [e.component for e in _chosen(two, options(None))] == ["transformer", "transformer_2"]
+    with pytest.raises(TrainError, match="--expert is for two-expert models"):
+        _chosen(two[:1], options("high"))
