@@ -63,14 +63,15 @@ def generate(options: GenerateOptions, progress: Progress | None = None, *, cach
 
 def memory_peaks() -> dict[str, int | None]:
     """The process's peaks so far: host resident memory (bytes) and, on an accelerator, the first device's
-    allocator peak (None where the backend keeps no such figure, the CPU)."""
+    allocator peak (None where the backend keeps no such figure, the CPU). A process of a multi-process run
+    asks one of its own devices (another process's have no stats here)."""
     import resource
     import sys
 
     import jax
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-    device = jax.devices()[0]
+    device = jax.local_devices()[0]
     stats = device.memory_stats() or {}
     return {"host_rss_bytes": int(rss), "device_bytes": stats.get("peak_bytes_in_use"),
             "device_kind": device.device_kind, "jax": jax.__version__}
