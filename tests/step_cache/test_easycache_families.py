@@ -262,13 +262,23 @@ def _record_steps(monkeypatch, latent_arg: int) -> list[Step]:
 
     def recorded(self, denoiser, predict, step, latents, timestep, cond, knobs):
         out, full = original(self, denoiser, predict, step, latents, timestep, cond, knobs)
-        calls = _dit_calls(predict, denoiser.dit, latent_arg, denoiser.params, latents, timestep, cond, knobs)
+        calls = _dit_calls(predict, denoiser.dit, latent_arg, _whole_params(denoiser), latents, timestep, cond, knobs)
         host = jax.tree.map(np.asarray, ((latents, timestep, cond, knobs), calls, out))
         steps.append(Step(predict, self.expert, *host))
         return out, full
 
     monkeypatch.setattr(step_cache.StepCache, "_easycache", recorded)
     return steps
+
+
+def _whole_params(denoiser):
+    """The denoiser's weights as one tree with each block group stacked: a CPU run places its blocks one
+    layer at a time (`denoiser.host_blocks`), which `forward` here takes back as the stack."""
+    if denoiser.host_blocks is None:
+        return denoiser.params
+    stacks = {name: jax.tree.map(lambda *layers: np.concatenate([np.asarray(a) for a in layers]), *host.chunks)
+              for name, host in denoiser.host_blocks.items()}
+    return {**denoiser.params, **stacks}
 
 
 def _replaced(latents, output):
