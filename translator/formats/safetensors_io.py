@@ -145,6 +145,21 @@ class SafetensorsFile:
         self._mmap.madvise(mmap.MADV_DONTNEED, start, length)
 
 
+def drop_pages(array: np.ndarray) -> bool:
+    """Drop the pages under `array`, a view of a file mapping, from this process's resident set (they stay in the
+    page cache; reading the view again faults them back). For a host tree whose leaves went to an accelerator:
+    their pages no longer need to count in the host's memory. False when `array` is no view of a mapping."""
+    mapping = array
+    while mapping is not None and not isinstance(mapping, mmap.mmap):  # views, then numpy's memoryview of the map
+        mapping = mapping.obj if isinstance(mapping, memoryview) else getattr(mapping, "base", None)
+    if mapping is None or not hasattr(mmap, "MADV_DONTNEED") or array.nbytes == 0:
+        return False
+    start = array.ctypes.data - np.frombuffer(mapping, np.uint8).ctypes.data
+    aligned = start - start % _PAGE
+    mapping.madvise(mmap.MADV_DONTNEED, aligned, start + array.nbytes - aligned)
+    return True
+
+
 def read_index(path: Path) -> dict[str, Path]:
     """Parse a `*.safetensors.index.json`: tensor name -> shard path (shards must exist, beside or below it)."""
     try:

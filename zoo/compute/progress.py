@@ -39,6 +39,7 @@ class StageTimer:
         self.progress = progress or Progress()
         self.times: dict[str, float] = {}
         self.marks: dict[str, float] = {}  # moments (epoch seconds) of a run's firsts: "denoise first step"
+        self.resident: dict[str, int] = {}  # the process's resident bytes as each stage ended
 
     def mark(self, name: str) -> None:
         """Note the first time `name` happened (later calls keep the first)."""
@@ -53,7 +54,14 @@ class StageTimer:
         finally:
             seconds = time.perf_counter() - start
             self.times[name] = self.times.get(name, 0.0) + seconds
+            self.resident[name] = _resident_bytes()
             self.progress.end(name, seconds)
+
+
+def _resident_bytes() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
 
 
 def release(tree: Any) -> None:

@@ -28,6 +28,7 @@ from flax import traverse_util
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR, MeshError, valid_degrees
+from vidax.zoo.compute.transfer import to_devices
 from vidax.zoo.compute.runtime import TRANSFORMER_RULES, Rules, active_mesh, active_rules  # noqa: F401 (the shared DiT table, defined beside use_mesh, its default)
 
 # Token activations `[B, S, D]` by what they hold: sequence parallel splits the video tokens; text (and
@@ -178,7 +179,7 @@ def place(host_tree: Mapping, specs: Any, rules: Rules, mesh: Mesh, *, lazy: boo
     if lazy is None:
         lazy = any(_is_mapped(leaf) for leaf in jax.tree.leaves(tree))
     if not lazy:
-        return jax.device_put(tree, shardings)
+        return to_devices(tree, shardings)
     return jax.tree.map(_from_slices, tree, shardings)
 
 

@@ -93,6 +93,7 @@ def _generate_video(family: Family, options: GenerateOptions, progress: Progress
                 "variant": family.entry.variant, "weights_source": family.source.label,
                 "latent_shape": list(family.latent_shape(s)), **decoded.settings, **family.lora_settings()}
     settings["moments"] = dict(timer.marks)  # when the run's firsts happened (epoch seconds): time to first step
+    settings["resident_after_stage"] = dict(timer.resident)  # host bytes as each stage ended
     if options.cache is not None:  # per step and CFG branch: whether the full DiT ran
         settings["step_cache_steps"] = run.step_cache_log
     return GenerateResult(frames=np.asarray(decoded.frames, np.float32), latents=final, fps=s.fps,

@@ -19,6 +19,7 @@ from flax import traverse_util
 
 from vidax.zoo.generator.options import GenerateOptions
 from vidax.zoo.compute.progress import Progress, StageTimer, release
+from vidax.zoo.compute.transfer import to_devices
 
 Params = dict[str, Any]
 
@@ -97,8 +98,9 @@ class Run:
         return self.load(part.component, part.spec, part.subfolders, dtype or self.options.dtype or part.dtype)
 
     def place(self, tree: Mapping[str, np.ndarray], key: Any = None) -> Params:
-        """A host tree on the default device in one transfer; kept under `key` with `--keep-stages`."""
-        params = jax.device_put(traverse_util.unflatten_dict(dict(tree), sep="/"))
+        """A host tree on the default device (`compute.transfer.to_devices`: bounded host memory on an
+        accelerator); kept under `key` with `--keep-stages`."""
+        params = to_devices(traverse_util.unflatten_dict(dict(tree), sep="/"))
         if key is not None and self.keeps_weights:
             self.resident[key] = params
         return params

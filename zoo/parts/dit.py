@@ -32,6 +32,7 @@ import flax
 import flax.linen as nn
 import jax
 from vidax.zoo.compute.runtime import platform
+from vidax.zoo.compute.transfer import to_devices
 
 Params = dict[str, Any]
 
@@ -95,7 +96,7 @@ def place_resident(model: StackedDiT, params: Params) -> Params:
     per layer; `python -m bench cosmos3_dit`). Accelerators keep the stack (one compiled block body)."""
     if platform() == "cpu":
         params = per_layer(model, params)
-    return jax.device_put(params)
+    return to_devices(params)
 
 
 def _constrain_hidden(hidden: Any) -> Any:
