@@ -254,7 +254,7 @@ class CosmosBlock(nn.Module):
         # 3. GELU feed-forward.
         x, gate = adaln("norm3", residual)
         ff = FeedForward(cfg.inner_dim, cfg.mlp_dim, activation=gelu_exact, use_bias=False, name="ff")
-        residual = residual + gate * ff(x).astype(jnp.float32)
+        residual = ff(x, residual=residual, gate=gate)  # added in place, chunk by chunk where the tokens are cut
         return constrain(residual.astype(hidden.dtype), VIDEO_AXES)
 
 
