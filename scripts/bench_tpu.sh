@@ -55,8 +55,9 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$shim:$PWD
 step "set up"
 
 # the shapes whose attention decides the families' blocks: Wan2.1-14B 480p self-attention, CogVideoX1.5-5B's joint
-# attention (head dim 64), HunyuanVideo-1.5 480p's joint attention (text padding masked)
-SHAPES="2,40,32760,32760,128 2,48,45106,45106,64 2,16,51275,51275,128,masked"
+# attention (head dim 64), HunyuanVideo-1.5 480p's joint attention (text padding masked), then LTX-2's
+# video-to-audio and audio-to-video cross-attention (its 4 guidance rows, head dim 64)
+SHAPES="2,40,32760,32760,128 2,48,45106,45106,64 2,16,51275,51275,128,masked 4,32,13376,126,64 4,32,126,13376,64"
 CHOICES="exp2:2048,4096,1024 exp2_bounded:2048,4096,1024 exp2_bounded:4096,2048,1024 exp2_bounded:1024,4096,1024"
 MD_CUSTOM=${MD_CUSTOM:-4096,1024,1024}
 VIDAX_EXP2=${VIDAX_EXP2:-exp2_bounded:2048,4096,1024}
@@ -86,11 +87,11 @@ tables() {  # the side-by-side tables of this call
 
 case "$call" in
   kernels)
-    t=$(cap 190)
+    t=$(cap 220)
     timeout "$t" "$python" -m vidax.zoo.compute.kernels.tpu_blocks --only $SHAPES $CHOICES > "$out/attention.log" 2>&1
     step "attention kernels: rc $?"
     cp "$VIDAX_CACHE_DIR/tpu-attention.json" "$out/" 2>/dev/null
-    side_by_side wan14b_480p 1 300 side-wan14b-480p
+    side_by_side wan14b_480p 1 290 side-wan14b-480p
     { echo "## attention alone"; grep -v "^vidax:" "$out/attention.log"; } > "$out/table.md"
     tables >> "$out/table.md"
     ;;
