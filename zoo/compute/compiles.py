@@ -24,10 +24,16 @@ _open: list["ProgramCount"] = []
 _registered = False
 
 
+def _counting() -> list["ProgramCount"]:
+    """The open counts this thread's event belongs to (JAX reports a compile in the thread that asked for it)."""
+    here = threading.get_ident()
+    return [count for count in _open if count.thread is None or count.thread == here]
+
+
 def _on_duration(event: str, duration: float, **_) -> None:
     if event == _BACKEND:
         with _lock:
-            for count in _open:
+            for count in _counting():
                 count.obtained += 1
                 count.seconds += duration
 
@@ -35,7 +41,7 @@ def _on_duration(event: str, duration: float, **_) -> None:
 def _on_event(event: str, **_) -> None:
     if event == _HIT:
         with _lock:
-            for count in _open:
+            for count in _counting():
                 count.loaded += 1
 
 
@@ -52,11 +58,13 @@ def _register() -> None:
 
 @dataclasses.dataclass
 class ProgramCount:
-    """Programs obtained from the backend while open (every thread of the process: a background compile too)."""
+    """Programs obtained from the backend while open: by every thread of the process (a background compile too),
+    or by one thread alone (`thread`, its `threading.get_ident()`)."""
 
     obtained: int = 0  # compiled or loaded
     loaded: int = 0  # of those, from the persistent compile cache
     seconds: float = 0.0
+    thread: int | None = None
 
     @property
     def compiled(self) -> int:
@@ -79,3 +87,6 @@ class ProgramCount:
             return "no program compiled or loaded (every one was in memory)"
         return (f"{self.compiled} program(s) compiled, {self.loaded} loaded from the compile cache "
                 f"({self.seconds:.1f} s)")
+
+    def figures(self) -> dict:
+        return {"compiled": self.compiled, "loaded": self.loaded, "seconds": round(self.seconds, 2)}

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -40,6 +41,7 @@ class StageTimer:
         self.times: dict[str, float] = {}
         self.marks: dict[str, float] = {}  # moments (epoch seconds) of a run's firsts: "denoise first step"
         self.resident: dict[str, int] = {}  # the process's resident bytes as each stage ended
+        self.programs: dict[str, dict] = {}  # programs each stage's own thread obtained (`compiles.ProgramCount`)
 
     def mark(self, name: str) -> None:
         """Note the first time `name` happened (later calls keep the first)."""
@@ -47,14 +49,20 @@ class StageTimer:
 
     @contextlib.contextmanager
     def stage(self, name: str, total: int | None = None) -> Iterator[None]:
+        from vidax.zoo.compute.compiles import ProgramCount
+
         self.progress.begin(name, total)
         start = time.perf_counter()
+        programs = ProgramCount(thread=threading.get_ident())  # not a background compile's
         try:
-            yield
+            with programs:
+                yield
         finally:
             seconds = time.perf_counter() - start
             self.times[name] = self.times.get(name, 0.0) + seconds
             self.resident[name] = _resident_bytes()
+            earlier = self.programs.get(name, {"compiled": 0, "loaded": 0, "seconds": 0.0})
+            self.programs[name] = {key: round(earlier[key] + value, 2) for key, value in programs.figures().items()}
             self.progress.end(name, seconds)
 
 

@@ -94,6 +94,7 @@ def _generate_video(family: Family, options: GenerateOptions, progress: Progress
                 "latent_shape": list(family.latent_shape(s)), **decoded.settings, **family.lora_settings()}
     settings["moments"] = dict(timer.marks)  # when the run's firsts happened (epoch seconds): time to first step
     settings["resident_after_stage"] = dict(timer.resident)  # host bytes as each stage ended
+    settings["programs_by_stage"] = dict(timer.programs)  # what each stage compiled or loaded itself
     if options.cache is not None:  # per step and CFG branch: whether the full DiT ran
         settings["step_cache_steps"] = run.step_cache_log
     return GenerateResult(frames=np.asarray(decoded.frames, np.float32), latents=final, fps=s.fps,

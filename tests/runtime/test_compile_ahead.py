@@ -1,0 +1,51 @@
+"""The decode's programs compiled ahead (`vidax.zoo.plan.ahead`): a generation's decode stage then obtains no
+program itself, and the sidecar says what each stage compiled or loaded on its own thread."""
+
+from __future__ import annotations
+
+import pytest
+
+from vidax.zoo.api import generate
+from vidax.zoo.generator.options import GenerateOptions
+from vidax.zoo.plan import ahead
+
+
+def _options(tmp_path, size: int) -> GenerateOptions:
+    # sizes no other test decodes at, so that no program of the decode is in this process's caches already
+    return GenerateOptions(model="wan-tiny", prompt="a kite", height=size, width=size + 16, frames=9, steps=2,
+                           out=tmp_path / f"{size}.npy", compile_cache=False)
+
+
+def _decode_programs(result) -> int:
+    figures = result.settings["programs_by_stage"]["decode"]
+    return figures["compiled"] + figures["loaded"]
+
+
+def test_the_decode_compiles_none_of_its_units_when_they_compiled_ahead(tmp_path, monkeypatch):
+    """At two sizes (no program of either decode in the process yet): without compiling ahead the decode stage
+    obtains its ten units and the small eager programs around them (un-normalising, chunking, joining); with
+    it, the eager ones alone."""
+    from vidax.zoo import api
+
+    compiled = []
+
+    def recording(*args):
+        compiled.append(ahead.compile_ahead(*args))
+        return compiled[-1]
+
+    monkeypatch.setattr(api, "compile_ahead", recording)
+    monkeypatch.setattr(ahead, "compile_threads", lambda: 3)  # a pool, whatever this host's cores
+    with_ahead = generate(_options(tmp_path, 48))
+    assert compiled[0].error is None and len(compiled[0].compiled) == 10  # five units per chunk kind
+    assert with_ahead.settings["programs_by_stage"]["denoise"]["compiled"] > 0  # the stage's own thread counts
+
+    monkeypatch.setenv(ahead.AHEAD_ENV, "0")
+    without = generate(_options(tmp_path, 64))
+    assert compiled[1].thread is None
+    assert _decode_programs(without) - _decode_programs(with_ahead) == 10
+
+
+@pytest.mark.parametrize("cores, threads", [(1, 1), (2, 1), (13, 11)])
+def test_compile_threads_leave_the_run_its_cores(monkeypatch, cores, threads):
+    monkeypatch.setattr(ahead.os, "cpu_count", lambda: cores)
+    assert ahead.compile_threads() == threads
