@@ -31,29 +31,37 @@ def _backends_started() -> bool:
     return xla_bridge.backends_are_initialized()
 
 
-def print_dry_run(options, devices: int | None, device_bytes: int | None) -> int:
-    """Compile the stages for the layout the flags name (else the planner's choice) and print the table."""
+def print_dry_run(options, devices: int | None, device_bytes: int | None, target: str | None = None) -> int:
+    """Compile the stages for the layout the flags name (else the planner's choice) and print the table; with
+    `target` (`v5e:2x2`) for those TPU chips, on XLA's TPU compiler without them."""
     from rich.console import Console
 
+    from vidax.zoo.compute.target import compiling_for, parse_target
     from vidax.zoo.plan.dry_run import dry_run, stages_of
     from vidax.zoo.plan.layouts import plan_layouts
     from vidax.zoo.registry import make_pipeline
     from vidax.zoo.compute.runtime import configure_compile_cache
 
+    chosen = parse_target(target) if target else None
     configure_compile_cache(options.compile_cache)
     family = make_pipeline(options.model, options)
     stages_of(family)  # a family the dry run cannot build yet: one line, before any planning
-    planned = plan_layouts(family, options, devices, device_bytes)
-    layout = planned.rows[0][0] if planned.given else (planned.chosen[0] if planned.chosen else None)
-    if layout is None:
-        console.print("[red]error:[/red] the planner finds no layout that fits (see --plan); give one with "
-                      "--dp/--tp/--sp to compile it anyway", highlight=False)
-        return 1
-    result = dry_run(family, options, layout, planned.devices, planned.device_bytes)
+    with compiling_for(chosen) as targeted:
+        if chosen is not None:
+            devices, device_bytes = len(targeted), device_bytes or chosen.chip.device_bytes
+        planned = plan_layouts(family, options, devices, device_bytes)
+        layout = planned.rows[0][0] if planned.given else (planned.chosen[0] if planned.chosen else None)
+        if layout is None:
+            console.print("[red]error:[/red] the planner finds no layout that fits (see --plan); give one with "
+                          "--dp/--tp/--sp to compile it anyway", highlight=False)
+            return 1
+        result = dry_run(family, options, layout, planned.devices, planned.device_bytes, targeted=targeted)
     out = Console(width=None if sys.stdout.isatty() else 160)
-    out.print(f"{options.model} at {result.size}, {layout.describe()}: MiB per device on {result.devices} x "
-              f"{result.device_bytes / 2**30:.2f} GiB (XLA's compiled memory analysis; nothing allocated)",
-              highlight=False, soft_wrap=True)
+    where = f"{result.devices} x {result.device_bytes / 2**30:.2f} GiB"
+    if chosen is not None:
+        where += f" ({chosen.chip.device_kind}, {chosen.name}, XLA's TPU compiler without a chip)"
+    out.print(f"{options.model} at {result.size}, {layout.describe()}: MiB per device on {where} (XLA's compiled "
+              f"memory analysis; nothing allocated)", highlight=False, soft_wrap=True)
     out.print(stage_table(result))
     if not result.fits:
         over = ", ".join(s.stage for s in result.stages if s.total > result.device_bytes)

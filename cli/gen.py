@@ -110,6 +110,12 @@ def _click_option(flag) -> click.Option:
     return click.Option([flag.name, flag.field], type=kind, multiple=flag.multiple, default=None, help=flag.help)
 
 
+def _refuse(message: str) -> int:
+    from vidax.zoo.errors import PipelineError
+
+    raise PipelineError(message)
+
+
 def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
     """The memory planner's table on stdout: predicted GiB per device for every (dp, tp, sp, offload)
     candidate (or the one the layout flags give); exit code 1 when nothing fits."""
@@ -270,6 +276,9 @@ def main_command(
                                 help="with --plan or --dry-run: number of devices to plan for"),
     device_memory: float = typer.Option(None, "--device-memory", rich_help_panel=PLANNING,
                                         help="with --plan or --dry-run: GiB per device"),
+    target: str = typer.Option(None, "--target", rich_help_panel=PLANNING, help="with --plan or --dry-run: TPU "
+                               "chips this host need not have, CHIP[:TOPOLOGY] (v5e, v5e:2x2, v5p:2x2x1, v6e:2x4, "
+                               "v4:2x2x1); --dry-run compiles on XLA's TPU compiler (needs libtpu)"),
     # several processes
     coordinator: str = typer.Option(None, "--coordinator", rich_help_panel=PROCESSES, help="HOST:PORT of process 0 "
                                     "(TPU pod slices, SLURM and Open MPI are detected without it)"),
@@ -360,10 +369,13 @@ def main_command(
             cache_use_ret_steps=True if cache_use_ret_steps else None, cache_start_percent=cache_start_percent,
             cache_end_percent=cache_end_percent)
 
+    if target is not None and devices is not None:
+        raise typer.Exit(run_guarded(lambda: _refuse("--target names its devices (v5e:2x2 is 4 chips); "
+                                                     "give --target or --devices, not both"), debug=debug))
     if dry_run:
         from vidax.cli.dry_run import use_host_devices
 
-        use_host_devices(devices)  # before jax starts
+        use_host_devices(None if target else devices)  # before jax starts
 
         def compiled():
             from vidax.cli.dry_run import print_dry_run
@@ -371,7 +383,7 @@ def main_command(
 
             check_finite({"device_memory": device_memory})
             memory = None if device_memory is None else int(device_memory * 2**30)
-            return print_dry_run(options(), devices, memory)
+            return print_dry_run(options(), devices, memory, target)
 
         raise typer.Exit(run_guarded(compiled, debug=debug))
     if plan:
@@ -380,6 +392,14 @@ def main_command(
 
             check_finite({"device_memory": device_memory})
             memory = None if device_memory is None else int(device_memory * 2**30)
+            if target is not None:  # the planner alone needs no compiler: the chips' figures, its forms for a TPU
+                from vidax.zoo.compute.runtime import platform_override
+                from vidax.zoo.compute.target import parse_target
+
+                chosen = parse_target(target)
+                memory = memory or chosen.chip.device_bytes
+                with platform_override("tpu", chosen.chip.device_kind, chosen.chips, memory):
+                    return print_plan(options(), chosen.chips, memory)
             return print_plan(options(), devices, memory)
 
         raise typer.Exit(run_guarded(planned, debug=debug))

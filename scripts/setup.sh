@@ -20,4 +20,10 @@ fi
 if [ "${1:-}" = "--test" ]; then
   # vidax-eval's metric oracles without their declared dependencies (pyproject.toml's test extra says why)
   .venv/bin/python -m pip install -q --no-deps "cd-fvd==0.1.1" "vbench==0.1.5" "openai-clip==1.0.1"
+  # XLA's TPU compiler for `vidax-gen --dry-run --target` (no chip needed), in a folder apart (VIDAX_LIBTPU=.venv/libtpu)
+  # so that jax on this host keeps its CPU backend; the version jax's own tpu extra names
+  if [ ! -d .venv/libtpu/libtpu ]; then
+    libtpu=$(.venv/bin/python -c 'import importlib.metadata as m; print(next(r.split(";")[0] for r in m.requires("jax") if r.startswith("libtpu")))')
+    .venv/bin/python -m pip install -q --no-deps --target .venv/libtpu "$libtpu"
+  fi
 fi

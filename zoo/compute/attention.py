@@ -33,6 +33,7 @@ from vidax.zoo.compute.kernels.blockwise import blockwise_attention
 from vidax.zoo.compute.kernels.cudnn import cudnn_attention, cudnn_supports
 from vidax.zoo.compute.kernels.neighborhood import neighborhood_attention  # noqa: F401  (local 3-D windows: LTX-2.5's decoder)
 from vidax.zoo.compute.kernels import tpu_blocks
+from vidax.zoo.compute.runtime import device_kind, platform
 from vidax.zoo.compute.kernels.pallas_tpu import TpuAttention, tpu_attention
 from vidax.zoo.compute.kernels.plain import plain_attention
 from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR, axis_size, check_heads
@@ -111,7 +112,7 @@ def choose_kernel(q, k, kv_mask) -> str:
     """The kernel the entry point uses for these (per-device) inputs on this backend."""
     if q.shape[1] * k.shape[1] <= PLAIN_MAX_LOGITS:
         return "plain"
-    backend = jax.default_backend()
+    backend = platform()  # the targeted chip's under `--target`
     if backend == "tpu":
         return "pallas"
     if backend in ("gpu", "cuda", "rocm") and cudnn_supports(q):
@@ -192,8 +193,7 @@ def _tpu_choice(name: str, q, k, kv_mask) -> TpuAttention:
         if name.endswith("_interpret"):  # no chip to time on: the built-in blocks
             return tpu_blocks.FALLBACK
         return tpu_blocks.choose(q, k, kv_mask)
-    built_in = tpu_blocks.FALLBACK if name.endswith("_interpret") else tpu_blocks.default_for(
-        jax.devices()[0].device_kind)
+    built_in = tpu_blocks.FALLBACK if name.endswith("_interpret") else tpu_blocks.default_for(device_kind())
     return dataclasses.replace(built_in, kernel=kernel)
 
 

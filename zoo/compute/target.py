@@ -8,7 +8,8 @@ compile time) is what the chip would see, so a plan for a slice you have not ren
 `compiling_for(target)` makes the model code trace as it would on that chip: `runtime.platform()` answers
 "tpu" (the attention kernel, RoPE's products, the FFN's token chunks follow it), the chip's device kind picks
 the attention blocks, and `planner.device_memory_bytes()` answers the chip's memory. Nothing here runs on a
-device; libtpu must be importable (`pip install libtpu`, the version JAX's `jax[tpu]` extra names).
+device; libtpu must be importable (`pip install libtpu`, the version JAX's `jax[tpu]` extra names), or sit in the
+folder `VIDAX_LIBTPU` names.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import contextlib
 import dataclasses
 import math
 import os
+import sys
 from collections.abc import Iterator
 
 from vidax.zoo.errors import PipelineError
 
 GIB = 2**30
+LIBTPU_ENV = "VIDAX_LIBTPU"  # a folder holding the libtpu package, installed apart from jax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,15 +36,16 @@ class Chip:
     device_bytes: int  # HBM one device may allocate
     measured: bool  # device_bytes read off a chip (`memory_stats()["bytes_limit"]`), else the published HBM
     default_topology: str  # the smallest slice: one chip where the chip comes alone
+    accelerator: str  # Cloud TPU's name of a slice, "{cores}" or "{chips}" filled in (libtpu reads it at start)
 
 
 # The v5e figure is the allocator's limit read on one chip (15.75 GiB of 16); the others are the published HBM
 # per device (a chip's usable share is a few percent less: plans close to it are marked by the dry run's table).
 CHIPS: dict[str, Chip] = {
-    "v4": Chip("v4", "TPU v4", 32 * GIB, False, "2x2x1"),
-    "v5e": Chip("v5e", "TPU v5 lite", int(15.75 * GIB), True, "1x1"),
-    "v5p": Chip("v5p", "TPU v5", 95 * GIB, False, "2x2x1"),
-    "v6e": Chip("v6e", "TPU v6 lite", 32 * GIB, False, "1x1"),
+    "v4": Chip("v4", "TPU v4", 32 * GIB, False, "2x2x1", "v4-{cores}"),
+    "v5e": Chip("v5e", "TPU v5 lite", int(15.75 * GIB), True, "1x1", "v5litepod-{chips}"),
+    "v5p": Chip("v5p", "TPU v5", 95 * GIB, False, "2x2x1", "v5p-{cores}"),
+    "v6e": Chip("v6e", "TPU v6 lite", 32 * GIB, False, "1x1", "v6e-{chips}"),
 }
 
 
@@ -78,12 +82,12 @@ def parse_target(text: str) -> Target:
 def target_devices(target: Target) -> list:
     """The abstract devices of `target`'s topology (compile only). One line when libtpu is missing."""
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no cloud metadata server to ask: this host has no chip
+    # what the metadata server would have said (else libtpu prints warnings and an error it then ignores)
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", target.chip.accelerator.format(chips=target.chips,
+                                                                                 cores=2 * target.chips))
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # a second process compiling beside this one
-    try:
-        import libtpu  # noqa: F401
-    except ImportError:
-        raise PipelineError(f"--target {target.name}: compiling for a TPU without one needs libtpu "
-                            f"(pip install libtpu)") from None
+    _import_libtpu(target)
     from jax.experimental import topologies
 
     one_host = (1, 1, 1) if target.chips == 1 else None
@@ -93,6 +97,20 @@ def target_devices(target: Target) -> list:
     except Exception as error:  # noqa: BLE001 - libtpu's own message says what it refused
         raise PipelineError(f"--target {target.name}: {str(error).splitlines()[0]}") from None
     return list(topology.devices)
+
+
+def _import_libtpu(target: Target) -> None:
+    """libtpu from the environment, else from the folder `LIBTPU_ENV` names: installed apart (`pip install --target
+    DIR libtpu`), it stays out of every other jax process on this host, which would otherwise try to start a TPU
+    backend it does not have."""
+    folder = os.environ.get(LIBTPU_ENV)
+    if folder and folder not in sys.path:
+        sys.path.append(folder)
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        raise PipelineError(f"--target {target.name}: compiling for a TPU without one needs libtpu: pip install "
+                            f"--target DIR libtpu, then {LIBTPU_ENV}=DIR (or pip install libtpu)") from None
 
 
 @contextlib.contextmanager

@@ -267,9 +267,12 @@ def compile_text_encoder(fn: Callable, args: tuple, static: tuple, beside: int, 
     from vidax.zoo.compute.runtime import platform
     from vidax.zoo.parts.encoders.common import recording_layer_units
 
-    if platform() != "cpu":
+    def whole() -> list[StageMemory]:
         report = compile_stage("text encoder", fn, args, planned=planned, static=static)
         return [dataclasses.replace(report, argument=report.argument + beside)]
+
+    if platform() != "cpu":
+        return whole()
     dynamic = [i for i in range(len(args)) if i not in static]
 
     def traced(*values):  # the static arguments in their places, the others traced
@@ -280,6 +283,8 @@ def compile_text_encoder(fn: Callable, args: tuple, static: tuple, beside: int, 
 
     with recording_layer_units() as units:
         jax.eval_shape(traced, *(args[i] for i in dynamic))
+    if not units:  # an encoder whose layers are not a stack runs as one program on the CPU too
+        return whole()
     weights = per_device_bytes([a for i, a in enumerate(args) if i not in static]) + beside  # every layer resident
     reports = []
     for index, unit in enumerate(units):
@@ -604,7 +609,8 @@ def dry_devices(count: int) -> list:
 
 
 def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: int, *,
-            depth: int | None = None, stages: tuple[str, ...] = ("text", "dit", "vae")) -> DryRun:
+            depth: int | None = None, stages: tuple[str, ...] = ("text", "dit", "vae"),
+            targeted: list | None = None) -> DryRun:
     """Compile every stage of `family` for `options` under `layout` (a `planner.Layout`) on `devices`
     devices of `device_bytes` each (the DiT's mesh spans `layout.devices` of them; encoders and the VAE
     run on the first, as the pipelines run them).
@@ -612,24 +618,30 @@ def dry_run(family: Any, options: Any, layout: Any, devices: int, device_bytes: 
     Args:
       depth: compile the DiT with this many blocks (tests: native sequence length, shallow model).
       stages: which of "text", "dit", "vae" to compile.
+      targeted: abstract devices of chips this host does not have (`compute.target.compiling_for`), compiled
+        for instead of the local backend's.
     """
     parts = stages_of(family)
     s = family.resolve_settings(options)
-    context = repr((family.name, options, s, layout, devices, depth))
+    context = repr((family.name, options, s, layout, devices, depth, platform(), targeted and targeted[0].device_kind))
+    wanted = max(devices, layout.devices)
+    if targeted and len(targeted) < wanted:
+        raise PipelineError(f"the layout needs {wanted} devices; the target has {len(targeted)} (a larger topology: "
+                            f"v5e:2x2 is 4 chips)")
+    found = targeted[:wanted] if targeted else dry_devices(wanted)
     with dry_run_cache.run_context(context):
-        stage_reports = _compile_stages(family, options, s, parts, layout, devices, depth, stages)
+        stage_reports = _compile_stages(family, options, s, parts, layout, found, depth, stages)
     size = f"{s.width}x{s.height}, {s.frames} frames"
     return DryRun(family.name, size, layout, devices, device_bytes, stage_reports)
 
 
-def _compile_stages(family: Any, options: Any, s: Any, parts: FamilyStages, layout: Any, devices: int,
+def _compile_stages(family: Any, options: Any, s: Any, parts: FamilyStages, layout: Any, found: list,
                     depth: int | None, stages: tuple[str, ...]) -> tuple[StageMemory, ...]:
     from vidax.zoo.compute.mesh import check_heads, make_mesh
 
     dtype = weight_dtype(options)
     dit = parts.dit(family, s, depth, dtype) if "dit" in stages else None
     job = job_at_depth(family.memory_job(options), dit, depth)
-    found = dry_devices(max(devices, layout.devices))
     first = found[0]
     reports = []
     text = None

@@ -122,8 +122,11 @@ def _describe(args: tuple, static: tuple) -> str:
 def _environment() -> str:
     import jaxlib
 
+    from vidax.zoo.compute.runtime import device_kind, platform
+
     devices = jax.devices()
     return repr((jax.__version__, jaxlib.__version__, len(devices), devices[0].platform, devices[0].device_kind,
+                 platform(), device_kind(),  # the chip compiled for (`--target`), else the local one's
                  jax.device_count("cpu") if devices[0].platform != "cpu" else 0,
                  os.environ.get("XLA_FLAGS", ""), str(jax.config.jax_default_matmul_precision), _cpu_choices()))
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from vidax.zoo.compute.runtime import platform
+
 BLOCK_Q = 1024
 BLOCK_KV = 1024
 
@@ -64,7 +66,7 @@ def blockwise_attention(q, k, v, kv_mask, scale: float, *, block_q: int = BLOCK_
     """
     b, sq, h, d = q.shape
     skv = k.shape[1]
-    g = heads_per_step or (1 if jax.default_backend() == "cpu" else h)
+    g = heads_per_step or (1 if platform() == "cpu" else h)
     if h % g:
         raise ValueError(f"heads_per_step {g} does not divide the {h} heads")
     nq, bq = balanced_blocks(sq, block_q)

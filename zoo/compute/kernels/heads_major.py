@@ -143,7 +143,7 @@ def attention_rows(batch: int, tokens: int, width: int, dtype: Any) -> bool:
     import os
 
     from vidax.zoo.compute import planner
-    from vidax.zoo.compute.runtime import active_mesh
+    from vidax.zoo.compute.runtime import active_mesh, platform
 
     forced = os.environ.get(ROWS_ENV, "").strip()
     if batch < 2 or forced not in ("1", "auto"):  # off unless asked: at Wan 720p it held more (13.38 GiB vs 13.00)
@@ -151,7 +151,7 @@ def attention_rows(batch: int, tokens: int, width: int, dtype: Any) -> bool:
     if forced == "1":
         return True
     mesh = active_mesh()
-    if jax.default_backend() == "cpu" or (mesh is not None and mesh.size > 1):
+    if platform() == "cpu" or (mesh is not None and mesh.size > 1):
         return False
     _, device_bytes = planner.device_memory_bytes()
     return planner.attention_by_rows(batch, tokens, width, jnp.dtype(dtype).itemsize, device_bytes)

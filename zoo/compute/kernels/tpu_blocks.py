@@ -181,13 +181,13 @@ def timing_asked() -> bool:
 def choose(q, k, kv_mask) -> TpuAttention:
     """The choice for these (per-device) inputs on this process's TPU: the override, a kept measurement, or the
     table; timed now only when `VIDAX_TPU_TUNING=1` asks."""
+    from vidax.zoo.compute.runtime import device_kind as targeted_kind, target_memory
+
     chosen = override()
     if chosen is not None:
         return chosen
-    import jax
-
-    device_kind = jax.devices()[0].device_kind
-    if tuning_disabled():
+    device_kind = targeted_kind()
+    if tuning_disabled() or target_memory() is not None:  # compiling for chips not here (`--target`): the table
         return table_choice(device_kind, q, k, kv_mask)
     return _decide(device_kind, shape_entry(q, k, kv_mask), q, k, kv_mask)
 
