@@ -58,7 +58,13 @@ if [[ " $runs " == *" cold "* ]]; then
 fi
 if [[ " $runs " == *" warm "* ]]; then
   step "warm run"
+  # every program the warm process obtains, named in warm.log (a warm run should load them all, compile none)
+  export JAX_LOG_COMPILES=1
   if [ -n "${WARM_STEPS:-}" ]; then generate warm --steps "$WARM_STEPS"; else generate warm; fi
+  unset JAX_LOG_COMPILES
+  grep -E "Finished XLA compilation|Persistent compilation cache hit" "$out/warm.log" | sort | uniq -c | sort -rn \
+    | head -40 > "$out/warm-programs.txt"
+  grep -c "Finished XLA compilation" "$out/warm.log" | sed 's/^/warm XLA compilations logged: /' | tee -a "$out/run.log"
 fi
 [ -f "$out/cold.json" ] || cp "$work/cold.record.json" "$out/cold.json" 2>/dev/null
 [ -f "$out/cold.json" ] && [ -f "$out/warm.json" ] || exit 0

@@ -38,6 +38,8 @@ def test_the_decode_compiles_none_of_its_units_when_they_compiled_ahead(tmp_path
     with_ahead = generate(_options(tmp_path, 48))
     assert compiled[0].error is None and len(compiled[0].compiled) == 10  # five units per chunk kind
     assert with_ahead.settings["programs_by_stage"]["denoise"]["compiled"] > 0  # the stage's own thread counts
+    figures = with_ahead.settings["compile_ahead"]
+    assert figures["units"] == 10 and figures["error"] is None and figures["waited_s"] <= figures["seconds"]
 
     monkeypatch.setenv(ahead.AHEAD_ENV, "0")
     without = generate(_options(tmp_path, 64))
@@ -49,3 +51,21 @@ def test_the_decode_compiles_none_of_its_units_when_they_compiled_ahead(tmp_path
 def test_compile_threads_leave_the_run_its_cores(monkeypatch, cores, threads):
     monkeypatch.setattr(ahead.os, "cpu_count", lambda: cores)
     assert ahead.compile_threads() == threads
+
+
+def test_the_background_compile_waits_for_the_first_step_and_stops_with_a_failed_run(tmp_path, monkeypatch):
+    """Nothing is lowered before the first denoise step; a run that fails before its decode cancels the units."""
+    from vidax.zoo import api, samplers
+
+    seen = []
+    monkeypatch.setattr(api, "compile_ahead", lambda *args: seen.append(ahead.compile_ahead(*args)) or seen[-1])
+
+    def failing_sample(*args, **kwargs):
+        assert not seen[0].go.is_set()  # encoded, not sampled yet: the thread still waits
+        raise RuntimeError("sampling failed")
+
+    monkeypatch.setattr(samplers, "sample", failing_sample)
+    with pytest.raises(RuntimeError, match="sampling failed"):
+        generate(_options(tmp_path, 32))
+    seen[0].thread.join(30)
+    assert seen[0].cancelled and not seen[0].thread.is_alive() and seen[0].compiled == []

@@ -42,10 +42,14 @@ class StageTimer:
         self.marks: dict[str, float] = {}  # moments (epoch seconds) of a run's firsts: "denoise first step"
         self.resident: dict[str, int] = {}  # the process's resident bytes as each stage ended
         self.programs: dict[str, dict] = {}  # programs each stage's own thread obtained (`compiles.ProgramCount`)
+        self.on_mark: list = []  # callbacks(name) for each first mark (a background compile waits for one)
 
     def mark(self, name: str) -> None:
         """Note the first time `name` happened (later calls keep the first)."""
-        self.marks.setdefault(name, time.time())
+        if name not in self.marks:
+            self.marks[name] = time.time()
+            for callback in self.on_mark:
+                callback(name)
 
     @contextlib.contextmanager
     def stage(self, name: str, total: int | None = None) -> Iterator[None]:

@@ -56,7 +56,12 @@ def generate_video(family: Family, options: GenerateOptions, progress: Progress 
     fp32 operands in bf16 passes (and a GPU in TF32), so "float32" would not be fp32.
     """
     with matmul_precision(options.dtype):
-        return _generate_video(family, options, progress, cache, ahead)
+        try:
+            return _generate_video(family, options, progress, cache, ahead)
+        except BaseException:
+            if ahead is not None:  # no decode follows: the background compile stops
+                ahead.cancel()
+            raise
 
 
 def matmul_precision(dtype: str | None):
@@ -69,6 +74,8 @@ def _generate_video(family: Family, options: GenerateOptions, progress: Progress
     from vidax.zoo.compute.distributed import agree, run_record
 
     timer = StageTimer(progress)
+    if ahead is not None:  # the decode's compiles begin once the first denoise step ran (`plan.ahead`)
+        timer.on_mark.append(lambda name: ahead.start() if name.endswith("first step") else None)
     try:  # everything before the first step that involves other processes
         request = prepare(family, options)
         s = request.settings
@@ -95,6 +102,8 @@ def _generate_video(family: Family, options: GenerateOptions, progress: Progress
     settings["moments"] = dict(timer.marks)  # when the run's firsts happened (epoch seconds): time to first step
     settings["resident_after_stage"] = dict(timer.resident)  # host bytes as each stage ended
     settings["programs_by_stage"] = dict(timer.programs)  # what each stage compiled or loaded itself
+    if ahead is not None and ahead.thread is not None:
+        settings["compile_ahead"] = ahead.figures()
     if options.cache is not None:  # per step and CFG branch: whether the full DiT ran
         settings["step_cache_steps"] = run.step_cache_log
     return GenerateResult(frames=np.asarray(decoded.frames, np.float32), latents=final, fps=s.fps,

@@ -36,7 +36,9 @@ def record(args) -> dict:
                    memory=settings.get("memory_peaks"), layout=settings.get("layout_choice"),
                    steps=settings.get("steps"), size=f"{settings.get('width')}x{settings.get('height')}x"
                                                        f"{settings.get('frames')}",
-                   first_step_s=None if first is None else first - args.began, version=settings.get("vidax_version"))
+                   first_step_s=None if first is None else first - args.began, version=settings.get("vidax_version"),
+                   programs_by_stage=settings.get("programs_by_stage"),
+                   resident_after_stage=settings.get("resident_after_stage"))
     else:
         row["error"] = text.strip().splitlines()[-1] if text.strip() else "no sidecar"
     Path(args.json).write_text(json.dumps(row, indent=1))
