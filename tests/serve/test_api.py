@@ -120,6 +120,20 @@ def test_video_streams_progress_and_equals_vidax_gen(server, serve_env, defaults
     assert read_video(tmp_path / "served.mp4").shape == size
 
 
+def test_a_job_after_the_warm_up_obtains_no_program_and_the_log_says_so(server):
+    """The warm-up compiled (or loaded) every program of the default size: two jobs there obtain none, each
+    logging it; a job at a new size obtains its own (so the line tells the two apart)."""
+    warm = [submit(server, {"prompt": PROMPT, "seed": seed}) for seed in (5, 6)]
+    assert all(wait(server, job)["status"] == "succeeded" for job in warm)
+    other = submit(server, {"prompt": PROMPT, "height": 48, "width": 80})
+    assert wait(server, other)["status"] == "succeeded"
+    log = server.log()
+    for job in warm:
+        assert f"job {job}: no program compiled or loaded (every one was in memory)" in log, log[-3000:]
+    line = next(line for line in log.splitlines() if f"job {other}: " in line)
+    assert "program(s) compiled" in line or "loaded from the compile cache" in line, line
+
+
 def test_cancel_queued_and_running(server):
     # long enough to be running when it is cancelled, however fast its steps (the run's compile cache may hold them)
     long_job = submit(server, {"prompt": PROMPT, "steps": 2000})
