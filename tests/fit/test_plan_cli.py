@@ -53,8 +53,20 @@ def test_without_flags_the_planner_chooses_and_says_so(tiny):
 def test_nothing_fits_is_one_clear_error(tiny, monkeypatch):
     pipeline, options = tiny
     monkeypatch.setattr("vidax.zoo.compute.planner.device_memory_bytes", lambda: (1, 1024))
-    with pytest.raises(PipelineError, match=r"needs about .* GiB per device.*see --plan"):
+    with pytest.raises(PipelineError) as refused:
         choose_layout(pipeline, options)
+    prediction = planner_prediction(pipeline, options)
+    stage = max({"the text encoder": prediction.text_encoder, "the DiT step": prediction.denoise_peak,
+                 "the VAE decode": prediction.vae}.items(), key=lambda item: item[1])[0]
+    assert str(refused.value) == (f"wan-tiny at this size does not fit: {stage} needs about "
+                                  f"{prediction.total / 2**30:.1f} GiB per device even with dp=1 tp=1 sp=1 resident; "
+                                  f"1 device(s) have 0.0 GiB of host memory (see --plan; nothing was loaded)")
+
+
+def planner_prediction(pipeline, options):
+    from vidax.zoo.compute.planner import Layout, predict
+
+    return predict(pipeline.memory_job(options), Layout(1, 1, 1, None))
 
 
 def test_plan_works_offline_for_every_registered_model(tmp_path, monkeypatch):

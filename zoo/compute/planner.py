@@ -161,6 +161,12 @@ class Prediction:
         resident_text = 0 if self.release_stages else self.text_encoder
         return self.weights + self.activations + resident_text
 
+    def largest_stage(self) -> tuple[str, int]:
+        """The stage that sets the peak, and its bytes (with the stages released one after another)."""
+        stages = {"the text encoder": self.text_encoder, "the DiT step": self.denoise_peak, "the VAE decode": self.vae}
+        name = max(stages, key=stages.get)
+        return name, self.total
+
     @property
     def total(self) -> int:
         if self.release_stages:

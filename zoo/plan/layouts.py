@@ -103,9 +103,12 @@ def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOpti
     rows, chosen, devices, device_bytes = planned.rows, planned.chosen, planned.devices, planned.device_bytes
     if chosen is None:
         smallest = min(rows, key=lambda row: row[1].total)
+        stage, need = smallest[1].largest_stage()
+        room = "of host memory" if platform() == "cpu" else "per device"
         raise PipelineError(
-            f"{options.model} at this size needs about {smallest[1].total / 2**30:.1f} GiB per device even with "
-            f"{smallest[0].describe()}; {devices} device(s) have {device_bytes / 2**30:.1f} GiB (see --plan)")
+            f"{options.model} at this size does not fit: {stage} needs about {need / 2**30:.1f} GiB per device even "
+            f"with {smallest[0].describe()}; {devices} device(s) have {device_bytes / 2**30:.1f} GiB {room} "
+            f"(see --plan; nothing was loaded)")
     from vidax.zoo.compute.distributed import multiprocess
 
     if platform() == "cpu" and not multiprocess():  # CPU "devices" share the host's cores: spread only when one does not fit
