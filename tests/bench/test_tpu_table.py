@@ -32,6 +32,7 @@ def test_the_interleaved_run_joins_the_table(tmp_path):
     shutil.copy(runs / "runC" / "side.json", tmp_path / "side.json")
     shutil.copy(runs / "tier" / "tier.log", tmp_path / "tier.log")
     table = tpu_table.render(tmp_path)
-    assert "| 1 | 2048,4096,1024 | 599.0 | 552.7 | 0.923 |" in table
-    assert "| 1 | 512,512,512 | 599.8 | 669.4 | 1.116 |" in table
+    # the vidax attention column is what the run recorded in side.json (`tpu_blocks`)
+    assert "| 1 | 2048,4096,1024 | splash:2048,4096,1024 | 599.0 | 552.7 | 0.923 |" in table
+    assert "| 1 | 512,512,512 | splash:2048,4096,1024 | 599.8 | 669.4 | 1.116 |" in table
     assert "TPU tier (`pytest -m tpu`): 20 passed in 140.90s (0:02:20)" in table

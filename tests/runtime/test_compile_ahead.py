@@ -3,6 +3,8 @@ program itself, and the sidecar says what each stage compiled or loaded on its o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vidax.zoo.api import generate
@@ -34,6 +36,7 @@ def test_the_decode_compiles_none_of_its_units_when_they_compiled_ahead(tmp_path
         return compiled[-1]
 
     monkeypatch.setattr(api, "compile_ahead", recording)
+    monkeypatch.setenv(ahead.AHEAD_ENV, "1")  # a CPU run compiles ahead only when asked
     monkeypatch.setattr(ahead, "compile_threads", lambda: 3)  # a pool, whatever this host's cores
     with_ahead = generate(_options(tmp_path, 48))
     assert compiled[0].error is None and len(compiled[0].compiled) == 10  # five units per chunk kind
@@ -59,6 +62,7 @@ def test_the_background_compile_waits_for_the_first_step_and_stops_with_a_failed
 
     seen = []
     monkeypatch.setattr(api, "compile_ahead", lambda *args: seen.append(ahead.compile_ahead(*args)) or seen[-1])
+    monkeypatch.setenv(ahead.AHEAD_ENV, "1")
 
     def failing_sample(*args, **kwargs):
         assert not seen[0].go.is_set()  # encoded, not sampled yet: the thread still waits
@@ -69,3 +73,16 @@ def test_the_background_compile_waits_for_the_first_step_and_stops_with_a_failed
         generate(_options(tmp_path, 32))
     seen[0].thread.join(30)
     assert seen[0].cancelled and not seen[0].thread.is_alive() and seen[0].compiled == []
+
+
+def test_a_cpu_run_compiles_ahead_only_when_asked(monkeypatch):
+    options = _options(Path("."), 32)
+    monkeypatch.delenv(ahead.AHEAD_ENV, raising=False)
+    assert not ahead.enabled(options)
+    monkeypatch.setenv(ahead.AHEAD_ENV, "1")
+    assert ahead.enabled(options)
+    monkeypatch.setattr("vidax.zoo.compute.runtime.platform", lambda: "tpu")
+    monkeypatch.setenv(ahead.AHEAD_ENV, "0")
+    assert not ahead.enabled(options)
+    monkeypatch.delenv(ahead.AHEAD_ENV)
+    assert ahead.enabled(options)
