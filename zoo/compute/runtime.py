@@ -108,6 +108,28 @@ def platform() -> str:
     return override.platform if override is not None else jax.default_backend()
 
 
+# A CPU run of a model with at least this much weight runs it layer by layer (text encoders: a host loop over one
+# compiled layer, `encoders.by_layer`; the DiT: one block per program, `offload.place_layers`): XLA's CPU compiler
+# otherwise keeps whole-model temporaries (UMT5-XXL: 18.5 GB beside 10.8 GB of weights). Below it those are small
+# and one program is faster to compile and to call (the tests' tiny wan generation: 30 programs instead of 91).
+LAYERED_CPU_BYTES = 256 << 20
+
+
+def tree_bytes(tree: Any) -> int:
+    """Bytes of a tree's arrays (NumPy, jax, or abstract `ShapeDtypeStruct`s)."""
+    import math
+
+    return sum(math.prod(leaf.shape) * jnp.dtype(leaf.dtype).itemsize for leaf in jax.tree.leaves(tree)
+               if hasattr(leaf, "shape") and hasattr(leaf, "dtype"))
+
+
+def runs_layer_by_layer(weights: Any) -> bool:
+    """Whether a model with these weights (a tree, or its bytes) runs layer by layer: on a CPU, when they reach
+    `LAYERED_CPU_BYTES`."""
+    size = weights if isinstance(weights, int) else tree_bytes(weights)
+    return platform() == "cpu" and size >= LAYERED_CPU_BYTES
+
+
 def device_kind() -> str:
     """The device kind programs are compiled for (`jax.devices()[0].device_kind` when nothing is targeted)."""
     override = _PLATFORM.get()

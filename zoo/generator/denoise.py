@@ -28,7 +28,7 @@ from vidax.zoo.parts.dit import block_groups, forward, place_resident
 from vidax.zoo.weights.dit_file import dit_file
 from vidax.zoo.compute.progress import release
 from vidax.zoo.generator.stages import Params, Run
-from vidax.zoo.compute.runtime import platform
+from vidax.zoo.compute.runtime import platform, runs_layer_by_layer
 
 # predictor(expert, dit, step) -> a frozen, hashable callable predict(run, latents, timestep, cond, knobs)
 PredictorFor = Callable[[int, Any, int], Callable]
@@ -99,7 +99,7 @@ def place_dit(run: Run, family: Any, part: Any, s: Any, dtype: str | None, loras
     if run.options.offload_chunk is not None:
         params, streamed, host = stream_blocks(dit, tree, run.options.offload_chunk, rules, run.mesh)
         return LoadedDiT(dit, params, streamed, host)
-    if run.mesh is None and platform() == "cpu":  # one block per program (`offload.place_layers`)
+    if run.mesh is None and runs_layer_by_layer(tree):  # a large model on a CPU: one block per program
         return LoadedDiT(dit, *place_layers(dit, tree))
     if run.mesh is not None:
         return LoadedDiT(dit, place(tree, device_specs(dit.logical_specs(), tree), rules, run.mesh))

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from vidax.zoo.plan import dry_run_cache
-from vidax.zoo.compute.runtime import platform
+from vidax.zoo.compute.runtime import platform, runs_layer_by_layer
 from vidax.zoo.plan.dry_run_units import (  # noqa: F401 (re-exported: the tests and the bench use them from here)
     DecodeUnit,
     abstract,
@@ -261,17 +261,16 @@ def embedded_as_placed(embedded: Callable, params: Any, rest: list) -> Any:
 
 def compile_text_encoder(fn: Callable, args: tuple, static: tuple, beside: int, planned: int | None,
                          device: Any) -> list[StageMemory]:
-    """The text encoder as it runs: on CPU a host loop over one compiled layer per stack (`encoders.by_layer`),
-    each unit a row whose arguments count every weight of the towers (they stay on the device while the loop
-    runs); on an accelerator one program."""
-    from vidax.zoo.compute.runtime import platform
+    """The text encoder as it runs: a large one on CPU as a host loop over one compiled layer per stack
+    (`encoders.by_layer`), each unit a row whose arguments count every weight of the towers (they stay on the
+    device while the loop runs); else one program."""
     from vidax.zoo.parts.encoders.common import recording_layer_units
 
     def whole() -> list[StageMemory]:
         report = compile_stage("text encoder", fn, args, planned=planned, static=static)
         return [dataclasses.replace(report, argument=report.argument + beside)]
 
-    if platform() != "cpu":
+    if not runs_layer_by_layer([a for i, a in enumerate(args) if i not in static]):  # as `encoders.by_layer` runs it
         return whole()
     dynamic = [i for i in range(len(args)) if i not in static]
 
@@ -296,6 +295,14 @@ def compile_text_encoder(fn: Callable, args: tuple, static: tuple, beside: int, 
         inputs = report.argument - layer  # the carry and what every layer reads
         reports.append(dataclasses.replace(report, argument=weights + inputs))
     return reports
+
+
+def _weight_bytes(dit: Any, dtype: Any) -> int:
+    """The DiT's weights in `dtype` (what the run places)."""
+    import math
+
+    shapes = jax.eval_shape(lambda: dit.init_params(jax.random.key(0)))
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes)) * jnp.dtype(dtype).itemsize
 
 
 def compile_decode_unit(unit: Any, planned: int | None) -> StageMemory:
@@ -658,7 +665,8 @@ def _compile_stages(family: Any, options: Any, s: Any, parts: FamilyStages, layo
         mesh = mesh if mesh.size > 1 else None
         cond = parts.cond(family, s, 2 if s.guided else 1)
         planned = planned_dit_bytes(job, layout)
-        if layout.offload_chunk is None and mesh is None and platform() == "cpu":  # as `denoise.place_dit` runs it
+        if layout.offload_chunk is None and mesh is None and runs_layer_by_layer(_weight_bytes(dit, dtype)):
+            # one block per program, as `denoise.place_dit` runs a large DiT on a CPU
             reports.append(compile_offloaded_dit(family, s, dit, dtype, mesh, cond, 1, planned, first, layered=True))
         elif layout.offload_chunk is None:
             reports.append(compile_dit_step(family, s, dit, dtype, mesh, cond, planned, first))

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from vidax.zoo.parts.configs import pick_fields  # noqa: F401  (the encoders' configs read through it)
 from vidax.zoo.compute.layers import logical_param
 from vidax.zoo.compute.mesh import DATA, TENSOR
-from vidax.zoo.compute.runtime import platform
+from vidax.zoo.compute.runtime import runs_layer_by_layer
 
 # The mesh placement of every encoder's logical axes (names absent here are replicated): Megatron
 # tensor parallel over attention heads and feed-forward features, the batch (classifier-free
@@ -176,7 +176,7 @@ def by_layer(fn=None, *, static_argnums=(0,)):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if platform() == "cpu" and not _traced(args, ()):
+        if not _traced(args, ()) and runs_layer_by_layer(args[1]):  # (model, params, ...)
             return fn(*args, **kwargs)
         return jitted(*args, **kwargs)
 
