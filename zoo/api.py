@@ -50,7 +50,7 @@ def generate(options: GenerateOptions, progress: Progress | None = None, *, cach
         agree(err, "preparation")
         raise
     with ProgramCount() as programs, run_guard():  # an error this process alone hits stops its peers too
-        ahead = compile_ahead(pipeline, options)  # the decode's programs compile while the run encodes and samples
+        ahead = compile_ahead(pipeline, options)  # the decode's programs, compiled while the chip samples
         result = generate_video(pipeline, options, progress, cache=cache, ahead=ahead)  # agrees once prepared
     result.times = {**timer.times, **result.times}
     result.settings["programs"] = {"compiled": programs.compiled, "loaded": programs.loaded,
