@@ -111,7 +111,7 @@ def platform() -> str:
 # A CPU run of a model with at least this much weight runs it layer by layer (text encoders: a host loop over one
 # compiled layer, `encoders.by_layer`; the DiT: one block per program, `offload.place_layers`): XLA's CPU compiler
 # otherwise keeps whole-model temporaries (UMT5-XXL: 18.5 GB beside 10.8 GB of weights). Below it those are small
-# and one program is faster to compile and to call (the tests' tiny wan generation: 30 programs instead of 91).
+# and one program is faster to compile and to call (wan-tiny's generation: 38 programs instead of 91).
 LAYERED_CPU_BYTES = 256 << 20
 
 

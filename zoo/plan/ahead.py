@@ -3,15 +3,16 @@
 Every shape of a run is known once its settings are: the VAE decode's units (the dry run's `DecodeUnit`s, built
 as the decode calls them) can be lowered and compiled on abstract arrays in a background thread while the
 sampling loop uses the devices. The thread waits for the first denoise step (`Ahead.go`): started with the run,
-its lowering held Python's lock against the encoder's and the DiT's own tracing and its compiles took the cores
-their compiles needed (v5e host, Wan2.1-1.3B 480p: the encode stage 18.7 -> 98.8 s, the first step 61 -> 145 s
-after start), while after the first step the host only feeds the chip. JAX keeps what it compiled in the process, keyed by the program,
+its lowering holds Python's lock against the encoder's and the DiT's own tracing and its compiles take the cores
+their compiles need (the v5e call that started it with the run spent 98.8 s in its encode stage; the call
+before, without a pool, 18.7 s: separate calls, not a timed comparison), while after the first step the host
+only feeds the chip. JAX keeps what it compiled in the process, keyed by the program,
 so when the decode calls the same unit with real arrays it finds the executable and compiles nothing. On a TPU
 host, whose CPU cores sit idle while the chip denoises, this takes the decoder's compile (most of the first
 video's 206 s decode stage on a v5e) off the critical path; the persistent compile cache then keeps it for the
 next process. The units are lowered one after another (tracing holds Python's lock) and compiled in a pool of
-threads (XLA's compiler runs without it): on the v5e host the ten units compiled one at a time took about 300 s,
-longer than the 50 steps they ran beside, and the host's 13 cores were mostly idle.
+threads (XLA's compiler runs without it): on a v5e host the ten units compiled one at a time kept the decode
+waiting about 90 s after 50 steps, with the host's 13 cores mostly idle.
 
     ahead = compile_ahead(family, options)   # starts at once; returns before anything is compiled
     ...generate...
@@ -70,8 +71,7 @@ class Ahead:
 
 def enabled(options: Any) -> bool:
     """On an accelerator unless `VIDAX_COMPILE_AHEAD=0`; on a CPU only when `VIDAX_COMPILE_AHEAD=1` asks: there the
-    host is the device, and a background compile takes cores from the run's own work (a CogVideoX and a
-    HunyuanVideo-1.5 tiny generation: 14% more CPU seconds for the same wall time on 2 idle cores)."""
+    host is the device, and a background compile takes cores from the run's own work."""
     from vidax.zoo.compute.runtime import platform
 
     asked = os.environ.get(AHEAD_ENV, "").strip().lower()
