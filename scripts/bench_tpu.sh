@@ -29,30 +29,14 @@ out=${OUT:-.bench/tpu/$call}
 mkdir -p "$out"
 python=${PYTHON:-python3}
 start=$(date +%s)
-left() { echo $(( budget - ($(date +%s) - start) )); }
 cap() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }  # a step's limit: its own or what is left
-step() { echo "[bench_tpu $call] $1 at $(( $(date +%s) - start )) s" | tee -a "$out/run.log"; }
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1 VIDAX_CACHE_DIR=${VIDAX_CACHE_DIR:-/tmp/vidax-bench-tpu-cache}
 [ -n "${TPU_LONG:-}" ] && export VIDAX_TPU_ATTENTION_LONG=$TPU_LONG
 
-site=/tmp/vidax-site
-if ! "$python" -c 'import flax, typer, rich, psutil, einops, yaml' 2>/dev/null; then
-  pip_args=${VIDAX_BENCH_PIP_ARGS:-}
-  [ -z "$pip_args" ] && [ -d /opt/pypi/simple ] && pip_args="--index-url file:///opt/pypi/simple"
-  # shellcheck disable=SC2086  # pip_args is a list of pip options
-  PIP_CONFIG_FILE=${PIP_CONFIG_FILE:-/dev/null} "$python" -m pip install -q --isolated --only-binary=:all: \
-    --target "$site" $pip_args flax typer rich huggingface-hub psutil pillow tokenizers sentencepiece jinja2 \
-    safetensors ftfy av gguf einops pyyaml optax orbax-checkpoint requests pytest > "$out/pip.log" 2>&1 \
-    || tail -5 "$out/pip.log"
-  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$site
-fi
-shim=$(mktemp -d /tmp/vidax-shim.XXXX)  # `vidax.*` from this checkout without installing it
-mkdir -p "$shim/vidax"
-for d in translator zoo cli conversion_specs train; do ln -s "$PWD/$d" "$shim/vidax/$d"; done
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$shim:$PWD
-{ uptime; "$python" -c 'import jax; print(jax.__version__, jax.devices())' 2>&1 | tail -1; git log -1 --format=%h 2>/dev/null; } \
-  >> "$out/run.log"
-step "set up"
+# the runtime packages, MaxDiffusion's and the tier's too, and `vidax.*` from this checkout (scripts/tpu_setup.sh)
+# (it defines `left`: seconds of $BUDGET still to go; `step` is redefined here for this script's lines)
+VIDAX_SETUP_EXTRA="orbax-checkpoint pytest" VIDAX_SETUP_CHECK="orbax.checkpoint, pytest" source scripts/tpu_setup.sh "$out"
+step() { echo "[bench_tpu $call] $1 at $(( $(date +%s) - start )) s" | tee -a "$out/run.log"; }
 
 # the shapes whose attention decides the families' blocks: Wan2.1-14B 480p self-attention, CogVideoX1.5-5B's joint
 # attention (head dim 64), HunyuanVideo-1.5 480p's joint attention (text padding masked), then LTX-2's

@@ -13,13 +13,15 @@ step() { echo "[$(basename "$0") $(( $(date +%s) - setup_start )) s] $1" | tee -
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1
 
 site=/tmp/vidax-site
-if ! "$python" -c 'import flax, typer, rich, psutil, av, tokenizers, ftfy' 2>/dev/null; then
+# a caller needing more names them: VIDAX_SETUP_EXTRA (pip names) and VIDAX_SETUP_CHECK (their import names)
+if ! "$python" -c "import flax, typer, rich, psutil, av, tokenizers, ftfy, einops, yaml${VIDAX_SETUP_CHECK:+, $VIDAX_SETUP_CHECK}" 2>/dev/null; then
   pip_args=${VIDAX_BENCH_PIP_ARGS:-}
   [ -z "$pip_args" ] && [ -d /opt/pypi/simple ] && pip_args="--index-url file:///opt/pypi/simple"
   # shellcheck disable=SC2086  # pip_args is a list of pip options
   PIP_CONFIG_FILE=${PIP_CONFIG_FILE:-/dev/null} "$python" -m pip install -q --isolated --only-binary=:all: \
     --target "$site" $pip_args flax typer rich huggingface-hub psutil pillow tokenizers sentencepiece jinja2 \
-    safetensors ftfy av gguf einops pyyaml optax requests > /tmp/vidax-pip.log 2>&1 || tail -5 /tmp/vidax-pip.log
+    safetensors ftfy av gguf einops pyyaml optax requests ${VIDAX_SETUP_EXTRA:-} > /tmp/vidax-pip.log 2>&1 \
+    || tail -5 /tmp/vidax-pip.log
 fi
 [ -d "$site" ] && export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$site
 shim=$(mktemp -d /tmp/vidax-shim.XXXX)

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests.train.tiny import one_clip
 from tests.wan.test_pipeline import _reference_a14b
 from vidax.train.objective import Objective, range_share, sample_sigmas
 from vidax.train.run import TrainOptions, prepare, step_expert, train_lora
@@ -37,12 +38,7 @@ def test_an_experts_noise_levels_keep_the_distributions_shape():
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
-    from vidax.zoo.video_io import write_mp4
-
-    root = tmp_path_factory.mktemp("a14b_clips")
-    write_mp4(root / "clip.mp4", np.random.default_rng(0).random((9, 32, 48, 3)).astype(np.float32), 16)
-    (root / "clip.txt").write_text("a red kite over a grey sea")
-    return root
+    return one_clip(tmp_path_factory.mktemp("a14b_clips"))
 
 
 def test_both_experts_train_and_load_with_lora_and_lora_2(clips, tmp_path):

@@ -34,3 +34,12 @@ def rel(got, want) -> float:
     """Relative error of a whole tensor (its norm): elementwise rtol is meaningless for entries near zero."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def one_clip(root: Path) -> Path:
+    """A folder of one 9-frame 32x48 random clip and its caption (the image-conditioned and expert tests' data)."""
+    from vidax.zoo.video_io import write_mp4
+
+    write_mp4(root / "clip.mp4", np.random.default_rng(0).random((9, 32, 48, 3)).astype(np.float32), 16)
+    (root / "clip.txt").write_text("a red kite over a grey sea")
+    return root

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.hunyuan_video15.pipelines import towers  # noqa: F401  (the tiny Qwen / ByT5 towers)
+from tests.train.tiny import one_clip
 from tests.wan.test_pipeline import _reference_i2v, _reference_ti2v
 from vidax.train.run import TrainOptions, batch_arrays, prepare, train_lora
 
@@ -18,12 +19,7 @@ SIZE = dict(height=32, width=48, frames=5)
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
-    from vidax.zoo.video_io import write_mp4
-
-    root = tmp_path_factory.mktemp("i2v_clips")
-    write_mp4(root / "clip.mp4", np.random.default_rng(0).random((9, 32, 48, 3)).astype(np.float32), 16)
-    (root / "clip.txt").write_text("a red kite over a grey sea")
-    return root
+    return one_clip(tmp_path_factory.mktemp("i2v_clips"))
 
 
 def run(model: str, weights, clips, out):
