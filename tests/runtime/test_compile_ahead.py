@@ -43,6 +43,7 @@ def test_the_decode_compiles_none_of_its_units_when_they_compiled_ahead(tmp_path
     assert with_ahead.settings["programs_by_stage"]["denoise"]["compiled"] > 0  # the stage's own thread counts
     figures = with_ahead.settings["compile_ahead"]
     assert figures["units"] == 10 and figures["error"] is None and figures["waited_s"] <= figures["seconds"]
+    assert len(figures["unit_s"]) == 10 and all(s > 0 for s in figures["unit_s"].values())
 
     monkeypatch.setenv(ahead.AHEAD_ENV, "0")
     without = generate(_options(tmp_path, 64))

@@ -36,6 +36,7 @@ def _on_duration(event: str, duration: float, **_) -> None:
             for count in _counting():
                 count.obtained += 1
                 count.seconds += duration
+                count.longest = max(count.longest, duration)
 
 
 def _on_event(event: str, **_) -> None:
@@ -64,6 +65,7 @@ class ProgramCount:
     obtained: int = 0  # compiled or loaded
     loaded: int = 0  # of those, from the persistent compile cache
     seconds: float = 0.0
+    longest: float = 0.0  # the one program that took longest (a compile, or a load)
     thread: int | None = None
 
     @property
@@ -89,4 +91,5 @@ class ProgramCount:
                 f"({self.seconds:.1f} s)")
 
     def figures(self) -> dict:
-        return {"compiled": self.compiled, "loaded": self.loaded, "seconds": round(self.seconds, 2)}
+        return {"compiled": self.compiled, "loaded": self.loaded, "seconds": round(self.seconds, 2),
+                "longest_s": round(self.longest, 2)}

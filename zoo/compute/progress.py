@@ -65,8 +65,9 @@ class StageTimer:
             seconds = time.perf_counter() - start
             self.times[name] = self.times.get(name, 0.0) + seconds
             self.resident[name] = _resident_bytes()
-            earlier = self.programs.get(name, {"compiled": 0, "loaded": 0, "seconds": 0.0})
-            self.programs[name] = {key: round(earlier[key] + value, 2) for key, value in programs.figures().items()}
+            earlier = self.programs.get(name, {"compiled": 0, "loaded": 0, "seconds": 0.0, "longest_s": 0.0})
+            self.programs[name] = {key: round(max(earlier[key], value) if key == "longest_s" else earlier[key] + value, 2)
+                                   for key, value in programs.figures().items()}
             self.progress.end(name, seconds)
 
 

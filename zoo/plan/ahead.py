@@ -64,8 +64,10 @@ class Ahead:
         return self
 
     def figures(self) -> dict:
-        """For the sidecar: units compiled, their wall seconds, the decode's wait, the first error."""
+        """For the sidecar: units compiled, their wall seconds, the decode's wait, each unit's compile seconds (in
+        a pool of threads: what one compile took beside the others), the first error."""
         return {"units": len(self.compiled), "seconds": round(self.seconds, 2), "waited_s": round(self.waited, 2),
+                "unit_s": {name: round(seconds, 2) for name, seconds in self.compiled},
                 "error": None if self.error is None else f"{type(self.error).__name__}: {self.error}"[:300]}
 
 

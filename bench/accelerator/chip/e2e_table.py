@@ -37,7 +37,7 @@ def record(args) -> dict:
                    steps=settings.get("steps"), size=f"{settings.get('width')}x{settings.get('height')}x"
                                                        f"{settings.get('frames')}",
                    first_step_s=None if first is None else first - args.began, version=settings.get("vidax_version"),
-                   programs_by_stage=settings.get("programs_by_stage"),
+                   programs_by_stage=settings.get("programs_by_stage"), compile_ahead=settings.get("compile_ahead"),
                    resident_after_stage=settings.get("resident_after_stage"))
     else:
         row["error"] = text.strip().splitlines()[-1] if text.strip() else "no sidecar"
@@ -56,6 +56,8 @@ def table(args) -> str:
     programs = lambda r: "-" if not r.get("programs") else (  # noqa: E731
         f"{r['programs']['compiled']} compiled, {r['programs']['loaded']} loaded ({r['programs']['seconds']:.0f} s)")
     warm_steps = warm.get("steps") or 0
+    longest = lambda r: max([(r.get("programs") or {}).get("longest_s", 0.0),  # noqa: E731
+                             *((r.get("compile_ahead") or {}).get("unit_s") or {}).values()])
     per_step = warm.get("stages", {}).get("denoise", 0) / warm_steps if warm_steps else None
     machine = cold.get("memory") or {}
     row = {
@@ -64,6 +66,7 @@ def table(args) -> str:
         "cold_wall_s": cold.get("wall_s"), "warm_wall_s": warm.get("wall_s"), "warm_steps": warm_steps,
         "warm_stages_s": {s: round(warm.get("stages", {}).get(s, 0), 1) for s in STAGES},
         "s_per_step_warm": per_step, "programs_cold": cold.get("programs"), "programs_warm": warm.get("programs"),
+        "longest_program_s_cold": longest(cold), "longest_program_s_warm": longest(warm),
         "first_step_s_cold": cold.get("first_step_s"), "first_step_s_warm": warm.get("first_step_s"),
         "device_peak_bytes": (cold.get("memory") or {}).get("device_bytes"),
         "host_rss_bytes": max(r.get("host_rss_bytes") or 0 for r in (cold, warm)),
@@ -74,11 +77,13 @@ def table(args) -> str:
     fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
     line = (f"| {args.model} | {row['size']}, {row['steps']} steps | {row['layout']} | {stages} | "
             f"{fmt(row['cold_wall_s'])} | {fmt(row['warm_wall_s'])} ({warm_steps} steps) | {fmt(per_step, '{:.2f}')} | "
-            f"{programs(cold)} / {programs(warm)} | {fmt(row['first_step_s_warm'])} | "
+            f"{programs(cold)} / {programs(warm)} | {fmt(row['longest_program_s_cold'])} / "
+            f"{fmt(row['longest_program_s_warm'])} | {fmt(row['first_step_s_warm'])} | "
             f"{gib(row['device_peak_bytes'])} | {gib(row['host_rss_bytes'])} |")
     header = ("| model | size, steps | layout | cold load / encode / denoise / decode / write, s | cold wall, s | "
-              "warm wall, s | s/step warm | programs cold / warm | first step after start (warm), s | "
-              "peak HBM, GiB | host peak RSS, GiB |\n|---|---|---|---|---|---|---|---|---|---|---|")
+              "warm wall, s | s/step warm | programs cold / warm | longest program cold / warm, s | "
+              "first step after start (warm), s | peak HBM, GiB | host peak RSS, GiB |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|")
     text = f"{row['chip']}, jax {row['jax']}\n\n{header}\n{line}\n"
     Path(args.markdown).write_text(text)
     return text
