@@ -1,5 +1,5 @@
-"""Every flag README.md names exists (issue 51): a README that names a renamed or removed flag sends a new
-user to an error. The vidax commands' flags come from their Typer apps and the families' own `Flag`s; the
+"""Every flag README.md and the docs pages name exists (issue 51; the docs since issue 65): a page that names a
+renamed or removed flag sends a new user to an error. The vidax commands' flags come from their Typer apps and the families' own `Flag`s; the
 few other commands README shows (the setup script, two benches, SLURM's `srun`) are listed with where their
 flag is defined. Each example command line of a vidax CLI must also use only that command's flags (for
 `vidax-gen MODEL`, the common ones and MODEL's family's own)."""
@@ -46,6 +46,10 @@ def _readme() -> str:
     return (ROOT / "README.md").read_text()
 
 
+def _docs() -> str:
+    return "\n".join(page.read_text() for page in sorted((ROOT / "docs").glob("*.md")))
+
+
 def test_every_flag_readme_names_exists():
     families = {m.family for m in registered_models().values()}
     known = _options(gen_app) | _options(convert_app) | _options(serve_app) | _options(train_app) | _options(eval_app)
@@ -58,12 +62,22 @@ def test_every_flag_readme_names_exists():
     assert {"--transformer", "--transformer-2", "--weights-dtype", "--guidance-2", "--check"} <= named  # the scan sees them
 
 
+def test_every_example_command_in_the_docs_uses_its_own_flags():
+    """The docs pages' vidax command lines, checked as README's are below."""
+    lines = _command_lines(_docs())
+    assert len(lines) >= 20
+    assert _misused_flags(lines) == []
+
+
 def _command_lines(text: str) -> list[str]:
     """vidax CLI invocations: lines of fenced code blocks and inline `code` spans that run one."""
     blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
-    lines = [line for block in blocks for line in block.splitlines()]
-    lines += re.findall(r"`([^`\n]*vidax-(?:gen|convert|serve|train|eval) [^`\n]*)`", text)
+    lines = [line for block in blocks for line in re.sub(r"\\\n\s*", " ", block).splitlines()]  # `\` continues
+    prose = re.sub(r"```[a-z]*\n.*?```", "", text, flags=re.S)
+    lines += [span for span in re.findall(r"`([^`\n]*)`", prose)  # code spans, paired in order
+              if re.search(r"vidax-(?:gen|convert|serve|train|eval) ", span)]
     lines = [line.split(" #")[0] for line in lines]  # a shell comment after the command
+    lines = [part for line in lines for part in re.split(r" (?:&&|\|\||\||;) ", line)]  # one command each
     return [line for line in lines if re.search(r"(?:^|[\s/])vidax-(?:gen|convert|serve|train|eval) ", line)]
 
 
@@ -72,10 +86,16 @@ def _tokens(line: str) -> list[str]:
 
 
 def test_each_example_command_uses_its_own_flags():
-    common = {"gen": _options(gen_app), "convert": _options(convert_app), "serve": _options(serve_app),
-              "train": _options(train_app), "eval": _options(eval_app)}
     lines = _command_lines(_readme())
     assert len(lines) >= 20  # the Use section's examples, the serving and several-host ones
+    assert _misused_flags(lines) == []
+
+
+def _misused_flags(lines: list[str]) -> list[str]:
+    """Each line that passes its command a flag the command (for `vidax-gen MODEL`: the common ones and MODEL's
+    family's own) does not have, with those flags."""
+    common = {"gen": _options(gen_app), "convert": _options(convert_app), "serve": _options(serve_app),
+              "train": _options(train_app), "eval": _options(eval_app)}
     problems = []
     for line in lines:
         words = _tokens(line)
@@ -90,4 +110,4 @@ def test_each_example_command_uses_its_own_flags():
         bad = [w.split("=")[0] for w in words[at + 1:] if FLAG.fullmatch(w.split("=")[0]) and w.split("=")[0] not in allowed]
         if bad:
             problems.append(f"{line.strip()}: {bad}")
-    assert problems == [], problems
+    return problems
