@@ -78,9 +78,15 @@ def stage_table(result) -> Table:
     for column in ("arguments", "outputs", "temporaries", "XLA total", "planner", "planner/XLA", "compile s",
                    "GFLOP", "fits"):
         table.add_column(column, justify="right")
+    peaks = {result.peak(s.kind).stage for s in result.stages}
+    if len(peaks) < len(result.stages):
+        table.caption = "planner: its figure for a stage run as several units, beside the largest of them"
     for s in result.stages:
+        # the planner predicts a stage's peak: its figure stands on the stage's largest unit, the others say which
+        shown = s.stage in peaks
         table.add_row(s.stage, mib(s.argument), mib(s.output), mib(s.temp), mib(s.total),
-                      "-" if s.planned is None else mib(s.planned), "-" if s.ratio is None else f"{s.ratio:.2f}",
+                      "-" if s.planned is None or not shown else mib(s.planned),
+                      "-" if s.ratio is None or not shown else f"{s.ratio:.2f}",
                       f"{s.compile_seconds:.1f}", "-" if s.flops is None else f"{s.flops / 1e9:,.0f}",
                       "yes" if s.total <= result.device_bytes else "no")
     return table

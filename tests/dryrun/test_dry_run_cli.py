@@ -37,3 +37,15 @@ def test_dry_run_exits_one_when_a_stage_does_not_fit():
     result = _gen("wan-tiny", "--dry-run", "--devices", "2", "--device-memory", "0.0001", "--sp", "2")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "dit step" in result.stdout and "dit step" in result.stderr.split("does not fit: ")[1]
+
+
+def test_the_planner_figure_of_a_stage_stands_beside_its_largest_unit_alone(fits):
+    """The planner predicts a stage's peak: a stage run as several units (the VAE's ten) shows the figure and its
+    ratio to XLA's on the largest unit only, and says so, so that no smaller unit reads as a misprediction."""
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in fits.stdout.splitlines() if line.startswith("│ vae decode")}
+    assert len(rows) == 10
+    shown = [unit for unit, cells in rows.items() if cells[4] != "-"]
+    totals = {unit: float(cells[3].replace(",", "")) for unit, cells in rows.items()}
+    assert len(shown) == 1 and totals[shown[0]] == max(totals.values()) and rows[shown[0]][5] != "-"
+    assert "beside the largest of them" in fits.stdout
