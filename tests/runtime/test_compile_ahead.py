@@ -87,3 +87,23 @@ def test_a_cpu_run_compiles_ahead_only_when_asked(monkeypatch):
     assert not ahead.enabled(options)
     monkeypatch.delenv(ahead.AHEAD_ENV)
     assert ahead.enabled(options)
+
+
+def test_compile_threads_run_at_a_lower_priority_than_the_run():
+    """The pool's threads are niced (Linux keeps a nice value per thread): the host loop feeding the chip comes
+    first on the cores."""
+    import os
+    import threading
+
+    seen = {}
+
+    def worker():
+        ahead.lower_priority()
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen["nice"] == min(19, before + ahead.COMPILE_NICENESS)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # the caller's own is unchanged
