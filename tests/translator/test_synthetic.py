@@ -128,3 +128,24 @@ def test_what_it_cannot_do_is_one_line(tmp_path):
     lines = result.output.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1 and "has no component(s) nope" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_conversion_starts_no_jax_backend(tmp_path):
+    """The parameter trees are shape questions traced on no backend (`runtime.shapes_only`): on a TPU host a backend
+    takes the chip and gigabytes of host memory (the v5e host's `vidax-convert wan2.1-t2v-1.3b --synthetic` peaked
+    at 14.5 GB of RSS). A fresh process whose jax refuses to start one writes wan-tiny and plans the real 1.3B."""
+    import subprocess
+    import sys
+
+    code = f"""
+import jax._src.xla_bridge as xb
+def refuse(*a, **k):
+    raise RuntimeError("a jax backend was started")
+xb.backends = refuse
+from vidax.zoo.plan.synthetic import SyntheticOptions, write_synthetic
+write_synthetic(SyntheticOptions(model="wan-tiny", out={str(tmp_path / "tiny")!r}))
+write_synthetic(SyntheticOptions(model="wan2.1-t2v-1.3b", check=True))
+print("no backend")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "no backend" in result.stdout, result.stderr[-2000:]

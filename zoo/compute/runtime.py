@@ -151,6 +151,15 @@ def platform_override(platform_name: str, kind: str, devices: int, device_bytes:
         _PLATFORM.reset(token)
 
 
+@contextlib.contextmanager
+def shapes_only() -> Iterator[None]:
+    """Trace for shapes alone (parameter trees, abstract inits under `jax.eval_shape`): `platform()` answers
+    "shapes", so no code asks jax for its backend (which starts one: on a TPU host, the chip and gigabytes of host
+    memory, for a `vidax-convert` too) or times a CPU product. The forms a backend picks trace to the same shapes."""
+    with platform_override("shapes", "shapes only", 1, 0):
+        yield
+
+
 # --- persistent compilation cache ------------------------------------------------------------
 
 

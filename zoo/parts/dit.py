@@ -31,7 +31,7 @@ from typing import Any, Callable, Protocol
 import flax
 import flax.linen as nn
 import jax
-from vidax.zoo.compute.runtime import platform
+from vidax.zoo.compute.runtime import platform, shapes_only
 from vidax.zoo.compute.transfer import to_devices
 
 Params = dict[str, Any]
@@ -144,7 +144,8 @@ def param_shapes(init_params: Callable[[jax.Array], Params]) -> dict[str, tuple[
         config = None
         cached = None
     if cached is None:
-        tree = jax.eval_shape(init_params, jax.random.key(0))
+        with shapes_only():
+            tree = jax.eval_shape(lambda: init_params(jax.random.key(0)))
         cached = {path: tuple(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
         if config is not None:
             _SHAPES_BY_CONFIG[key] = cached
@@ -245,13 +246,14 @@ class StackedTransformer:
         logical names), which `param_shapes` and `logical_specs` both read. Kept per config: a full-size model
         traces for seconds, and the planner, the translator and the dry run each ask."""
         if self not in _ABSTRACT_PARTS:
-            inputs = self.dummy_inputs()
-            key = jax.random.key(0)
-            embed = jax.eval_shape(self.embedder.init, key, *inputs)["params"]
-            entering, last = jax.eval_shape(lambda p: self._group_inputs(p, inputs), nn.unbox(embed))
-            blocks = {group.name: jax.eval_shape(group.block.init, key, hidden, ctx)["params"]
-                      for group, (hidden, ctx) in zip(self.block_groups, entering)}
-            head = jax.eval_shape(self.head_module.init, key, *self.head_inputs(*last))["params"]
+            with shapes_only():  # traced, never run: a shape question starts no backend
+                inputs = jax.eval_shape(self.dummy_inputs)
+                key = jax.eval_shape(lambda: jax.random.key(0))
+                embed = jax.eval_shape(self.embedder.init, key, *inputs)["params"]
+                entering, last = jax.eval_shape(self._group_inputs, nn.unbox(embed), inputs)
+                blocks = {group.name: jax.eval_shape(group.block.init, key, hidden, ctx)["params"]
+                          for group, (hidden, ctx) in zip(self.block_groups, entering)}
+                head = jax.eval_shape(self.head_module.init, key, *self.head_inputs(*last))["params"]
             _ABSTRACT_PARTS[self] = (embed, blocks, head)
         return _ABSTRACT_PARTS[self]
 

@@ -20,7 +20,10 @@ Shapes = dict  # path -> shape
 
 def module_shapes(module, *example) -> Shapes:
     """A linen module's params for `example` inputs (ShapeDtypeStructs): abstract init, flattened."""
-    tree = jax.eval_shape(lambda *a: module.init(jax.random.key(0), *a), *example)["params"]
+    from vidax.zoo.compute.runtime import shapes_only
+
+    with shapes_only():  # no backend started for a shape question
+        tree = jax.eval_shape(lambda *a: module.init(jax.random.key(0), *a), *example)["params"]
     flat = traverse_util.flatten_dict(tree, sep="/")
     return {p: tuple(getattr(leaf, "value", leaf).shape) for p, leaf in flat.items()}
 
