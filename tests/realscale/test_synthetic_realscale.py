@@ -20,7 +20,7 @@ from vidax.zoo.plan.synthetic import SyntheticOptions, synthetic_plan
 
 from .test_registry_realscale import _write
 
-# (model, components: () for all), each family with a synthetic tokenizer, and one without (its DiT and VAE)
+# (model, components: () for all), families whole, and one by its DiT and VAE alone (`--components`)
 CASES = [("wan2.1-t2v-1.3b", ()), ("wan2.2-t2v-a14b", ()), ("cogvideox1.5-5b", ()), ("ltx-video-13b", ()),
          ("hunyuanvideo-1.5", ("transformer", "vae"))]
 

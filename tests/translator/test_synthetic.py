@@ -117,8 +117,8 @@ def test_interrupted_write_does_not_look_complete(folder, tmp_path):
 
 
 def test_what_it_cannot_do_is_one_line(tmp_path):
-    with pytest.raises(SourceError, match="no synthetic tokenizer for text_encoder"):
-        synthetic_plan(SyntheticOptions("hunyuanvideo-1.5"))
+    with pytest.raises(SourceError, match="no synthetic stand-in for scheduler"):
+        synthetic_plan(SyntheticOptions("ltx-video-13b-distilled"))
     with pytest.raises(SourceError, match="no synthetic stand-in for text_tokenizer, pipeline"):
         synthetic_plan(SyntheticOptions("cosmos3-nano"))
     assert set(synthetic_plan(SyntheticOptions("cosmos3-nano", components=("transformer", "vae"))).trees) == {"transformer", "vae"}

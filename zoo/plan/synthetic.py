@@ -220,9 +220,15 @@ def synthetic_plan(opts: SyntheticOptions) -> SyntheticPlan:
     return plan
 
 
+# Files-only components a synthetic folder may go without: the families read an image processor's settings with
+# defaults from the image encoder's own config when its `preprocessor_config.json` is absent.
+OPTIONAL_FILES = frozenset({"image_processor", "feature_extractor"})
+
+
 def _check_files_only(entry: ModelEntry, names: list[str], plan: SyntheticPlan) -> None:
-    """Every selected files-only component (tokenizers, scheduler, processors) is in the plan, or one line."""
+    """Every selected files-only component (tokenizers, scheduler) is in the plan, or one line."""
     missing = [n for n in names if entry.components[n].spec is None and n not in plan.tokenizers
+               and n not in OPTIONAL_FILES
                and not any(rel.startswith(f"{n}/") for rel in plan.configs)]
     if missing:
         raise SourceError(f"{entry.name}: no synthetic stand-in for {', '.join(missing)} (no recorded config or "
