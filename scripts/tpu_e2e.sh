@@ -62,11 +62,15 @@ if [[ " $runs " == *" warm "* ]]; then
   export JAX_LOG_COMPILES=1
   if [ -n "${WARM_STEPS:-}" ]; then generate warm --steps "$WARM_STEPS"; else generate warm; fi
   unset JAX_LOG_COMPILES
-  grep -E "Finished XLA compilation|Persistent compilation cache hit" "$out/warm.log" | sort | uniq -c | sort -rn \
-    | head -40 > "$out/warm-programs.txt"
+  # each program the warm process obtained, slowest first (its seconds: a load from the cache, or a compile)
+  grep -E "Finished XLA compilation" "$out/warm.log" | sed -E 's/.*compilation of (.*) in ([0-9.]+) sec.*/\2 \1/' \
+    | sort -rn > "$out/warm-programs.txt"
+  grep -c "Persistent compilation cache hit" "$out/warm.log" | sed 's/^/persistent cache hits: /' >> "$out/warm-programs.txt"
   grep -c "Finished XLA compilation" "$out/warm.log" | sed 's/^/warm XLA compilations logged: /' | tee -a "$out/run.log"
 fi
 [ -f "$out/cold.json" ] || cp "$work/cold.record.json" "$out/cold.json" 2>/dev/null
+# the processes' whole logs in one archive (the device tool brings back a few files per call)
+tar czf "$out/logs.tgz" -C "$out" $(cd "$out" && ls cold.log warm.log 2>/dev/null) && rm -f "$out/cold.log" "$out/warm.log"
 [ -f "$out/cold.json" ] && [ -f "$out/warm.json" ] || exit 0
 step "table"
 "$python" -m bench.accelerator.chip.e2e_table table --model "$model" --cold "$out/cold.json" --warm "$out/warm.json" \

@@ -53,8 +53,7 @@ def generate(options: GenerateOptions, progress: Progress | None = None, *, cach
         ahead = compile_ahead(pipeline, options)  # the decode's programs, compiled while the chip samples
         result = generate_video(pipeline, options, progress, cache=cache, ahead=ahead)  # agrees once prepared
     result.times = {**timer.times, **result.times}
-    result.settings["programs"] = {"compiled": programs.compiled, "loaded": programs.loaded,
-                                   "seconds": round(programs.seconds, 2), "summary": programs.line()}
+    result.settings["programs"] = {**programs.figures(), "summary": programs.line()}
     result.settings["memory_peaks"] = memory_peaks()
     if is_writer():  # one process writes the outputs
         write_outputs(options, result, timer, choice)
