@@ -11,7 +11,8 @@
 #    their seconds cold and warm, time from process start to the first denoise step, peak HBM, host peak RSS,
 #    the layout chosen; as JSON and as a markdown row.
 # The model's native size, frames and steps unless given. Everything goes under $OUT (the device tool's folder;
-# .bench/tpu/e2e elsewhere): run.log, cold.log / warm.log and cold.json / warm.json (vidax-gen's output, sidecar
+# .bench/tpu/e2e elsewhere): run.log, logs.tgz (cold.log, warm.log), cold/warm-programs.txt (each program and its
+# seconds, slowest first), cold.json / warm.json (vidax-gen's output, sidecar
 # and process figures), table.md, e2e.json. Runtime packages missing on the host are installed as scripts/tpu_setup.sh says.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,10 +47,14 @@ generate() {  # NAME [extra flags...]
   "$python" -m bench.accelerator.chip.e2e_table record --name "$name" --began "$began" --code "$code" \
     --sidecar "$work/$name.json" --time-log "$out/$name.log" --json "$out/$name.json"
   cp "$out/$name.json" "$work/$name.record.json"  # for a later call's table (RUNS=warm)
+  # each program the process obtained (JAX_LOG_COMPILES), slowest first: its seconds, a compile or a load
+  grep -E "Finished XLA compilation" "$out/$name.log" | sed -E 's/.*compilation of (.*) in ([0-9.]+) sec.*/\2 \1/' \
+    | sort -rn > "$out/$name-programs.txt"
+  grep -c "Persistent compilation cache hit" "$out/$name.log" | sed 's/^/persistent cache hits: /' >> "$out/$name-programs.txt"
   tail -3 "$out/$name.log" | tee -a "$out/run.log"
 }
 
-export VIDAX_CACHE_DIR="$work/compile-cache"
+export VIDAX_CACHE_DIR="$work/compile-cache" JAX_LOG_COMPILES=1  # every program named in the logs
 runs=${RUNS:-cold warm}  # RUNS=warm: a warm run alone, over the cache an earlier call on this machine left
 if [[ " $runs " == *" cold "* ]]; then
   rm -rf "$VIDAX_CACHE_DIR"
@@ -58,14 +63,7 @@ if [[ " $runs " == *" cold "* ]]; then
 fi
 if [[ " $runs " == *" warm "* ]]; then
   step "warm run"
-  # every program the warm process obtains, named in warm.log (a warm run should load them all, compile none)
-  export JAX_LOG_COMPILES=1
   if [ -n "${WARM_STEPS:-}" ]; then generate warm --steps "$WARM_STEPS"; else generate warm; fi
-  unset JAX_LOG_COMPILES
-  # each program the warm process obtained, slowest first (its seconds: a load from the cache, or a compile)
-  grep -E "Finished XLA compilation" "$out/warm.log" | sed -E 's/.*compilation of (.*) in ([0-9.]+) sec.*/\2 \1/' \
-    | sort -rn > "$out/warm-programs.txt"
-  grep -c "Persistent compilation cache hit" "$out/warm.log" | sed 's/^/persistent cache hits: /' >> "$out/warm-programs.txt"
   grep -c "Finished XLA compilation" "$out/warm.log" | sed 's/^/warm XLA compilations logged: /' | tee -a "$out/run.log"
 fi
 [ -f "$out/cold.json" ] || cp "$work/cold.record.json" "$out/cold.json" 2>/dev/null
