@@ -8,6 +8,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from vidax.zoo.parts.dit import forward
 from vidax.zoo.compute.mesh import make_mesh
+from vidax.zoo.compute import planner
 from vidax.zoo.compute.planner import GIB, DiTSizes, Job, Layout, plan, predict
 from vidax.zoo.compute.runtime import use_mesh
 
@@ -99,3 +100,17 @@ def test_chunk_one_offload_keeps_two_blocks_resident():
     block = job.dit.block_params * job.weight_bytes
     assert streamed == 2 * block + job.dit.other_params * job.weight_bytes
     assert resident == job.dit.depth * block + job.dit.other_params * job.weight_bytes
+
+
+def test_on_a_cpu_offloaded_blocks_stay_in_the_same_memory():
+    """On an accelerator offloading the 14B's blocks to the host makes one 30.75 GB device enough; where the host's
+    CPU is the device (`host_is_device`), the offloaded blocks stay in that memory beside the step's peak, so no
+    offload row fits what the resident one does not (HunyuanVideo's 25.6 GB DiT "offloaded" on a 24 GB CPU host was
+    killed by the kernel; now the run stops before any work)."""
+    job, room = _wan14b_720p(), int(30.75 * GIB)
+    rows, chosen = plan(job, devices=1, device_bytes=room)
+    assert chosen is not None and chosen[0].offload_chunk is not None
+    rows, chosen = plan(job, devices=1, device_bytes=room, host_is_device=True)
+    assert chosen is None and not any(ok for _, _, ok in rows)
+    stage, need = planner.need(job, Layout(offload_chunk=1), predict(job, Layout(offload_chunk=1)), True)
+    assert stage == "the DiT step" and need > room

@@ -308,18 +308,37 @@ def relative_step_time(job: Job, layout: Layout) -> float:
     return compute * communication * offload
 
 
-def plan(job: Job, devices: int, device_bytes: int, release_stages: bool = True, *, all_devices: bool = False):
+def plan(job: Job, devices: int, device_bytes: int, release_stages: bool = True, *, all_devices: bool = False,
+         host_is_device: bool = False):
     """All candidate layouts with their predictions, fastest first; and the fastest that fits (or None).
 
     `all_devices`: only layouts over every device (multi-process runs; `--plan --devices N` counts the
-    devices of all hosts)."""
+    devices of all hosts). `host_is_device`: the devices are this host's CPU, so blocks offloaded to host memory
+    stay in the same memory (`fits`)."""
     rows = []
     for layout in candidate_layouts(devices, job.dit.heads, job.dit.depth, all_devices=all_devices, batch=job.batch):
         prediction = predict(job, layout, release_stages)
-        rows.append((layout, prediction, prediction.total <= device_bytes))
+        rows.append((layout, prediction, fits(job, layout, prediction, device_bytes, host_is_device)))
     rows.sort(key=lambda row: (relative_step_time(job, row[0]), row[1].total))
     chosen = next((row for row in rows if row[2]), None)
     return rows, chosen
+
+
+def need(job: Job, layout: Layout, prediction: Prediction, host_is_device: bool = False) -> tuple[str, int]:
+    """The stage that sets the layout's peak and the bytes a device needs for it. On a CPU the host is the device:
+    blocks an offloaded layout keeps in host memory stay beside the DiT step's peak in the same RAM (HunyuanVideo's
+    25.6 GB DiT "offloaded" on a 24 GB host was killed by the kernel), so there they count too."""
+    stage, peak = prediction.largest_stage()
+    if host_is_device and layout.offload_chunk is not None:
+        resident = dataclasses.replace(layout, offload_chunk=None)
+        held = dit_weight_bytes(job, resident) - dit_weight_bytes(job, layout)
+        return ("the DiT step", prediction.denoise_peak + held) if prediction.denoise_peak + held > peak else (stage, peak)
+    return stage, peak
+
+
+def fits(job: Job, layout: Layout, prediction: Prediction, device_bytes: int, host_is_device: bool = False) -> bool:
+    """Whether the layout's peak (`need`) fits a device."""
+    return need(job, layout, prediction, host_is_device)[1] <= device_bytes
 
 
 def device_memory_bytes() -> tuple[int, int]:

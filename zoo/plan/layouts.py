@@ -11,7 +11,7 @@ import jax
 
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.generator.options import GenerateOptions
-from vidax.zoo.compute.runtime import platform
+from vidax.zoo.compute.runtime import platform, target_memory
 
 def _layout_given(options: GenerateOptions) -> bool:
     return any(v is not None for v in (options.tp, options.sp, options.dp, options.offload_chunk))
@@ -27,6 +27,7 @@ class LayoutPlan:
     size: the video it planned for ("832x480, 81 frames").
     idle: devices that even the largest layout of `rows` leaves without work.
     given: whether the rows are the layout the flags gave.
+    host_is_device: the devices are this host's CPU (offloaded blocks stay in the same memory).
     """
 
     rows: list
@@ -36,6 +37,7 @@ class LayoutPlan:
     size: str
     idle: int
     given: bool = False
+    host_is_device: bool = False
 
     def idle_note(self) -> str:
         """Why some devices would get no work ("" when every one can)."""
@@ -63,24 +65,28 @@ def plan_layouts(pipeline: Any, options: GenerateOptions, devices: int | None = 
     if device_bytes is not None and device_bytes <= 0:
         raise PipelineError(f"--device-memory must be positive, got {device_bytes / 2**30:g} GiB")
     local_devices, local_bytes = device_memory_bytes()
+    # the host's own CPU as the devices (no --devices / --device-memory / --target asked for others)
+    host_is_device = platform() == "cpu" and devices is None and device_bytes is None and target_memory() is None
     devices, device_bytes = devices or local_devices, device_bytes or local_bytes
     job = pipeline.memory_job(options)
     s = pipeline.resolve_settings(options)
     if _layout_given(options):
-        rows = [_given_layout(job, options, devices, device_bytes)]
+        rows = [_given_layout(job, options, devices, device_bytes, host_is_device)]
         chosen = rows[0] if rows[0][2] else None
     else:
-        rows, chosen = plan(job, devices, device_bytes, options.release_stages, all_devices=multiprocess())
+        rows, chosen = plan(job, devices, device_bytes, options.release_stages, all_devices=multiprocess(),
+                            host_is_device=host_is_device)
     idle = devices - max((row[0].devices for row in rows), default=0)
     return LayoutPlan(rows, chosen, devices, device_bytes, f"{s.width}x{s.height}, {s.frames} frames", idle,
-                      _layout_given(options))
+                      _layout_given(options), host_is_device)
 
 
-def _given_layout(job: Any, options: GenerateOptions, devices: int, device_bytes: int) -> tuple:
+def _given_layout(job: Any, options: GenerateOptions, devices: int, device_bytes: int,
+                  host_is_device: bool = False) -> tuple:
     """The row of the layout the flags name (1 for a degree left unset), refused as a run would refuse it."""
     from vidax.zoo.compute.distributed import multiprocess
     from vidax.zoo.compute.mesh import check_heads
-    from vidax.zoo.compute.planner import Layout, predict
+    from vidax.zoo.compute.planner import Layout, fits, predict
 
     layout = Layout(options.dp or 1, options.tp or 1, options.sp or 1, options.offload_chunk)
     check_heads(job.dit.heads, layout.tp, layout.sp)
@@ -88,7 +94,7 @@ def _given_layout(job: Any, options: GenerateOptions, devices: int, device_bytes
         raise PipelineError(f"dp*tp*sp = {layout.dp}*{layout.tp}*{layout.sp} = {layout.devices} devices; "
                             f"the plan is for {devices} (--devices N plans for more)")
     prediction = predict(job, layout, options.release_stages)
-    return layout, prediction, prediction.total <= device_bytes
+    return layout, prediction, fits(job, layout, prediction, device_bytes, host_is_device)
 
 
 def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOptions, str]:
@@ -102,11 +108,15 @@ def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOpti
     planned = plan_layouts(pipeline, options)
     rows, chosen, devices, device_bytes = planned.rows, planned.chosen, planned.devices, planned.device_bytes
     if chosen is None:
-        smallest = min(rows, key=lambda row: row[1].total)
-        stage, need = smallest[1].largest_stage()
+        from vidax.zoo.compute.planner import need
+
+        job = pipeline.memory_job(options)
+        needs = [(row[0], need(job, row[0], row[1], planned.host_is_device)) for row in rows]
+        smallest = min(needs, key=lambda row: row[1][1])
+        stage, needed = smallest[1]
         room = "of host memory" if platform() == "cpu" else "per device"
         raise PipelineError(
-            f"{options.model} at this size does not fit: {stage} needs about {need / 2**30:.1f} GiB per device even "
+            f"{options.model} at this size does not fit: {stage} needs about {needed / 2**30:.1f} GiB per device even "
             f"with {smallest[0].describe()}; {devices} device(s) have {device_bytes / 2**30:.1f} GiB {room} "
             f"(see --plan; nothing was loaded)")
     from vidax.zoo.compute.distributed import multiprocess
