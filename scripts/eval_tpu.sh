@@ -6,28 +6,18 @@
 # bench.accelerator.chip.eval_features in one process: 16 clips of 16 frames at 256x256 per network, random
 # weights drawn on the device, fp32 at "highest" precision (the metrics' setting), then the same at the
 # backend's default precision. Output: $OUT (the device tool's folder) or .bench/eval-tpu: eval.json,
-# eval-default.json and the logs. Missing runtime packages are installed into a temporary folder appended to
-# PYTHONPATH (the host's own JAX stays first), as scripts/bench_tpu.sh does.
+# eval-default.json, the logs and run.log. Missing runtime packages are installed as scripts/bench_tpu.sh does
+# (scripts/tpu_setup.sh: appended to PYTHONPATH, the host's own JAX stays first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-.bench/eval-tpu}
 mkdir -p "$out"
-python=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1
-if ! "$python" -c 'import flax, scipy, av' 2>/dev/null; then
-  site=$(mktemp -d /tmp/vidax-eval-site.XXXX)
-  # shellcheck disable=SC2086  # VIDAX_BENCH_PIP_ARGS is a list of pip options
-  PIP_CONFIG_FILE=${PIP_CONFIG_FILE:-/dev/null} "$python" -m pip install -q --only-binary=:all: --target "$site" \
-    ${VIDAX_BENCH_PIP_ARGS:-} flax typer rich huggingface-hub psutil pillow tokenizers sentencepiece jinja2 \
-    safetensors ftfy av gguf scipy > /tmp/vidax-eval-pip.log 2>&1 || tail -5 /tmp/vidax-eval-pip.log
-  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$site
-fi
-shim=$(mktemp -d /tmp/vidax-shim.XXXX)  # `vidax.*` from this checkout without installing it
-mkdir -p "$shim/vidax"
-for d in translator zoo cli eval conversion_specs; do ln -s "$PWD/$d" "$shim/vidax/$d"; done
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$shim:$PWD
+# the runtime packages (scipy too) and `vidax.*` from this checkout, from the host's own index where it has one
+VIDAX_SETUP_EXTRA="scipy" VIDAX_SETUP_CHECK="scipy" source scripts/tpu_setup.sh "$out"
 timeout 330 "$python" -m bench.accelerator.chip.eval_features --out "$out/eval.json" > "$out/eval.log" 2>&1
 tail -5 "$out/eval.log"
+step "highest precision done"
 timeout 150 "$python" -m bench.accelerator.chip.eval_features --precision default --networks clip_b32,dino,i3d \
   --out "$out/eval-default.json" > "$out/eval-default.log" 2>&1
 tail -3 "$out/eval-default.log"
+step "default precision done"
