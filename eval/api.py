@@ -39,6 +39,16 @@ METRICS = {
     "dynamic_degree": ("raft",),
 }
 RAFT_MIN_SIDE = 128  # RAFT's coarsest correlation level is 1/64 of the frame: at least 2 pixels (torch divides by W - 1)
+RAFT_CORRELATION_BYTES = 1 << 30  # the all-pairs correlation volumes one RAFT call may hold (fp32, 1/8 resolution)
+
+
+def raft_pairs_per_call(height: int, width: int, pairs: int, most: int) -> int:
+    """Frame pairs per RAFT program: a clip's pairs together (one dispatch, not one per pair: accelerators idle
+    at a batch of one), as many as keep the correlation volumes `((H/8)(W/8))^2` fp32 within
+    RAFT_CORRELATION_BYTES (one pair at 720p holds 0.8 GiB), at most `most` (`--batch`)."""
+    cells = -(-height // 8) * -(-width // 8)
+    fit = RAFT_CORRELATION_BYTES // (cells * cells * 4)
+    return max(1, min(pairs, most, fit))
 DEFAULT_METRICS = ("clip_score", "subject_consistency", "background_consistency", "temporal_flickering", "aesthetic_quality",
                    "dynamic_degree")
 FVD_MIN_FRAMES = 9  # I3D's head pools 2 of its 8x-subsampled time steps
@@ -185,11 +195,11 @@ class _Context:
         return self.networks[name]
 
     def runner(self, kind: str, network_name: str, batch: int | None = None) -> Runner:
-        if (kind, network_name) not in self.runners:
+        batch = self.options.batch if batch is None else batch
+        if (kind, network_name, batch) not in self.runners:
             net = self.network(network_name)
-            batch = self.options.batch if batch is None else batch
-            self.runners[kind, network_name] = Runner(forward_of(kind, net), net.params, self.mesh, batch)
-        return self.runners[kind, network_name]
+            self.runners[kind, network_name, batch] = Runner(forward_of(kind, net), net.params, self.mesh, batch)
+        return self.runners[kind, network_name, batch]
 
     def frame_features(self, kind: str, network_name: str, clips: list[Clip], what: str) -> list[np.ndarray]:
         """Each clip's per-frame features (`[F, D]`), from the cache or computed."""
@@ -312,7 +322,8 @@ def _dynamic_degree(ctx: _Context, clips, _reference):
         scores = ctx.cache.get(key)
         if scores is None:
             pairs = np.stack([frames[:-1], frames[1:]], axis=1)  # [F - 1, 2, H, W, 3]
-            scores = ctx.runner("raft", "raft", batch=1)(pairs) if len(pairs) else np.zeros((0,), np.float32)
+            batch = raft_pairs_per_call(h, w, len(pairs), ctx.options.batch)
+            scores = ctx.runner("raft", "raft", batch=batch)(pairs) if len(pairs) else np.zeros((0,), np.float32)
             ctx.cache.put(key, scores)
         per_clip[clip.name] = float(dimensions.dynamic_degree(scores, h, w, len(frames)))
         ctx.progress("dynamic_degree", done + 1, len(clips))

@@ -128,3 +128,15 @@ def test_dynamic_degree_is_vbenchs(nets, tmp_path):
     cached = FeatureCache(tmp_path / "cache").get(FeatureCache.key(
         clip=clip.digest(), network=_file_digest(folder / "raft-things.pth"), interval=1, **settings_of("raft")))
     np.testing.assert_allclose(cached, seen["scores"], rtol=1e-5)
+
+
+def test_a_clips_pairs_go_through_raft_together_within_the_correlation_budget():
+    """One dispatch per clip where the correlation volumes fit (an accelerator idles at one pair per call); one
+    pair per call at 720p, where a single pair's volume is 0.8 GiB."""
+    from vidax.eval.api import raft_pairs_per_call
+
+    assert raft_pairs_per_call(256, 256, 15, 16) == 15
+    assert raft_pairs_per_call(256, 256, 40, 16) == 16
+    assert raft_pairs_per_call(480, 832, 15, 16) == 6  # 60 x 104 cells: 156 MB a pair
+    assert raft_pairs_per_call(720, 1280, 15, 16) == 1
+    assert raft_pairs_per_call(256, 256, 0, 16) == 1

@@ -74,10 +74,11 @@ def network(name: str):
 def measure(name: str, clips: int, frames: int, size: int, repeats: int, batch: int) -> dict:
     import jax
 
+    from vidax.eval.api import raft_pairs_per_call
     from vidax.eval.features import Runner, forward_of, mesh_for
 
     kind, net = network(name)
-    per_call = jax.device_count() if kind in ("i3d", "raft") else batch
+    per_call = {"i3d": jax.device_count(), "raft": raft_pairs_per_call(size, size, frames - 1, batch)}.get(kind, batch)
     runner = Runner(forward_of(kind, net), net.params, mesh_for(None), batch=per_call)
     videos = np.random.default_rng(0).integers(0, 256, (clips, frames, size, size, 3), dtype=np.uint8)
     if kind == "i3d":
