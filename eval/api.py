@@ -40,18 +40,18 @@ METRICS = {
 }
 RAFT_MIN_SIDE = 128  # RAFT's coarsest correlation level is 1/64 of the frame: at least 2 pixels (torch divides by W - 1)
 RAFT_CORRELATION_BYTES = 1 << 30  # the all-pairs correlation volumes one RAFT call may hold (fp32, 1/8 resolution)
+DEFAULT_METRICS = ("clip_score", "subject_consistency", "background_consistency", "temporal_flickering", "aesthetic_quality",
+                   "dynamic_degree")
+FVD_MIN_FRAMES = 9  # I3D's head pools 2 of its 8x-subsampled time steps
 
 
 def raft_pairs_per_call(height: int, width: int, pairs: int, most: int) -> int:
-    """Frame pairs per RAFT program: a clip's pairs together (one dispatch, not one per pair: accelerators idle
-    at a batch of one), as many as keep the correlation volumes `((H/8)(W/8))^2` fp32 within
+    """Frame pairs per RAFT program: a clip's pairs together (one dispatch a clip rather than one a pair; on the
+    TPU v5e one pair a program did not finish the bench's 16 clips in its time box), as many as keep the correlation volumes `((H/8)(W/8))^2` fp32 within
     RAFT_CORRELATION_BYTES (one pair at 720p holds 0.8 GiB), at most `most` (`--batch`)."""
     cells = -(-height // 8) * -(-width // 8)
     fit = RAFT_CORRELATION_BYTES // (cells * cells * 4)
     return max(1, min(pairs, most, fit))
-DEFAULT_METRICS = ("clip_score", "subject_consistency", "background_consistency", "temporal_flickering", "aesthetic_quality",
-                   "dynamic_degree")
-FVD_MIN_FRAMES = 9  # I3D's head pools 2 of its 8x-subsampled time steps
 
 
 @dataclasses.dataclass(frozen=True)

@@ -155,7 +155,7 @@ def heads_major_choice(batch: int, sq: int, skv: int, heads: int, head_dim: int,
     name = HEADS_MAJOR_IMPLEMENTATION or choose_kernel(q, k, None)
     if name not in _TPU_NAMES or not (head_dim == 64 or head_dim % 128 == 0):
         return None
-    if HEADS_MAJOR_IMPLEMENTATION is None and not _heads_major_wanted():
+    if HEADS_MAJOR_IMPLEMENTATION is None and not _heads_major_wanted(batch, sq, heads * head_dim, dtype):
         return None
     choice = effective_choice(_tpu_choice(name, q, k, None), dtype, sq, skv)
     interpret = name.endswith("_interpret")
@@ -166,18 +166,25 @@ def heads_major_choice(batch: int, sq: int, skv: int, heads: int, head_dim: int,
     return choice, interpret
 
 
-HEADS_MAJOR_ENV = "VIDAX_HEADS_MAJOR"  # "0": never heads-major; unset or "1": wherever a TPU kernel runs on one device
+HEADS_MAJOR_ENV = "VIDAX_HEADS_MAJOR"  # "1": wherever a TPU kernel runs on one device; "0": never; unset: by memory
 
 
-def _heads_major_wanted() -> bool:
-    """Heads-major wherever a TPU kernel runs on one device (Wan's self-attention is the one caller): timed on a
-    TPU v5e (2026-12-07, every_dit), the Wan2.1-14B 480p block took 515.7 ms heads-major against 540.5 ms
-    token-major (83% against 79% MFU) with the same 4.16 GiB of XLA temporaries, and at 720p only heads-major fits
-    (`planner.heads_major_needed`: the token-major copies crowd the device). VIDAX_HEADS_MAJOR=0 keeps the
-    token-major `[B, S, H, D]` program."""
+def _heads_major_wanted(batch: int, tokens: int, width: int, dtype) -> bool:
+    """Heads-major only where the `[B, S, H, D]` program's attention copies would crowd the device
+    (`planner.heads_major_needed`: Wan2.1-14B at 720p on a v5e, not at 480p; Wan's self-attention is the one
+    caller).
+    The speed of the `[B, S, H, D]` program is the one measured on the chip (splash at 80% of peak, the
+    Wan2.1-14B block within 0.92x of MaxDiffusion's); the heads-major program's memory was measured by XLA's
+    TPU compiler (the Wan 720p 2-block program: 16.36 -> 13.00 GiB of temporaries), its speed not yet."""
     import os
 
-    return os.environ.get(HEADS_MAJOR_ENV, "").strip() != "0"
+    from vidax.zoo.compute import planner
+
+    forced = os.environ.get(HEADS_MAJOR_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    _, device_bytes = planner.device_memory_bytes()
+    return planner.heads_major_needed(batch, tokens, width, jnp.dtype(dtype).itemsize, device_bytes)
 
 
 def _tpu_choice(name: str, q, k, kv_mask) -> TpuAttention:
