@@ -101,7 +101,7 @@ def vae_units():
         family = make_pipeline(model, options)
         s = family.resolve_settings(options)
         config = family.model.vae if model.startswith("wan") else family.vae_config
-        name, fn, args, donate, static, beside = wan_vae_decode_units(config, family.latent_shape(s))[-1]
+        name, fn, args, donate, static, beside, _xla_only = wan_vae_decode_units(config, family.latent_shape(s))[-1]
         step = compile_stage(name, fn, args, donate=donate, static=static)
         step = dataclasses.replace(step, argument=step.argument + beside)
         out[(model, height, width)] = step, predict(family.memory_job(options), Layout()).vae

@@ -82,3 +82,33 @@ def test_compile_step_donates_the_dead_input():
     out = step(latents, 2.0)
     assert latents.is_deleted()  # its buffer now backs `out`
     np.testing.assert_array_equal(np.asarray(out), 2.0)
+
+
+def test_vae_programs_on_a_tpu_compile_with_libtpu_default_vmem(monkeypatch):
+    """The VAEs' units (no Pallas kernel) compile on a TPU with libtpu's own scoped VMEM limit, not the kernels'
+    64 MiB; nowhere else do they name a TPU option (the CPU's compiler refuses one)."""
+    from vidax.zoo.compute.kernels import tpu_vmem
+    from vidax.zoo.compute.runtime import platform_override, xla_only_options
+
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", f"{tpu_vmem.VMEM_FLAG}={tpu_vmem.LARGE_VMEM_KIB}")
+    assert xla_only_options() is None  # this host's CPU
+    with platform_override("tpu", "TPU v5 lite", 1, 16 << 30):
+        assert xla_only_options() == {"xla_tpu_scoped_vmem_limit_kib": str(tpu_vmem.LIBTPU_DEFAULT_VMEM_KIB)}
+        monkeypatch.setenv("LIBTPU_INIT_ARGS", "")  # nothing raised the limit: nothing to lower
+        assert xla_only_options() is None
+
+
+def test_compile_step_compiles_with_the_options_its_platform_names():
+    """`compile_step(options=...)` asks at each call and compiles a program per set of options (an XLA:CPU option
+    stands in for the TPU's); with none it is the plain jit."""
+    asked = []
+    chosen: list[dict | None] = [None]
+    step = compile_step(lambda x: x + 1, donate=(), options=lambda: asked.append(1) or chosen[0])
+    np.testing.assert_array_equal(np.asarray(step(jnp.zeros(3))), 1.0)
+    assert step.jitted._cache_size() == 1
+    chosen[0] = {"xla_cpu_enable_fast_math": False}
+    np.testing.assert_array_equal(np.asarray(step(jnp.zeros(3))), 1.0)
+    assert len(asked) == 2 and step.jitted._cache_size() == 1  # the options' program is another jit's
+    chosen[0] = {"xla_no_such_option_anywhere": "1"}
+    with pytest.raises(Exception, match="xla_no_such_option_anywhere"):
+        step(jnp.zeros(3))  # the options reach XLA

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from vidax.zoo.compute.kernels.tpu_vmem import raise_scoped_vmem
+from vidax.zoo.compute.kernels.tpu_vmem import LIBTPU_DEFAULT_VMEM_KIB, raise_scoped_vmem, scoped_vmem_kib
 from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
@@ -206,7 +206,22 @@ def configure_compile_cache(
 # --- donation --------------------------------------------------------------------------------
 
 
-def compile_step(fn: Callable, *, donate: Sequence[int] = (0,), static: Sequence[int] = (), **jit_kwargs: Any):
+def xla_only_options() -> dict[str, str] | None:
+    """XLA options for a program with no Pallas kernel (the VAEs' units) on a TPU: libtpu's own scoped VMEM limit.
+
+    The 64 MiB the attention kernels get process-wide (`tpu_vmem`) is read by XLA's own fusions too, and its v5e
+    compiler then searches far longer for convolutions: one 96-channel 3x3x3 convolution over 4 frames of 480x832
+    47.1 s against 8.2 s, the Wan2.1 VAE decode's ten units at 480x832 423 s against 204 s (deviceless compiles on
+    a 2-core host, one after another; bench/runtime/bench_vae_conv.py). None elsewhere (other backends refuse a TPU
+    option) and where nothing raised the limit."""
+    kib = scoped_vmem_kib()
+    if platform() != "tpu" or kib is None or kib <= LIBTPU_DEFAULT_VMEM_KIB:
+        return None
+    return {"xla_tpu_scoped_vmem_limit_kib": str(LIBTPU_DEFAULT_VMEM_KIB)}
+
+
+def compile_step(fn: Callable, *, donate: Sequence[int] = (0,), static: Sequence[int] = (),
+                 options: Callable[[], dict[str, str] | None] | None = None, **jit_kwargs: Any):
     """`jax.jit(fn)` donating the positional arguments in `donate`, whose old values are dead.
 
     The rule for samplers and offload: the latents passed into a step, the hidden state passed
@@ -219,14 +234,25 @@ def compile_step(fn: Callable, *, donate: Sequence[int] = (0,), static: Sequence
       fn: the repeated unit (a sampler step, a block chunk).
       donate: positions of the arguments to donate.
       static: positions of static arguments.
+      options: called at each call, XLA compile options for the platform traced for (`xla_only_options`); None or
+        a None result: none.
       **jit_kwargs: passed on to `jax.jit` (shardings).
     """
     jitted = jax.jit(fn, donate_argnums=tuple(donate), static_argnums=tuple(static), **jit_kwargs)
+    with_options: dict[tuple, Any] = {}
 
     def call(*args, **kwargs):
+        chosen = options() if options is not None else None
+        target = jitted
+        if chosen:
+            key = tuple(sorted(chosen.items()))
+            if key not in with_options:
+                with_options[key] = jax.jit(fn, donate_argnums=tuple(donate), static_argnums=tuple(static),
+                                            compiler_options=dict(chosen), **jit_kwargs)
+            target = with_options[key]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-            return jitted(*args, **kwargs)
+            return target(*args, **kwargs)
 
     call.jitted = jitted
     return call

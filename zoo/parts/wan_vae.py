@@ -34,7 +34,7 @@ from vidax.zoo.compute.attention import attention, local_attention
 from vidax.zoo.parts.configs import pick_fields
 from vidax.zoo.compute.layers import logical_param
 from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR
-from vidax.zoo.compute.runtime import active_mesh, compile_step, platform
+from vidax.zoo.compute.runtime import active_mesh, compile_step, platform, xla_only_options
 from vidax.zoo.compute.sharding import constrain
 from vidax.zoo.parts.vae_layers import time_taps_conv
 from vidax.translator import VidaxError
@@ -532,7 +532,7 @@ def _chunk(module: AutoencoderKLWan, method: str, params: Params, cache: Params 
 
 # The cache passed in is dead once the chunk has run: donated, so the new one reuses its buffers
 # (at 720p the decoder's cache is several GB).
-_run_chunk = compile_step(_chunk, donate=(3,), static=(0, 1, 5))
+_run_chunk = compile_step(_chunk, donate=(3,), static=(0, 1, 5), options=xla_only_options)
 
 
 # --- the decoder in stages ---------------------------------------------------------------------------------
@@ -614,7 +614,8 @@ def _stage(stage: nn.Module, first: bool, params: Params, cache: Params | None, 
     return out, state["cache"]
 
 
-_run_stage = compile_step(_stage, donate=(3,), static=(0, 1))  # the cache passed in is dead: donated
+# the cache passed in is dead: donated
+_run_stage = compile_step(_stage, donate=(3,), static=(0, 1), options=xla_only_options)
 
 
 class WanVAE:

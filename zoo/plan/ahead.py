@@ -116,6 +116,7 @@ def compile_threads() -> int:
 def _compile(family: Any, options: Any, ahead: Ahead) -> None:
     import jax
 
+    from vidax.zoo.compute.runtime import xla_only_options
     from vidax.zoo.generator.generation import matmul_precision
     from vidax.zoo.plan.dry_run import FAMILY_STAGES, weight_dtype
     from vidax.zoo.plan.dry_run_units import DecodeUnit
@@ -141,7 +142,9 @@ def _compile(family: Any, options: Any, ahead: Ahead) -> None:
             for unit in stages.vae_decode(family, s, weight_dtype(options), jax.devices()[0]):
                 unit = DecodeUnit(*unit)
                 args = [a if i in unit.static else _unplaced(a) for i, a in enumerate(unit.args)]
-                lowered = jax.jit(unit.fn, donate_argnums=unit.donate, static_argnums=unit.static).lower(*args)
+                options = xla_only_options() if unit.xla_only else None  # as the decode's own call compiles it
+                lowered = jax.jit(unit.fn, donate_argnums=unit.donate, static_argnums=unit.static,
+                                  compiler_options=options).lower(*args)
                 if ahead.cancelled:
                     break
                 futures.append(pool.submit(compiled, unit.name, lowered))

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from vidax.zoo.plan import dry_run_cache
-from vidax.zoo.compute.runtime import platform, runs_layer_by_layer
+from vidax.zoo.compute.runtime import platform, runs_layer_by_layer, xla_only_options
 from vidax.zoo.plan.dry_run_units import (  # noqa: F401 (re-exported: the tests and the bench use them from here)
     DecodeUnit,
     abstract,
@@ -105,19 +105,22 @@ class DryRun:
 
 
 def compile_stage(stage: str, fn: Callable, args: tuple, *, planned: int | None = None,
-                  donate: tuple[int, ...] = (), static: tuple[int, ...] = (), keep_unused: bool = False) -> StageMemory:
+                  donate: tuple[int, ...] = (), static: tuple[int, ...] = (), keep_unused: bool = False,
+                  compiler_options: dict[str, str] | None = None) -> StageMemory:
     """Lower and compile `fn(*args)` (abstract args) and read XLA's memory and cost analyses.
 
     `keep_unused`: count arguments the computation does not read (jit drops them by default; a VAE
     decode passed the whole loaded tree still holds its encoder's weights on the device)."""
     start = time.perf_counter()
-    key = dry_run_cache.stage_key(stage, args, donate=donate, static=static, keep_unused=keep_unused)
+    key = dry_run_cache.stage_key(stage, args, donate=donate, static=static, keep_unused=keep_unused,
+                                  options=compiler_options)
     compiled = dry_run_cache.load(key)  # a serialized executable of this very stage: no tracing, no lowering
     loaded = compiled is not None
     if loaded:
         figures = dry_run_cache.Figures.of(compiled)
     else:
-        jitted = jax.jit(fn, donate_argnums=donate, static_argnums=static, keep_unused=keep_unused)
+        jitted = jax.jit(fn, donate_argnums=donate, static_argnums=static, keep_unused=keep_unused,
+                         compiler_options=compiler_options)
         lowered = jitted.lower(*args)
         book_key = dry_run_cache.book_key(lowered)
         figures = dry_run_cache.figures_of(book_key)  # this very program compiled before (a `FigureBook`)
@@ -308,7 +311,7 @@ def _weight_bytes(dit: Any, dtype: Any) -> int:
 def compile_decode_unit(unit: Any, planned: int | None) -> StageMemory:
     """A VAE decode unit compiled; what the device holds beside it counted with its arguments."""
     report = compile_stage(unit.name, unit.fn, unit.args, planned=planned, donate=unit.donate, static=unit.static,
-                           keep_unused=True)
+                           keep_unused=True, compiler_options=xla_only_options() if unit.xla_only else None)
     return dataclasses.replace(report, argument=report.argument + unit.beside)
 
 

@@ -61,12 +61,13 @@ def cache_folder() -> Path | None:
     return Path(jax.config.jax_compilation_cache_dir) / FOLDER
 
 
-def stage_key(stage: str, args: tuple, *, donate: tuple, static: tuple, keep_unused: bool) -> str | None:
+def stage_key(stage: str, args: tuple, *, donate: tuple, static: tuple, keep_unused: bool,
+              options: dict[str, str] | None = None) -> str | None:
     """The entry's name for a stage compiled in the current run context (None: no context, no caching)."""
     run = _RUN.get()
     if run is None:
         return None
-    parts = (run, stage, _describe(args, static), repr((donate, static, keep_unused)), _environment(),
+    parts = (run, stage, _describe(args, static), repr((donate, static, keep_unused, sorted((options or {}).items()))), _environment(),
              _code_digest())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 

@@ -53,7 +53,7 @@ def per_device_bytes(tree: Any) -> int:
 def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...], device: Any = None) -> list[tuple]:
     """The Wan VAE's compiled decode units as `WanVAE.decode` runs them: each stage of the decoder
     (`wan_vae.decode_stages`) for the first latent frame, then for each next one with its part of the causal cache
-    (donated): `[(name, fn, args, donate, static, beside)]`, `beside` the bytes the device holds while the unit runs
+    (donated): `[(name, fn, args, donate, static, beside, xla_only)]`, `beside` the bytes the device holds while the unit runs
     besides its arguments (the rest of the VAE's weights, the other units' caches, the frames decoded so far)."""
     from vidax.zoo.parts.wan_vae import WanVAE, _stage, decode_stages, stage_params
 
@@ -87,7 +87,7 @@ def wan_vae_decode_units(config: Any, latent_shape: tuple[int, ...], device: Any
         if first:  # the caches of the units before this one exist already
             others = weights - per_device_bytes(part) + per_device_bytes(caches[:index])
         out.append((name, _stage, (stage, first, part, cache, inputs), () if first else (3,), (0, 1),
-                    others + (0 if first else earlier)))
+                    others + (0 if first else earlier), True))
     return out
 
 
@@ -102,6 +102,7 @@ class DecodeUnit(NamedTuple):
     donate: tuple[int, ...] = ()
     static: tuple[int, ...] = ()
     beside: int = 0
+    xla_only: bool = False  # no Pallas kernel: compiled with `runtime.xla_only_options()`, as its caller does
 
 
 def tile_unit(name: str, fn: Callable, head: tuple, plan: Any, batch: int, channels: int, params: Any,

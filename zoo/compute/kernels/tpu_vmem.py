@@ -14,6 +14,7 @@ import os
 VMEM_ENV = "VIDAX_TPU_SCOPED_VMEM_KIB"
 VMEM_FLAG = "--xla_tpu_scoped_vmem_limit_kib"
 LARGE_VMEM_KIB = 65536
+LIBTPU_DEFAULT_VMEM_KIB = 16384  # what a kernel gets when nothing raises it (v5e)
 
 
 def raise_scoped_vmem() -> None:
