@@ -125,7 +125,9 @@ def test_a_job_after_the_warm_up_obtains_no_program_and_the_log_says_so(server):
     logging it; a job at a new size obtains its own (so the line tells the two apart)."""
     warm = [submit(server, {"prompt": PROMPT, "seed": seed}) for seed in (5, 6)]
     assert all(wait(server, job)["status"] == "succeeded" for job in warm)
-    other = submit(server, {"prompt": PROMPT, "height": 48, "width": 80})
+    # the new size is test_lora.py's (32 x 32, 5 frames, 2 steps): whichever server meets it first compiles it
+    # and the other loads it from the run's compile cache, which the line below tells apart from "none" as well
+    other = submit(server, {"prompt": PROMPT, "height": 32, "width": 32, "frames": 5, "steps": 2})
     assert wait(server, other)["status"] == "succeeded"
     log = server.log()
     for job in warm:
