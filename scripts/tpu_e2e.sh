@@ -54,7 +54,8 @@ generate() {  # NAME [extra flags...]
   tail -3 "$out/$name.log" | tee -a "$out/run.log"
 }
 
-export VIDAX_CACHE_DIR="$work/compile-cache" JAX_LOG_COMPILES=1  # every program named in the logs
+# every program named in the logs, and why a program was not found in the persistent cache (or not written to it)
+export VIDAX_CACHE_DIR="$work/compile-cache" JAX_LOG_COMPILES=1 JAX_EXPLAIN_CACHE_MISSES=1
 runs=${RUNS:-cold warm}  # RUNS=warm: a warm run alone, over the cache an earlier call on this machine left
 if [[ " $runs " == *" cold "* ]]; then
   rm -rf "$VIDAX_CACHE_DIR"

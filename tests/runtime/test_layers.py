@@ -135,19 +135,3 @@ def test_feed_forward_chunks_only_where_it_pays(monkeypatch):
     assert layers.ffn_token_chunks((2, 1024, 5120), 13824, jnp.bfloat16) == 1
     with use_mesh(make_mesh(1, 1, 2)):
         assert layers.ffn_token_chunks(big, 13824, jnp.bfloat16) == 1  # a sequence-split axis is not cut
-
-
-@pytest.mark.parametrize("frames, stride_t, taps, rows", [(6, 1, 3, 4), (7, 2, 3, 3), (3, 1, 1, 13), (4, 1, 3, 5)])
-def test_banded_taps_conv_equals_the_convolutions(frames, stride_t, taps, rows):
-    """The TPU's row-band form of the VAEs' 3D convolution (bands that do not divide the height; strided time; one
-    time tap) against `conv_general_dilated` per tap, fp32."""
-    from vidax.zoo.parts.vae_layers import banded_taps_conv, time_taps_conv
-
-    rng = np.random.default_rng(frames)
-    x = jnp.asarray(rng.standard_normal((2, frames, 13, 9, 5)), jnp.float32)
-    w = jnp.asarray(rng.standard_normal((taps, 3, 3, 5, 7)), jnp.float32)
-    with jax.default_matmul_precision("highest"):
-        expected = time_taps_conv(x, w, stride_t, banded=False)
-        ours = banded_taps_conv(x, w, stride_t, rows)
-    assert ours.shape == expected.shape
-    np.testing.assert_allclose(np.asarray(ours), np.asarray(expected), atol=2e-5, rtol=1e-5)

@@ -271,23 +271,3 @@ def test_encode_rejects_frame_counts_off_the_chunk_grid():
     vae = WanVAE(WanVAEConfig.from_hf_config(fixtures.TINY_21))
     with pytest.raises(WanVAEError, match="1 \\+ 4k frames"):
         vae.encode_moments({}, jnp.zeros((1, 3, 6, 16, 16)))
-
-
-def test_decode_as_on_a_tpu_in_row_bands(case, monkeypatch):
-    """The TPU's form of the large frames' convolutions (`vae_layers.banded_taps_conv`, rows not dividing the
-    height, several bands a frame) forced on every frame: the decode still equals diffusers'."""
-    from vidax.zoo.parts import vae_layers
-
-    monkeypatch.setattr(vae_layers, "platform", lambda: "tpu")
-    monkeypatch.setattr(vae_layers, "BANDED_FRAME_PIXELS", 1)
-    monkeypatch.setattr(vae_layers, "BAND_PIXELS", 20)
-    calls = []
-    banded = vae_layers.banded_taps_conv
-    monkeypatch.setattr(vae_layers, "banded_taps_conv", lambda *a: calls.append(a[3]) or banded(*a))
-    jax.clear_caches()  # the decode's units were traced with the CPU's form by the tests before
-    try:
-        ours = np.asarray(case["vae"].decode(_params(case["trees"]["diffusers"]), jnp.asarray(case["latents"])))
-    finally:
-        jax.clear_caches()
-    assert calls and min(calls) < max(SIZES[case["spec"]]) // 2  # traced banded, in bands smaller than the frame
-    np.testing.assert_allclose(ours, case["decoded"], atol=ATOL, rtol=1e-5)

@@ -14,7 +14,6 @@ import jax.numpy as jnp
 
 from vidax.zoo.compute.attention import attention
 from vidax.zoo.compute.layers import logical_param
-from vidax.zoo.compute.runtime import active_mesh, platform
 
 Params = dict[str, Any]
 Stages = list[tuple[str | tuple[str, ...], nn.Module]]  # (params key or top-level keys, module), in order
@@ -71,29 +70,14 @@ class CausalConv3d(nn.Module):
         return Conv3d(self.features, k, self.stride, name="conv")(x)
 
 
-# On a TPU a frame at least this large (pixels) is convolved in row bands of about `BAND_PIXELS` (`banded_taps_conv`):
-# XLA's v5e compiler spends 45-50 s on one 3x3 convolution of 96 channels over 480x832 frames (deviceless compile,
-# libtpu 0.0.42; 4 frames or 1, whole or in a loop over single frames alike), and about 5 s on the same sums as a
-# loop over row bands of plain dots (bench/vae_compile.py). Frames of 240x416 and below compile in seconds either way.
-BANDED_FRAME_PIXELS = 1 << 17
-BAND_PIXELS = 100_000
-
-
-def time_taps_conv(x: jax.Array, w: jax.Array, stride_t: int, banded: bool | None = None) -> jax.Array:
+def time_taps_conv(x: jax.Array, w: jax.Array, stride_t: int) -> jax.Array:
     """3D conv, valid in time and zero-padded "same" in space, as a sum over the time taps of 2D convs.
 
     Equal to one `conv_general_dilated` over `[B, T, H, W, C]`; XLA:CPU runs these per-frame 2D
     convolutions over twice as fast as its 3D convolution (bench/family/bench_wan_vae.py); the Wan and CogVideoX VAEs use it.
-    `banded` (default: on a single TPU, for frames of at least `BANDED_FRAME_PIXELS`) computes the same sums as
-    `banded_taps_conv`.
     """
     kt, kh, kw = w.shape[:3]
     b, t, h, wd, c = x.shape
-    if banded is None:
-        mesh = active_mesh()
-        banded = platform() == "tpu" and (mesh is None or mesh.size == 1) and h * wd >= BANDED_FRAME_PIXELS
-    if banded:
-        return banded_taps_conv(x, w, stride_t, band_rows(h, wd))
     t_out = (t - kt) // stride_t + 1
     out = None
     for k in range(kt):
@@ -103,39 +87,6 @@ def time_taps_conv(x: jax.Array, w: jax.Array, stride_t: int, banded: bool | Non
         )
         out = y if out is None else out + y
     return out.reshape(b, t_out, h, wd, -1)
-
-
-def band_rows(height: int, width: int) -> int:
-    """Rows of one band: the frame split into equal bands of about `BAND_PIXELS` each."""
-    bands = max(1, -(-height * width // BAND_PIXELS))
-    return -(-height // bands)
-
-
-def banded_taps_conv(x: jax.Array, w: jax.Array, stride_t: int, rows: int) -> jax.Array:
-    """`time_taps_conv`'s sums as a loop over (output frame, band of `rows` rows): in each, the band's kw column
-    shifts side by side on channels (`[rows + kh - 1, W, kw * C]`) and one dot per time tap and kernel row,
-    summed in float32 (as a convolution accumulates) before the cast back."""
-    kt, kh, kw, c, o = w.shape
-    b, t, h, wd, _ = x.shape
-    t_out = (t - kt) // stride_t + 1
-    bands = -(-h // rows)
-    padded = jnp.pad(x, ((0, 0), (0, 0), (kh // 2, kh // 2 + bands * rows - h), (kw // 2, kw // 2), (0, 0)))
-    taps = w.reshape(kt, kh, kw * c, o)
-
-    def band(i: jax.Array, out: jax.Array) -> jax.Array:
-        frame, row = i // bands, (i % bands) * rows
-        acc = jnp.zeros((b, rows, wd, o), jnp.float32)
-        for k in range(kt):
-            window = jax.lax.dynamic_slice(padded, (0, frame * stride_t + k, row, 0, 0),
-                                           (b, 1, rows + kh - 1, wd + kw - 1, c))[:, 0]
-            columns = jnp.concatenate([window[:, :, j:j + wd] for j in range(kw)], axis=-1)
-            for i_row in range(kh):
-                acc = acc + jnp.einsum("bhwc,co->bhwo", columns[:, i_row:i_row + rows], taps[k, i_row],
-                                       preferred_element_type=jnp.float32)
-        return jax.lax.dynamic_update_slice(out, acc.astype(out.dtype)[:, None], (0, frame, row, 0, 0))
-
-    out = jax.lax.fori_loop(0, t_out * bands, band, jnp.zeros((b, t_out, bands * rows, wd, o), x.dtype))
-    return out[:, :, :h]
 
 
 def frame_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:

@@ -224,8 +224,6 @@ class Conv2d(nn.Module):
         b, t = x.shape[:2]
         k = self.kernel
         w, bias = _conv_kernel(self, (k, k, x.shape[-1], self.features), self.features)
-        if self.stride == 1 and self.padding == ((k // 2, k // 2),) * 2:  # "same": the 3D conv's form, one time tap
-            return time_taps_conv(x, w[None].astype(x.dtype), 1) + bias.astype(x.dtype)
         y = jax.lax.conv_general_dilated(
             x.reshape(b * t, *x.shape[2:]), w.astype(x.dtype), (self.stride, self.stride), self.padding,
             dimension_numbers=("NHWC", "HWIO", "NHWC"),
