@@ -61,6 +61,8 @@ if [[ " $runs " == *" cold "* ]]; then
   rm -rf "$VIDAX_CACHE_DIR"
   step "cold run"
   generate cold
+  # what the cold run left in the persistent cache for the DiT's step (a warm process that compiles it again: why)
+  ls -l "$VIDAX_CACHE_DIR" | grep -E "resident_prediction|step" | tee -a "$out/run.log"
 fi
 if [[ " $runs " == *" warm "* ]]; then
   step "warm run"
