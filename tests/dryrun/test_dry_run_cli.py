@@ -1,4 +1,5 @@
-"""`vidax-gen MODEL --dry-run`: a fresh process (no XLA_FLAGS) compiles on the fake host devices it asks for."""
+"""`vidax-gen MODEL --dry-run`: a fresh process (no device count in XLA_FLAGS) compiles on the fake host devices it
+asks for."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import sys
 
 import pytest
 
+from tests.backend_level import xla_flags
+
 GEN = [sys.executable, "-c", "from vidax.cli import gen_main; gen_main()"]
 
 
 def _gen(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the command alone asks for its devices
-    env.update(VIDAX_NO_COMPILE_CACHE="1", COLUMNS="200")
+    # the command alone asks for its devices (added to the flags it finds); the test processes' backend level
+    # kept, as every process a test starts compiles (tests/backend_level.py): LLVM's passes were most of its time
+    env = {**os.environ, "XLA_FLAGS": xla_flags(None), "VIDAX_NO_COMPILE_CACHE": "1", "COLUMNS": "200"}
     return subprocess.run([*GEN, *args], capture_output=True, text=True, env=env, timeout=300)
 
 
