@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.backend_level import xla_flags
+
 SITECUSTOMIZE = textwrap.dedent('''
     import gc, os, signal, sys, threading, time
 
@@ -79,7 +81,9 @@ def _run(tmp_path: Path, when: str) -> tuple[subprocess.CompletedProcess, Path]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(hooks), os.environ.get("PYTHONPATH")) if p),
            "SIGINT_WHEN": when, "SIGINT_MARKER": str(marker), "SIGINT_OUT": str(out),
            "JAX_PLATFORMS": "cpu", "VIDAX_NO_COMPILE_CACHE": "1", "HF_HUB_OFFLINE": "1"}
-    env.pop("XLA_FLAGS", None)  # one CPU device, as a user's machine has
+    # one CPU device, as a user's machine has; compiled at the test processes' backend level (tests/backend_level.py:
+    # LLVM's passes were most of a run's time here, and no moment of an interruption depends on them)
+    env["XLA_FLAGS"] = xla_flags(None)
     command = [str(Path(sys.executable).with_name("vidax-gen")), "wan-tiny", "--prompt", "a kite", "--out",
                str(out / "kite.mp4"), "--save-latents", "--steps", "2", "--frames", "1"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
