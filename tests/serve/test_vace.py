@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.backend_level import xla_flags
 from tests.serve.conftest import ARTIFACTS
 from tests.serve.test_api import error, wait
 from tests.wan_vace.test_pipeline import MODEL, _clip, _reference
@@ -33,7 +34,15 @@ JOB = {"prompt": "a red kite over a grey sea", "negative_prompt": "blurry", "see
 
 
 @pytest.fixture(scope="module")
-def vace(serve_env, tmp_path_factory):
+def vace_env(serve_env) -> dict:
+    """The folder's child environment at the test processes' backend level (tests/backend_level.py), for the VACE
+    server and the vidax-gen run it is compared with alike: their jobs are three 2-step runs of a tiny model, so
+    LLVM's passes were most of the server's first job (57 programs of a model no other server serves)."""
+    return {**serve_env, "XLA_FLAGS": xla_flags(None)}
+
+
+@pytest.fixture(scope="module")
+def vace(vace_env, tmp_path_factory):
     """(server, files): the served tiny VACE model and the upload files (the control MP4, the same clip's decoded
     frames as PNGs, two reference images of other sizes)."""
     root = tmp_path_factory.mktemp("serve_vace")
@@ -47,7 +56,7 @@ def vace(serve_env, tmp_path_factory):
     Image.fromarray(rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)).save(files / "ref_tall.png")
     Image.fromarray(_clip(3, frames=1, height=20, width=60)[0]).save(files / "ref_wide.png")
     ARTIFACTS.mkdir(exist_ok=True)
-    process = ServerProcess(MODEL, root / "data", env=serve_env, log=ARTIFACTS / "vace-server.log",
+    process = ServerProcess(MODEL, root / "data", env=vace_env, log=ARTIFACTS / "vace-server.log",
                             args=["--weights", str(root / "model"), "--dtype", "float32", "--no-warmup"])
     process.start(timeout=300)
     yield process, files
@@ -70,7 +79,7 @@ def _frames(server, status: dict) -> np.ndarray:
     return np.load(io.BytesIO(httpx.get(server.url + status["content"], timeout=30).content))
 
 
-def test_control_video_and_two_references_equal_vidax_gen(vace, serve_env, tmp_path):
+def test_control_video_and_two_references_equal_vidax_gen(vace, vace_env, tmp_path):
     server, files = vace
     model = httpx.get(server.url + "/v1/models").json()["data"][0]
     assert model["uploads"]["reference_images"] == {"flag": "--reference-image", "kind": "file", "multiple": True}
@@ -93,7 +102,7 @@ def test_control_video_and_two_references_equal_vidax_gen(vace, serve_env, tmp_p
     shutil.copy(files / "control.mp4", tmp_path / "video.mp4")
     for i, name in enumerate(("ref_tall.png", "ref_wide.png")):  # the order they were sent in
         shutil.copy(files / name, tmp_path / f"reference_images-{i}.png")
-    subprocess.run([sys.executable, "-m", "vidax.cli.gen", *words[1:]], env=serve_env, cwd=tmp_path, check=True,
+    subprocess.run([sys.executable, "-m", "vidax.cli.gen", *words[1:]], env=vace_env, cwd=tmp_path, check=True,
                    capture_output=True, timeout=600)
     np.testing.assert_array_equal(served, np.load(tmp_path / "video.npy"))
 
