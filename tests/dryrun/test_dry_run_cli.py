@@ -30,8 +30,8 @@ def test_dry_run_prints_every_stage_on_four_fake_devices(fits):
     assert fits.returncode == 0, fits.stdout + fits.stderr
     for stage in ("text encoder", "dit step"):
         assert stage in fits.stdout
-    for kind in ("first frame", "next frames"):  # the Wan VAE's decode: five compiled units per chunk kind
-        for unit in range(1, 6):
+    for kind in ("first frame", "next frames"):  # the Wan VAE's decode: six compiled units per chunk kind
+        for unit in range(1, 7):
             assert f"vae decode ({kind}, unit {unit})" in fits.stdout
     assert "dp=1 tp=1 sp=4 resident" in fits.stdout and "on 4 x 1.00 GiB" in fits.stdout
     assert fits.stdout.rstrip().endswith("fits")
@@ -51,11 +51,11 @@ def test_dry_run_exits_one_when_a_stage_does_not_fit():
 
 
 def test_the_planner_figure_of_a_stage_stands_beside_its_largest_unit_alone(fits):
-    """The planner predicts a stage's peak: a stage run as several units (the VAE's ten) shows the figure and its
+    """The planner predicts a stage's peak: a stage run as several units (the VAE's twelve) shows the figure and its
     ratio to XLA's on the largest unit only, and says so, so that no smaller unit reads as a misprediction."""
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
             for line in fits.stdout.splitlines() if line.startswith("│ vae decode")}
-    assert len(rows) == 10
+    assert len(rows) == 12
     shown = [unit for unit, cells in rows.items() if cells[4] != "-"]
     totals = {unit: float(cells[3].replace(",", "")) for unit, cells in rows.items()}
     assert len(shown) == 1 and totals[shown[0]] == max(totals.values()) and rows[shown[0]][5] != "-"

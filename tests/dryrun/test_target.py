@@ -57,7 +57,7 @@ def test_dry_run_compiles_every_stage_for_four_v5e_chips_without_one():
     assert "dp=1 tp=1 sp=4 resident" in head and "4 x 15.75 GiB (TPU v5 lite, v5e:2x2, XLA's TPU compiler" in head
     rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
     names = [row.split("│")[1].strip() for row in rows]
-    assert names[:2] == ["text encoder", "dit step"] and len(names) == 12, names
+    assert names[:2] == ["text encoder", "dit step"] and len(names) == 14, names
     assert result.stdout.rstrip().endswith("fits")
     assert "WARNING" not in result.stderr and "Error" not in result.stderr, result.stderr  # libtpu kept quiet
 

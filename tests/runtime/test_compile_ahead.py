@@ -25,7 +25,7 @@ def _decode_programs(result) -> int:
 
 def test_the_decode_compiles_none_of_its_units_when_they_compiled_ahead(tmp_path, monkeypatch):
     """At two sizes (no program of either decode in the process yet): without compiling ahead the decode stage
-    obtains its ten units and the small eager programs around them (un-normalising, chunking, joining); with
+    obtains its twelve units and the small eager programs around them (un-normalising, chunking, joining); with
     it, the eager ones alone."""
     from vidax.zoo import api
 
@@ -39,16 +39,16 @@ def test_the_decode_compiles_none_of_its_units_when_they_compiled_ahead(tmp_path
     monkeypatch.setenv(ahead.AHEAD_ENV, "1")  # a CPU run compiles ahead only when asked
     monkeypatch.setattr(ahead, "compile_threads", lambda: 3)  # a pool, whatever this host's cores
     with_ahead = generate(_options(tmp_path, 48))
-    assert compiled[0].error is None and len(compiled[0].compiled) == 10  # five units per chunk kind
+    assert compiled[0].error is None and len(compiled[0].compiled) == 12  # six units per chunk kind
     assert with_ahead.settings["programs_by_stage"]["denoise"]["compiled"] > 0  # the stage's own thread counts
     figures = with_ahead.settings["compile_ahead"]
-    assert figures["units"] == 10 and figures["error"] is None and figures["waited_s"] <= figures["seconds"]
-    assert len(figures["unit_s"]) == 10 and all(s > 0 for s in figures["unit_s"].values())
+    assert figures["units"] == 12 and figures["error"] is None and figures["waited_s"] <= figures["seconds"]
+    assert len(figures["unit_s"]) == 12 and all(s > 0 for s in figures["unit_s"].values())
 
     monkeypatch.setenv(ahead.AHEAD_ENV, "0")
     without = generate(_options(tmp_path, 64))
     assert compiled[1].thread is None
-    assert _decode_programs(without) - _decode_programs(with_ahead) == 10
+    assert _decode_programs(without) - _decode_programs(with_ahead) == 12
 
 
 @pytest.mark.parametrize("cores, threads", [(1, 1), (2, 1), (13, 11)])

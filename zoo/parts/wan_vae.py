@@ -536,30 +536,51 @@ _run_chunk = compile_step(_chunk, donate=(3,), static=(0, 1, 5), options=xla_onl
 # --- the decoder in stages ---------------------------------------------------------------------------------
 #
 # A decoder chunk runs as a few compiled units, each a run of the tree's own submodules (the same parameter
-# paths): the latent-resolution part (post_quant_conv, conv_in, the mid block), then one up block each, the last
-# with the output head. Each unit keeps its own part of the causal cache. XLA's TPU compiler took about 100 s
+# paths): the latent-resolution part in two (post_quant_conv, conv_in and the mid block's first resnet; its
+# attention and second resnet), then one up block each, the last with the output head. Each unit keeps its own part of the causal cache. XLA's TPU compiler took about 100 s
 # for one whole decoder chunk at 480p (the first video on a v5e: 206 s of its decode stage compiling two of them);
 # a unit is a fraction of that, and the units of the two chunk kinds are independent programs.
 
 
-class _DecoderIn(nn.Module):
-    config: WanVAEConfig
+class _MidBlockPart(nn.Module):
+    """Half of `MidBlock` under its name and parameter paths: `resnets_0` (part 0), or `attentions_0` then
+    `resnets_1` (part 1)."""
+
+    part: int
 
     @nn.compact
     def __call__(self, x: jax.Array, first: bool = False) -> jax.Array:
-        x = CausalConv3d(self.config.decoder_dim * self.config.dim_mult[-1], name="conv_in")(x)
-        return MidBlock(name="mid_block")(x)
+        c = x.shape[-1]
+        if self.part == 0:
+            return ResidualBlock(c, name="resnets_0")(x)
+        x = AttentionBlock(name="attentions_0")(x)
+        return ResidualBlock(c, name="resnets_1")(x)
+
+
+class _DecoderIn(nn.Module):
+    config: WanVAEConfig
+    part: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array, first: bool = False) -> jax.Array:
+        if self.part == 0:
+            x = CausalConv3d(self.config.decoder_dim * self.config.dim_mult[-1], name="conv_in")(x)
+        return _MidBlockPart(self.part, name="mid_block")(x)
 
 
 class _DecodeIn(nn.Module):
-    """`post_quant_conv`, then the decoder's `conv_in` and `mid_block` (params `{post_quant_conv, decoder}`)."""
+    """Part 0: `post_quant_conv`, the decoder's `conv_in` and its mid block's first resnet (params
+    `{post_quant_conv, decoder}`); part 1: the mid block's attention and second resnet. Two units where one took
+    31.5-36.2 s to compile for a v5e at 480x832 (deviceless, 2-core host): the up blocks' units took 17-30 s."""
 
     config: WanVAEConfig
+    part: int = 0
 
     @nn.compact
     def __call__(self, z: jax.Array, first: bool = False) -> jax.Array:
-        x = CausalConv3d(self.config.z_dim, (1, 1, 1), name="post_quant_conv")(z)
-        return _DecoderIn(self.config, name="decoder")(x, first)
+        if self.part == 0:
+            z = CausalConv3d(self.config.z_dim, (1, 1, 1), name="post_quant_conv")(z)
+        return _DecoderIn(self.config, self.part, name="decoder")(z, first)
 
 
 class _DecoderUp(nn.Module):
@@ -592,15 +613,17 @@ class _DecodeUp(nn.Module):
 
 def decode_stages(cfg: WanVAEConfig) -> tuple[nn.Module, ...]:
     """The decoder's compiled units, in order."""
-    return (_DecodeIn(cfg), *(_DecodeUp(cfg, i) for i in range(len(cfg.dim_mult))))
+    return (_DecodeIn(cfg, 0), _DecodeIn(cfg, 1), *(_DecodeUp(cfg, i) for i in range(len(cfg.dim_mult))))
 
 
 def stage_params(stage: nn.Module, params: Params) -> Params:
     """The part of the whole VAE tree a decode unit reads (views: nothing is copied)."""
     if isinstance(stage, _DecodeIn):
-        decoder = params["decoder"]
+        decoder, mid = params["decoder"], params["decoder"]["mid_block"]
+        if stage.part == 1:
+            return {"decoder": {"mid_block": {"attentions_0": mid["attentions_0"], "resnets_1": mid["resnets_1"]}}}
         return {"post_quant_conv": params["post_quant_conv"],
-                "decoder": {"conv_in": decoder["conv_in"], "mid_block": decoder["mid_block"]}}
+                "decoder": {"conv_in": decoder["conv_in"], "mid_block": {"resnets_0": mid["resnets_0"]}}}
     names = [f"up_blocks_{stage.index}"] + (["norm_out", "conv_out"] if stage.index == len(stage.config.dim_mult) - 1
                                             else [])
     return {"decoder": {name: params["decoder"][name] for name in names}}

@@ -1,5 +1,5 @@
 """The Wan VAE's decode on the local device: compile seconds and the warm decode, as staged units (what
-`WanVAE.decode` runs: five units per chunk kind) or as one whole decoder chunk per kind (what it ran before).
+`WanVAE.decode` runs: six units per chunk kind) or as one whole decoder chunk per kind (what it ran before).
 
     python -m bench.accelerator.chip.vae_units --size 480x832 --frames 81 --mode staged --json OUT.json
 
