@@ -211,9 +211,9 @@ def xla_only_options() -> dict[str, str] | None:
 
     The 64 MiB the attention kernels get process-wide (`tpu_vmem`) is read by XLA's own fusions too, and its v5e
     compiler then searches far longer for convolutions, for no faster program: one 96-channel 3x3x3 convolution
-    over 4 frames of 480x832 compiled in 32.9 s against 7.1 s on a v5e host and ran in 19.5 and 19.6 ms (47.1 s
-    against 8.2 s deviceless on a 2-core host; bench/runtime/bench_vae_conv.py). None elsewhere (other backends
-    refuse a TPU option) and where nothing raised the limit."""
+    over 4 frames of 480x832 compiles in 46.5 s against 8.8 s (deviceless on a 2-core host, the two alternating),
+    and on a v5e ran in 19.5 and 19.6 ms (interleaved; bench/runtime/bench_vae_conv.py). None elsewhere (other
+    backends refuse a TPU option) and where nothing raised the limit."""
     kib = scoped_vmem_kib()
     if platform() != "tpu" or kib is None or kib <= LIBTPU_DEFAULT_VMEM_KIB:
         return None

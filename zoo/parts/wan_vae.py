@@ -537,9 +537,10 @@ _run_chunk = compile_step(_chunk, donate=(3,), static=(0, 1, 5), options=xla_onl
 #
 # A decoder chunk runs as a few compiled units, each a run of the tree's own submodules (the same parameter
 # paths): the latent-resolution part in two (post_quant_conv, conv_in and the mid block's first resnet; its
-# attention and second resnet), then one up block each, the last with the output head. Each unit keeps its own part of the causal cache. XLA's TPU compiler took about 100 s
-# for one whole decoder chunk at 480p (the first video on a v5e: 206 s of its decode stage compiling two of them);
-# a unit is a fraction of that, and the units of the two chunk kinds are independent programs.
+# attention and second resnet), then one up block each, the last with the output head. Each unit keeps its own
+# part of the causal cache. XLA's TPU compiler took about 100 s for one whole decoder chunk at 480p (the first
+# video on a v5e: 206 s of its decode stage compiling two of them); a unit is a fraction of that, and the units of
+# the two chunk kinds are independent programs.
 
 
 class _MidBlockPart(nn.Module):
@@ -570,8 +571,9 @@ class _DecoderIn(nn.Module):
 
 class _DecodeIn(nn.Module):
     """Part 0: `post_quant_conv`, the decoder's `conv_in` and its mid block's first resnet (params
-    `{post_quant_conv, decoder}`); part 1: the mid block's attention and second resnet. Two units where one took
-    31.5-36.2 s to compile for a v5e at 480x832 (deviceless, 2-core host): the up blocks' units took 17-30 s."""
+    `{post_quant_conv, decoder}`); part 1: the mid block's attention and second resnet. Whole, it was the decode's
+    slowest unit to compile for a v5e; in two, every unit of the decode compiles in 12-30 s at 480x832 and 720x1280
+    (XLA's v5e compiler without a chip, 2-core host, one compile each)."""
 
     config: WanVAEConfig
     part: int = 0

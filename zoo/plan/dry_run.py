@@ -122,7 +122,7 @@ def compile_stage(stage: str, fn: Callable, args: tuple, *, planned: int | None 
         jitted = jax.jit(fn, donate_argnums=donate, static_argnums=static, keep_unused=keep_unused,
                          compiler_options=compiler_options)
         lowered = jitted.lower(*args)
-        book_key = dry_run_cache.book_key(lowered)
+        book_key = dry_run_cache.book_key(lowered, compiler_options)
         figures = dry_run_cache.figures_of(book_key)  # this very program compiled before (a `FigureBook`)
         if figures is None:
             compiled = lowered.compile()

@@ -67,8 +67,8 @@ def stage_key(stage: str, args: tuple, *, donate: tuple, static: tuple, keep_unu
     run = _RUN.get()
     if run is None:
         return None
-    parts = (run, stage, _describe(args, static), repr((donate, static, keep_unused, sorted((options or {}).items()))), _environment(),
-             _code_digest())
+    settings = repr((donate, static, keep_unused, sorted((options or {}).items())))
+    parts = (run, stage, _describe(args, static), settings, _environment(), _code_digest())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -196,9 +196,11 @@ class FigureBook:
         return cls(json.loads(path.read_text()) if path.is_file() else {})
 
     @staticmethod
-    def key(lowered: Any) -> str:
+    def key(lowered: Any, options: dict[str, str] | None = None) -> str:
         text = lowered.as_text()  # no source locations: the same program from any checkout has the same text
-        return hashlib.sha256(f"{_book_environment()}\n{text}".encode()).hexdigest()
+        # the XLA options it compiles with are not in the text (`runtime.xla_only_options`: another memory plan)
+        chosen = f"\n{sorted(options.items())}" if options else ""
+        return hashlib.sha256(f"{_book_environment()}{chosen}\n{text}".encode()).hexdigest()
 
     def get(self, key: str) -> Figures | None:
         entry = self.entries.get(key)
@@ -222,11 +224,12 @@ def figure_book() -> FigureBook | None:
     return _BOOK
 
 
-def book_key(lowered: Any) -> str | None:
-    """The book's key of this lowered program (None: no book, or an executable cache is open instead)."""
+def book_key(lowered: Any, options: dict[str, str] | None = None) -> str | None:
+    """The book's key of this lowered program compiled with `options` (None: no book, or an executable cache is open
+    instead)."""
     if _BOOK is None or cache_folder() is not None:
         return None
-    return FigureBook.key(lowered)
+    return FigureBook.key(lowered, options)
 
 
 def figures_of(key: str | None) -> Figures | None:
