@@ -166,6 +166,8 @@ def run(options) -> int:
         return 0
     if result.settings.get("layout_choice", "as given") != "as given":
         console.print(f"layout: {result.settings['layout_choice']}", highlight=False, soft_wrap=True)
+    if result.settings.get("size_note"):
+        console.print(result.settings["size_note"], highlight=False, soft_wrap=True)
     times = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in result.times.items())
     programs = result.settings.get("programs", {}).get("summary")
     console.print(f"wrote {options.out} ({result.frames.shape[0]} frames {result.frames.shape[2]}x"

@@ -103,7 +103,7 @@ def test_wan_tiny_writes_playable_mp4_and_sidecar(tiny_dir, tmp_path):
     out = tmp_path / "kite.mp4"
     result = _invoke("wan-tiny", "--prompt", PROMPT, "--out", str(out), "--save-latents", "--no-compile-cache")
     assert result.exit_code == 0, result.output
-    assert f"wrote {out}" in result.output.replace("\n", "")
+    assert f"wrote {out}" in result.output.replace("\n", "") and "note:" not in result.output
     frames = read_video(out)
     assert frames.shape == (17, 64, 64, 3) and frames.std() > 1  # decodes, and is not a constant image
     sidecar = json.loads(out.with_suffix(".json").read_text())
@@ -122,12 +122,18 @@ def test_wan_tiny_writes_playable_mp4_and_sidecar(tiny_dir, tmp_path):
     np.testing.assert_allclose(frames.mean(axis=(1, 2)), lossless.mean(axis=(1, 2)), atol=4)
 
 
-def test_fps_flag_sets_the_video_rate(tiny_dir, tmp_path):
+def test_fps_flag_sets_the_video_rate_and_a_rounded_frame_count_is_said(tiny_dir, tmp_path):
+    """`--frames 6` runs as 5 frames, as WanPipeline runs it (4k + 1, with a warning): vidax says so in one line
+    and the sidecar keeps the line; a run at the size asked for (the test above) says nothing."""
     out = tmp_path / "v.npy"
     result = _invoke("wan-tiny", "--prompt", PROMPT, "--out", str(out), "--fps", "12", "--steps", "1",
-                     "--no-compile-cache")
+                     "--frames", "6", "--no-compile-cache")
     assert result.exit_code == 0, result.output
-    assert json.loads(out.with_suffix(".json").read_text())["fps"] == 12
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["fps"] == 12
+    note = "note: wan-tiny runs --frames 6 as 5: its reference pipeline rounds these sizes to the ones it generates"
+    assert note in result.output.replace("\n", "") and sidecar["size_note"] == note, result.output
+    assert np.load(out).shape[0] == 5 and sidecar["frames"] == 5
 
 
 @pytest.mark.parametrize("flags, fragment", [
