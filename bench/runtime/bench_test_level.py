@@ -1,5 +1,6 @@
-"""The test suite's XLA CPU backend level: a compile-bound and a run-bound piece of it at level 0 and at the
-default level, interleaved, each call a fresh process with the persistent compile cache off.
+"""The test suite's XLA CPU flags: a compile-bound and a run-bound piece of it at level 0 with XLA's legacy
+fusion emitters (the tests' flags), at level 0, and at the default level, interleaved, each call a fresh
+process with the persistent compile cache off.
 
 - compile-bound: `pytest tests/wan/test_pipeline.py` (tiny programs, each compiled about once);
 - run-bound: the semantic test's 96 generations of the embedded `wan-tiny` (its fixed sample of the grid,
@@ -22,7 +23,9 @@ from bench.protocol import announce_load, interleaved, print_table
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICES = "--xla_force_host_platform_device_count=8"
-LEVELS = {"level 0": f"{DEVICES} --xla_backend_optimization_level=0", "default level": DEVICES}
+LEVELS = {"level 0, legacy fusion emitters (the tests' flags)":
+          f"{DEVICES} --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false",
+          "level 0": f"{DEVICES} --xla_backend_optimization_level=0", "default level": DEVICES}
 GENERATIONS = ("import sys; sys.path[:0] = ['.']; from tests.embedded import grid; from bench.quality import tiny_folder; "
                "grid.generate(grid.fixed_sample(grid.held_out(tiny_folder())))")
 PIECES = {"pytest tests/wan/test_pipeline.py": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/wan/test_pipeline.py"],
