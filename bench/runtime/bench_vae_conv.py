@@ -8,7 +8,8 @@ the median is printed, so that neither compiles at the quieter moment.
     python -m bench.runtime.bench_vae_conv --json OUT.json   # the same, or on a TPU host compile and time
 
 The shapes are the Wan2.1 decoder's at 480x832 and 720x1280 (one 4-frame chunk plus the two frames of causal past,
-96 channels; the up-sampler's 192 -> 96 2D conv), as `time_taps_conv` runs them; bf16 as a generation runs. On a
+96 channels; the up-sampler's 192 -> 96 2D conv), and CogVideoX's last decoder stage at 480x720 (128 channels), as
+`time_taps_conv` runs them; bf16 as a generation runs. On a
 TPU the contenders' warm calls alternate (ROUNDS rounds, median of each), so neither has the quieter moment; the max
 |difference| of their outputs is printed beside. Without a TPU, XLA's TPU compiler compiles for a v5e without a chip
 (`vidax.zoo.compute.target`); compile time there is this host's, and the TPU host's within its core count.
@@ -25,6 +26,7 @@ CASES = {  # name -> (input [B, T, H, W, C], kernel [kt, kh, kw, C, O])
     "480x832 3x3x3 96->96": ((1, 6, 480, 832, 96), (3, 3, 3, 96, 96)),
     "480x832 3x3 192->96": ((1, 4, 480, 832, 192), (1, 3, 3, 192, 96)),
     "720x1280 3x3x3 96->96": ((1, 6, 720, 1280, 96), (3, 3, 3, 96, 96)),
+    "CogVideoX 480x720 3x3x3 128->128": ((1, 6, 480, 720, 128), (3, 3, 3, 128, 128)),
 }
 ROUNDS = 7
 COMPILE_ROUNDS = 3

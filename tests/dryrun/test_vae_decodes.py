@@ -39,6 +39,19 @@ def _units(model: str, extra: dict, planned: bool = True, **size):
     return {unit.name: unit for unit in units}, planned_vae_bytes(family.memory_job(options)) if planned else None
 
 
+def test_kernel_free_units_compile_as_the_decode_compiles_them():
+    """CogVideoX's frame batches hold no Pallas kernel: its decode compiles them with `xla_only_options` (libtpu's
+    own scoped VMEM on a TPU, where its convolutions compile faster), and the dry run's units say so, so the dry run
+    and the compile-ahead pool compile the program the decode runs."""
+    from vidax.zoo.cogvideox import vae as cogvideox_vae
+    from vidax.zoo.compute.runtime import xla_only_options
+    from vidax.zoo.parts import wan_vae
+
+    assert cogvideox_vae._run_batch.options is xla_only_options and wan_vae._run_stage.options is xla_only_options
+    units, _ = _units("cogvideox1.5-5b", {}, planned=False)
+    assert len(units) == 2 and all(unit.xla_only for unit in units.values())
+
+
 @pytest.mark.parametrize("model", list(WIDEST))
 def test_vae_decode_planner_within_ten_percent_of_xla(model):
     name, extra = WIDEST[model]

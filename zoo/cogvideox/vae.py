@@ -32,7 +32,7 @@ from vidax.translator import VidaxError
 from vidax.zoo.cogvideox.config import CogVideoXVAEConfig
 from vidax.zoo.compute.layers import logical_param
 from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR
-from vidax.zoo.compute.runtime import compile_step
+from vidax.zoo.compute.runtime import compile_step, xla_only_options
 from vidax.zoo.compute.sharding import constrain
 from vidax.zoo.parts.vae_tiling import blend as cross_fade
 from vidax.zoo.parts.vae_layers import time_taps_conv  # the Wan VAE's valid-in-time, same-in-space 3D conv
@@ -355,8 +355,9 @@ def _run(module: AutoencoderKLCogVideoX, method: str, params: Params, cache: Par
     return out, state["cache"]
 
 
-# the cache passed in is dead once the batch has run: donated, the new one reuses its buffers
-_run_batch = compile_step(_run, donate=(3,), static=(0, 1, 5))
+# the cache passed in is dead once the batch has run: donated, the new one reuses its buffers; no Pallas kernel in
+# the VAE, so on a TPU libtpu's own scoped VMEM limit (`xla_only_options`: its convolutions compile faster)
+_run_batch = compile_step(_run, donate=(3,), static=(0, 1, 5), options=xla_only_options)
 
 
 def frame_batches(frames: int, size: int) -> list[tuple[int, int]]:

@@ -367,9 +367,9 @@ def cogvideox_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[DecodeUn
     video_frames = out.shape[1] + (len(batches) - 1) * steady.shape[1]
     held = sum(video_frames * th * tw * pixels_per_latent * out.shape[4] * 4 for th, tw in tiles)
     static = (0, 1, 5)
-    return [DecodeUnit("vae decode (first batch)", _run, first_args, static=static),
+    return [DecodeUnit("vae decode (first batch)", _run, first_args, static=static, xla_only=True),
             DecodeUnit("vae decode (next batches)", _run, steady_args, (3,), static,
-                       int(held - per_device_bytes(steady)))]
+                       int(held - per_device_bytes(steady)), xla_only=True)]
 
 
 def stage_units(stages: Any, params: Any, x: Any, device: Any, held: int, weights: Any) -> list[DecodeUnit]:
