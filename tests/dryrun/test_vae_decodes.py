@@ -40,16 +40,26 @@ def _units(model: str, extra: dict, planned: bool = True, **size):
 
 
 def test_kernel_free_units_compile_as_the_decode_compiles_them():
-    """CogVideoX's frame batches hold no Pallas kernel: its decode compiles them with `xla_only_options` (libtpu's
-    own scoped VMEM on a TPU, where its convolutions compile faster), and the dry run's units say so, so the dry run
-    and the compile-ahead pool compile the program the decode runs."""
+    """The Wan, CogVideoX, LTX-Video and LTX-2 VAEs hold no Pallas kernel: their decodes compile with
+    `xla_only_options` (libtpu's own scoped VMEM on a TPU, where convolutions compile faster), and the dry run's
+    units say so, so the dry run and the compile-ahead pool compile the programs the decode runs. HunyuanVideo's
+    stages are not marked: its mid block's attention may be a kernel."""
     from vidax.zoo.cogvideox import vae as cogvideox_vae
     from vidax.zoo.compute.runtime import xla_only_options
+    from vidax.zoo.ltx2 import family as ltx2_family
+    from vidax.zoo.ltx2.decoding import vae as ltx2_vae
+    from vidax.zoo.ltx_video import vae as ltx_video_vae
     from vidax.zoo.parts import wan_vae
 
-    assert cogvideox_vae._run_batch.options is xla_only_options and wan_vae._run_stage.options is xla_only_options
-    units, _ = _units("cogvideox1.5-5b", {}, planned=False)
-    assert len(units) == 2 and all(unit.xla_only for unit in units.values())
+    for run in (wan_vae._run_stage, wan_vae._run_chunk, cogvideox_vae._run_batch, ltx_video_vae._decode,
+                ltx_video_vae._decode_tile, ltx_video_vae._encode, ltx_video_vae._encode_tile, ltx2_vae._decode_tile,
+                ltx2_vae._encode_tile, ltx2_family._vae_decode, ltx2_family._vae_encode):
+        assert run.options is xla_only_options, run.__wrapped__.__qualname__
+    for model, size in (("cogvideox1.5-5b", {}), ("ltx-video-13b", {}), ("ltx-2", {})):
+        units, _ = _units(model, {}, planned=False, **size)
+        assert units and all(unit.xla_only for unit in units.values()), model
+    units, _ = _units("hunyuanvideo", {}, planned=False)
+    assert not units["vae decode (mid_block)"].xla_only
 
 
 @pytest.mark.parametrize("model", list(WIDEST))

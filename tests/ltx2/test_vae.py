@@ -135,10 +135,10 @@ def test_tiled_decode(setup, causal, temporal):
     z = torch.randn(1, 8, *LATENT_GRID, generator=torch.Generator().manual_seed(2))
     t = torch.tensor([0.05]) if vae.cfg.timestep_conditioning else None
     want = _reference_tiled(ref, temporal, lambda: ref.decode(z, t, causal=causal).sample.numpy())
-    compiled = _decode_tile._cache_size()
+    compiled = _decode_tile.jitted._cache_size()
     got = vae.decode(params, jnp.asarray(z.numpy()), None if t is None else jnp.asarray(t.numpy()), causal,
                      tiling=_tiles(temporal))
-    assert _decode_tile._cache_size() == compiled + 1  # every tile, edge tiles too: one compiled body
+    assert _decode_tile.jitted._cache_size() == compiled + 1  # every tile, edge tiles too: one compiled body
     assert got.shape == want.shape == (1, 3, 25, 96, 128)
     np.testing.assert_allclose(got, want, atol=ATOL, rtol=1e-4)
 
@@ -163,7 +163,7 @@ def test_decode_working_set_matches_xla():
     params = jax.eval_shape(LTX2VideoVAE(cfg).init_params, jax.random.key(0))
     body = (3, 4, 4)  # latent frames, rows, columns: 17 x 128 x 128 pixels
     spec = lambda *shape, dtype=jnp.float32: jax.ShapeDtypeStruct(shape, dtype)  # noqa: E731
-    compiled = _decode_tile.lower(cfg, cfg.decoder_causal, body, params, spec(1, *body, 128), spec(3, dtype=jnp.int32),
+    compiled = _decode_tile.jitted.lower(cfg, cfg.decoder_causal, body, params, spec(1, *body, 128), spec(3, dtype=jnp.int32),
                                   spec(3, dtype=jnp.int32), None).compile().memory_analysis()
     measured = compiled.temp_size_in_bytes + compiled.output_size_in_bytes
     predicted = decode_peak_bytes(cfg, 17, 128, 128)

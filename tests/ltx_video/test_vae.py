@@ -152,10 +152,10 @@ def test_tiled_decode_matches_reference(built, version, grid):
         drawn.append(k)
         return to_np(torch.randn(shape))
 
-    compiled = _decode_tile._cache_size()
+    compiled = _decode_tile.jitted._cache_size()
     ours = vae.decode(params, jnp.asarray(to_np(latents)), None if timestep is None else jnp.asarray(to_np(timestep)),
                       noise, tiling=_tiles(temporal))
-    assert _decode_tile._cache_size() == compiled + 1  # every tile, edge tiles too: one compiled body
+    assert _decode_tile.jitted._cache_size() == compiled + 1  # every tile, edge tiles too: one compiled body
     assert drawn == list(range(len(drawn))) and bool(drawn) == (version == "0.9.1")
     assert ours.shape == expected.shape == (1, 3, 8 * grid[0] - 7, 32 * grid[1], 32 * grid[2])
     np.testing.assert_allclose(ours, expected, atol=ATOL, rtol=1e-5)
@@ -190,7 +190,7 @@ def test_decode_working_set_matches_xla():
     params = jax.eval_shape(vae.init_params, jax.random.key(0))["decoder"]
     body = (3, 4, 4)  # latent frames, rows, columns: 17 x 128 x 128 pixels
     spec = lambda *shape, dtype=jnp.float32: jax.ShapeDtypeStruct(shape, dtype)  # noqa: E731
-    compiled = _decode_tile.lower(vae, body, params, spec(1, *body, 128), spec(3, dtype=jnp.int32),
+    compiled = _decode_tile.jitted.lower(vae, body, params, spec(1, *body, 128), spec(3, dtype=jnp.int32),
                                   spec(3, dtype=jnp.int32), spec(1), ()).compile().memory_analysis()
     measured = compiled.temp_size_in_bytes + compiled.output_size_in_bytes
     predicted = decode_peak_bytes(cfg, 17, 128, 128)

@@ -254,7 +254,7 @@ def compile_step(fn: Callable, *, donate: Sequence[int] = (0,), static: Sequence
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
             return target(*args, **kwargs)
 
-    call.jitted, call.options = jitted, options
+    call.jitted, call.options, call.__wrapped__ = jitted, options, fn
     return call
 
 

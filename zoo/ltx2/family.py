@@ -63,7 +63,7 @@ from vidax.zoo.generator.options import GenerateOptions, load_latents
 from vidax.zoo.errors import PipelineError
 from vidax.zoo.compute.planner import Job, abstract_param_count
 from vidax.zoo.weights.quantize import quantized_job
-from vidax.zoo.compute.runtime import platform
+from vidax.zoo.compute.runtime import compile_step, platform, xla_only_options
 from vidax.zoo.parts.encoders.common import by_layer
 
 ANCESTRAL = "euler-ancestral"  # LTXEulerAncestralRFScheduler on the same (shifted) sigma grid
@@ -245,12 +245,12 @@ def _connect(model: TextConnectors, params, features, mask):
     return model.apply({"params": params}, features, mask)
 
 
-@partial(jax.jit, static_argnums=(0,))
+@partial(compile_step, donate=(), static=(0,), options=xla_only_options)
 def _vae_encode(cfg: VideoVAEConfig, params, video):
     return LTX2VideoVAE(cfg).encode(params, video)
 
 
-@partial(jax.jit, static_argnums=(0,))
+@partial(compile_step, donate=(), static=(0,), options=xla_only_options)
 def _vae_decode(cfg: VideoVAEConfig, params, z, timestep):
     return LTX2VideoVAE(cfg).decode(params, z, timestep)
 

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.zoo.compute.layers import LayerNorm, MLPEmbedder, RMSNorm, logical_param, timestep_sinusoid
+from vidax.zoo.compute.runtime import compile_step, xla_only_options  # no Pallas kernel in the VAE
 from vidax.zoo.ltx_video.config import ENCODER_095, STRIDES, VAEConfig
 from vidax.zoo.parts.vae_tiling import (
     Extent,
@@ -523,14 +524,14 @@ def _ints(tile) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(tile.start, np.int32), np.asarray(tile.counts, np.int32)
 
 
-@partial(jax.jit, static_argnums=0)
+@partial(compile_step, donate=(), static=(0,), options=xla_only_options)
 def _encode(vae: LTXVideoVAE, params: Params, video: jax.Array) -> jax.Array:
     x = jnp.moveaxis(video, 1, -1).astype(vae.dtype)
     moments = vae.encoder.apply({"params": params}, x)
     return jnp.moveaxis(moments, -1, 1).astype(jnp.float32)
 
 
-@partial(jax.jit, static_argnums=0)
+@partial(compile_step, donate=(), static=(0,), options=xla_only_options)
 def _decode(vae: LTXVideoVAE, params: Params, latents: jax.Array, temb, noise) -> jax.Array:
     z = jnp.moveaxis(latents, 1, -1).astype(vae.dtype)
     noise = tuple(n.astype(vae.dtype) for n in noise)
@@ -538,14 +539,14 @@ def _decode(vae: LTXVideoVAE, params: Params, latents: jax.Array, temb, noise) -
     return jnp.moveaxis(video, -1, 1).astype(jnp.float32)
 
 
-@partial(jax.jit, static_argnums=(0, 1))
+@partial(compile_step, donate=(), static=(0, 1), options=xla_only_options)
 def _encode_tile(vae: LTXVideoVAE, body: tuple[int, int, int], params: Params, video, start, counts) -> jax.Array:
     """One padded tile of channels-last `video` at `start` (every tile: this one compiled unit)."""
     x = window(video, start, body).astype(vae.dtype)
     return vae.encoder.apply({"params": params}, x, Extent(body, counts)).astype(jnp.float32)
 
 
-@partial(jax.jit, static_argnums=(0, 1))
+@partial(compile_step, donate=(), static=(0, 1), options=xla_only_options)
 def _decode_tile(vae: LTXVideoVAE, body: tuple[int, int, int], params: Params, z, start, counts, temb,
                  noise) -> jax.Array:
     """One padded tile of channels-last latents `z` at `start` -> its channels-last video."""

@@ -106,7 +106,7 @@ class DecodeUnit(NamedTuple):
 
 
 def tile_unit(name: str, fn: Callable, head: tuple, plan: Any, batch: int, channels: int, params: Any,
-              extra: tuple, device: Any) -> DecodeUnit:
+              extra: tuple, device: Any, xla_only: bool = False) -> DecodeUnit:
     """A `vae_tiling` tile body, `fn(*head, plan.body, params, z, start, counts, *extra)` over the padded
     channels-last latents `z` (`head`: its leading static arguments). Beside it: the previous tile's output,
     which the host is blending while this one runs (`TilePlan.run` dispatches one tile ahead)."""
@@ -115,7 +115,7 @@ def tile_unit(name: str, fn: Callable, head: tuple, plan: Any, batch: int, chann
     args = (*head, plan.body, params, z, ints, ints, *extra)
     static = tuple(range(len(head) + 1))
     out = jax.eval_shape(lambda *a: fn(*head, plan.body, *a), *args[len(static):])
-    return DecodeUnit(name, fn, args, static=static, beside=per_device_bytes(out))
+    return DecodeUnit(name, fn, args, static=static, beside=per_device_bytes(out), xla_only=xla_only)
 
 
 def wan_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[tuple]:
@@ -310,10 +310,10 @@ def ltx_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[DecodeUnit]:
     if plan is None or plan.single:
         z = jax.ShapeDtypeStruct(latents, jnp.float32, sharding=device)
         units = [DecodeUnit("vae decode", module._decode.__wrapped__, (vae, weights["decoder"], z, temb, noise),
-                            static=(0,))]
+                            static=(0,), xla_only=True)]
     else:
         units = [tile_unit("vae decode (tile)", module._decode_tile.__wrapped__, (vae,), plan, 1,
-                           cfg.latent_channels, weights["decoder"], (temb, noise), device)]
+                           cfg.latent_channels, weights["decoder"], (temb, noise), device, xla_only=True)]
     return _with_unpassed(units, weights, weights["decoder"])
 
 
@@ -332,9 +332,9 @@ def ltx2_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[DecodeUnit]:
     temb = jax.ShapeDtypeStruct((1,), jnp.float32, sharding=device) if cfg.timestep_conditioning else None
     if plan is None or plan.single:
         z = jax.ShapeDtypeStruct(latents, jnp.float32, sharding=device)
-        return [DecodeUnit("vae decode", _vae_decode.__wrapped__, (cfg, weights, z, temb), static=(0,))]
+        return [DecodeUnit("vae decode", _vae_decode.__wrapped__, (cfg, weights, z, temb), static=(0,), xla_only=True)]
     return [tile_unit("vae decode (tile)", module._decode_tile.__wrapped__, (cfg, causal), plan, 1, latents[1],
-                      weights, (temb,), device)]
+                      weights, (temb,), device, xla_only=True)]
 
 
 def cogvideox_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[DecodeUnit]:

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.zoo.compute.layers import LayerNorm, MLPEmbedder, logical_param, timestep_sinusoid
+from vidax.zoo.compute.runtime import compile_step, xla_only_options  # no Pallas kernel in the VAE
 from vidax.zoo.ltx2.config import VideoVAEConfig
 from vidax.zoo.parts.vae_tiling import (
     Extent,
@@ -443,7 +444,7 @@ def _ints(tile) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(tile.start, np.int32), np.asarray(tile.counts, np.int32)
 
 
-@partial(jax.jit, static_argnums=(0, 1, 2))
+@partial(compile_step, donate=(), static=(0, 1, 2), options=xla_only_options)
 def _encode_tile(cfg: VideoVAEConfig, causal: bool, body: tuple[int, int, int], params: Params, x,
                  start, counts) -> jax.Array:
     """One padded tile of channels-last pixels `x` at `start` (every tile: this one compiled unit)."""
@@ -452,7 +453,7 @@ def _encode_tile(cfg: VideoVAEConfig, causal: bool, body: tuple[int, int, int], 
                                      method=VideoVAEModule.encode)
 
 
-@partial(jax.jit, static_argnums=(0, 1, 2))
+@partial(compile_step, donate=(), static=(0, 1, 2), options=xla_only_options)
 def _decode_tile(cfg: VideoVAEConfig, causal: bool, body: tuple[int, int, int], params: Params, z,
                  start, counts, temb) -> jax.Array:
     """One padded tile of channels-last latents `z` at `start` -> its channels-last video."""
