@@ -176,6 +176,18 @@ def run(options) -> int:
     return 0
 
 
+def _size_note(clip: Path) -> str | None:
+    """The clip's sidecar's `size_note`: the one line saying its size is not the one asked for, if any."""
+    import json
+
+    from vidax.zoo.video_io import sidecar_path
+
+    try:
+        return json.loads(sidecar_path(clip).read_text()).get("size_note")
+    except (OSError, ValueError):
+        return None
+
+
 def run_batch(options, prompts: str, seeds: str | None, out_dir: Path, out: Path) -> int:
     """`--prompts`: a clip per prompt and seed into `out_dir` (`vidax.zoo.api.generate_batch`), a line per clip."""
     from vidax.zoo.api import batch_outputs, generate_batch, read_prompts
@@ -189,9 +201,16 @@ def run_batch(options, prompts: str, seeds: str | None, out_dir: Path, out: Path
     suffix = ".npy" if out.suffix.lower() == ".npy" else ".mp4"  # --out's kind picks the clips' (default .mp4)
     items = batch_outputs(read_prompts(prompts), chosen or [options.seed], out_dir, suffix)
 
+    notes: set[str] = set()
+
     def report(index: int, total: int, path: Path, skipped: bool) -> None:
-        if is_writer():
-            console.print(f"{'kept' if skipped else 'wrote'} {path} ({index}/{total})", highlight=False, soft_wrap=True)
+        if not is_writer():
+            return
+        note = None if skipped else _size_note(path)
+        if note and note not in notes:  # every clip of the batch runs at the same size: said once
+            notes.add(note)
+            console.print(note, highlight=False, soft_wrap=True)
+        console.print(f"{'kept' if skipped else 'wrote'} {path} ({index}/{total})", highlight=False, soft_wrap=True)
 
     progress = RichProgress() if is_writer() else None
     try:

@@ -54,11 +54,13 @@ def test_prompt_files_names_and_resuming(tmp_path, monkeypatch):
 
 def test_the_whole_loop_on_the_embedded_model(tmp_path):
     (tmp_path / "p.txt").write_text("a red circle moves left on a blue background\n")
-    result = CliRunner().invoke(gen_app, ["wan-tiny", "--prompts", str(tmp_path / "p.txt"), "--seeds", "3",
-                                          "--out-dir", str(tmp_path / "clips"), "--steps", "1"])
+    result = CliRunner().invoke(gen_app, ["wan-tiny", "--prompts", str(tmp_path / "p.txt"), "--seeds", "3,4",
+                                          "--out-dir", str(tmp_path / "clips"), "--steps", "1", "--frames", "16"])
     assert result.exit_code == 0, result.output
     sidecars = sorted((tmp_path / "clips").glob("*.json"))
-    assert [json.loads(s.read_text())["seed"] for s in sidecars] == [3]
+    assert [json.loads(s.read_text())["seed"] for s in sidecars] == [3, 4]
+    # the batch's clips run 17 frames for --frames 16, as WanPipeline runs them: said once, not per clip
+    assert result.output.replace("\n", "").count("note: wan-tiny runs --frames 16 as 17") == 1, result.output
     scores = evaluate(EvalOptions(generated=tmp_path / "clips", metrics=("temporal_flickering",), no_cache=True))
     assert set(scores.per_clip["temporal_flickering"]) == {s.stem for s in sidecars}
 
