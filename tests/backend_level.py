@@ -4,17 +4,16 @@ The test processes compile at XLA's CPU backend level 0, LLVM unoptimized (`TEST
 tests/conftest.py): their programs are tiny and compiled about once each, so LLVM's optimizing passes were
 most of their time (`python -m bench.runtime.bench_test_level` times a module each way). They also compile
 their fusions with XLA's legacy CPU emitters (`--xla_cpu_use_fusion_emitters=false`): the newer emitters run
-an MLIR pipeline per fusion, which was half of a compile-bound module's time at level 0 (backend compile 18.0 s
-of 33.8 s for tests/wan/test_pipeline.py's 210 programs, 9.0 s of 24.6 s with the legacy emitters, from jax's
-compile-duration events). Level 0 makes the same programs into slower machine code with other last bits (no
-fused multiply-adds). A process a test starts
-and compares with its own takes the same flags (`xla_flags`). Two kinds of test call their vidax side at the
-default level and with the default emitters in a child instead (`call_at_default_level`): those whose time goes to running compiled code
-rather than compiling it (the embedded model's generations in tests/embedded), and those whose parity margin
-is narrower than the bits level 0 moves — there the default level is also what a user's run compiles. (The
-CogVideoX 5B I2V test was one, 1.66e-5 of its 2e-5 against diffusers' fp32 frames: its tiny model turned fp32
-rounding into ~1.3e-5 on either side; on a better conditioned one it runs at level 0, 5.5e-6 from the exact
-frames.)
+an MLIR pipeline per fusion, about half of a compile-bound module's time at level 0 (jax's compile-duration
+events for tests/wan/test_pipeline.py's 210 programs, two separate runs: backend compile 18.0 s of 33.8 s, then
+9.0 s of 24.6 s with the legacy emitters). Level 0 makes the same programs into slower machine code with other
+last bits (no fused multiply-adds). A process a test starts and compares with its own takes the same flags
+(`xla_flags`). Two kinds of test call their vidax side at the default level, with the default emitters, in a
+child instead (`call_at_default_level`): those whose time goes to running compiled code rather than compiling
+it (the embedded model's generations in tests/embedded), and those whose parity margin is narrower than the
+bits level 0 moves — there the default level is also what a user's run compiles. (The CogVideoX 5B I2V test was
+one, 1.66e-5 of its 2e-5 against diffusers' fp32 frames: its tiny model turned fp32 rounding into ~1.3e-5 on
+either side; on a better conditioned one it runs at level 0, 5.5e-6 from the exact frames.)
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ TEST_FLAGS = f"{DEVICES_FLAG}=8 {LEVEL_FLAG}=0 {EMITTERS_FLAG}=false"
 
 def xla_flags(devices: int | None = None, default_level: bool = False) -> str:
     """This process's XLA flags with `devices` fake CPU devices instead of its 8 (None: the platform's one
-    device, as a user's machine has) and, with `default_level`, without the backend level."""
+    device, as a user's machine has) and, with `default_level`, without the backend level and the emitters' flag."""
     drop = (DEVICES_FLAG, LEVEL_FLAG, EMITTERS_FLAG) if default_level else (DEVICES_FLAG,)
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(drop)]
     return " ".join([f"{DEVICES_FLAG}={devices}"] * (devices is not None) + flags)
