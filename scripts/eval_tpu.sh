@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # vidax-eval's feature extraction on a TPU host as one command (jax[tpu] installed; no torch, vidax not installed):
 #
-#   bash scripts/eval_tpu.sh            # ~4-8 min: CLIP ViT-B/32, DINO ViT-B/16, I3D, CLIP ViT-L/14, then RAFT at real sizes
+#   bash scripts/eval_tpu.sh   # ~4-8 min: CLIP ViT-B/32, DINO ViT-B/16, I3D, CLIP ViT-L/14, then RAFT, at real sizes
 #
-# bench.accelerator.chip.eval_features, RAFT in a process of its own: 16 clips of 16 frames at 256x256 per network, random
-# weights drawn on the device, fp32 at "highest" precision (the metrics' setting), then the same at the
-# backend's default precision. Output: $OUT (the device tool's folder) or .bench/eval-tpu: eval.json,
-# eval-raft.json, eval-default.json, the logs and run.log. Missing runtime packages are installed as scripts/bench_tpu.sh does
-# (scripts/tpu_setup.sh: appended to PYTHONPATH, the host's own JAX stays first).
+# bench.accelerator.chip.eval_features, RAFT in a process of its own: 16 clips of 16 frames at 256x256 per
+# network, random weights drawn on the device, fp32 at "highest" precision (the metrics' setting), then the same
+# at the backend's default precision. Output: $OUT (the device tool's folder) or .bench/eval-tpu: eval.json,
+# eval-raft.json, eval-default.json, the logs and run.log. Missing runtime packages are installed as
+# scripts/bench_tpu.sh does (scripts/tpu_setup.sh: appended to PYTHONPATH, the host's own JAX stays first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-.bench/eval-tpu}

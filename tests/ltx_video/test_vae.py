@@ -190,8 +190,9 @@ def test_decode_working_set_matches_xla():
     params = jax.eval_shape(vae.init_params, jax.random.key(0))["decoder"]
     body = (3, 4, 4)  # latent frames, rows, columns: 17 x 128 x 128 pixels
     spec = lambda *shape, dtype=jnp.float32: jax.ShapeDtypeStruct(shape, dtype)  # noqa: E731
-    compiled = _decode_tile.jitted.lower(vae, body, params, spec(1, *body, 128), spec(3, dtype=jnp.int32),
-                                  spec(3, dtype=jnp.int32), spec(1), ()).compile().memory_analysis()
+    ints = spec(3, dtype=jnp.int32)
+    compiled = _decode_tile.jitted.lower(vae, body, params, spec(1, *body, 128), ints, ints, spec(1),
+                                         ()).compile().memory_analysis()
     measured = compiled.temp_size_in_bytes + compiled.output_size_in_bytes
     predicted = decode_peak_bytes(cfg, 17, 128, 128)
     assert abs(predicted - measured) <= 0.15 * measured, (predicted / 2**20, measured / 2**20)
