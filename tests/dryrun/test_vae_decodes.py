@@ -42,14 +42,14 @@ def _units(model: str, extra: dict, planned: bool = True, **size):
 def test_kernel_free_units_compile_as_the_decode_compiles_them():
     """The Wan, CogVideoX, LTX-Video and LTX-2 VAEs hold no Pallas kernel: their decodes compile with
     `xla_only_options` (libtpu's own scoped VMEM on a TPU, where convolutions compile faster), and the dry run's
-    units say so, so the dry run and the compile-ahead pool compile the programs the decode runs. HunyuanVideo's
-    stages are not marked: its mid block's attention may be a kernel."""
+    units say so, so the dry run and the compile-ahead pool compile the programs the decode runs. So do
+    HunyuanVideo's (1.0 and 1.5) stages but the mid block, whose attention may be a kernel."""
     from vidax.zoo.cogvideox import vae as cogvideox_vae
     from vidax.zoo.compute.runtime import xla_only_options
     from vidax.zoo.ltx2 import family as ltx2_family
     from vidax.zoo.ltx2.decoding import vae as ltx2_vae
     from vidax.zoo.ltx_video import vae as ltx_video_vae
-    from vidax.zoo.parts import wan_vae
+    from vidax.zoo.parts import vae_layers, wan_vae
 
     for run in (wan_vae._run_stage, wan_vae._run_chunk, cogvideox_vae._run_batch, ltx_video_vae._decode,
                 ltx_video_vae._decode_tile, ltx_video_vae._encode, ltx_video_vae._encode_tile, ltx2_vae._decode_tile,
@@ -58,8 +58,13 @@ def test_kernel_free_units_compile_as_the_decode_compiles_them():
     for model, size in (("cogvideox1.5-5b", {}), ("ltx-video-13b", {}), ("ltx-2", {})):
         units, _ = _units(model, {}, planned=False, **size)
         assert units and all(unit.xla_only for unit in units.values()), model
-    units, _ = _units("hunyuanvideo", {}, planned=False)
-    assert not units["vae decode (mid_block)"].xla_only
+    assert vae_layers._run_kernel_free_stage.options is xla_only_options
+    for model in ("hunyuanvideo", "hunyuanvideo-1.5-480p-t2v"):
+        units, _ = _units(model, {}, planned=False)
+        attending = {name for name, unit in units.items() if not unit.xla_only}
+        assert attending == {"vae decode (mid_block)"} and len(units) > 3, (model, list(units))
+        stages = {name: unit.args[0] for name, unit in units.items()}
+        assert vae_layers.stage_runner(stages["vae decode (mid_block)"]) is vae_layers._run_stage
 
 
 @pytest.mark.parametrize("model", list(WIDEST))

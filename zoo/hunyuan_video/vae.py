@@ -133,6 +133,9 @@ class MidBlock(nn.Module):
     groups: int
     attention: bool = True
 
+    def attends(self) -> bool:  # `vae_layers.holds_attention`
+        return self.attention
+
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         c = x.shape[-1]

@@ -152,6 +152,9 @@ class Stage(nn.Module):
 class MidBlock(nn.Module):
     """diffusers `HunyuanVideo15MidBlock`: resnet, attention, resnet."""
 
+    def attends(self) -> bool:  # `vae_layers.holds_attention`
+        return True
+
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         c = x.shape[-1]

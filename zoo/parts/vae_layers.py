@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from vidax.zoo.compute.attention import attention
 from vidax.zoo.compute.layers import logical_param
+from vidax.zoo.compute.runtime import compile_step, xla_only_options
 
 Params = dict[str, Any]
 Stages = list[tuple[str | tuple[str, ...], nn.Module]]  # (params key or top-level keys, module), in order
@@ -104,15 +105,31 @@ def frame_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Arra
     return jnp.moveaxis(out, 0, 1).reshape(b, f, h, w, c)
 
 
-@partial(jax.jit, static_argnums=0)
-def _run_stage(module: nn.Module, params: Params, x: jax.Array) -> jax.Array:
+def _apply_stage(module: nn.Module, params: Params, x: jax.Array) -> jax.Array:
     return module.apply({"params": params}, x)
+
+
+# a stage whose attention may be a Pallas kernel keeps the process's XLA options (the kernels' scoped VMEM); the
+# others hold convolutions only and compile on a TPU with libtpu's own limit, where they compile faster
+_run_stage = jax.jit(_apply_stage, static_argnums=0)
+_run_kernel_free_stage = compile_step(_apply_stage, donate=(), static=(0,), options=xla_only_options)
+
+
+def holds_attention(module: nn.Module) -> bool:
+    """Whether a stage runs attention (a mid block's `attends()`; on a TPU the attention may be a Pallas kernel)."""
+    attends = getattr(module, "attends", None)
+    return bool(attends()) if callable(attends) else False
+
+
+def stage_runner(module: nn.Module):
+    """The compiled unit a stage runs as: `_run_stage` where it holds attention, else `_run_kernel_free_stage`."""
+    return _run_stage if holds_attention(module) else _run_kernel_free_stage
 
 
 def run_stages(stages, params: Params, x: jax.Array) -> jax.Array:
     """Host loop over the stages, each one compiled unit; a stage's input is dropped once used."""
     for key, module in stages:
-        x = _run_stage(module, _stage_params(params, key), x)
+        x = stage_runner(module)(module, _stage_params(params, key), x)
     return x
 
 

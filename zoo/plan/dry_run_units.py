@@ -375,15 +375,16 @@ def cogvideox_vae(family: Any, s: Any, dtype: Any, device: Any) -> list[DecodeUn
 def stage_units(stages: Any, params: Any, x: Any, device: Any, held: int, weights: Any) -> list[DecodeUnit]:
     """A stage-by-stage decode (`vae_layers.run_stages`: each stage one compiled unit) on one tile `x`: a unit
     per stage, each with the VAE's other weights and `held` bytes of earlier tiles' outputs beside it."""
-    from vidax.zoo.parts.vae_layers import _run_stage, _stage_params
+    from vidax.zoo.parts.vae_layers import _apply_stage, _stage_params, holds_attention
 
     units = []
     for key, module in stages:
         part = _stage_params(params, key)
         name = key if isinstance(key, str) else "+".join(key)
-        units.append(DecodeUnit(f"vae decode ({name})", _run_stage.__wrapped__, (module, part, x), static=(0,),
-                                beside=held + per_device_bytes(weights) - per_device_bytes(part)))
-        x = abstract(jax.eval_shape(lambda p, v: _run_stage(module, p, v), part, x), device)
+        units.append(DecodeUnit(f"vae decode ({name})", _apply_stage, (module, part, x), static=(0,),
+                                beside=held + per_device_bytes(weights) - per_device_bytes(part),
+                                xla_only=not holds_attention(module)))
+        x = abstract(jax.eval_shape(lambda p, v: _apply_stage(module, p, v), part, x), device)
     return units
 
 
