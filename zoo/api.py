@@ -11,7 +11,7 @@ from typing import Any
 
 from vidax.translator.output import staged_files
 from vidax.zoo.compute.compiles import ProgramCount
-from vidax.zoo.compute.progress import Progress, StageTimer
+from vidax.zoo.compute.progress import Progress, ResidentPeak, StageTimer
 from vidax.zoo.generator.options import GenerateOptions, GenerateResult, save_latents
 from vidax.zoo.plan.ahead import compile_ahead
 from vidax.zoo.plan.layouts import choose_layout
@@ -49,15 +49,25 @@ def generate(options: GenerateOptions, progress: Progress | None = None, *, cach
     except BaseException as err:  # every process learns of it (multi-process runs), then it is raised
         agree(err, "preparation")
         raise
-    with ProgramCount() as programs, run_guard():  # an error this process alone hits stops its peers too
-        ahead = compile_ahead(pipeline, options)  # the decode's programs, compiled while the chip samples
-        result = generate_video(pipeline, options, progress, cache=cache, ahead=ahead)  # agrees once prepared
+    # run_guard: an error this process alone hits stops its peers too; compile_ahead: the decode's programs,
+    # compiled while the chip samples; generate_video agrees with the peers once prepared
+    with ProgramCount() as programs, run_guard(), ResidentPeak() as resident:
+        ahead = compile_ahead(pipeline, options)
+        result = generate_video(pipeline, options, progress, cache=cache, ahead=ahead)
     result.times = {**timer.times, **result.times}
     result.settings["programs"] = {**programs.figures(), "summary": programs.line()}
-    result.settings["memory_peaks"] = memory_peaks()
+    result.settings["memory_peaks"] = {**memory_peaks(), "host_resident_sampled": resident.figures()}
+    result.settings["moments"] = {"process start": _process_start(), **timer.marks, **result.settings["moments"]}
     if is_writer():  # one process writes the outputs
         write_outputs(options, result, timer, choice)
     return result
+
+
+def _process_start() -> float:
+    """When this process started (epoch seconds): the origin of a run's `moments` (time to first step)."""
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def memory_peaks() -> dict[str, int | None]:

@@ -110,6 +110,14 @@ def test_wan_tiny_writes_playable_mp4_and_sidecar(tiny_dir, tmp_path):
     assert sidecar["model"] == "wan-tiny" and sidecar["prompt"] == PROMPT and sidecar["seed"] == 0
     assert sidecar["steps"] == 20 and sidecar["height"] == 64 and sidecar["vidax_version"]
     assert np.load(tmp_path / "kite.latents.npy").shape == (1, 8, 5, 8, 8)
+    # when each stage began and ended, from the process's start: the time to the first step, taken apart
+    moments = sidecar["moments"]
+    order = ["process start", "load begins", "load ends", "encode begins", "encode ends", "denoise begins",
+             "denoise weights placed", "denoise first step", "denoise ends", "decode begins", "decode ends"]
+    assert list(sorted(moments, key=moments.get)) == order, moments
+    sampled = sidecar["memory_peaks"]["host_resident_sampled"]
+    assert sampled["anon"] > 0 and sampled["bytes"] <= sidecar["memory_peaks"]["host_rss_bytes"]
+    assert set(sidecar["resident_parts_after_stage"]) == {"encode", "denoise", "decode"}
     # same seed, same video: the weights and the noise are deterministic (compared losslessly)
     again = tmp_path / "again.npy"
     result = _invoke("wan-tiny", "--prompt", PROMPT, "--out", str(again), "--save-latents", "--no-compile-cache")

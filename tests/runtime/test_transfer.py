@@ -62,3 +62,25 @@ def test_to_devices_on_a_cpu_is_one_device_put(tmp_path, monkeypatch):
     monkeypatch.setattr(transfer, "_move", lambda *args: (_ for _ in ()).throw(AssertionError("grouped on a CPU")))
     placed = transfer.to_devices(mapped)
     np.testing.assert_array_equal(np.asarray(placed["t1"]), arrays["t1"])
+
+
+def test_resident_peak_sees_a_peak_gone_by_the_blocks_end_and_says_its_kind():
+    """A host peak inside a stage (a transfer's staging buffers) is gone when the stage ends: the sampler
+    still reports it, as anonymous memory, with the moment it was seen."""
+    import time
+
+    from vidax.zoo.compute.progress import ResidentPeak, resident_parts
+
+    before = resident_parts()
+    assert set(before) == {"anon", "file", "shmem"} and before["anon"] > 0
+    with ResidentPeak(interval=0.02) as peak:
+        staging = np.ones(256 * MIB, np.uint8)  # touched: resident
+        time.sleep(0.2)
+        seen = time.time()
+        del staging
+        time.sleep(0.1)
+    figures = peak.figures()
+    assert figures["anon"] >= before["anon"] + 200 * MIB, (before, figures)
+    assert figures["bytes"] == figures["anon"] + figures["file"] + figures["shmem"]
+    assert figures["at"] <= seen
+    assert resident_parts()["anon"] < figures["anon"] - 200 * MIB  # the peak is gone

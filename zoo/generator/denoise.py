@@ -202,6 +202,7 @@ def denoise(run: Run, denoisers: Denoisers, schedule: Schedule, latents: Any, co
     def model_fn(x, i, t):
         expert = schedule.experts[i]
         denoiser = denoisers.get(expert)
+        run.timer.mark(f"{stage} weights placed")
         predict = predictor(expert, denoiser.dit, i)
         if cache is not None:  # the step's decision first: a skipped step runs no DiT
             return cache.predict(denoiser, predict, expert, i, x, jnp.float32(t), cond, schedule.knobs(i, expert))

@@ -114,6 +114,7 @@ def _generate_video(family: Family, options: GenerateOptions, progress: Progress
     settings["size_note"] = size_note(family, options, s)
     settings["moments"] = dict(timer.marks)  # when the run's firsts happened (epoch seconds): time to first step
     settings["resident_after_stage"] = dict(timer.resident)  # host bytes as each stage ended
+    settings["resident_parts_after_stage"] = dict(timer.resident_parts)  # the same by kind (anon, file, shmem)
     settings["programs_by_stage"] = dict(timer.programs)  # what each stage compiled or loaded itself
     if ahead is not None and ahead.thread is not None:
         settings["compile_ahead"] = ahead.figures()

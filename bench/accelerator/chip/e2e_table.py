@@ -38,7 +38,12 @@ def record(args) -> dict:
                                                        f"{settings.get('frames')}",
                    first_step_s=None if first is None else first - args.began, version=settings.get("vidax_version"),
                    programs_by_stage=settings.get("programs_by_stage"), compile_ahead=settings.get("compile_ahead"),
-                   resident_after_stage=settings.get("resident_after_stage"))
+                   resident_after_stage=settings.get("resident_after_stage"),
+                   resident_parts_after_stage=settings.get("resident_parts_after_stage"),
+                   moments_s={name: round(at - args.began, 2) for name, at in settings.get("moments", {}).items()})
+        sampled = (row.get("memory") or {}).get("host_resident_sampled") or {}
+        if "at" in sampled:  # the host's peak, as seconds from the process's start like `moments_s`
+            sampled["at_s"] = round(sampled["at"] - args.began, 2)
     else:
         row["error"] = text.strip().splitlines()[-1] if text.strip() else "no sidecar"
     Path(args.json).write_text(json.dumps(row, indent=1))
@@ -71,6 +76,10 @@ def table(args) -> str:
         "device_peak_bytes": (cold.get("memory") or {}).get("device_bytes"),
         "host_rss_bytes": max(r.get("host_rss_bytes") or 0 for r in (cold, warm)),
         "chip": machine.get("device_kind"), "jax": machine.get("jax"), "exit_codes": [cold["exit_code"], warm["exit_code"]],
+        # where the time to the first step goes, and what the host's peak held (anon: the runtime's own
+        # buffers; file: mapped checkpoint pages), per run
+        "moments_s": {"cold": cold.get("moments_s"), "warm": warm.get("moments_s")},
+        "host_resident_sampled": {r["name"]: (r.get("memory") or {}).get("host_resident_sampled") for r in (cold, warm)},
     }
     Path(args.json).write_text(json.dumps(row, indent=1))
     stages = " / ".join(f"{row['cold_stages_s'][s]:.1f}" for s in STAGES)
