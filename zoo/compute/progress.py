@@ -85,14 +85,16 @@ def _resident_bytes() -> int:
 def resident_parts() -> dict[str, int]:
     """The process's resident bytes by kind, from /proc/self/status on Linux: `anon` (the process's own
     allocations, the runtime's staging buffers among them), `file` (mapped checkpoint pages, which the kernel
-    can drop) and `shmem`; `{}` elsewhere."""
+    can drop) and `shmem`; `total` alone where the kernel does not tell them apart; `{}` off Linux."""
     try:
         text = Path("/proc/self/status").read_text()
     except OSError:
         return {}
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     kinds = {"RssAnon": "anon", "RssFile": "file", "RssShmem": "shmem"}
-    return {kinds[key]: int(value.split()[0]) * 1024 for key, value in
-            (line.split(":", 1) for line in text.splitlines() if ":" in line) if key in kinds}
+    if not kinds.keys() & fields.keys():  # a kernel that keeps the total alone (gVisor, the TPU hosts' sandbox)
+        kinds = {"VmRSS": "total"}
+    return {name: int(fields[key].split()[0]) * 1024 for key, name in kinds.items() if key in fields}
 
 
 class ResidentPeak:
