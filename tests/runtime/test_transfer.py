@@ -1,4 +1,4 @@
-"""`compute.transfer.to_devices` (host trees onto devices through a bounded staging buffer, or in bounded groups) and `drop_pages` (a mapped
+"""`compute.transfer.to_devices` (host trees onto devices in bounded groups) and `drop_pages` (a mapped
 leaf's pages out of the process's resident set once it is on a device)."""
 
 from __future__ import annotations
@@ -40,44 +40,20 @@ def test_drop_pages_leaves_the_values_and_frees_the_resident_pages(tmp_path):
     assert not drop_pages(np.ones(4, np.float32))  # no mapping under it
 
 
-def test_to_devices_stages_mapped_leaves_through_one_bounded_buffer(tmp_path, monkeypatch):
-    """A mapped leaf is copied into one reused staging buffer (its file pages dropped) and moved from there; one
-    larger than the buffer goes in slices of whole rows written into its device buffer in place."""
-    file, mapped, arrays = _mapped_tree(tmp_path, (24, 8, 8))
-    tree = {"a": mapped["t0"].reshape(96, -1), "b": {"c": mapped["t1"], "d": mapped["t2"][:1024]}}
-    monkeypatch.setattr(transfer, "STAGE_BYTES", 8 * MIB)
-    writes, buffers = [], []
-    write = transfer._write
-    monkeypatch.setattr(transfer, "_write", lambda out, rows, start: (writes.append((rows.shape, int(start))),
-                                                                      write(out, rows, start))[1])
-    view = transfer._Staging._view
-    monkeypatch.setattr(transfer._Staging, "_view",
-                        lambda self, *args: (buffers.append(self.buffer), view(self, *args))[1])
-    moves = []
-    monkeypatch.setattr(transfer, "_move", lambda *args: moves.append(args))
-    with platform_override("tpu", "TPU v5 lite", 1, 16 << 30):  # the accelerator path, on this host's CPU device
-        placed = transfer.to_devices(tree)
-    # 24 MiB as 96 rows of 256 KiB: three slices of 32 rows; the 8 MiB leaf whole; its 4 KiB slice whole
-    assert writes == [((32, 65536), 0), ((32, 65536), 32), ((32, 65536), 64)]
-    assert not moves  # nothing went the grouped way
-    assert len({id(b) for b in buffers if b is not None}) == 1 and buffers[-1].nbytes == 8 * MIB
-    assert _mapped_resident(file.path) < 1 * MIB  # every page read was dropped again
-    np.testing.assert_array_equal(np.asarray(placed["a"]).ravel(), arrays["t0"])
-    np.testing.assert_array_equal(np.asarray(placed["b"]["c"]), arrays["t1"])
-    np.testing.assert_array_equal(np.asarray(placed["b"]["d"]), arrays["t2"][:1024])
-
-
-def test_to_devices_moves_leaves_in_memory_in_groups(monkeypatch):
-    arrays = {f"t{i}": np.full(n * MIB // 4, i, np.float32) for i, n in enumerate((24, 8, 8))}
+def test_to_devices_moves_groups_and_drops_each_groups_pages(tmp_path, monkeypatch):
+    file, mapped, arrays = _mapped_tree(tmp_path)
+    for name in mapped:
+        mapped[name].sum()
     moves = []
     move = transfer._move
     monkeypatch.setattr(transfer, "_move", lambda leaves, targets, placed, group: (moves.append(list(group)),
                                                                                  move(leaves, targets, placed, group)))
     monkeypatch.setattr(transfer, "GROUP_BYTES", 16 * MIB)
-    with platform_override("tpu", "TPU v5 lite", 1, 16 << 30):
-        placed = transfer.to_devices({"a": arrays["t0"], "b": {"c": arrays["t1"], "d": arrays["t2"]}})
+    with platform_override("tpu", "TPU v5 lite", 1, 16 << 30):  # the accelerator path, on this host's CPU device
+        placed = transfer.to_devices({"a": mapped["t0"], "b": {"c": mapped["t1"], "d": mapped["t2"]}})
     assert moves == [[0], [1, 2]]  # 24 MiB alone, then 8 + 8 MiB (flattening order: a, b/c, b/d)
     assert all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(placed))
+    assert _mapped_resident(file.path) < 4 * MIB
     np.testing.assert_array_equal(np.asarray(placed["b"]["d"]), arrays["t2"])
 
 
