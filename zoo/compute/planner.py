@@ -64,13 +64,20 @@ def abstract_param_count(module, *example_inputs) -> int:
 
     Tracing a multi-billion-parameter encoder's init takes seconds, and many models share one (every Wan
     the same UMT5, every HunyuanVideo-1.5 variant the same Qwen2.5-VL and ByT5), so the count is kept per
-    process, keyed by the module's class and fields (its repr) and the inputs' shapes and dtypes."""
+    process, keyed by the module's class and fields (its repr) and the inputs' shapes and dtypes, and on disk
+    beside the compile cache (`compute.shape_memo`)."""
     import jax
+
+    from vidax.zoo.compute.shape_memo import remembered
 
     key = (type(module), repr(module), tuple((tuple(x.shape), str(x.dtype)) for x in example_inputs))
     if key not in _PARAM_COUNTS:
-        shapes = jax.eval_shape(module.init, jax.random.key(0), *example_inputs)
-        _PARAM_COUNTS[key] = int(sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes)))
+        def count() -> int:
+            shapes = jax.eval_shape(module.init, jax.random.key(0), *example_inputs)
+            return int(sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes)))
+
+        named = (f"{type(module).__module__}.{type(module).__qualname__}", *key[1:])
+        _PARAM_COUNTS[key] = remembered("param-count", named, count)
     return _PARAM_COUNTS[key]
 
 

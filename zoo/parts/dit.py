@@ -32,6 +32,7 @@ import flax
 import flax.linen as nn
 import jax
 from vidax.zoo.compute.runtime import platform, shapes_only
+from vidax.zoo.compute.shape_memo import remembered
 from vidax.zoo.compute.transfer import to_devices
 
 Params = dict[str, Any]
@@ -144,9 +145,14 @@ def param_shapes(init_params: Callable[[jax.Array], Params]) -> dict[str, tuple[
         config = None
         cached = None
     if cached is None:
-        with shapes_only():
-            tree = jax.eval_shape(lambda: init_params(jax.random.key(0)))
-        cached = {path: tuple(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+        def trace() -> dict[str, list[int]]:
+            with shapes_only():
+                tree = jax.eval_shape(lambda: init_params(jax.random.key(0)))
+            return {path: list(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+
+        named = (f"{type(owner).__module__}.{type(owner).__qualname__}", init_params.__name__, config)
+        shapes = remembered("param-shapes", named, trace) if config is not None else trace()
+        cached = {path: tuple(shape) for path, shape in shapes.items()}
         if config is not None:
             _SHAPES_BY_CONFIG[key] = cached
     return dict(cached)

@@ -35,6 +35,7 @@ from vidax.zoo.parts.configs import pick_fields
 from vidax.zoo.compute.layers import logical_param
 from vidax.zoo.compute.mesh import DATA, SEQUENCE, TENSOR
 from vidax.zoo.compute.runtime import active_mesh, compile_step, platform, xla_only_options
+from vidax.zoo.compute.shape_memo import remembered
 from vidax.zoo.compute.sharding import constrain
 from vidax.zoo.parts.vae_layers import time_taps_conv
 from vidax.translator import VidaxError
@@ -762,7 +763,12 @@ DECODE_RESIDUAL_MAPS = 4.5
 
 @functools.lru_cache(maxsize=64)
 def decode_cache_bytes(cfg: WanVAEConfig, height: int, width: int) -> int:
-    """Bytes of the decoder's causal cache at this size, from the shapes an abstract first chunk makes."""
+    """Bytes of the decoder's causal cache at this size, from the shapes an abstract first chunk makes (kept on
+    disk beside the compile cache: `compute.shape_memo`)."""
+    return remembered("vae-decode-cache", (cfg, height, width), lambda: _traced_decode_cache_bytes(cfg, height, width))
+
+
+def _traced_decode_cache_bytes(cfg: WanVAEConfig, height: int, width: int) -> int:
     vae = WanVAE(cfg)
     params = jax.eval_shape(lambda: vae.init_params(jax.random.key(0)))
     s = cfg.scale_factor_spatial
