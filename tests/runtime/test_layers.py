@@ -127,6 +127,26 @@ def test_feed_forward_adds_into_the_residual_chunk_by_chunk(monkeypatch, per_tok
         np.testing.assert_array_equal(chunked[:, rows], np.asarray(part))
 
 
+def test_a_gate_given_by_rows_equals_the_gate_it_gives(monkeypatch):
+    """A gate given as `gate(start, stop)` (Cosmos-Predict2.5's per-frame gate, made per token only where it is
+    used) gives the same sums as the whole per-token gate, in one pass and in token chunks; each chunk asks for
+    its own rows."""
+    ffn = layers.FeedForward(dim=8, hidden=16)
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.standard_normal((2, 7, 8)), jnp.bfloat16)
+    residual = jnp.asarray(rng.standard_normal((2, 7, 8)), jnp.float32)
+    gate = jnp.asarray(rng.standard_normal((2, 7, 8)), jnp.float32)
+    params = ffn.init(jax.random.key(0), x)
+    asked = []
+    rows = lambda start, stop: (asked.append((start, stop)), gate[:, start:stop])[1]  # noqa: E731
+    for chunks in (1, 3):
+        monkeypatch.setattr(layers, "ffn_token_chunks", lambda shape, *a, n=chunks: n if shape[1] == 7 else 1)
+        asked.clear()
+        np.testing.assert_array_equal(np.asarray(ffn.apply(params, x, residual=residual, gate=rows)),
+                                      np.asarray(ffn.apply(params, x, residual=residual, gate=gate)))
+        assert asked == ([(0, 7)] if chunks == 1 else [(0, 3), (3, 6), (6, 7)])
+
+
 def test_feed_forward_chunks_only_where_it_pays(monkeypatch):
     big = (2, 75600, 5120)  # Wan2.1-14B at 720p, the CFG pair: 4.2 GB of bf16 hidden activation
     assert layers.ffn_token_chunks(big, 13824, jnp.bfloat16) == 1  # a CPU run: its own row blocks

@@ -253,7 +253,8 @@ class FeedForward(nn.Module):
 
     def __call__(self, x: jax.Array, residual: jax.Array | None = None, gate: jax.Array | None = None) -> jax.Array:
         """The feed-forward of `x` `[B, S, D]`; with `residual`, `residual + out * gate` in the residual's dtype
-        (`gate` `[B, 1 or S, D]` or None). Where the tokens run in chunks (`ffn_token_chunks`), each chunk's product
+        (`gate` `[B, 1 or S, D]`, None, or a function `gate(start, stop)` giving the rows of tokens `start:stop`,
+        for a gate made per token only where it is used: Cosmos-Predict2.5's per-frame gate). Where the tokens run in chunks (`ffn_token_chunks`), each chunk's product
         is added into the residual's own rows in place, one chunk after another (`_added_in_chunks`), where the
         whole output, concatenated and then added, had held a second fp32 residual and the output itself (the
         Wan2.1-14B 480p 8-block forward on a v5e: 6.94 -> 5.47 GiB of XLA's temporaries)."""
@@ -267,13 +268,22 @@ class FeedForward(nn.Module):
             return jnp.concatenate([self.net_2(self.net_0(x[:, i:i + size])) for i in range(0, x.shape[1], size)],
                                    axis=1)
         if chunks == 1:
-            return residual + _gated(self.net_2(self.net_0(x)), residual.dtype, gate)
+            return residual + _gated(self.net_2(self.net_0(x)), residual.dtype, _gate_rows(gate, 0, x.shape[1]))
         return _added_in_chunks(self, x, residual, gate, chunks)
 
 
 def _gated(out: jax.Array, dtype: Any, gate: jax.Array | None) -> jax.Array:
     out = out.astype(dtype)
     return out if gate is None else out * gate
+
+
+def _gate_rows(gate: Any, start: int, stop: int) -> jax.Array | None:
+    """The gate of tokens `start:stop` (see `FeedForward.__call__`)."""
+    if callable(gate):
+        return gate(start, stop)
+    if gate is None or gate.shape[1] == 1 or (start, stop) == (0, gate.shape[1]):
+        return gate
+    return gate[:, start:stop]
 
 
 def _added_in_chunks(ffn: FeedForward, x: jax.Array, residual: jax.Array, gate: jax.Array | None, chunks: int):
@@ -284,7 +294,7 @@ def _added_in_chunks(ffn: FeedForward, x: jax.Array, residual: jax.Array, gate: 
     size = -(-tokens // chunks)
     for start in range(0, tokens, size):
         rows = slice(start, min(start + size, tokens))
-        chunk_gate = gate if gate is None or gate.shape[1] == 1 else gate[:, rows]
+        chunk_gate = _gate_rows(gate, rows.start, rows.stop)
         new = residual[:, rows] + _gated(ffn.net_2(ffn.net_0(x[:, rows])), residual.dtype, chunk_gate)
         residual = jax.lax.dynamic_update_slice_in_dim(residual, new, start, axis=1)
     return residual
