@@ -115,8 +115,9 @@ def test_wan_tiny_writes_playable_mp4_and_sidecar(tiny_dir, tmp_path):
     order = ["process start", "load begins", "load ends", "encode begins", "encode ends", "denoise begins",
              "denoise weights placed", "denoise first step", "denoise ends", "decode begins", "decode ends"]
     assert list(sorted(moments, key=moments.get)) == order, moments
-    sampled = sidecar["memory_peaks"]["host_resident_sampled"]
-    assert sampled["anon"] > 0 and sampled["bytes"] <= sidecar["memory_peaks"]["host_rss_bytes"]
+    sampled = sidecar["memory_peaks"]["host_resident_sampled"]  # (the kernel's own peak, ru_maxrss, lags behind)
+    assert sampled["bytes"] == sampled["anon"] + sampled["file"] + sampled["shmem"] and sampled["anon"] > 0
+    assert moments["load ends"] <= sampled["at"] <= moments["decode ends"] + 60
     assert set(sidecar["resident_parts_after_stage"]) == {"encode", "denoise", "decode"}
     # same seed, same video: the weights and the noise are deterministic (compared losslessly)
     again = tmp_path / "again.npy"

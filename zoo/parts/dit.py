@@ -265,15 +265,20 @@ class StackedTransformer:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat `{"a/b/kernel": shape}` of the full tree (what `init_params` makes, blocks stacked): the
-        translator's expected tree."""
-        embed, blocks, head = self._abstract_parts()
-        tree = {**nn.unbox(embed), **nn.unbox(head)}
-        for name, block in blocks.items():
-            depth = self.num_blocks(name)
-            tree[name] = jax.tree.map(lambda leaf, d=depth: jax.ShapeDtypeStruct((d, *leaf.shape), leaf.dtype),
-                                      nn.unbox(block))
-        tree = jax.tree.map(lambda leaf: leaf, tree)  # jax's key order, as `init_params`'s tree comes out
-        return {path: tuple(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+        translator's expected tree. Kept on disk beside the compile cache too (`compute.shape_memo`)."""
+        def traced() -> dict[str, list[int]]:
+            embed, blocks, head = self._abstract_parts()
+            tree = {**nn.unbox(embed), **nn.unbox(head)}
+            for name, block in blocks.items():
+                depth = self.num_blocks(name)
+                tree[name] = jax.tree.map(lambda leaf, d=depth: jax.ShapeDtypeStruct((d, *leaf.shape), leaf.dtype),
+                                          nn.unbox(block))
+            tree = jax.tree.map(lambda leaf: leaf, tree)  # jax's key order, as `init_params`'s tree comes out
+            return {path: list(leaf.shape) for path, leaf in flax.traverse_util.flatten_dict(tree, sep="/").items()}
+
+        cls, *rest = self._key()
+        shapes = remembered("dit-param-shapes", (f"{cls.__module__}.{cls.__qualname__}", *rest), traced)
+        return {path: tuple(shape) for path, shape in shapes.items()}
 
     def tensor_whole_paths(self) -> frozenset[str]:
         """Flat paths of the params tensor parallel keeps whole on every device: their logical spec names no
@@ -289,13 +294,18 @@ class StackedTransformer:
         """The planner's `DiTSizes` of this transformer (`planner.dit_sizes` over its param shapes, block groups
         and TP-whole params; `widths`: dim, ffn_dim, heads, text_dim). Kept per config and widths: tracing a
         full-size init takes seconds, and `--plan` and the dry run ask for the same sizes again."""
-        from vidax.zoo.compute.planner import dit_sizes
+        from vidax.zoo.compute.planner import DiTSizes, dit_sizes
 
         key = (self, tuple(sorted(widths.items())))
         if key not in _MEMORY_SIZES:
-            groups = tuple(group.name for group in self.block_groups)
-            _MEMORY_SIZES[key] = dit_sizes(self.param_shapes(), groups=groups, whole_under_tp=self.tensor_whole_paths(),
-                                           **widths)
+            def sizes() -> dict:
+                groups = tuple(group.name for group in self.block_groups)
+                return dataclasses.asdict(dit_sizes(self.param_shapes(), groups=groups,
+                                                    whole_under_tp=self.tensor_whole_paths(), **widths))
+
+            cls, *rest = self._key()
+            named = (f"{cls.__module__}.{cls.__qualname__}", *rest, key[1])
+            _MEMORY_SIZES[key] = DiTSizes(**remembered("dit-sizes", named, sizes))  # on disk too: `shape_memo`
         return _MEMORY_SIZES[key]
 
     def logical_specs(self) -> Params:
