@@ -8,8 +8,8 @@ an MLIR pipeline per fusion, about half of a compile-bound module's backend comp
 compile-duration events). Interleaved (`bench_test_level`, load 0.99), tests/wan/test_pipeline.py took 28.3 s
 with the tests' flags, 37.2 s at level 0 alone and 48.5 s at the default level; the semantic test's 96
 generations, which run rather than compile, 113.2, 96.2 and 50.4 s, hence their child at the default level and
-emitters (bench/results/cpu-2026-12-07/bench_test_level.txt). Level 0 makes the same programs into slower machine code with other
-last bits (no fused multiply-adds). A process a test starts and compares with its own takes the same flags
+emitters (bench/results/cpu-2026-12-07/bench_test_level.txt). Level 0 makes the same programs into slower machine
+code with other last bits (no fused multiply-adds). A process a test starts and compares with its own takes the same flags
 (`xla_flags`). Two kinds of test call their vidax side at the default level, with the default emitters, in a
 child instead (`call_at_default_level`): those whose time goes to running compiled code rather than compiling
 it (the embedded model's generations in tests/embedded), and those whose parity margin is narrower than the

@@ -254,8 +254,8 @@ class FeedForward(nn.Module):
     def __call__(self, x: jax.Array, residual: jax.Array | None = None, gate: jax.Array | None = None) -> jax.Array:
         """The feed-forward of `x` `[B, S, D]`; with `residual`, `residual + out * gate` in the residual's dtype
         (`gate` `[B, 1 or S, D]`, None, or a function `gate(start, stop)` giving the rows of tokens `start:stop`,
-        for a gate made per token only where it is used: Cosmos-Predict2.5's per-frame gate). Where the tokens run in chunks (`ffn_token_chunks`), each chunk's product
-        is added into the residual's own rows in place, one chunk after another (`_added_in_chunks`), where the
+        for a gate made per token only where it is used: Cosmos-Predict2.5's per-frame gate). Where the tokens
+        run in chunks (`ffn_token_chunks`), each chunk's product is added into the residual's own rows in place, one chunk after another (`_added_in_chunks`), where the
         whole output, concatenated and then added, had held a second fp32 residual and the output itself (the
         Wan2.1-14B 480p 8-block forward on a v5e: 6.94 -> 5.47 GiB of XLA's temporaries)."""
         chunks = ffn_token_chunks(x.shape, self.hidden, x.dtype)

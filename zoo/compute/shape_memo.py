@@ -1,10 +1,10 @@
 """Shapes the planner traces, kept on disk beside the compile cache, so that a second process plans without them.
 
 Choosing a layout traces abstract inits (a DiT's sizes, a VAE's parameter shapes and decode cache, an encoder's
-parameter count), in every process before its first stage: most of the planning time, which for
-Wan2.1-1.3B at 480p was 5.0 s of a TPU v5e host's 27 s to the first step (`bench.bench_plan_start` compares a
-process that traces with one that reads them). These are pure functions of the model's code and config, so a value is kept
-under a key that holds both: the config's repr and a fingerprint of every source file of `vidax.zoo` (any edit
+parameter count), in every process before its first stage: most of the planning time, which for Wan2.1-1.3B at
+480p was 5.0 s of a TPU v5e host's 27 s to the first step (`bench.bench_plan_start` compares a process that traces
+with one that reads them). These are pure functions of the model's code and config, so a value is kept under a key
+that holds both: the config's repr and a fingerprint of every source file of `vidax.zoo` (any edit
 makes new keys). Kept only where jax's persistent compilation cache is on (the same folder, `vidax-shapes/`);
 nothing is kept with `--no-compile-cache`. An unreadable entry is computed again and rewritten.
 """
