@@ -62,6 +62,45 @@ def test_a_trajectory_compiles_the_step_once(family):
     assert np.all(np.isfinite(out_first)) and np.abs(np.asarray(out_first) - np.asarray(out_second)).max() > 1e-4
 
 
+# One stepper per family at a given step count (same configuration whatever the count).
+BY_COUNT = {
+    "flow-euler": lambda n: FlowEuler.from_schedule(flow_match_schedule(n, shift=5.0)),
+    "ancestral": lambda n: FlowEulerAncestral.from_schedule(flow_match_schedule(n, shift=3.0), eta=0.5),
+    "unipc": lambda n: UniPC.from_schedule(unipc_flow_schedule(n, shift=3.0), order=3),
+    # a nonzero terminal sigma, so that the last step's order turns on the count (below 15: first order)
+    "dpm": lambda n: DPMSolverPP(sigmas=np.linspace(1.0, 0.05, n + 1, dtype=np.float32),
+                                 timesteps=np.linspace(1000, 50, n, dtype=np.float32)),
+    "ddim": lambda n: DDIM.create(cogvideox_alphas_cumprod(snr_shift_scale=3.0), ddim_timesteps(n, "trailing")),
+    "cogvideox-dpm": lambda n: CogVideoXDPM.create(cogvideox_alphas_cumprod(snr_shift_scale=3.0),
+                                                   ddim_timesteps(n, "trailing")),
+}
+
+
+def _unpadded_trajectory(stepper, latents, key):
+    """The loop's steps on the stepper as built (schedule at its own length, count static)."""
+    state = jax.tree.map(lambda x: jnp.array(x, copy=True), stepper.init(latents, key))
+    for i in range(stepper.num_steps):
+        state, _, _ = jitted_step(stepper, state, _model(state["latents"], i, 0.0), jnp.int32(i))
+    return np.asarray(state["latents"])
+
+
+@pytest.mark.parametrize("family", sorted(BY_COUNT))
+def test_every_step_count_up_to_the_capacity_shares_one_compiled_step(family):
+    """A warm process asked for another step count compiles no step: the schedule is padded to a
+    power-of-two capacity with the count as data. Each count still lands where the unpadded
+    stepper does (the DPM case crosses its 15-step lower-order threshold)."""
+    latents = initial_noise(jax.random.key(0), (1, 2, 1, 3, 8))  # this test's own shape
+    key = jax.random.key(1)
+    before = jitted_step._cache_size()
+    for n in (3, 14, 15, 20, 64):
+        padded = np.asarray(sample(_model, BY_COUNT[family](n), latents, key=key))
+        np.testing.assert_allclose(padded, _unpadded_trajectory(BY_COUNT[family](n), latents, key),
+                                   rtol=1e-6, atol=1e-6, err_msg=f"{family} at {n} steps")
+    assert jitted_step._cache_size() == before + 1 + 5, f"{family}: one padded program plus the 5 references"
+    sample(_model, BY_COUNT[family](65), latents, key=key)
+    assert jitted_step._cache_size() == before + 1 + 5 + 1, "65 steps: the next capacity, compiled once"
+
+
 def test_bf16_latents_with_fp32_model_output_keep_one_compile():
     """The solver state's dtypes must not drift between steps, or step 2 would recompile."""
     latents = initial_noise(jax.random.key(0), (1, 2, 1, 2, 8), jnp.bfloat16)

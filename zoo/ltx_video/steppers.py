@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -21,11 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.zoo.ltx_video import latents as L
-from vidax.zoo.samplers.base import State, stepper
+from vidax.zoo.samplers.base import Counted, State, padded, stepper
 
 
-@stepper(data=("sigmas", "timesteps", "mask", "init_tokens"))
-class PerTokenEuler:
+@stepper(data=("sigmas", "timesteps"), fixed=("mask", "init_tokens"))
+class PerTokenEuler(Counted):
     """Args:
       sigmas: the schedule's `num_steps + 1` sigmas (terminal 0 last).
       timesteps: the model's timesteps (σ·1000 as the reference feeds them).
@@ -39,10 +40,6 @@ class PerTokenEuler:
     mask: Any = None
     init_tokens: Any = None
     noise_scale: float = 0.0
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.timesteps)
 
     @property
     def stochastic(self) -> bool:
@@ -74,7 +71,7 @@ class PerTokenEuler:
         return {"latents": latents}, latents
 
 
-@stepper(data=("inner", "keep"))
+@stepper(data=(), fixed=("inner", "keep"))
 class KeepFirstFrame:
     """`inner` over all tokens, the tokens where `keep` `[B, S, 1]` is 1 held at their value."""
 
@@ -88,6 +85,10 @@ class KeepFirstFrame:
     @property
     def num_steps(self) -> int:
         return self.inner.num_steps
+
+    def with_capacity(self) -> "KeepFirstFrame":
+        """The inner stepper padded (`vidax.zoo.samplers.base.padded`); `keep` is per token, not per step."""
+        return dataclasses.replace(self, inner=padded(self.inner))
 
     @property
     def stochastic(self) -> bool:

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.samplers.base import State, as_f32, step_noise, stepper
+from vidax.zoo.samplers.base import Counted, State, as_f32, step_noise, stepper
 from vidax.zoo.samplers.errors import SamplerConfigError
 
 Prediction = Literal["v_prediction", "epsilon"]
@@ -44,7 +44,7 @@ def _predict_x0(coef, sample, model_output, i, prediction_type):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
-class _AlphaTableStepper:
+class _AlphaTableStepper(Counted):
     """A stepper whose per-step coefficients come from an ᾱ table over its timesteps (`create`)."""
 
     coef: dict[str, np.ndarray]
@@ -79,10 +79,6 @@ class _AlphaTableStepper:
     def coefficients(alpha_t: np.ndarray, alpha_prev: np.ndarray, prev: np.ndarray) -> dict[str, np.ndarray]:
         """The stepper's own per-step coefficients (float64 in, float32 out)."""
         raise NotImplementedError
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.timesteps)
 
 
 @stepper(data=("coef", "timesteps"))

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.samplers.base import State, as_f32, stepper
+from vidax.zoo.samplers.base import Counted, State, as_f32, stepper
 from vidax.zoo.samplers.errors import SamplerConfigError
 from vidax.zoo.samplers.schedules import Schedule
 
@@ -24,7 +24,7 @@ def _alpha_lambda(sigma: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 @stepper(data=("sigmas", "timesteps"))
-class DPMSolverPP:
+class DPMSolverPP(Counted):
     """DPM-Solver++ of order 1 or 2 (2M), midpoint or heun second-order update.
 
     Args:
@@ -52,10 +52,6 @@ class DPMSolverPP:
     @classmethod
     def from_schedule(cls, schedule: Schedule, **config) -> "DPMSolverPP":
         return cls(sigmas=as_f32(schedule.sigmas), timesteps=as_f32(schedule.timesteps), **config)
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.timesteps)
 
     def init(self, latents: jax.Array, key: jax.Array | None = None) -> State:
         return {
@@ -85,8 +81,9 @@ class DPMSolverPP:
 
     def _final_is_first_order(self, sigmas: jax.Array, step_index: jax.Array) -> jax.Array:
         # A step onto σ = 0 has λ = inf: only the first-order update is defined there.
-        lower = self.euler_at_final or (self.lower_order_final and self.num_steps < 15)
-        return (step_index == self.num_steps - 1) & (lower | (sigmas[-1] == 0))
+        steps = self.num_steps  # traced where the schedule is padded: its terminal sigma is sigmas[steps]
+        lower = jnp.asarray(self.euler_at_final) | (jnp.asarray(self.lower_order_final) & (steps < 15))
+        return (step_index == steps - 1) & (lower | (sigmas[steps] == 0))
 
     def _first_order(self, sigmas, sample, x0, step_index):
         sigma_t, sigma_s = sigmas[step_index + 1], sigmas[step_index]

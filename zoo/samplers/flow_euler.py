@@ -9,13 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.samplers.base import State, as_f32, step_noise, stepper
+from vidax.zoo.samplers.base import Counted, State, as_f32, step_noise, stepper
 from vidax.zoo.samplers.errors import SamplerConfigError
 from vidax.zoo.samplers.schedules import Schedule
 
 
 @stepper(data=("sigmas", "timesteps"))
-class FlowEuler:
+class FlowEuler(Counted):
     """Euler along the predicted velocity; follows diffusers `FlowMatchEulerDiscreteScheduler.step`.
 
     Args:
@@ -30,10 +30,6 @@ class FlowEuler:
     def from_schedule(cls, schedule: Schedule) -> "FlowEuler":
         return cls(sigmas=as_f32(schedule.sigmas), timesteps=as_f32(schedule.timesteps))
 
-    @property
-    def num_steps(self) -> int:
-        return len(self.timesteps)
-
     def init(self, latents: jax.Array, key: jax.Array | None = None) -> State:
         return {"latents": latents}
 
@@ -46,7 +42,7 @@ class FlowEuler:
 
 
 @stepper(data=("sigmas", "timesteps"))
-class FlowEulerAncestral:
+class FlowEulerAncestral(Counted):
     """Euler-ancestral for rectified flow with `eta`; follows diffusers `LTXEulerAncestralRFScheduler`.
 
     Steps down to `σ_down` deterministically, then re-noises to `σ_next` with fresh noise scaled by
@@ -68,10 +64,6 @@ class FlowEulerAncestral:
     @classmethod
     def from_schedule(cls, schedule: Schedule, *, eta: float = 1.0, s_noise: float = 1.0) -> "FlowEulerAncestral":
         return cls(sigmas=as_f32(schedule.sigmas), timesteps=as_f32(schedule.timesteps), eta=eta, s_noise=s_noise)
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.timesteps)
 
     @property
     def stochastic(self) -> bool:

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.samplers.base import State, Stepper
+from vidax.zoo.samplers.base import State, Stepper, padded
 from vidax.zoo.samplers.errors import NonFiniteLatentsError
 
 # model_fn(latents, step_index, timestep) -> model output with the latents' shape.
@@ -27,9 +27,11 @@ def _step_and_check(stepper: Stepper, state: State, model_output: jax.Array, ste
     return state, latents, jnp.all(jnp.isfinite(latents))
 
 
-# The stepper is a pytree argument (schedule as data, configuration as static structure) and the
-# step index is traced, so a whole trajectory — and every trajectory of the same configuration
-# and shapes — reuses one compiled step. The old state (latents, solver history) is dead after a
+# The stepper is a pytree argument (schedule as data, configuration as static structure), padded
+# to a power-of-two schedule length with its step count as data, and the step index is traced, so a
+# whole trajectory — and every trajectory of the same configuration and shapes, whatever its step
+# count up to the capacity — reuses one compiled step (a warm process asked for 10 steps after a
+# run of 50 compiles nothing). The old state (latents, solver history) is dead after a
 # step, so its buffers are donated to the new one.
 jitted_step = jax.jit(_step_and_check, donate_argnames="state")
 
@@ -64,12 +66,13 @@ def sample(
         key = jax.random.key(0)  # unused: the steppers take the given noise instead
     state = jax.tree.map(lambda x: jnp.array(x, copy=True), stepper.init(latents, key))
     timesteps = np.asarray(stepper.timesteps)
+    compiled_for = padded(stepper)
     for i in range(stepper.num_steps):
         model_output = model_fn(state["latents"], i, float(timesteps[i]))
         if any(model_output is leaf for leaf in jax.tree.leaves(state)):  # e.g. an identity model_fn
             model_output = jnp.array(model_output, copy=True)  # the state is about to be donated
         noise = None if step_noise is None else jnp.asarray(step_noise(i, tuple(state["latents"].shape)))
-        state, latents, finite = jitted_step(stepper, state, model_output, jnp.int32(i), noise)
+        state, latents, finite = jitted_step(compiled_for, state, model_output, jnp.int32(i), noise)
         if not bool(finite):
             raise NonFiniteLatentsError(
                 f"sampling step {i + 1}/{stepper.num_steps} (timestep {timesteps[i]:g}) produced NaN or Inf latents"

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.zoo.samplers.base import State, as_f32, stepper
+from vidax.zoo.samplers.base import Counted, State, as_f32, stepper
 from vidax.zoo.samplers.errors import SamplerConfigError
 from vidax.zoo.samplers.schedules import Schedule
 
@@ -59,7 +59,7 @@ def _weighted(rhos, d1s):
 
 
 @stepper(data=("sigmas", "timesteps"))
-class UniPC:
+class UniPC(Counted):
     """UniPC-`order` (bh1 or bh2) for a flow-prediction model.
 
     Args:
@@ -97,10 +97,6 @@ class UniPC:
         if config.get("order", 2) > 1 and not config.get("lower_order_final", True) and schedule.sigmas[-1] == 0:
             raise SamplerConfigError("UniPC above order 1 needs lower_order_final=True to reach a zero final sigma")
         return cls(sigmas=as_f32(schedule.sigmas), timesteps=as_f32(schedule.timesteps), **config)
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.timesteps)
 
     def init(self, latents: jax.Array, key: jax.Array | None = None) -> State:
         return {
