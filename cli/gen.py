@@ -132,13 +132,14 @@ def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
         table.add_column(column, justify="right")
     for layout, p, fits in planned.rows:
         table.add_row(layout.describe(), gib(p.weights), gib(p.activations), gib(p.text_encoder), gib(p.vae),
-                      gib(p.total), "yes" if fits else "no")
+                      gib(planned.peak(layout, p)), "yes" if fits else "no")
     out = Console(width=None if sys.stdout.isatty() else 160)
     out.print(f"{options.model} at {planned.size}: GiB per device on {planned.devices} x "
               f"{planned.device_bytes / 2**30:.1f} GiB, fastest first", highlight=False, soft_wrap=True)
     out.print(table)
-    if planned.idle_note():
-        out.print(f"note: {planned.idle_note()}", highlight=False, soft_wrap=True)
+    for note in (planned.idle_note(), planned.paged_note()):
+        if note:
+            out.print(f"note: {note}", highlight=False, soft_wrap=True)
     if planned.chosen is None:
         console.print("[red]error:[/red] nothing fits: more devices, more memory per device, or a smaller size",
                       highlight=False)

@@ -137,6 +137,10 @@ class Job:
     block_weight_bytes: float | None = None  # bytes per block parameter when it differs (--weights-dtype int8/fp8)
     step_input_bytes: int = 0  # inputs every device holds whole besides the latents (LTX-Video's RoPE tables)
     attention_input_copies: int = 0  # the blockwise kernel's copies of q, k, v (BLOCKWISE_LAYOUT_COPIES: Wan)
+    # the DiT's blocks are the folder's file pages, mapped in place (a CPU run, layer by layer, of a converted folder
+    # in its own dtypes: `layouts.blocks_stay_in_files`): the kernel reads a block's pages in when the block runs
+    # and may drop them again under pressure, so on a CPU host they need no room beyond the blocks being run
+    blocks_in_files: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,8 +338,17 @@ def plan(job: Job, devices: int, device_bytes: int, release_stages: bool = True,
 def need(job: Job, layout: Layout, prediction: Prediction, host_is_device: bool = False) -> tuple[str, int]:
     """The stage that sets the layout's peak and the bytes a device needs for it. On a CPU the host is the device:
     blocks an offloaded layout keeps in host memory stay beside the DiT step's peak in the same RAM (HunyuanVideo's
-    25.6 GB DiT "offloaded" on a 24 GB host was killed by the kernel), so there they count too."""
+    25.6 GB DiT "offloaded" on a 24 GB host was killed by the kernel), so there they count too; blocks that are the
+    folder's own file pages (`Job.blocks_in_files`) do not: the kernel pages them in and out as the blocks run,
+    so a DiT larger than the host's memory runs, reading its blocks from the disk at every step."""
     stage, peak = prediction.largest_stage()
+    if host_is_device and job.blocks_in_files and layout == Layout():
+        # one device, resident: the blocks beyond the two in use stay in the folder's file pages, not in RAM
+        paged = dit_weight_bytes(job, layout) - dit_weight_bytes(job, Layout(offload_chunk=1))
+        stages = {"the text encoder": prediction.text_encoder, "the VAE decode": prediction.vae,
+                  "the DiT step": prediction.denoise_peak - paged}
+        stage = max(stages, key=stages.get)
+        return stage, stages[stage]
     if host_is_device and layout.offload_chunk is not None:
         resident = dataclasses.replace(layout, offload_chunk=None)
         held = dit_weight_bytes(job, resident) - dit_weight_bytes(job, layout)

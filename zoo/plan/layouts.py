@@ -28,6 +28,7 @@ class LayoutPlan:
     idle: devices that even the largest layout of `rows` leaves without work.
     given: whether the rows are the layout the flags gave.
     host_is_device: the devices are this host's CPU (offloaded blocks stay in the same memory).
+    job: what the planner planned (`planner.Job`).
     """
 
     rows: list
@@ -38,6 +39,20 @@ class LayoutPlan:
     idle: int
     given: bool = False
     host_is_device: bool = False
+    job: Any = None
+
+    def peak(self, layout: Any, prediction: Any) -> int:
+        """The bytes a device needs for the layout's largest stage, as `fits` counts them (`planner.need`)."""
+        from vidax.zoo.compute.planner import need
+
+        return need(self.job, layout, prediction, self.host_is_device)[1]
+
+    def paged_note(self) -> str:
+        """What a run on this host does with DiT blocks that stay file pages ("" when they do not)."""
+        if not (self.host_is_device and self.job.blocks_in_files):
+            return ""
+        return ("on this host the DiT's blocks stay the folder's file pages (a resident row's peak counts the two "
+                "being run): where they outgrow the memory, each step reads them from the disk again")
 
     def idle_note(self) -> str:
         """Why some devices would get no work ("" when every one can)."""
@@ -69,6 +84,8 @@ def plan_layouts(pipeline: Any, options: GenerateOptions, devices: int | None = 
     host_is_device = platform() == "cpu" and devices is None and device_bytes is None and target_memory() is None
     devices, device_bytes = devices or local_devices, device_bytes or local_bytes
     job = pipeline.memory_job(options)
+    if host_is_device and _runs_layer_by_layer(job) and blocks_stay_in_files(pipeline, options):
+        job = dataclasses.replace(job, blocks_in_files=True)
     s = pipeline.resolve_settings(options)
     if _layout_given(options):
         rows = [_given_layout(job, options, devices, device_bytes, host_is_device)]
@@ -78,7 +95,39 @@ def plan_layouts(pipeline: Any, options: GenerateOptions, devices: int | None = 
                             host_is_device=host_is_device)
     idle = devices - max((row[0].devices for row in rows), default=0)
     return LayoutPlan(rows, chosen, devices, device_bytes, f"{s.width}x{s.height}, {s.frames} frames", idle,
-                      _layout_given(options), host_is_device)
+                      _layout_given(options), host_is_device, job)
+
+
+def _runs_layer_by_layer(job: Any) -> bool:
+    """Whether a CPU run places this DiT a block at a time (`runtime.runs_layer_by_layer`): a whole-model program
+    could hold converted copies of every block's weights at once."""
+    from vidax.zoo.compute.planner import Layout, dit_weight_bytes
+    from vidax.zoo.compute.runtime import runs_layer_by_layer
+
+    return runs_layer_by_layer(dit_weight_bytes(job, Layout()))
+
+
+def blocks_stay_in_files(pipeline: Any, options: GenerateOptions) -> bool:
+    """Whether a CPU run would place the DiT's weights as the folder's own file pages: a `vidax-convert` folder
+    (mmapped, 64-byte aligned, so a CPU placement aliases it) read in its own dtypes (no `--dtype float32` cast of
+    bf16 leaves), with nothing merged or re-quantized into the blocks (`--lora`, `--weights-dtype`) and no DiT
+    file given beside the folder. Reads manifests and headers only."""
+    from vidax.zoo.weights.dit_file import dit_file
+
+    if options.lora or getattr(options, "lora_2", ()) or options.weights_dtype is not None:
+        return False
+    source = getattr(pipeline, "source_or_none", None)
+    if source is None or source.kind != "converted":
+        return False
+    from vidax.translator import MANIFEST, load  # the converted folder's mmapped leaves: headers read, no weights
+
+    for part in pipeline.dit_parts(pipeline.resolve_settings(options)):
+        folder = source.root / part.component
+        if dit_file(options, part.component) is not None or not (folder / MANIFEST).is_file():
+            return False
+        if options.dtype == "float32" and any(leaf.dtype != "float32" for leaf in load(folder).values()):
+            return False
+    return True
 
 
 def _given_layout(job: Any, options: GenerateOptions, devices: int, device_bytes: int,
@@ -110,8 +159,7 @@ def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOpti
     if chosen is None:
         from vidax.zoo.compute.planner import need
 
-        job = pipeline.memory_job(options)
-        needs = [(row[0], need(job, row[0], row[1], planned.host_is_device)) for row in rows]
+        needs = [(row[0], need(planned.job, row[0], row[1], planned.host_is_device)) for row in rows]
         smallest = min(needs, key=lambda row: row[1][1])
         stage, needed = smallest[1]
         room = "of host memory" if platform() == "cpu" else "per device"
@@ -128,5 +176,7 @@ def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOpti
     chosen_options = dataclasses.replace(
         options, tp=layout.tp, sp=layout.sp, dp=layout.dp, offload_chunk=layout.offload_chunk)
     idle = f"; {devices - layout.devices} of the {devices} devices idle" if layout.devices < devices else ""
-    return chosen_options, (f"{layout.describe()} chosen by the memory planner "
-                            f"(predicted {prediction.total / 2**30:.2f} of {device_bytes / 2**30:.1f} GiB per device{idle})")
+    paged = f"; {planned.paged_note()}" if planned.paged_note() else ""
+    peak = planned.peak(layout, prediction)
+    return chosen_options, (f"{layout.describe()} chosen by the memory planner (predicted {peak / 2**30:.2f} of "
+                            f"{device_bytes / 2**30:.1f} GiB per device{idle}{paged})")
