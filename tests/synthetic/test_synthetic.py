@@ -116,9 +116,15 @@ def test_interrupted_write_does_not_look_complete(folder, tmp_path):
     assert read_manifest(out / "transformer")["synthetic"]["seed"] == 2 and read_manifest(out / "vae")["synthetic"]["seed"] == 1
 
 
+def test_an_optional_files_only_component_may_be_left_out():
+    """LTX-Video-13B-distilled's scheduler is optional in the registry (its passes name their timesteps) and none is
+    recorded: the folder goes without it, as a conversion of the official single file does."""
+    plan = synthetic_plan(SyntheticOptions("ltx-video-13b-distilled"))
+    assert {"transformer", "vae", "text_encoder"} <= set(plan.trees) and not any(
+        rel.startswith("scheduler/") for rel in plan.configs)
+
+
 def test_what_it_cannot_do_is_one_line(tmp_path):
-    with pytest.raises(SourceError, match="no synthetic stand-in for scheduler"):
-        synthetic_plan(SyntheticOptions("ltx-video-13b-distilled"))
     with pytest.raises(SourceError, match="no synthetic stand-in for text_tokenizer, pipeline"):
         synthetic_plan(SyntheticOptions("cosmos3-nano"))
     assert set(synthetic_plan(SyntheticOptions("cosmos3-nano", components=("transformer", "vae"))).trees) == {"transformer", "vae"}

@@ -226,9 +226,10 @@ OPTIONAL_FILES = frozenset({"image_processor", "feature_extractor"})
 
 
 def _check_files_only(entry: ModelEntry, names: list[str], plan: SyntheticPlan) -> None:
-    """Every selected files-only component (tokenizers, scheduler) is in the plan, or one line."""
+    """Every selected files-only component (tokenizers, scheduler) is in the plan, or one line; one the registry
+    marks optional may be left out (LTX-Video-13B-distilled's scheduler: its passes name their timesteps)."""
     missing = [n for n in names if entry.components[n].spec is None and n not in plan.tokenizers
-               and n not in OPTIONAL_FILES
+               and n not in OPTIONAL_FILES and not entry.components[n].optional
                and not any(rel.startswith(f"{n}/") for rel in plan.configs)]
     if missing:
         raise SourceError(f"{entry.name}: no synthetic stand-in for {', '.join(missing)} (no recorded config or "
