@@ -141,6 +141,11 @@ class Job:
     # in its own dtypes: `layouts.blocks_stay_in_files`): the kernel reads a block's pages in when the block runs
     # and may drop them again under pressure, so on a CPU host they need no room beyond the blocks being run
     blocks_in_files: bool = False
+    # [batch, tokens, dim] activation-dtype units one TPU device's step holds beyond what the terms below count,
+    # as XLA's TPU buffer report shows them at the family's native size (each family names the buffers where
+    # it sets this: RoPE's fp32 products laid out for the head split, copies a scan carries, ...); counted on one
+    # device, where they were measured
+    accelerator_units: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,7 +227,7 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     if job.blockwise_attention:  # one head per step where it runs (the CPU): its logits and probabilities
         tile = min(job.q_block, job.tokens) * min(job.kv_block, job.tokens)
         attention += 2 * batch * tile * 4 + unit * job.attention_input_copies * act / layout.tp
-    hidden = (d.ffn_dim / d.dim) * mlp_hidden_buffers(d) / layout.tp + d.partial_sums
+    hidden = (d.ffn_dim / d.dim) * mlp_hidden_buffers(d) / layout.tp / ffn_chunks(job, layout) + d.partial_sums
     # under TP a row-parallel projection (attention out, MLP out) leaves whole [batch, tokens, dim] partial sums,
     # the all-reduction's outputs beside them: at least two whole units however many ways TP splits the rest
     reduced = 2 * max(d.partial_sums, 1) if layout.tp > 1 else 0
@@ -230,8 +235,16 @@ def dit_activation_bytes(job: Job, layout: Layout) -> int:
     text = batch * job.text_tokens * (d.text_dim + 2 * d.dim / layout.tp) * act if d.text_dim else 0
     modulation = batch * 6 * d.dim * 4
     carried = unit * (d.carried_activations * act + d.carried_streams * res)
+    measured = unit * job.accelerator_units * act if _one_accelerator_device(layout, "tpu") else 0
     return int(residual + max(attention, mlp) + text + modulation + carried + scanned_mlp_bytes(job, layout)
-               + job.step_input_bytes)
+               + job.step_input_bytes + measured)
+
+
+def _one_accelerator_device(layout: Layout, kind: str | None = None) -> bool:
+    """Whether the layout runs on one accelerator device (of platform `kind`, where given)."""
+    from vidax.zoo.compute.runtime import platform
+
+    return platform() != "cpu" and (kind is None or platform() == kind) and layout.devices == 1
 
 
 # [batch, tokens, dim] copies the blockwise kernel makes of its inputs when q and k come rotated (RoPE): q, k and v
@@ -270,6 +283,18 @@ def rows_per_device(batch: int, dp: int) -> int:
     """The branch rows one device runs: `sharding.cfg_batch` splits the batch over the data axis only when
     the axis divides it (CFG + STG's three rows stay whole on every device under dp=2)."""
     return batch // dp if batch % dp == 0 else batch
+
+
+def ffn_chunks(job: Job, layout: Layout) -> int:
+    """The token chunks one device's feed-forward runs in (`layers.ffn_token_chunks`, the same rule): on one
+    accelerator device, pieces of at most `FFN_CHUNK_BYTES` of hidden activation; one elsewhere."""
+    from vidax.zoo.compute.layers import FFN_CHUNK_BYTES
+
+    if not _one_accelerator_device(layout):
+        return 1
+    tokens = job.tokens
+    hidden_bytes = rows_per_device(job.batch, layout.dp) * tokens * job.dit.ffn_dim * job.activation_bytes
+    return max(1, min(tokens, -(-hidden_bytes // FFN_CHUNK_BYTES)))
 
 
 def mlp_hidden_buffers(d: DiTSizes) -> float:

@@ -277,6 +277,7 @@ class CosmosFamily(CosmosBase):
             **planner_entries(vae, s.height, s.width, s.frames),
             blockwise_attention=platform() == "cpu",
             step_input_bytes=self._step_input_bytes(s),
+            accelerator_units=COSMOS_BY_FRAME_UNITS,
         ), CosmosTransformer(cfg), options.weights_dtype)
 
     def _step_input_bytes(self, s) -> int:
@@ -285,6 +286,13 @@ class CosmosFamily(CosmosBase):
         rows = 2 if s.guided else 1
         text = rows * s.max_sequence_length * self.dit_config.text_in_dim
         return 4 * (text + 2 * math.prod(self.latent_shape(s)))
+
+
+# Activation units (bf16 [B, S, D]) the step holds on one TPU device beyond the planner's terms (`planner.Job.
+# accelerator_units`), read off XLA's v5e buffer report of the 2B step at 704x1280x93 (after dc0c568): the per-frame
+# modulation's fp32 [B, frames, tokens per frame, dim] buffers (the report lists four of 2 units each, not all live at
+# the peak) beside the residual stream; the step planned 3.7 units under XLA's figure without the term
+COSMOS_BY_FRAME_UNITS = 4.0
 
 
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]]) -> CosmosTransformerConfig:

@@ -246,4 +246,11 @@ class WanVACEFamily(WanFamily):
         cfg = self.vace_config
         dit = WanVACETransformer(cfg).memory_sizes(dim=cfg.inner_dim, ffn_dim=cfg.ffn_dim,
                                                    heads=cfg.num_attention_heads, text_dim=cfg.inner_dim)
-        return dataclasses.replace(job, dit=dit)
+        return dataclasses.replace(job, dit=dit, accelerator_units=VACE_ACCELERATOR_UNITS)
+
+
+# Activation units (bf16 [B, S, D]) the VACE step holds on one TPU device beyond the planner's terms, read off XLA's
+# v5e buffer report of the 1.3B step at 480x832x81: beside the stacked hints its feed-forward's two token chunks are
+# live at once (four [B, S/2, ffn] buffers where the planner counts one chunk's two: 5.8 units), with more fp32
+# stream and heads-major q/k/v copies than a plain Wan block's; the step planned 16.6 units under XLA without them
+VACE_ACCELERATOR_UNITS = 16.0
