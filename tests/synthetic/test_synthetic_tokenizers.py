@@ -87,11 +87,37 @@ def test_each_kind_plans_a_whole_synthetic_folder(model):
     assert encoders and all(name.replace("text_encoder", "tokenizer") in plan.tokenizers for name in encoders)
 
 
-def test_what_is_still_refused_is_one_line():
-    """Cosmos3's own tokenizer and pipeline files and LTX-Video-13B-distilled's unrecorded scheduler config."""
-    for model, reason in (("cosmos3-nano", "no synthetic stand-in for text_tokenizer, pipeline"),
-                          ("ltx-video-13b-distilled", "no synthetic stand-in for scheduler")):
-        with pytest.raises(Exception, match=reason) as caught:
-            write_synthetic(SyntheticOptions(model=model, check=True))
-        assert "\n" not in str(caught.value)
+def test_a_component_without_a_stand_in_is_refused_in_one_line(monkeypatch):
+    """A files-only component with no recorded config and no tokenizer of a known kind (a user's own model's):
+    one line. Every registry model has its stand-ins (LTX-Video-13B-distilled's scheduler is optional; Cosmos3's
+    tokenizer comes from its DiT's config and its pipeline flags are recorded)."""
+    import dataclasses
+
+    from vidax.translator.registry import Component
+    from vidax.zoo.plan import synthetic
+
+    entry = get_model("wan2.1-t2v-1.3b")
+    extra = Component("feature_bank", None, {"diffusers": "feature_bank"})
+    patched = dataclasses.replace(entry, components={**entry.components, "feature_bank": extra})
+    monkeypatch.setattr(synthetic, "get_model", lambda name: patched)
+    with pytest.raises(Exception, match="no synthetic stand-in for feature_bank") as caught:
+        write_synthetic(SyntheticOptions(model="wan2.1-t2v-1.3b", check=True))
+    assert "\n" not in str(caught.value)
     assert set(TOKENIZERS) >= {"encoders/decoder", "encoders/gemma", "encoders/llava", "encoders/clip_text"}
+
+
+def test_cosmos3_reads_its_ids_through_a_stand_in_built_from_its_dit(tmp_path):
+    """Cosmos3 has no text encoder: its DiT's embedding table (`vocab_size`) sizes the stand-in, written to
+    `text_tokenizer/`, and the family's prompt code renders the chat and ends with EOS and `<|vision_start|>`."""
+    from vidax.zoo.cosmos3.text import PromptTokenizer
+    from vidax.zoo.plan.synthetic import synthetic_plan
+
+    plan = synthetic_plan(SyntheticOptions("cosmos3-nano"))
+    assert plan.configs["model_index.json"] == {"default_use_system_prompt": True, "use_native_flow_schedule": False}
+    spec, config = plan.tokenizers["text_tokenizer"]
+    write_tokenizer(spec, config, tmp_path, lambda path, text: path.write_text(text))
+    tok = PromptTokenizer(tmp_path, use_system_prompt=True)
+    assert tok.tokenizer.backend.get_vocab_size() == config["vocab_size"]
+    cond, uncond = tok("a red kite", "", num_frames=93, height=704, width=1280, fps=24)
+    assert cond[-1] == 151652 and cond[-2] == tok.eos_id and cond.count(151644) == 3  # system, user, assistant
+    assert max(cond + uncond) < config["vocab_size"] and cond != uncond

@@ -162,7 +162,12 @@ TOKENIZERS: dict[str, Callable[[Mapping], dict[str, str]]] = {
     "encoders/llava": lambda config: chat_tokenizer_files(
         "llama", int(_text_config(config)["vocab_size"]), {"<image>": int(config["image_token_index"])}),
     "encoders/clip_text": lambda config: clip_tokenizer_files(int(config["vocab_size"])),
+    # a DiT that reads the prompt's token ids itself (no text encoder): its own config gives the vocabulary
+    "cosmos3/transformer": lambda config: chat_tokenizer_files("qwen", int(config["vocab_size"])),
 }
+
+# The folder of the tokenizer a DiT reads itself (`TOKENIZERS`' DiT specs): Cosmos3's `text_tokenizer/`
+DIT_TOKENIZER_FOLDERS = {"cosmos3/transformer": "text_tokenizer"}
 
 
 def tokenizer_folder(text_encoder: str) -> str:

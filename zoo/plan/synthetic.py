@@ -187,7 +187,7 @@ def synthetic_plan(opts: SyntheticOptions) -> SyntheticPlan:
     """Every leaf (shape, dtype, values' kind), config and tokenizer of `opts`' synthetic folder; reads and
     writes nothing. Raises `SourceError` (one line) for what cannot be synthesized."""
     from vidax.zoo.plan.spec_shapes import spec_shapes
-    from vidax.zoo.parts.synthetic_tokenizer import TOKENIZERS, tokenizer_folder
+    from vidax.zoo.parts.synthetic_tokenizer import DIT_TOKENIZER_FOLDERS, TOKENIZERS, tokenizer_folder
 
     entry = get_model(opts.model)
     entry = entry.select(opts.variant) if opts.variant else entry
@@ -213,6 +213,8 @@ def synthetic_plan(opts: SyntheticOptions) -> SyntheticPlan:
                 raise SourceError(f"{entry.name}: no synthetic tokenizer for {name} ({component.spec}; there is one for "
                                   f"{', '.join(TOKENIZERS)}): leave it out with --components")
             plan.tokenizers[tokenizer_folder(name)] = (component.spec, configs[name])
+        if component.spec in DIT_TOKENIZER_FOLDERS:  # the DiT reads the prompt's ids itself (Cosmos3)
+            plan.tokenizers[DIT_TOKENIZER_FOLDERS[component.spec]] = (component.spec, configs[name])
     for name, rel in (("scheduler", SCHEDULER_FILE), ("model_index", MODEL_INDEX_FILE)):
         if name in configs:
             plan.configs[rel] = configs[name]
@@ -230,10 +232,16 @@ def _check_files_only(entry: ModelEntry, names: list[str], plan: SyntheticPlan) 
     marks optional may be left out (LTX-Video-13B-distilled's scheduler: its passes name their timesteps)."""
     missing = [n for n in names if entry.components[n].spec is None and n not in plan.tokenizers
                and n not in OPTIONAL_FILES and not entry.components[n].optional
-               and not any(rel.startswith(f"{n}/") for rel in plan.configs)]
+               and not any(rel.startswith(f"{n}/") for rel in plan.configs)
+               and not (MODEL_INDEX_FILE in plan.configs and _copies(entry.components[n], MODEL_INDEX_FILE))]
     if missing:
         raise SourceError(f"{entry.name}: no synthetic stand-in for {', '.join(missing)} (no recorded config or "
                           "tokenizer of its kind): leave it out with --components")
+
+
+def _copies(component, file: str) -> bool:
+    """Whether a files-only component is that one file (Cosmos3's `pipeline`: `model_index.json`)."""
+    return any(file in ([globs] if isinstance(globs, str) else list(globs)) for globs in component.copy.values())
 
 
 def _check_room(out: Path, nbytes: int) -> None:
