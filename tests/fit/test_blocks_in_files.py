@@ -1,6 +1,7 @@
-"""A CPU run of a `vidax-convert` folder keeps the DiT's blocks as the folder's file pages (`layouts.blocks_stay_in_files`),
-so the planner counts two of them, not all, against the host's memory; anything that copies the blocks (a cast, a
-LoRA merged, 8-bit weights, a DiT file beside the folder, weights that are not a converted folder) counts them all."""
+"""A CPU run of a `vidax-convert` folder keeps the DiT's blocks as the folder's file pages
+(`layouts.blocks_stay_in_files`), so the planner counts two of them, not all, against the host's memory; anything
+that copies the blocks (a cast, a LoRA merged, 8-bit weights, a DiT file beside the folder, weights that are not a
+converted folder) counts them all."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def folder(tmp_path_factory):
 
 
 def _request(folder, **change):
-    options = GenerateOptions(model="wan-tiny", prompt="", weights=None if folder is None else str(folder), **SIZE, **change)
+    weights = None if folder is None else str(folder)
+    options = GenerateOptions(model="wan-tiny", prompt="", weights=weights, **SIZE, **change)
     return make_pipeline("wan-tiny", options), options
 
 
