@@ -29,7 +29,14 @@ MODELS = {"wan2.1-t2v-1.3b": "resident", "wan2.1-vace-1.3b": "resident", "hunyua
 def test_dit_step_planner_within_fifteen_percent_of_xla_on_a_v5e():
     """One test, one process for every model (libtpu loads once; parametrized tests would spread over the xdist
     workers, each starting it)."""
-    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    from tests.backend_level import TEST_FLAGS
+
+    # the test process's own environment may carry what other tests in it set (`cli/dry_run.py` sets XLA_FLAGS for
+    # its fake devices, the VMEM limit sets LIBTPU_INIT_ARGS, a target its TPU_* variables): the book's key holds
+    # XLA_FLAGS, so the worker starts from the suite's settings, not from what the process has become
+    dropped = ("JAX_PLATFORMS", "XLA_FLAGS", "LIBTPU_INIT_ARGS")
+    env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("TPU_")}
+    env["XLA_FLAGS"] = TEST_FLAGS
     env.setdefault("VIDAX_LIBTPU", str(ROOT / ".venv" / "libtpu"))
     result = subprocess.run([sys.executable, "-m", "tests.dryrun.tpu_planner_worker",
                              *(f"{model}={layout}" for model, layout in MODELS.items())],
