@@ -1,7 +1,7 @@
 """One process that plans and compiles each named model's DiT step for one TPU v5e without a chip (libtpu is loaded
-once per process, and kept out of the test workers), printing one JSON line per model: XLA's bytes per device and
-the planner's. Run by `test_planner_tpu.py`; XLA's figures come from the test run's book (`tests/xla_figures.py`)
-where it has the program, so nothing is compiled then.
+once per process), printing one JSON line per model: XLA's bytes per device and the planner's. What
+`test_planner_tpu.py`'s recorded figures are refreshed from; XLA's figures come from the book
+(`tests/xla_figures.py`) where it has the program, else the program is compiled (about a minute a model).
 
     python -m tests.dryrun.tpu_planner_worker MODEL=LAYOUT ...     LAYOUT: resident or offload-N (one device)
 """
