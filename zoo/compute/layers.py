@@ -309,8 +309,14 @@ def ffn_token_chunks(shape: tuple[int, ...], hidden: int, dtype: Any) -> int:
     mesh = active_mesh()
     if len(shape) != 3 or platform() == "cpu" or (mesh is not None and mesh.size > 1):
         return 1
-    hidden_bytes = shape[0] * shape[1] * hidden * jnp.dtype(dtype).itemsize
-    return max(1, min(shape[1], -(-hidden_bytes // FFN_CHUNK_BYTES)))
+    return ffn_chunk_count(shape[0], shape[1], hidden, jnp.dtype(dtype).itemsize)
+
+
+def ffn_chunk_count(rows: int, tokens: int, hidden: int, itemsize: int) -> int:
+    """Chunks of at most `FFN_CHUNK_BYTES` of hidden activation over `tokens`, never more than one token each:
+    the rule the run applies (`ffn_token_chunks`) and the planner counts by (`planner.ffn_chunks`)."""
+    hidden_bytes = rows * tokens * hidden * itemsize
+    return max(1, min(tokens, -(-hidden_bytes // FFN_CHUNK_BYTES)))
 
 
 def unpatchify(tokens: jax.Array, grid: tuple[int, int, int], patch: tuple[int, int, int], channels: int, *,

@@ -288,13 +288,11 @@ def rows_per_device(batch: int, dp: int) -> int:
 def ffn_chunks(job: Job, layout: Layout) -> int:
     """The token chunks one device's feed-forward runs in (`layers.ffn_token_chunks`, the same rule): on one
     accelerator device, pieces of at most `FFN_CHUNK_BYTES` of hidden activation; one elsewhere."""
-    from vidax.zoo.compute.layers import FFN_CHUNK_BYTES
+    from vidax.zoo.compute.layers import ffn_chunk_count
 
     if not _one_accelerator_device(layout):
         return 1
-    tokens = job.tokens
-    hidden_bytes = rows_per_device(job.batch, layout.dp) * tokens * job.dit.ffn_dim * job.activation_bytes
-    return max(1, min(tokens, -(-hidden_bytes // FFN_CHUNK_BYTES)))
+    return ffn_chunk_count(rows_per_device(job.batch, layout.dp), job.tokens, job.dit.ffn_dim, job.activation_bytes)
 
 
 def mlp_hidden_buffers(d: DiTSizes) -> float:
