@@ -22,3 +22,23 @@ def test_text_encoder_planner_within_ten_percent_of_xla(model):
     stage = dry_run(make_pipeline(model, options), options, Layout(), 1, 30 * GIB, stages=("text",)).peak("text encoder")
     assert stage.temp > 0 and stage.flops > 0
     assert abs(stage.planned - stage.total) <= 0.10 * stage.total, (model, stage.planned / 2**20, stage.total / 2**20)
+
+
+def test_fp32_encoders_run_layer_by_layer_on_accelerators_too():
+    """On a TPU an encoder's fp32 weights go to the matrix unit in bf16 parts, converted all at once out of the scan
+    (CogVideoX's fp32 T5-XXL for a v5e: 26.4 GB of temporaries beside 19 GB of weights; its one-layer unit holds
+    the weights and 90 MB more), so fp32 encoders run a layer per program there as large ones do on a CPU; bf16
+    ones stay one program (UMT5-XXL's temporaries on a v5e: 2.6% of its weights)."""
+    import jax
+    import jax.numpy as jnp
+
+    from vidax.zoo.compute.runtime import LAYERED_CPU_BYTES, encoder_runs_layer_by_layer, platform_override
+
+    rows = LAYERED_CPU_BYTES // 4096 + 1
+    fp32 = {"layers": jax.ShapeDtypeStruct((rows, 1024), jnp.float32)}
+    bf16 = {"layers": jax.ShapeDtypeStruct((2 * rows, 1024), jnp.bfloat16)}
+    small = {"layers": jax.ShapeDtypeStruct((rows // 2, 1024), jnp.float32)}
+    with platform_override("tpu", "TPU v5 lite", 1, 16 << 30):
+        assert [encoder_runs_layer_by_layer(w) for w in (fp32, bf16, small)] == [True, False, False]
+    with platform_override("cpu", "cpu", 1, 16 << 30):
+        assert [encoder_runs_layer_by_layer(w) for w in (fp32, bf16, small)] == [True, True, False]

@@ -130,6 +130,18 @@ def runs_layer_by_layer(weights: Any) -> bool:
     return platform() == "cpu" and size >= LAYERED_CPU_BYTES
 
 
+def encoder_runs_layer_by_layer(weights: Any) -> bool:
+    """Whether a text or image encoder with these weights runs as a host loop over one compiled layer
+    (`encoders.by_layer`): where any large model does (`runs_layer_by_layer`), and on an accelerator when its
+    float32 weights reach `LAYERED_CPU_BYTES`. An accelerator's matrix unit takes bf16 parts of fp32 operands, and
+    XLA converts every layer's weights at once, out of the scan: CogVideoX's fp32 T5-XXL compiled for a v5e held
+    26.4 GB of temporaries beside its 19 GB of weights."""
+    if runs_layer_by_layer(weights):
+        return True
+    float32 = [leaf for leaf in jax.tree.leaves(weights) if getattr(leaf, "dtype", None) == jnp.float32]
+    return platform() != "cpu" and tree_bytes(float32) >= LAYERED_CPU_BYTES
+
+
 def device_kind() -> str:
     """The device kind programs are compiled for (`jax.devices()[0].device_kind` when nothing is targeted)."""
     override = _PLATFORM.get()

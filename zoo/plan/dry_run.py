@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from vidax.zoo.plan import dry_run_cache
-from vidax.zoo.compute.runtime import platform, runs_layer_by_layer, xla_only_options
+from vidax.zoo.compute.runtime import encoder_runs_layer_by_layer, platform, runs_layer_by_layer, xla_only_options
 from vidax.zoo.plan.dry_run_units import (  # noqa: F401 (re-exported: the tests and the bench use them from here)
     DecodeUnit,
     abstract,
@@ -264,8 +264,8 @@ def embedded_as_placed(embedded: Callable, params: Any, rest: list) -> Any:
 
 def compile_text_encoder(fn: Callable, args: tuple, static: tuple, beside: int, planned: int | None,
                          device: Any) -> list[StageMemory]:
-    """The text encoder as it runs: a large one on CPU as a host loop over one compiled layer per stack
-    (`encoders.by_layer`), each unit a row whose arguments count every weight of the towers (they stay on the
+    """The text encoder as it runs: a large one on CPU, or one of fp32 weights on an accelerator, as a host loop
+    over one compiled layer per stack (`encoders.by_layer`), each unit a row whose arguments count every weight of the towers (they stay on the
     device while the loop runs); else one program."""
     from vidax.zoo.parts.encoders.common import recording_layer_units
 
@@ -273,7 +273,7 @@ def compile_text_encoder(fn: Callable, args: tuple, static: tuple, beside: int, 
         report = compile_stage("text encoder", fn, args, planned=planned, static=static)
         return [dataclasses.replace(report, argument=report.argument + beside)]
 
-    if not runs_layer_by_layer([a for i, a in enumerate(args) if i not in static]):  # as `encoders.by_layer` runs it
+    if not encoder_runs_layer_by_layer([a for i, a in enumerate(args) if i not in static]):  # as `by_layer` does
         return whole()
     dynamic = [i for i in range(len(args)) if i not in static]
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from vidax.zoo.parts.configs import pick_fields  # noqa: F401  (the encoders' configs read through it)
 from vidax.zoo.compute.layers import logical_param
 from vidax.zoo.compute.mesh import DATA, TENSOR
-from vidax.zoo.compute.runtime import runs_layer_by_layer
+from vidax.zoo.compute.runtime import encoder_runs_layer_by_layer
 
 # The mesh placement of every encoder's logical axes (names absent here are replicated): Megatron
 # tensor parallel over attention heads and feed-forward features, the batch (classifier-free
@@ -167,16 +167,16 @@ def _host_loop(stack: nn.Module, block_cls, length: int, carry, broadcast):
 
 
 def by_layer(fn=None, *, static_argnums=(0,)):
-    """An encoder's entry function (`fn(model, params, ...)`, the model static): on CPU called eagerly, so that
-    its layer stacks run as host loops over one compiled layer (`scanned`); on accelerators one compiled
-    program, whose scan XLA keeps layer by layer."""
+    """An encoder's entry function (`fn(model, params, ...)`, the model static): called eagerly where
+    `runtime.encoder_runs_layer_by_layer` says so (a large encoder on a CPU, fp32 weights on an accelerator), so
+    that its layer stacks run as host loops over one compiled layer (`scanned`); else one compiled program."""
     if fn is None:
         return functools.partial(by_layer, static_argnums=static_argnums)
     jitted = jax.jit(fn, static_argnums=static_argnums)
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if not _traced(args, ()) and runs_layer_by_layer(args[1]):  # (model, params, ...)
+        if not _traced(args, ()) and encoder_runs_layer_by_layer(args[1]):  # (model, params, ...)
             return fn(*args, **kwargs)
         return jitted(*args, **kwargs)
 
