@@ -1,15 +1,19 @@
-"""One process that plans and compiles each named model's DiT step for one TPU v5e without a chip (libtpu is loaded
-once per process), printing one JSON line per model: XLA's bytes per device and the planner's. What
-`test_planner_tpu.py`'s recorded figures are refreshed from; XLA's figures come from the book
-(`tests/xla_figures.py`) where it has the program, else the program is compiled (about a minute a model).
+"""One process that plans and compiles a stage of each named model for one TPU v5e without a chip (libtpu is
+loaded once per process), printing one JSON line per item: XLA's bytes per device for the stage's widest compiled
+unit and the planner's figure. What `test_planner_tpu.py`'s recorded figures are refreshed from; XLA's figures
+come from the book (`tests/xla_figures.py`) where it has the program, else the program is compiled (about a
+minute a model).
 
-    python -m tests.dryrun.tpu_planner_worker MODEL=LAYOUT ...     LAYOUT: resident or offload-N (one device)
+    python -m tests.dryrun.tpu_planner_worker MODEL=WHAT ...
+        WHAT: resident or offload-N (the DiT step on one device), text (the text encoder), vae (the decode)
 """
 
 from __future__ import annotations
 
 import json
 import sys
+
+STAGES = ("text", "vae")  # dry_run's stages by name; any other name is a layout of the DiT step
 
 
 def main(argv: list[str]) -> int:
@@ -25,13 +29,16 @@ def main(argv: list[str]) -> int:
     try:
         for item in argv:
             model, _, kind = item.partition("=")
-            layout = Layout(offload_chunk=None if kind == "resident" else int(kind.removeprefix("offload-")))
+            stage = kind if kind in STAGES else "dit"
+            offload = None if kind in ("resident", *STAGES) else int(kind.removeprefix("offload-"))
+            layout = Layout(offload_chunk=offload)
             options = GenerateOptions(model=model, prompt="")
             with compiling_for(target) as targeted:
-                (step,) = dry_run(make_pipeline(model, options), options, layout, 1, target.chip.device_bytes,
-                                  targeted=targeted, stages=("dit",)).stages
-            print(json.dumps({"model": model, "layout": layout.describe(), "xla": step.total,
-                              "planned": step.planned}), flush=True)
+                run = dry_run(make_pipeline(model, options), options, layout, 1, target.chip.device_bytes,
+                              targeted=targeted, stages=(stage,))
+            widest = max(run.stages, key=lambda unit: unit.total)
+            print(json.dumps({"model": model, "what": kind, "unit": widest.stage, "xla": widest.total,
+                              "planned": widest.planned}), flush=True)
     finally:
         close_book()
     return 0
