@@ -141,8 +141,8 @@ def print_plan(options, devices: int | None, device_bytes: int | None) -> int:
         if note:
             out.print(f"note: {note}", highlight=False, soft_wrap=True)
     if planned.chosen is None:
-        console.print("[red]error:[/red] nothing fits: more devices, more memory per device, or a smaller size",
-                      highlight=False)
+        console.print(f"[red]error:[/red] {planned.refusal(options.model)}: more devices, more memory per device, "
+                      "or a smaller size", highlight=False, soft_wrap=True)
         return 1
     out.print(f"choice: {planned.chosen[0].describe()}", highlight=False)
     return 0

@@ -158,7 +158,8 @@ def test_plan_exits_non_zero_when_nothing_fits():
     result = _invoke(*PLAN, "--devices", "1", "--device-memory", "0.001")
     assert result.exit_code == 1, result.output
     assert "dp=1 tp=1 sp=1 resident" in result.stdout and "choice:" not in result.stdout
-    assert result.stderr.startswith("error: nothing fits")
+    assert result.stderr.startswith("error: wan-tiny at this size does not fit: "), result.stderr
+    assert "GiB per device even with dp=1 tp=1 sp=1" in result.stderr and "1 device(s) have 0.0 GiB" in result.stderr
 
 
 @pytest.mark.parametrize("flags, fragment", [

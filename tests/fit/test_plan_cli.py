@@ -81,7 +81,7 @@ def test_plan_works_offline_for_every_registered_model(tmp_path, monkeypatch):
     for name in names:
         result = CliRunner().invoke(app, [name, "--plan", "--devices", "4", "--device-memory", "30.75"])
         assert result.exit_code == 0, f"{name}: {result.output}"
-        assert "choice: " in result.output or "nothing fits" in result.output, f"{name}: {result.output}"
+        assert "choice: " in result.output or "does not fit: " in result.output, f"{name}: {result.output}"
 
 
 @pytest.mark.parametrize("sampler, cls", [("euler", "FlowEuler"), ("unipc", "UniPC"), ("dpm++", "DPMSolverPP")])

@@ -47,6 +47,16 @@ class LayoutPlan:
 
         return need(self.job, layout, prediction, self.host_is_device)[1]
 
+    def refusal(self, model: str) -> str:
+        """The one line saying why nothing fits: the stage of the row that needs least, its need and the room."""
+        from vidax.zoo.compute.planner import need
+
+        needs = [(row[0], need(self.job, row[0], row[1], self.host_is_device)) for row in self.rows]
+        layout, (stage, needed) = min(needs, key=lambda row: row[1][1])
+        room = "of host memory" if self.host_is_device else "per device"
+        return (f"{model} at this size does not fit: {stage} needs about {needed / 2**30:.1f} GiB per device even "
+                f"with {layout.describe()}; {self.devices} device(s) have {self.device_bytes / 2**30:.1f} GiB {room}")
+
     def paged_note(self) -> str:
         """What a run on this host does with DiT blocks that stay file pages ("" when they do not)."""
         if not (self.host_is_device and self.job.blocks_in_files):
@@ -157,16 +167,7 @@ def choose_layout(pipeline: Any, options: GenerateOptions) -> tuple[GenerateOpti
     planned = plan_layouts(pipeline, options)
     rows, chosen, devices, device_bytes = planned.rows, planned.chosen, planned.devices, planned.device_bytes
     if chosen is None:
-        from vidax.zoo.compute.planner import need
-
-        needs = [(row[0], need(planned.job, row[0], row[1], planned.host_is_device)) for row in rows]
-        smallest = min(needs, key=lambda row: row[1][1])
-        stage, needed = smallest[1]
-        room = "of host memory" if platform() == "cpu" else "per device"
-        raise PipelineError(
-            f"{options.model} at this size does not fit: {stage} needs about {needed / 2**30:.1f} GiB per device even "
-            f"with {smallest[0].describe()}; {devices} device(s) have {device_bytes / 2**30:.1f} GiB {room} "
-            f"(see --plan; nothing was loaded)")
+        raise PipelineError(f"{planned.refusal(options.model)} (see --plan; nothing was loaded)")
     from vidax.zoo.compute.distributed import multiprocess
 
     if platform() == "cpu" and not multiprocess():  # CPU "devices" share the host's cores: spread only when one does not fit
