@@ -158,9 +158,9 @@ def embedded_guidance(scale, dtype: str) -> jax.Array:
 def vae_decode_peak_bytes(cfg: VAEConfig, frames: int, height: int, width: int, tiling: bool = True) -> int:
     """The decoder's working set beyond its weights: a few fp32 maps of its widest stage on one temporal window
     and spatial tile, plus the decoded windows and the blended video. On a CPU the widest is the last stage
-    (`block_out_channels[0]` channels at full resolution; on a GPU not measured); on a TPU it is `up_blocks_2`, whose output has the
-    next width's channels at full resolution (measured: XLA's v5e compile of the 720p decode, 7,442 MiB for that
-    unit, the planner 0.83 of it when it counted the last stage's channels)."""
+    (`block_out_channels[0]` channels at full resolution; a GPU not measured, counted alike); on a TPU it is
+    `up_blocks_2`, whose output has the next width's channels at full resolution (measured: XLA's v5e compile of
+    the 720p decode, 7,442 MiB for that unit, the planner 0.83 of it when it counted the last stage's channels)."""
     window = min(frames, cfg.tile_sample_min_num_frames + 1)
     tile_h, tile_w = (min(height, cfg.tile_sample_min_size), min(width, cfg.tile_sample_min_size)) if tiling \
         else (height, width)

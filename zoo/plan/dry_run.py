@@ -265,8 +265,8 @@ def embedded_as_placed(embedded: Callable, params: Any, rest: list) -> Any:
 def compile_text_encoder(fn: Callable, args: tuple, static: tuple, beside: int, planned: int | None,
                          device: Any) -> list[StageMemory]:
     """The text encoder as it runs: a large one on CPU, or one of fp32 weights on an accelerator, as a host loop
-    over one compiled layer per stack (`encoders.by_layer`), each unit a row whose arguments count every weight of the towers (they stay on the
-    device while the loop runs); else one program."""
+    over one compiled layer per stack (`encoders.by_layer`), each unit a row whose arguments count every weight
+    of the towers (they stay on the device while the loop runs); else one program."""
     from vidax.zoo.parts.encoders.common import recording_layer_units
 
     def whole() -> list[StageMemory]:
