@@ -152,3 +152,18 @@ def test_fps_flag_sets_the_video_rate_and_a_rounded_frame_count_is_said(tiny_dir
 ])
 def test_bad_values_and_flags_are_one_line(tiny_dir, tmp_path, flags, fragment):
     _one_line_error(_invoke("wan-tiny", "--prompt", PROMPT, "--out", str(tmp_path / "v.mp4"), *flags), fragment)
+
+
+def test_a_decode_of_fewer_frames_than_asked_is_said():
+    """LTX-2 and HunyuanVideo take any frame count, as their pipelines do, and their VAEs decode 8k + 1 or 4k + 1
+    frames of it: `--frames 5` on LTX-2 wrote one frame and said nothing. The note compares the frames written."""
+    from types import SimpleNamespace
+
+    from vidax.zoo.generator.generation import size_note
+
+    asked = SimpleNamespace(height=64, width=64, frames=5)
+    family = SimpleNamespace(name="ltx2")
+    assert size_note(family, asked, asked, 1) == ("note: ltx2 runs --frames 5 as 1: its reference pipeline rounds "
+                                                  "these sizes to the ones it generates")
+    assert size_note(family, asked, asked, 5) is None
+    assert size_note(family, SimpleNamespace(height=None, width=None, frames=None), asked, 1) is None

@@ -45,12 +45,15 @@ def prepare(family: Family, options: GenerateOptions) -> Request:
     return Request(s, inputs, family.initial_latents(s, options))
 
 
-def size_note(family: Family, options: GenerateOptions, s: Settings) -> str | None:
+def size_note(family: Family, options: GenerateOptions, s: Settings, frames_out: int) -> str | None:
     """One line when the run's size is not the one asked for: a family runs a size its reference accepts at the
-    size the reference runs it (`Family.fit_sizes`: Wan's 6 frames as 5, a height off the grid floored), and the
-    reference warns when it rounds, so vidax says so too. None when every size asked for is the one run."""
-    changed = [f"--{what} {asked} as {getattr(s, what)}" for what in ("height", "width", "frames")
-               if (asked := getattr(options, what)) is not None and getattr(s, what) != asked]
+    size the reference runs it (`Family.fit_sizes`: Wan's 6 frames as 5, a height off the grid floored), or its
+    VAE decodes fewer frames than it sampled for (LTX-2 and HunyuanVideo take any count and decode 8k + 1 or
+    4k + 1 of them, as their pipelines do), and the reference warns when it rounds, so vidax says so too. None
+    when every size asked for is the one run."""
+    run = {"height": s.height, "width": s.width, "frames": frames_out}
+    changed = [f"--{what} {asked} as {run[what]}" for what in ("height", "width", "frames")
+               if (asked := getattr(options, what)) is not None and run[what] != asked]
     if not changed:
         return None
     return (f"note: {family.name} runs {', '.join(changed)}: its reference pipeline rounds these sizes to the "
@@ -111,7 +114,7 @@ def _generate_video(family: Family, options: GenerateOptions, progress: Progress
     settings = {**dataclasses.asdict(options), **dataclasses.asdict(s), "model": family.name,
                 "variant": family.entry.variant, "weights_source": family.source.label,
                 "latent_shape": list(family.latent_shape(s)), **decoded.settings, **family.lora_settings()}
-    settings["size_note"] = size_note(family, options, s)
+    settings["size_note"] = size_note(family, options, s, len(decoded.frames))
     settings["moments"] = dict(timer.marks)  # when the run's firsts happened (epoch seconds): time to first step
     settings["resident_after_stage"] = dict(timer.resident)  # host bytes as each stage ended
     settings["resident_parts_after_stage"] = dict(timer.resident_parts)  # the same by kind (anon, file, shmem)
