@@ -59,19 +59,11 @@ XLA_V5E_VAE = {"wan2.1-t2v-1.3b": 9468, "ltx-video-13b": 3508, "cogvideox1.5-5b"
                "ltx-2": 5767, "wan2.2-ti2v-5b": 19378}
 
 
-@pytest.mark.parametrize("model", list(XLA_V5E_TEXT))
-def test_text_encoder_planner_within_fifteen_percent_of_xla_on_a_v5e(model):
+@pytest.mark.parametrize("stage, model", [("text_encoder", m) for m in XLA_V5E_TEXT] + [("vae", m) for m in XLA_V5E_VAE])
+def test_encoder_and_vae_planner_within_fifteen_percent_of_xla_on_a_v5e(stage, model):
     with on_a_v5e():
         options = GenerateOptions(model=model, prompt="")
-        planned = predict(make_pipeline(model, options).memory_job(options), Layout()).text_encoder / 2**20
-    xla = XLA_V5E_TEXT[model]
-    assert abs(planned - xla) <= TOLERANCE * xla, (model, round(planned), xla, round(planned / xla, 3))
-
-
-@pytest.mark.parametrize("model", list(XLA_V5E_VAE))
-def test_vae_decode_planner_within_fifteen_percent_of_xla_on_a_v5e(model):
-    with on_a_v5e():
-        options = GenerateOptions(model=model, prompt="")
-        planned = predict(make_pipeline(model, options).memory_job(options), Layout()).vae / 2**20
-    xla = XLA_V5E_VAE[model]
-    assert abs(planned - xla) <= TOLERANCE * xla, (model, round(planned), xla, round(planned / xla, 3))
+        prediction = predict(make_pipeline(model, options).memory_job(options), Layout())
+    planned = getattr(prediction, stage) / 2**20
+    xla = (XLA_V5E_TEXT if stage == "text_encoder" else XLA_V5E_VAE)[model]
+    assert abs(planned - xla) <= TOLERANCE * xla, (stage, model, round(planned), xla, round(planned / xla, 3))
